@@ -1,0 +1,173 @@
+"""The `Host` protocol: the one interface the tuner drives, real or simulated.
+
+A host exposes two knobs -- NIC interrupt throttling (ITR, microseconds) and CPU frequency (DVFS, GHz) --
+and measures a window: achieved load, latency percentiles and energy. The tuner never knows whether it
+drives `actuators.sim.SimHost` or `actuators.real.RealHost`; anyone can plug in their own host with
+`--host module:factory` where `factory(**options) -> Host`.
+"""
+
+from __future__ import annotations
+
+import bisect
+from functools import cached_property
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from tuner.errors import KnobRangeError
+
+#: Latency percentiles every measurement reports, in percent.
+PERCENTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0, 99.9)
+
+
+@dataclass(frozen=True)
+class KnobSpace:
+    """What a host supports: the allowed ITR values (µs, ascending) and DVFS frequencies (GHz, ascending)."""
+
+    itr_us: tuple[int, ...]
+    dvfs_ghz: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if not self.itr_us or not self.dvfs_ghz:
+            raise ValueError("KnobSpace needs at least one ITR value and one DVFS frequency")
+        if list(self.itr_us) != sorted(set(self.itr_us)) or list(self.dvfs_ghz) != sorted(set(self.dvfs_ghz)):
+            raise ValueError("KnobSpace values must be strictly ascending")
+
+    @classmethod
+    def ixgbe(cls, dvfs_ghz: tuple[float, ...], lo: int = 2, hi: int = 1022) -> KnobSpace:
+        """ixgbe-style ITR (2 µs steps, `lo`..`hi`) with the given frequencies."""
+        return cls(tuple(range(lo, hi + 1, 2)), tuple(dvfs_ghz))
+
+    def check_itr(self, itr_us: int) -> int:
+        """Return `itr_us` if the host supports it, else raise `KnobRangeError` saying what is allowed."""
+        if isinstance(itr_us, bool) or not isinstance(itr_us, int) or itr_us not in self._itr_set:
+            raise KnobRangeError(
+                f"ITR {itr_us!r} µs is not supported: expected an integer in "
+                f"{self.itr_us[0]}..{self.itr_us[-1]}{self._itr_step_text()}"
+            )
+        return itr_us
+
+    def check_dvfs(self, ghz: float) -> float:
+        """Return the supported frequency equal to `ghz` (to 1 MHz), else raise `KnobRangeError`."""
+        try:
+            value = float(ghz)
+        except (TypeError, ValueError):
+            raise KnobRangeError(f"DVFS {ghz!r} is not a number: expected GHz") from None
+        i = bisect.bisect_left(self.dvfs_ghz, value - 5e-4)
+        if i < len(self.dvfs_ghz) and abs(self.dvfs_ghz[i] - value) <= 5e-4:
+            return self.dvfs_ghz[i]
+        listed = ", ".join(f"{f:g}" for f in self.dvfs_ghz)
+        raise KnobRangeError(f"DVFS {ghz!r} GHz is not available: expected one of {listed}")
+
+    def check(self, point: OperatingPoint) -> OperatingPoint:
+        """Validate both knobs of `point`."""
+        return OperatingPoint(self.check_itr(point.itr_us), self.check_dvfs(point.dvfs_ghz))
+
+    @cached_property
+    def _itr_set(self) -> frozenset[int]:
+        return frozenset(self.itr_us)
+
+    def _itr_step_text(self) -> str:
+        steps = {b - a for a, b in zip(self.itr_us, self.itr_us[1:])}
+        return f" in steps of {steps.pop()}" if len(steps) == 1 else " (host's list)"
+
+
+@dataclass(frozen=True)
+class OperatingPoint:
+    """One setting of both knobs."""
+
+    itr_us: int
+    dvfs_ghz: float
+
+    def __str__(self) -> str:
+        return f"ITR {self.itr_us} µs @ {self.dvfs_ghz:.1f} GHz"
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What a host measured over one window.
+
+    `latency_us` maps each percentile in `PERCENTILES` to its value; `latency_ci_us` maps it to a
+    (low, high) 95 % confidence interval from order statistics (see `tuner.stats`) -- a p99 of a
+    finite sample is noisy, and the optimiser is told how noisy. `point` is None while the OS's own
+    policies (adaptive ITR, cpufreq governor) are in charge.
+    """
+
+    seconds: float
+    offered_qps: float
+    achieved_qps: float
+    requests: int
+    latency_us: dict[float, float]
+    latency_ci_us: dict[float, tuple[float, float]]
+    energy_j: float
+    point: OperatingPoint | None
+    energy_by_zone_j: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def power_w(self) -> float:
+        """Mean package power over the window."""
+        return self.energy_j / self.seconds if self.seconds > 0 else 0.0
+
+    def percentile(self, pct: float) -> float:
+        """Latency at percentile `pct` (one of `PERCENTILES`)."""
+        return self.latency_us[float(pct)]
+
+    def percentile_sem(self, pct: float) -> float:
+        """Standard error of the percentile, from its 95 % CI half-width (half-width / 1.96)."""
+        lo, hi = self.latency_ci_us[float(pct)]
+        return max(hi - lo, 0.0) / (2 * 1.96)
+
+
+@runtime_checkable
+class Host(Protocol):
+    """A machine whose ITR and DVFS the tuner drives.
+
+    Implementations refuse out-of-range values (via `KnobSpace.check_*`) before anything reaches
+    hardware, remember the original settings before their first write, and put them back on `restore`.
+    """
+
+    name: str
+
+    def knobs(self) -> KnobSpace:
+        """The ITR values and DVFS frequencies this host supports."""
+        ...
+
+    def set_itr(self, itr_us: int) -> None:
+        """Turn adaptive interrupt moderation off and set a static ITR (µs); verify by reading back."""
+        ...
+
+    def set_dvfs(self, ghz: float) -> None:
+        """Pin all tuned cores to `ghz`; verify by reading back."""
+        ...
+
+    def point(self) -> OperatingPoint | None:
+        """The knobs as read back from the host, or None while the OS's own policies are in charge."""
+        ...
+
+    def restore(self) -> None:
+        """Put back the settings found before the first write (adaptive ITR, governor, ...). Idempotent."""
+        ...
+
+    def offered_qps(self) -> float:
+        """The offered load right now (requests/s)."""
+        ...
+
+    def measure(self, seconds: float) -> Measurement:
+        """Measure a window of `seconds` at the current knobs and load."""
+        ...
+
+
+@runtime_checkable
+class LoadControl(Protocol):
+    """A host whose offered load can be set (the simulator; a real host with a load generator)."""
+
+    def set_offered_qps(self, qps: float) -> None:
+        """Drive the host at `qps` requests/s from now on."""
+        ...
+
+
+def apply_point(host: Host, point: OperatingPoint) -> OperatingPoint:
+    """Validate `point` against the host's knobs, then set ITR and DVFS."""
+    checked = host.knobs().check(point)
+    host.set_itr(checked.itr_us)
+    host.set_dvfs(checked.dvfs_ghz)
+    return checked

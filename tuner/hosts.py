@@ -1,0 +1,45 @@
+"""Resolve a host spec (`sim`, `real`, or `module:factory`) to a `Host`."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from actuators.host import Host
+from tuner.errors import TunerError
+
+BUILTIN = {
+    "sim": "actuators.sim:make_sim_host",
+    "real": "actuators.real:make_real_host",
+}
+
+
+def make_host(spec: str, **options: Any) -> Host:
+    """Build the host named by `spec`, passing `options` to its factory.
+
+    Raises `TunerError` (one line) when the module does not import, the factory is missing, or the
+    object it returns does not implement the `Host` protocol.
+    """
+    target = BUILTIN.get(spec, spec)
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise TunerError(f"--host {spec!r}: expected 'sim', 'real' or 'module:factory'")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001 - any import failure is the user's host module
+        raise TunerError(f"--host {spec!r}: cannot import {module_name!r}: {exc}") from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise TunerError(f"--host {spec!r}: {module_name!r} has no callable {attr!r}")
+    try:
+        host = factory(**options)
+    except TunerError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise TunerError(f"--host {spec!r}: factory failed: {type(exc).__name__}: {exc}") from None
+    missing = [m for m in ("knobs", "set_itr", "set_dvfs", "point", "restore", "offered_qps", "measure")
+               if not callable(getattr(host, m, None))]
+    if missing or not isinstance(host, Host):
+        what = ", ".join(missing) if missing else "attribute 'name'"
+        raise TunerError(f"--host {spec!r}: object from {attr!r} does not implement the Host protocol (missing: {what})")
+    return host

@@ -1,0 +1,57 @@
+"""Pure statistics: quantiles and their nonparametric (order-statistic) confidence intervals.
+
+For n i.i.d. samples the number below the true q-quantile is Binomial(n, q), so the interval between
+order statistics X(l) and X(u) with l = Binom.ppf(a/2) and u = Binom.ppf(1-a/2)+1 covers the
+q-quantile with probability >= 1-a, whatever the distribution (Le Boudec, "Performance Evaluation",
+thm. 2.1; used by CONFIRM, Maricq et al. 2018).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def quantile_ci_ranks(n: int, q: float, confidence: float = 0.95) -> tuple[int, int]:
+    """0-based ranks (lo, hi) into n sorted samples that bracket the q-quantile with `confidence`.
+
+    Ranks are clamped to [0, n-1]; with too few samples the interval is the whole sample range
+    (the CI is then not really achieved -- callers can tell by `quantile_ci_achievable`).
+    """
+    from scipy.stats import binom  # scipy import is slow-ish; keep module import light
+
+    if n <= 0:
+        raise ValueError("need at least one sample")
+    if not 0.0 < q < 1.0 or not 0.0 < confidence < 1.0:
+        raise ValueError("q and confidence must be in (0, 1)")
+    alpha = 1.0 - confidence
+    lo = int(binom.ppf(alpha / 2, n, q))  # count of samples below -> 1-based rank lo is X(lo)
+    hi = int(binom.ppf(1 - alpha / 2, n, q)) + 1
+    return max(lo - 1, 0), min(hi - 1, n - 1)
+
+
+def quantile_ci_achievable(n: int, q: float, confidence: float = 0.95) -> bool:
+    """Whether n samples are enough for a two-sided CI of the q-quantile at `confidence`."""
+    alpha = 1.0 - confidence
+    # need P(all n below) <= a/2 and P(none below) <= a/2
+    return n > 0 and n * math.log(q) <= math.log(alpha / 2) and n * math.log1p(-q) <= math.log(alpha / 2)
+
+
+def quantile_with_ci(
+    samples: Sequence[float] | np.ndarray, q: float, confidence: float = 0.95, presorted: bool = False
+) -> tuple[float, float, float]:
+    """(estimate, ci_low, ci_high) of the q-quantile of `samples` (order-statistic CI)."""
+    x = np.asarray(samples, dtype=float)
+    if not presorted:
+        x = np.sort(x)
+    n = x.size
+    lo, hi = quantile_ci_ranks(n, q, confidence)
+    est = x[min(max(math.ceil(q * n) - 1, 0), n - 1)]
+    return float(est), float(x[lo]), float(x[hi])
+
+
+def relative_half_width(estimate: float, lo: float, hi: float) -> float:
+    """Half-width of [lo, hi] relative to `estimate` (inf when the estimate is 0)."""
+    return (hi - lo) / 2 / estimate if estimate > 0 else math.inf
