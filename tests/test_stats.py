@@ -1,0 +1,63 @@
+"""Order-statistic quantile CIs: coverage against known distributions, edge cases."""
+
+import math
+
+import numpy as np
+import pytest
+
+from tuner.stats import quantile_ci_achievable, quantile_ci_ranks, quantile_with_ci, relative_half_width
+
+
+@pytest.mark.parametrize("q,n", [(0.99, 2000), (0.5, 200), (0.9, 500)])
+def test_ci_covers_true_quantile_at_least_nominal_rate(q, n):
+    # Exponential(1): true q-quantile is -ln(1-q). Over 400 independent samples of size n, a 95 % CI
+    # must cover it in at least ~92 % of cases (binomial noise of the coverage estimate itself).
+    rng = np.random.default_rng(7)
+    truth = -math.log(1 - q)
+    covered = 0
+    runs = 400
+    for _ in range(runs):
+        _, lo, hi = quantile_with_ci(rng.exponential(size=n), q)
+        covered += lo <= truth <= hi
+    assert covered / runs >= 0.92
+
+
+def test_ci_is_not_absurdly_wide():
+    # Conservative but not vacuous: coverage should also be below ~99.5 % for a large sample.
+    rng = np.random.default_rng(11)
+    truth = -math.log(1 - 0.99)
+    covered = sum(
+        lo <= truth <= hi for _, lo, hi in (quantile_with_ci(rng.exponential(size=5000), 0.99) for _ in range(400))
+    )
+    assert covered / 400 <= 0.995
+
+
+def test_ranks_bracket_the_point_estimate_and_shrink_with_n():
+    lo1, hi1 = quantile_ci_ranks(1000, 0.99)
+    lo2, hi2 = quantile_ci_ranks(100000, 0.99)
+    assert lo1 < 990 < hi1
+    assert (hi2 - lo2) / 100000 < (hi1 - lo1) / 1000
+
+
+def test_small_samples_flagged_not_achievable():
+    # p99 needs ~ln(0.025)/ln(0.99) = 367 samples before a two-sided 95 % CI exists.
+    assert not quantile_ci_achievable(300, 0.99)
+    assert quantile_ci_achievable(400, 0.99)
+    # With 10 samples the upper rank runs off the end and is clamped to the maximum.
+    assert quantile_ci_ranks(10, 0.99) == (8, 9)
+
+
+def test_known_values_uniform():
+    x = np.arange(1, 1001, dtype=float)  # sorted 1..1000
+    est, lo, hi = quantile_with_ci(x, 0.5, presorted=True)
+    assert est == 500.0
+    assert 460 <= lo < 500 < hi <= 540
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError):
+        quantile_ci_ranks(0, 0.5)
+    with pytest.raises(ValueError):
+        quantile_ci_ranks(10, 1.0)
+    assert relative_half_width(0.0, 1, 2) == math.inf
+    assert relative_half_width(100.0, 90, 110) == pytest.approx(0.1)
