@@ -1,0 +1,185 @@
+"""Per-second request series and per-bin statistics (op mix, key/value sizes) of a trace, in one streaming pass.
+
+Time is measured from the first row's timestamp (the trace origin). Rows that are earlier than the origin by at
+most the order tolerance (real traces are only roughly sorted) count in second 0. The series ends at the last
+second that holds a request; bins are `bin_s` seconds from the origin, and a last bin shorter than `bin_s` is
+marked partial (`seconds < bin_s`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from traces.format import OPS
+from traces.parser import DEFAULT_TOLERANCE_S, TraceParser
+from tuner.errors import InputError
+
+_NOPS = len(OPS)
+
+
+@dataclass(frozen=True)
+class SizeStats:
+    mean: float
+    min: int
+    max: int
+
+
+@dataclass(frozen=True)
+class BinStats:
+    index: int
+    start_s: int  # seconds from the trace origin
+    seconds: int  # bin length; < bin_s only for a partial last bin
+    requests: int
+    qps: float  # requests / seconds
+    ops: dict[str, int]  # request count per operation (only operations that occur)
+    key_size: SizeStats | None  # None for a bin without requests
+    value_size: SizeStats | None
+
+    @property
+    def op_mix(self) -> dict[str, float]:
+        return {op: n / self.requests for op, n in self.ops.items()} if self.requests else {}
+
+
+@dataclass(frozen=True)
+class TraceStats:
+    path: str
+    origin: int  # timestamp of the first row
+    bin_s: int
+    per_second: np.ndarray  # int64 requests in each second from the origin
+    bins: tuple[BinStats, ...]
+    lines: int
+    rows: int  # requests counted (rows within `max_seconds` when that was given)
+    skipped: dict[str, int] = field(default_factory=dict)
+    truncated_at_s: int | None = None  # the `max_seconds` limit, when reading stopped there
+
+    @property
+    def seconds(self) -> int:
+        return int(self.per_second.size)
+
+    @property
+    def full_bins(self) -> tuple[BinStats, ...]:
+        return tuple(b for b in self.bins if b.seconds == self.bin_s)
+
+
+class _Grow:
+    """A 1-D or 2-D numpy accumulator indexed by bin/second that grows by doubling."""
+
+    def __init__(self, width: int | None, dtype, fill) -> None:
+        shape = (64,) if width is None else (64, width)
+        self.a = np.full(shape, fill, dtype)
+        self.fill = fill
+
+    def ensure(self, n: int) -> np.ndarray:
+        if n > self.a.shape[0]:
+            size = max(n, 2 * self.a.shape[0])
+            grown = np.full((size,) + self.a.shape[1:], self.fill, self.a.dtype)
+            grown[: self.a.shape[0]] = self.a
+            self.a = grown
+        return self.a
+
+
+def _check_bin(bin_s: float) -> int:
+    if not (bin_s >= 1 and float(bin_s).is_integer()):
+        raise InputError(f"bin length must be a whole number of seconds >= 1, got {bin_s!r}")
+    return int(bin_s)
+
+
+def trace_stats(
+    path: str | os.PathLike[str],
+    *,
+    bin_s: float = 3600,
+    skip_bad: bool = False,
+    tolerance_s: float = DEFAULT_TOLERANCE_S,
+    max_seconds: float | None = None,
+) -> TraceStats:
+    """Stream `path` once; with `max_seconds`, count only the first `max_seconds` s and stop reading after them."""
+    width = _check_bin(bin_s)
+    parser = TraceParser(path, skip_bad=skip_bad, tolerance_s=tolerance_s)
+    limit = None if max_seconds is None else int(np.ceil(max_seconds))
+    per_sec = _Grow(None, np.int64, 0)
+    ops = _Grow(_NOPS, np.int64, 0)
+    ksum, vsum = _Grow(None, np.float64, 0.0), _Grow(None, np.float64, 0.0)
+    kmin, vmin = _Grow(None, np.int64, np.iinfo(np.int64).max), _Grow(None, np.int64, np.iinfo(np.int64).max)
+    kmax, vmax = _Grow(None, np.int64, -1), _Grow(None, np.int64, -1)
+    origin: int | None = None
+    rows = 0
+    stopped = False
+    for block in parser.blocks():
+        if origin is None:
+            origin = int(block.timestamp[0])
+        rel = np.maximum(block.timestamp - origin, 0)
+        if limit is not None:
+            keep = rel < limit
+            if not keep.all():
+                # rows up to `tolerance` s late may still follow; past that nothing can fall inside the limit
+                stopped = int(rel.max()) >= limit + tolerance_s
+                rel = rel[keep]
+                block_op, ks, vs = block.op[keep], block.key_size[keep], block.value_size[keep]
+            else:
+                block_op, ks, vs = block.op, block.key_size, block.value_size
+        else:
+            block_op, ks, vs = block.op, block.key_size, block.value_size
+        if rel.size:
+            rows += int(rel.size)
+            lo, hi = int(rel.min()), int(rel.max())
+            per_sec.ensure(hi + 1)[lo: hi + 1] += np.bincount(rel - lo, minlength=hi - lo + 1)
+            b = rel // width
+            nb = int(b.max()) + 1
+            np.add.at(ops.ensure(nb), (b, block_op), 1)
+            ksum.ensure(nb)
+            ksum.a[:nb] += np.bincount(b, weights=ks, minlength=nb)
+            vsum.ensure(nb)
+            vsum.a[:nb] += np.bincount(b, weights=vs, minlength=nb)
+            np.minimum.at(kmin.ensure(nb), b, ks)
+            np.maximum.at(kmax.ensure(nb), b, ks)
+            np.minimum.at(vmin.ensure(nb), b, vs)
+            np.maximum.at(vmax.ensure(nb), b, vs)
+        if stopped:
+            break
+    if rows == 0:
+        if parser.skipped:
+            detail = ", ".join(f"{n} {r}" for r, n in sorted(parser.skipped.items()))
+            raise InputError(f"{parser.path}: empty trace: no valid rows ({sum(parser.skipped.values())} "
+                             f"skipped: {detail})")
+        raise InputError(f"{parser.path}: empty trace: no request rows; expected CSV rows "
+                         "'timestamp,key,key size,value size,client id,operation,TTL'")
+    series = per_sec.a
+    seconds = int(np.flatnonzero(series)[-1]) + 1
+    if limit is not None:
+        seconds = min(seconds, limit)
+    series = series[:seconds].copy()
+    nbins = -(-seconds // width)
+    bins = []
+    for i in range(nbins):
+        n_req = int(series[i * width: (i + 1) * width].sum())
+        length = min(width, seconds - i * width)
+        counts = {OPS[j]: int(c) for j, c in enumerate(ops.a[i]) if i < ops.a.shape[0] and c}
+        has = n_req > 0
+        bins.append(BinStats(
+            index=i,
+            start_s=i * width,
+            seconds=length,
+            requests=n_req,
+            qps=n_req / length,
+            ops=counts,
+            key_size=SizeStats(float(ksum.a[i] / n_req), int(kmin.a[i]), int(kmax.a[i])) if has else None,
+            value_size=SizeStats(float(vsum.a[i] / n_req), int(vmin.a[i]), int(vmax.a[i])) if has else None,
+        ))
+    return TraceStats(
+        path=parser.path, origin=origin if origin is not None else 0, bin_s=width, per_second=series,
+        bins=tuple(bins), lines=parser.lines, rows=rows, skipped=dict(parser.skipped),
+        truncated_at_s=limit if stopped else None,
+    )
+
+
+def bin_series(per_second: np.ndarray, bin_s: int, *, partial: bool = False) -> np.ndarray:
+    """Mean rate (requests/s) of each `bin_s`-second bin of a per-second series; a short tail only if `partial`."""
+    per_second = np.asarray(per_second, dtype=np.float64)
+    full = per_second.size // bin_s
+    rates = per_second[: full * bin_s].reshape(full, bin_s).mean(axis=1)
+    if partial and per_second.size > full * bin_s:
+        rates = np.append(rates, per_second[full * bin_s:].mean())
+    return rates
