@@ -1,0 +1,341 @@
+"""External latency sources (`LatencySource`): a Prometheus instant query, an operator command, a file.
+
+None of these sees individual samples, so none can give an order-statistic CI. Their windows are
+`ExternalWindow`s with `ci_known=False` and a zero-width CI `(v, v)` unless the hook supplies one:
+a consumer must read `ci_known=False` as "noise unknown" (for Ax: `sem=None`, let the model infer
+the noise), never as "exact".
+
+Hook JSON format (command stdout or file contents), latencies in microseconds::
+
+    {"requests": 48000,                      # int >= 0: requests in the window
+     "p50": 41.5, "p90": 55.0, "p95": 61.2, "p99": 88.0, "p99.9": 140.0,   # all five, finite, >= 0,
+                                             #   non-decreasing p50 <= p90 <= p95 <= p99 <= p99.9
+     "ci": {"p99": [80.0, 97.5]},            # optional, per percentile: [lo, hi] with lo <= value <= hi
+     "window_end_unix": 1763890000.25}       # optional: when the window ended (staleness check)
+
+`ci_known` is True only when `ci` gives all five percentiles. Other keys are ignored, except keys that
+look like percentiles (`p999`, `p99_9`), which are errors so a typo cannot silently drop a value.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from actuators.host import PERCENTILES
+from actuators.sensors import LatencyWindow
+from tuner.errors import HostError
+
+#: Hook JSON key for each percentile.
+HOOK_KEYS: dict[float, str] = {50.0: "p50", 90.0: "p90", 95.0: "p95", 99.0: "p99", 99.9: "p99.9"}
+_PCT_LIKE = re.compile(r"^p\d")
+
+
+@dataclass(frozen=True)
+class ExternalWindow(LatencyWindow):
+    """A `LatencyWindow` from an external source; `ci_known=False` means the CI is a placeholder (v, v)."""
+
+    source: str = ""
+    seconds: float = 0.0
+    ci_known: bool = False
+    warnings: tuple[str, ...] = ()
+
+
+# -- hook JSON --------------------------------------------------------------------------------------
+def parse_hook_json(text: str, origin: str, seconds: float = 0.0, not_before_unix: float | None = None) -> ExternalWindow:
+    """Parse the hook format (module docstring); HostError `origin: what was wrong` on bad input."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        snippet = text.strip()[:60]
+        raise HostError(f"{origin}: output is not JSON ({exc.msg} at line {exc.lineno} col {exc.colno}): {snippet!r}") from None
+    if not isinstance(data, dict):
+        raise HostError(f"{origin}: expected a JSON object with requests, p50..p99.9; got {type(data).__name__}")
+    known = set(HOOK_KEYS.values())
+    typos = sorted(k for k in data if _PCT_LIKE.match(k) and k not in known)
+    if typos:
+        raise HostError(f"{origin}: unknown percentile key {typos[0]!r}: expected {', '.join(HOOK_KEYS.values())}")
+    requests = data.get("requests")
+    if isinstance(requests, bool) or not isinstance(requests, int) or requests < 0:
+        raise HostError(f"{origin}: 'requests' must be an integer >= 0, got {requests!r}")
+    values: dict[float, float] = {}
+    for pct, key in HOOK_KEYS.items():
+        if key not in data:
+            raise HostError(f"{origin}: missing {key!r} (need all of {', '.join(HOOK_KEYS.values())}, in µs)")
+        values[pct] = _finite_nonneg(data[key], origin, key)
+    items = list(values.items())
+    for (pa, a), (pb, b) in zip(items, items[1:]):
+        if b < a:
+            raise HostError(f"{origin}: percentiles must not decrease: {HOOK_KEYS[pa]}={a:g} > {HOOK_KEYS[pb]}={b:g}")
+    cis = {p: (v, v) for p, v in values.items()}
+    ci_raw = data.get("ci", {})
+    if not isinstance(ci_raw, dict):
+        raise HostError(f"{origin}: 'ci' must be an object like {{\"p99\": [lo, hi]}}")
+    for key, pair in ci_raw.items():
+        pct = next((p for p, k in HOOK_KEYS.items() if k == key), None)
+        if pct is None:
+            raise HostError(f"{origin}: ci key {key!r}: expected one of {', '.join(HOOK_KEYS.values())}")
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise HostError(f"{origin}: ci.{key} must be [lo, hi], got {pair!r}")
+        lo, hi = (_finite_nonneg(x, origin, f"ci.{key}") for x in pair)
+        if not lo <= values[pct] <= hi:
+            raise HostError(f"{origin}: ci.{key} [{lo:g}, {hi:g}] does not contain {key}={values[pct]:g}")
+        cis[pct] = (lo, hi)
+    if "window_end_unix" in data:
+        end = _finite_nonneg(data["window_end_unix"], origin, "window_end_unix")
+        if not_before_unix is not None and end < not_before_unix:
+            raise HostError(
+                f"{origin}: stale result: window_end_unix {end:.3f} is before this window began ({not_before_unix:.3f})"
+            )
+    return ExternalWindow(
+        requests=requests, latency_us=values, latency_ci_us=cis, source=origin, seconds=seconds,
+        ci_known=set(ci_raw) == set(HOOK_KEYS.values()),
+    )
+
+
+def _finite_nonneg(value: Any, origin: str, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise HostError(f"{origin}: {key!r} must be a finite number >= 0 (µs), got {value!r}")
+    return float(value)
+
+
+class CommandLatency:
+    """`LatencySource` from an operator command run at `end()` (argv list, no shell).
+
+    The command gets the window in its environment -- `TUNER_WINDOW_START_UNIX`,
+    `TUNER_WINDOW_END_UNIX`, `TUNER_WINDOW_SECONDS` -- and must print the hook JSON on stdout and exit 0
+    within `timeout_s` (it is killed otherwise).
+    """
+
+    def __init__(self, argv: Sequence[str], timeout_s: float = 10.0, clock: Callable[[], float] = time.time) -> None:
+        if isinstance(argv, str) or not argv or not all(isinstance(a, str) and a for a in argv):
+            raise HostError(f"hook command {argv!r}: expected a non-empty argv list of strings (no shell)")
+        if not timeout_s > 0:
+            raise HostError(f"hook command timeout {timeout_s!r}: expected > 0 s")
+        self.argv = list(argv)
+        self.timeout_s = timeout_s
+        self._clock = clock
+        self._start: float | None = None
+
+    @property
+    def origin(self) -> str:
+        return f"hook command {self.argv[0]!r}"
+
+    def begin(self) -> None:
+        self._start = self._clock()
+
+    def end(self) -> ExternalWindow:
+        if self._start is None:
+            raise HostError(f"{self.origin}: end() without begin()")
+        start, end = self._start, self._clock()
+        self._start = None
+        env = dict(os.environ, TUNER_WINDOW_START_UNIX=f"{start:.6f}", TUNER_WINDOW_END_UNIX=f"{end:.6f}",
+                   TUNER_WINDOW_SECONDS=f"{end - start:.6f}")
+        try:
+            proc = subprocess.run(self.argv, capture_output=True, text=True, timeout=self.timeout_s, env=env,
+                                  stdin=subprocess.DEVNULL, check=False)
+        except FileNotFoundError:
+            raise HostError(f"{self.origin}: not found (give an absolute path or put it on PATH)") from None
+        except PermissionError:
+            raise HostError(f"{self.origin}: permission denied (is it executable?)") from None
+        except subprocess.TimeoutExpired:
+            raise HostError(f"{self.origin}: did not finish within {self.timeout_s:g} s (killed)") from None
+        except OSError as exc:
+            raise HostError(f"{self.origin}: cannot run: {exc.strerror or exc}") from None
+        if proc.returncode != 0:
+            last = (proc.stderr.strip().splitlines() or ["no stderr"])[-1][:120]
+            raise HostError(f"{self.origin}: exited with status {proc.returncode}: {last}")
+        return parse_hook_json(proc.stdout, self.origin, end - start, not_before_unix=start)
+
+    def close(self) -> None:
+        """Nothing runs between windows."""
+
+
+class FileLatency:
+    """`LatencySource` that reads the hook JSON from a file at `end()` (written by the operator's agent).
+
+    With `require_fresh` (default) the result must belong to this window: its `window_end_unix`, or
+    the file's mtime when that key is absent, must not be older than `begin()`.
+    """
+
+    def __init__(self, path: str | os.PathLike, require_fresh: bool = True, clock: Callable[[], float] = time.time) -> None:
+        self.path = Path(path)
+        self.require_fresh = require_fresh
+        self._clock = clock
+        self._start: float | None = None
+
+    @property
+    def origin(self) -> str:
+        return f"hook file {str(self.path)!r}"
+
+    def begin(self) -> None:
+        self._start = self._clock()
+
+    def end(self) -> ExternalWindow:
+        if self._start is None:
+            raise HostError(f"{self.origin}: end() without begin()")
+        start, end = self._start, self._clock()
+        self._start = None
+        try:
+            text = self.path.read_text()
+            mtime = self.path.stat().st_mtime
+        except FileNotFoundError:
+            raise HostError(f"{self.origin}: does not exist") from None
+        except OSError as exc:
+            raise HostError(f"{self.origin}: cannot read: {exc.strerror or exc}") from None
+        not_before = start if self.require_fresh else None
+        window = parse_hook_json(text, self.origin, end - start, not_before_unix=not_before)
+        if self.require_fresh and '"window_end_unix"' not in text and mtime < start:
+            raise HostError(f"{self.origin}: stale: not modified since the window began (mtime {mtime:.3f} < {start:.3f})")
+        return window
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+# -- Prometheus ------------------------------------------------------------------------------------
+class PrometheusLatency:
+    """`LatencySource` from Prometheus instant queries (`GET /api/v1/query`), one per percentile.
+
+    `quantile_query` must contain `{q}` (the quantile, e.g. 0.99) and may contain `{window}` (the
+    window length as a Prometheus duration, e.g. `1500ms`), for example
+    `histogram_quantile({q}, sum(rate(app_request_duration_seconds_bucket[{window}])) by (le))`.
+    `count_query` (optional, may use `{window}`) gives the request count, e.g.
+    `sum(increase(app_request_duration_seconds_count[{window}]))`; without it `requests` is 0.
+    Queries are evaluated at the window's end time. Results are multiplied by `scale_to_us`
+    (1e6 for histograms in seconds).
+    """
+
+    def __init__(
+        self,
+        url: str = "http://127.0.0.1:9090",
+        quantile_query: str = "",
+        count_query: str | None = None,
+        scale_to_us: float = 1e6,
+        timeout_s: float = 2.0,
+        min_window_s: float = 0.0,
+        percentiles: Iterable[float] = PERCENTILES,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        parsed = urllib.parse.urlsplit(url)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise HostError(f"Prometheus URL {url!r}: expected http(s)://host:port")
+        if "{q}" not in quantile_query:
+            raise HostError("Prometheus quantile_query must contain {q}, e.g. "
+                            "histogram_quantile({q}, sum(rate(X_bucket[{window}])) by (le))")
+        if not timeout_s > 0 or not scale_to_us > 0:
+            raise HostError("Prometheus timeout_s and scale_to_us must be positive")
+        self.url = url.rstrip("/")
+        self.quantile_query = quantile_query
+        self.count_query = count_query
+        self.scale_to_us = scale_to_us
+        self.timeout_s = timeout_s
+        self.min_window_s = min_window_s
+        self.percentiles = tuple(float(p) for p in percentiles)
+        self._clock = clock
+        self._start: float | None = None
+
+    def begin(self) -> None:
+        self._start = self._clock()
+
+    def end(self) -> ExternalWindow:
+        if self._start is None:
+            raise HostError(f"Prometheus {self.url}: end() without begin()")
+        start, end = self._start, self._clock()
+        self._start = None
+        seconds = max(end - start, self.min_window_s)
+        window = f"{max(int(round(seconds * 1000)), 1)}ms"
+        values: dict[float, float] = {}
+        warnings: list[str] = []
+        for pct in self.percentiles:
+            query = self.quantile_query.format(q=f"{pct / 100:g}", window=window)
+            value, warn = self.query(query, at_unix=end)
+            values[pct] = value * self.scale_to_us
+            warnings += warn
+        requests = 0
+        if self.count_query:
+            count, warn = self.query(self.count_query.format(window=window), at_unix=end)
+            requests = int(round(count))
+            warnings += warn
+        return ExternalWindow(
+            requests=requests, latency_us=values, latency_ci_us={p: (v, v) for p, v in values.items()},
+            source=f"prometheus {self.url}", seconds=end - start, ci_known=False, warnings=tuple(warnings),
+        )
+
+    def close(self) -> None:
+        """Nothing to release (one HTTP request per query)."""
+
+    def query(self, promql: str, at_unix: float | None = None) -> tuple[float, list[str]]:
+        """One instant query that must return exactly one finite sample; (value, warnings)."""
+        params = {"query": promql}
+        if at_unix is not None:
+            params["time"] = f"{at_unix:.3f}"
+        address = f"{self.url}/api/v1/query?{urllib.parse.urlencode(params)}"
+        where = f"Prometheus {self.url}: query {promql!r}"
+        try:
+            with urllib.request.urlopen(address, timeout=self.timeout_s) as resp:  # noqa: S310 - scheme checked
+                body = resp.read()
+        except urllib.error.HTTPError as exc:
+            detail = _prom_error(exc.read()) or exc.reason
+            raise HostError(f"{where}: HTTP {exc.code}: {detail}") from None
+        except urllib.error.URLError as exc:
+            reason = exc.reason
+            text = "timed out" if isinstance(reason, TimeoutError) else getattr(reason, "strerror", None) or str(reason)
+            raise HostError(f"Prometheus {self.url}: cannot connect: {text}") from None
+        except TimeoutError:
+            raise HostError(f"Prometheus {self.url}: timed out after {self.timeout_s:g} s") from None
+        except OSError as exc:
+            raise HostError(f"Prometheus {self.url}: {exc.strerror or exc}") from None
+        return _prom_value(body, where)
+
+
+def _prom_error(body: bytes) -> str | None:
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if isinstance(data, Mapping) and data.get("status") == "error":
+        return f"{data.get('errorType', 'error')}: {data.get('error', '?')}"
+    return None
+
+
+def _prom_value(body: bytes, where: str) -> tuple[float, list[str]]:
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise HostError(f"{where}: response is not JSON: {body[:60]!r}") from None
+    if not isinstance(data, Mapping) or data.get("status") != "success":
+        detail = _prom_error(body) or f"status {data.get('status') if isinstance(data, Mapping) else '?'}"
+        raise HostError(f"{where}: {detail}")
+    result = data.get("data", {})
+    kind, res = result.get("resultType"), result.get("result")
+    if kind == "scalar":
+        sample = res
+    elif kind == "vector":
+        if not res:
+            raise HostError(f"{where}: no series (metric not scraped, or the window is shorter than two scrape intervals)")
+        if len(res) > 1:
+            raise HostError(f"{where}: {len(res)} series; aggregate to one, e.g. sum(...) by (le)")
+        sample = res[0].get("value")
+    else:
+        raise HostError(f"{where}: resultType {kind!r}; expected an instant vector or scalar")
+    try:
+        value = float(sample[1])
+    except (TypeError, ValueError, IndexError):
+        raise HostError(f"{where}: malformed sample {sample!r}") from None
+    if math.isnan(value):
+        raise HostError(f"{where}: NaN (no observations in the window)")
+    if not math.isfinite(value) or value < 0:
+        raise HostError(f"{where}: value {value!r} is not a finite latency")
+    return value, [str(w) for w in data.get("warnings", [])]

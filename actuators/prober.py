@@ -1,0 +1,468 @@
+"""Built-in latency prober: real memcached requests at a fixed low rate, open-loop, into an HdrHistogram.
+
+Open-loop pacing (wrk2 / HdrHistogram convention, Maricq et al. 2018, Antoniou et al.): request k is
+*intended* at `t0 + k / rate` and its latency is measured from that intended time, not from when it
+was actually sent. If the server (or the prober) stalls, the requests that should have gone out
+during the stall are sent late, back to back, and each carries the stall in its latency --
+coordinated omission cannot hide it. The thread sleeps until `spin_us` before the intended time and
+then spins, so timer slack does not bias the samples; any remaining send lag *is* counted (it never
+hides a stall, it may overstate) and is reported as `ProbeWindow.send_lag_p99_us` so you can see it.
+
+Latencies are recorded in nanoseconds (sub-µs resolution, 3 significant digits) and reported in µs.
+Percentile CIs come from order statistics (`tuner.stats.quantile_ci_ranks`) read off the histogram:
+the low end at the lowest value of its bucket, the high end at the highest, so quantisation never
+narrows the interval.
+
+The prober also records the client-side settings that change measured tails (`ClientSettings`:
+cpufreq governor, cpuidle driver/governor and C-states of the CPUs it may run on), read-only from
+sysfs under a configurable root.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+from hdrh.histogram import HdrHistogram
+
+from actuators.host import PERCENTILES
+from actuators.memcached_proto import MemcachedAddress, MemcachedClient, MemcachedTimeout, as_address
+from actuators.sensors import LatencyWindow
+from tuner.errors import HostError
+
+#: HdrHistogram range: 1 ns .. 60 s, 3 significant digits (<= 0.1 % quantisation).
+HIST_LOWEST_NS = 1
+HIST_HIGHEST_NS = 60_000_000_000
+HIST_DIGITS = 3
+
+
+def new_histogram() -> HdrHistogram:
+    """An empty latency histogram in nanoseconds."""
+    return HdrHistogram(HIST_LOWEST_NS, HIST_HIGHEST_NS, HIST_DIGITS)
+
+
+def record_ns(hist: HdrHistogram, value_ns: int) -> None:
+    """Record a latency, clamped into the histogram's range (a 60 s+ latency is recorded as 60 s)."""
+    hist.record_value(min(max(int(value_ns), HIST_LOWEST_NS), HIST_HIGHEST_NS))
+
+
+def histogram_quantiles(
+    hist: HdrHistogram,
+    percentiles: Iterable[float] = PERCENTILES,
+    confidence: float = 0.95,
+    unit_per_value: float = 1e-3,
+) -> tuple[int, dict[float, float], dict[float, tuple[float, float]]]:
+    """(n, value, CI) per percentile from a histogram, scaled by `unit_per_value` (ns -> µs by default).
+
+    The estimate is the sample quantile at 0-based rank ceil(q n) - 1 (as `tuner.stats.quantile_with_ci`),
+    read as the highest value equivalent to its bucket (the HdrHistogram convention); the CI ranks come
+    from `quantile_ci_ranks`, low end at its bucket's lowest value, high end at its bucket's highest.
+    """
+    from tuner.stats import quantile_ci_ranks
+
+    counts = np.ctypeslib.as_array(hist.counts)[: hist.counts_len].astype(np.int64)
+    cum = np.cumsum(counts)
+    n = int(cum[-1]) if cum.size else 0
+    if n == 0:
+        raise ValueError("empty histogram")
+
+    def bucket_low(rank: int) -> int:
+        return int(hist.get_value_from_index(int(np.searchsorted(cum, rank + 1))))
+
+    def bucket_high(rank: int) -> int:
+        return int(hist.get_highest_equivalent_value(bucket_low(rank)))
+
+    values: dict[float, float] = {}
+    cis: dict[float, tuple[float, float]] = {}
+    for pct in percentiles:
+        q = float(pct) / 100.0
+        rank = min(max(math.ceil(q * n) - 1, 0), n - 1)
+        lo, hi = quantile_ci_ranks(n, q, confidence)
+        values[float(pct)] = bucket_high(rank) * unit_per_value
+        cis[float(pct)] = (bucket_low(lo) * unit_per_value, bucket_high(hi) * unit_per_value)
+    return n, values, cis
+
+
+# -- client-side settings (read-only) ---------------------------------------------------------------
+@dataclass(frozen=True)
+class IdleState:
+    """One cpuidle state as the kernel lists it for the first prober CPU."""
+
+    name: str
+    exit_latency_us: int | None
+    disabled_on: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """Client-side settings that change measured tails (Antoniou et al.: C-states, DVFS, governor).
+
+    Read from sysfs/procfs under `root`, never written. None means the file does not exist here.
+    """
+
+    cpus: tuple[int, ...]
+    governors: dict[int, str | None]
+    cpufreq_driver: str | None
+    boost: str | None
+    idle_driver: str | None
+    idle_governor: str | None
+    idle_states: tuple[IdleState, ...]
+    intel_idle_max_cstate: str | None
+    cmdline_flags: tuple[str, ...]
+
+    def deep_states(self, threshold_us: int = 10) -> list[IdleState]:
+        """Enabled idle states whose exit latency exceeds `threshold_us`."""
+        return [
+            s for s in self.idle_states
+            if s.exit_latency_us is not None and s.exit_latency_us > threshold_us
+            and set(s.disabled_on) != set(self.cpus)
+        ]
+
+    def warnings(self) -> list[str]:
+        """What in these settings can inflate the prober's measured latency, with the fix."""
+        out = []
+        slow = sorted({g for g in self.governors.values() if g and g != "performance"})
+        if slow:
+            out.append(
+                f"prober CPUs use cpufreq governor {'/'.join(slow)}: client-side frequency ramps add tens of µs "
+                "to measured tails (Antoniou et al.); use 'performance' on the prober CPUs or a dedicated client"
+            )
+        deep = self.deep_states()
+        if deep:
+            names = ", ".join(f"{s.name} ({s.exit_latency_us} µs)" for s in deep)
+            out.append(
+                f"deep C-states enabled on prober CPUs: {names}; wake-ups add their exit latency to measured "
+                "tails; disable them for the prober CPUs (cpupower idle-set -D 10) or probe from a tuned client"
+            )
+        return out
+
+    def lines(self) -> list[str]:
+        """Human-readable summary for `tuner doctor`."""
+        govs = sorted({g or "none" for g in self.governors.values()})
+        states = ", ".join(
+            f"{s.name}({s.exit_latency_us}µs{', off' if set(s.disabled_on) == set(self.cpus) else ''})"
+            for s in self.idle_states
+        ) or "none listed"
+        return [
+            f"prober CPUs: {_cpu_list(self.cpus)}",
+            f"cpufreq: driver {self.cpufreq_driver or 'none'}, governor {', '.join(govs)}, boost {self.boost or 'n/a'}",
+            f"cpuidle: driver {self.idle_driver or 'none'}, governor {self.idle_governor or 'none'}, states {states}",
+            f"intel_idle.max_cstate {self.intel_idle_max_cstate or 'n/a'}; kernel flags: "
+            f"{' '.join(self.cmdline_flags) or 'none relevant'}",
+        ]
+
+    def as_dict(self) -> dict:
+        """JSON-ready form (for `tuner doctor --json`)."""
+        d = asdict(self)
+        d["governors"] = {str(k): v for k, v in self.governors.items()}
+        d["warnings"] = self.warnings()
+        return d
+
+
+_CMDLINE_KEYS = ("idle=", "intel_idle.max_cstate=", "processor.max_cstate=", "intel_pstate=", "cpuidle.off=",
+                 "nohz=", "nohz_full=", "cpufreq.default_governor=", "cpuidle_haltpoll.force=")
+
+
+def read_client_settings(root: str | os.PathLike = "/", cpus: Iterable[int] | None = None) -> ClientSettings:
+    """Read the governor/C-state settings of `cpus` (default: this process's affinity) under `root`."""
+    base = Path(root)
+    cpu_dir = base / "sys/devices/system/cpu"
+    cpu_set = tuple(sorted(cpus if cpus is not None else os.sched_getaffinity(0)))
+    governors = {c: _read(cpu_dir / f"cpu{c}/cpufreq/scaling_governor") for c in cpu_set}
+    driver = next((d for c in cpu_set if (d := _read(cpu_dir / f"cpu{c}/cpufreq/scaling_driver"))), None)
+    boost = _read(cpu_dir / "cpufreq/boost")
+    if boost is None and (no_turbo := _read(cpu_dir / "intel_pstate/no_turbo")) is not None:
+        boost = "0" if no_turbo == "1" else "1"
+    states: list[IdleState] = []
+    first = cpu_set[0] if cpu_set else 0
+    state_dirs = sorted((cpu_dir / f"cpu{first}/cpuidle").glob("state*"), key=lambda p: int(p.name[5:] or 0))
+    for sd in state_dirs:
+        lat = _read(sd / "latency")
+        disabled_on = tuple(c for c in cpu_set if _read(cpu_dir / f"cpu{c}/cpuidle/{sd.name}/disable") == "1")
+        states.append(IdleState(_read(sd / "name") or sd.name, int(lat) if lat and lat.isdigit() else None, disabled_on))
+    cmdline = _read(base / "proc/cmdline") or ""
+    flags = tuple(tok for tok in cmdline.split() if tok.startswith(_CMDLINE_KEYS))
+    return ClientSettings(
+        cpus=cpu_set,
+        governors=governors,
+        cpufreq_driver=driver,
+        boost=boost,
+        idle_driver=_read(cpu_dir / "cpuidle/current_driver"),
+        idle_governor=_read(cpu_dir / "cpuidle/current_governor") or _read(cpu_dir / "cpuidle/current_governor_ro"),
+        idle_states=tuple(states),
+        intel_idle_max_cstate=_read(base / "sys/module/intel_idle/parameters/max_cstate"),
+        cmdline_flags=flags,
+    )
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def _cpu_list(cpus: tuple[int, ...]) -> str:
+    return ",".join(map(str, cpus)) if cpus else "none"
+
+
+# -- the prober ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ProberConfig:
+    """Prober settings. `target` may be a remote memcached: run the prober on a client machine."""
+
+    target: str = "127.0.0.1:11211"
+    rate_hz: float = 200.0
+    keys: int = 16
+    value_bytes: int = 64
+    set_every: int = 0
+    timeout_s: float = 0.5
+    spin_us: float = 200.0
+    busy_poll: bool = False
+    key_prefix: str = "tuner:probe:"
+    confidence: float = 0.95
+
+    def __post_init__(self) -> None:
+        if not 0 < self.rate_hz <= 100_000:
+            raise HostError(f"prober rate {self.rate_hz!r} Hz: expected 0 < rate <= 100000")
+        if not 1 <= self.keys <= 100_000 or not 0 <= self.value_bytes <= 1 << 20:
+            raise HostError("prober keys must be 1..100000 and value_bytes 0..1048576")
+        if self.set_every < 0 or not self.timeout_s > 0 or self.spin_us < 0:
+            raise HostError("prober set_every must be >= 0, timeout_s > 0, spin_us >= 0")
+        if not 0 < self.confidence < 1:
+            raise HostError(f"prober confidence {self.confidence!r}: expected 0 < c < 1")
+        as_address(self.target)  # fail early on a malformed address
+
+
+@dataclass(frozen=True)
+class ProbeWindow(LatencyWindow):
+    """A `LatencyWindow` plus what the prober saw: `requests` counts recorded samples.
+
+    `timeouts` are included in the samples (at their elapsed time, a lower bound); `incomplete` are
+    requests intended before the window end whose reply had not arrived when `end()` gave up waiting
+    (included at their elapsed time, a lower bound). `ci_achieved[p]` is False when n is too small for
+    a two-sided CI at that percentile (the interval is then the sample range).
+    """
+
+    seconds: float = 0.0
+    intended: int = 0
+    timeouts: int = 0
+    incomplete: int = 0
+    misses: int = 0
+    send_lag_p99_us: float = 0.0
+    send_lag_max_us: float = 0.0
+    ci_achieved: dict[float, bool] = field(default_factory=dict)
+    ci_known: bool = True
+
+
+class Prober:
+    """`LatencySource`: paced memcached gets (and optional sets) from a background thread.
+
+    Probing runs only between `begin()` and `end()`; `begin()` seeds the keys (first window, and after
+    misses), resets the histogram and restarts the schedule at now. `end()` stops new sends at the
+    window end, waits up to `timeout_s` for requests still owed, and returns a `ProbeWindow`. It raises
+    HostError naming the address when requests failed (refused, reset, protocol error).
+    """
+
+    def __init__(
+        self,
+        config: ProberConfig | None = None,
+        *,
+        settings_root: str | os.PathLike | None = "/",
+        clock_ns: Callable[[], int] = time.perf_counter_ns,
+        **overrides: object,
+    ) -> None:
+        if config is None:
+            config = ProberConfig(**overrides)  # type: ignore[arg-type]
+        elif overrides:
+            raise TypeError("pass either a ProberConfig or keyword overrides, not both")
+        self.config = config
+        self.address: MemcachedAddress = as_address(config.target)
+        self.settings: ClientSettings | None = (
+            read_client_settings(settings_root) if settings_root is not None else None
+        )
+        self._clock = clock_ns
+        self._period_ns = 1e9 / config.rate_hz
+        self._keys = [f"{config.key_prefix}{i}" for i in range(config.keys)]
+        self._value = b"x" * config.value_bytes
+        self._cv = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._seeded = False
+        # window state (guarded by _cv)
+        self._gen = 0
+        self._active = False
+        self._origin = 0
+        self._k = 0
+        self._stop_at: int | None = None
+        self._hist = new_histogram()
+        self._lag = new_histogram()
+        self._timeouts = 0
+        self._misses = 0
+        self._errors = 0
+        self._last_error = ""
+
+    # -- LatencySource ----------------------------------------------------------------------------
+    def begin(self) -> None:
+        """Seed keys if needed (HostError if unreachable), reset the window, start probing now."""
+        if self._closed:
+            raise HostError("prober is closed")
+        if not self._seeded or self._misses:
+            self._seed()
+        with self._cv:
+            self._gen += 1
+            self._hist, self._lag = new_histogram(), new_histogram()
+            self._timeouts = self._misses = self._errors = 0
+            self._last_error = ""
+            self._k = 0
+            self._stop_at = None
+            self._origin = self._clock()
+            self._active = True
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="tuner-prober", daemon=True)
+                self._thread.start()
+            self._cv.notify_all()
+
+    def end(self) -> ProbeWindow:
+        """Close the window: wait (<= timeout_s) for owed replies, then summarise it."""
+        with self._cv:
+            if not self._active:
+                raise HostError("prober: end() without begin()")
+            stop = self._clock()
+            self._stop_at = stop
+            self._cv.notify_all()
+            deadline = time.monotonic() + self.config.timeout_s + 0.05
+            while self._intended(self._k) < stop and (left := deadline - time.monotonic()) > 0:
+                self._cv.wait(left)
+            now = self._clock()
+            incomplete = 0
+            while self._intended(self._k) < stop:  # owed but not answered: censored at their age
+                record_ns(self._hist, now - self._intended(self._k))
+                self._k += 1
+                incomplete += 1
+            self._active = False
+            self._gen += 1
+            hist, lag = self._hist, self._lag
+            errors, last_error, timeouts, misses = self._errors, self._last_error, self._timeouts, self._misses
+            intended = self._k
+            seconds = (stop - self._origin) / 1e9
+        if errors:
+            raise HostError(
+                f"memcached {self.address}: {errors} of {intended} probe requests failed in the window: {last_error}"
+            )
+        return self._summarise(hist, lag, seconds, intended, timeouts, incomplete, misses)
+
+    def close(self) -> None:
+        """Stop the thread and close the connection (idempotent)."""
+        with self._cv:
+            self._closed = True
+            self._active = False
+            self._gen += 1
+            self._cv.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout=self.config.timeout_s + 2.0)
+            if thread.is_alive():
+                raise HostError("prober thread did not stop within its timeout")
+
+    # -- internals --------------------------------------------------------------------------------
+    def _intended(self, k: int) -> int:
+        return self._origin + int(k * self._period_ns)
+
+    def _seed(self) -> None:
+        with MemcachedClient(self.address, self.config.timeout_s) as client:
+            for key in self._keys:
+                client.set(key, self._value)
+        self._seeded = True
+
+    def _summarise(
+        self, hist: HdrHistogram, lag: HdrHistogram, seconds: float, intended: int, timeouts: int,
+        incomplete: int, misses: int,
+    ) -> ProbeWindow:
+        from tuner.stats import quantile_ci_achievable
+
+        n = int(hist.get_total_count())
+        if n == 0:
+            raise HostError(
+                f"memcached {self.address}: no probe replies in a {seconds:.3f} s window at "
+                f"{self.config.rate_hz:g} Hz (window shorter than one probe interval?)"
+            )
+        n, values, cis = histogram_quantiles(hist, PERCENTILES, self.config.confidence)
+        achieved = {p: quantile_ci_achievable(n, p / 100.0, self.config.confidence) for p in PERCENTILES}
+        lag_n = lag.get_total_count()
+        return ProbeWindow(
+            requests=n,
+            latency_us=values,
+            latency_ci_us=cis,
+            seconds=seconds,
+            intended=intended,
+            timeouts=timeouts,
+            incomplete=incomplete,
+            misses=misses,
+            send_lag_p99_us=lag.get_value_at_percentile(99.0) / 1e3 if lag_n else 0.0,
+            send_lag_max_us=lag.get_max_value() / 1e3 if lag_n else 0.0,
+            ci_achieved=achieved,
+        )
+
+    def _run(self) -> None:
+        client = MemcachedClient(self.address, self.config.timeout_s, busy_poll=self.config.busy_poll)
+        spin_ns = int(self.config.spin_us * 1e3)
+        try:
+            while True:
+                with self._cv:
+                    while not self._closed and not self._has_work():
+                        self._cv.wait()
+                    if self._closed:
+                        return
+                    gen, k = self._gen, self._k
+                    intended = self._intended(k)
+                    # sleep until just before the intended time; begin()/end()/close() wake us early
+                    while (wait_ns := intended - spin_ns - self._clock()) > 0 and gen == self._gen and not self._closed:
+                        self._cv.wait(wait_ns / 1e9)
+                    if gen != self._gen or self._closed or not self._has_work():
+                        continue
+                while self._clock() < intended:  # spin the last `spin_us`: no timer-slack bias
+                    pass
+                sent = self._clock()
+                outcome = self._request(client, k)
+                done = self._clock()
+                with self._cv:
+                    if gen != self._gen:
+                        continue  # the window this request belonged to is over
+                    self._k = k + 1
+                    if outcome in ("ok", "miss", "timeout"):
+                        record_ns(self._hist, done - intended)
+                        record_ns(self._lag, max(sent - intended, 0))
+                        self._misses += outcome == "miss"
+                        self._timeouts += outcome == "timeout"
+                    else:
+                        self._errors += 1
+                        self._last_error = outcome
+                    self._cv.notify_all()
+        finally:
+            client.close()
+
+    def _has_work(self) -> bool:
+        return self._active and (self._stop_at is None or self._intended(self._k) < self._stop_at)
+
+    def _request(self, client: MemcachedClient, k: int) -> str:
+        """One probe request: 'ok', 'miss', 'timeout', or an error text."""
+        key = self._keys[k % len(self._keys)]
+        every = self.config.set_every
+        try:
+            if every and k % every == every - 1:
+                client.set(key, self._value)
+                return "ok"
+            return "ok" if client.get(key) is not None else "miss"
+        except MemcachedTimeout:
+            client.close()
+            return "timeout"
+        except HostError as exc:
+            client.close()
+            return str(exc)

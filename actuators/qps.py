@@ -1,0 +1,297 @@
+"""Offered-load readers (`QpsSource`): memcached's own `stats` counters, or NIC rx packets (psutil).
+
+Both expose a monotonically increasing `total_requests()`; the rate is the difference of two reads
+over their time apart (`counter_rate`, `RateMeter`).
+
+Counter resets are treated as a restart, not an error: when memcached restarts (its `pid` or start
+time changes, or a counter goes down) or a NIC counter goes down (interface re-created), counting
+continues from the new value, so `total_requests()` never decreases. The requests between the last
+read before the restart and the restart are lost -- the rate over that one interval is a lower bound
+(`Rate.reset` says so).
+
+Which memcached counters count requests (verified against memcached 1.6.18, see tests/test_qps.py):
+
+* `cmd_get`  -- one per *key* of `get`/`gets`/`mg` (a multi-get `get a b c` adds 3). `get_hits +
+  get_misses` counts the same keys again, so adding them would double count.
+* `cmd_set`  -- `set`, `add`, `replace`, `append`, `prepend`, `cas` (even when it fails), `ms`.
+* `cmd_touch` -- `touch`, and one per key of `gat`/`gats` (which do not count in `cmd_get`).
+* `cmd_flush` -- `flush_all`.
+* `delete_hits + delete_misses` (`delete`, `md`), `incr_*`, `decr_*` (`incr`, `decr`, `ma`).
+
+Not counted by memcached at all: `version`, `stats`, `mn`, `verbosity`, `quit`. `cmd_meta` is not used
+(meta commands already count in the classic counters above). The unit is therefore *key
+operations per second*, which equals requests/s for single-key traffic.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from actuators.memcached_proto import MemcachedAddress, MemcachedClient, as_address
+from actuators.sensors import QpsSource
+from tuner.errors import HostError
+
+#: memcached `stats` counters whose sum is the number of key operations served.
+MEMCACHED_REQUEST_COUNTERS: tuple[str, ...] = (
+    "cmd_get",
+    "cmd_set",
+    "cmd_touch",
+    "cmd_flush",
+    "delete_hits",
+    "delete_misses",
+    "incr_hits",
+    "incr_misses",
+    "decr_hits",
+    "decr_misses",
+)
+
+
+# -- pure rate math ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CounterReading:
+    """One read of a cumulative counter at monotonic time `t_s`; `epoch` changes when the counter restarts."""
+
+    t_s: float
+    value: float
+    epoch: str = ""
+
+
+@dataclass(frozen=True)
+class Rate:
+    """Counter increase over an interval. `reset` means a restart happened and `increase` is a lower bound."""
+
+    per_second: float
+    increase: float
+    seconds: float
+    reset: bool
+
+
+def counter_increase(before: float, after: float, restarted: bool = False) -> tuple[float, bool]:
+    """(increase, reset): a counter that went down, or a known restart, counts from 0 again."""
+    if restarted or after < before:
+        return max(after, 0.0), True
+    return after - before, False
+
+
+def counter_rate(before: CounterReading, after: CounterReading) -> Rate:
+    """Rate between two reads; a restart (epoch change or decrease) is treated as a reset, not an error."""
+    seconds = after.t_s - before.t_s
+    if not seconds > 0:
+        raise ValueError(f"reads must be in time order (got {seconds:g} s apart)")
+    increase, reset = counter_increase(before.value, after.value, after.epoch != before.epoch)
+    return Rate(increase / seconds, increase, seconds, reset)
+
+
+class MonotonicTotal:
+    """Folds raw counter reads (that may reset) into a total that never decreases."""
+
+    def __init__(self) -> None:
+        self._last: CounterReading | None = None
+        self.total = 0.0
+        self.resets = 0
+
+    def update(self, value: float, epoch: str = "") -> float:
+        """Add the increase since the previous read; the first read sets the baseline (returns its value)."""
+        if self._last is None:
+            self.total = float(value)
+        else:
+            inc, reset = counter_increase(self._last.value, value, epoch != self._last.epoch)
+            self.total += inc
+            self.resets += reset
+        self._last = CounterReading(0.0, float(value), epoch)
+        return self.total
+
+
+class RateMeter:
+    """Two reads of a `QpsSource` over time -> requests/s. The first `sample()` only sets the baseline."""
+
+    def __init__(self, source: QpsSource, clock: Callable[[], float] = time.monotonic) -> None:
+        self.source = source
+        self._clock = clock
+        self._last: CounterReading | None = None
+
+    def sample(self) -> Rate | None:
+        """Rate since the previous call (None on the first call)."""
+        now = CounterReading(self._clock(), float(self.source.total_requests()))
+        last, self._last = self._last, now
+        return None if last is None else counter_rate(last, now)
+
+
+# -- memcached stats --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MemcachedStats:
+    """The parts of `stats` the tuner uses. `requests` is the sum of the configured counters."""
+
+    requests: int
+    counters: dict[str, int]
+    curr_connections: int
+    total_connections: int
+    get_hits: int
+    get_misses: int
+    pid: int
+    uptime_s: int
+    started_unix: int
+    version: str
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, str], counters: tuple[str, ...], origin: str) -> MemcachedStats:
+        """Build from a raw `stats` dict; HostError naming `origin` when a field is missing or not a number."""
+
+        def num(name: str) -> int:
+            if name not in raw:
+                raise HostError(f"memcached {origin}: stats has no {name!r} (memcached too old, or not memcached?)")
+            try:
+                return int(raw[name])
+            except ValueError:
+                raise HostError(f"memcached {origin}: stats {name}={raw[name]!r} is not an integer") from None
+
+        values = {c: num(c) for c in counters}
+        return cls(
+            requests=sum(values.values()),
+            counters=values,
+            curr_connections=num("curr_connections"),
+            total_connections=num("total_connections"),
+            get_hits=num("get_hits"),
+            get_misses=num("get_misses"),
+            pid=num("pid"),
+            uptime_s=num("uptime"),
+            started_unix=num("time") - num("uptime"),
+            version=raw.get("version", "?"),
+        )
+
+    @property
+    def epoch(self) -> str:
+        """Changes when memcached restarts (pid and start time)."""
+        return f"{self.pid}@{self.started_unix}"
+
+
+class MemcachedStatsQps:
+    """`QpsSource` from memcached's `stats` over TCP or a unix socket (one persistent connection).
+
+    Its own connection adds 1 to `curr_connections` (and each reconnect 1 to `total_connections`);
+    `stats` itself is not counted in any `cmd_*` counter, so reading does not inflate the load.
+    Requests sent by a prober against the same memcached *are* counted (subtract its rate if needed).
+    """
+
+    def __init__(
+        self,
+        address: str | MemcachedAddress,
+        counters: tuple[str, ...] = MEMCACHED_REQUEST_COUNTERS,
+        timeout_s: float = 1.0,
+    ) -> None:
+        if not counters:
+            raise ValueError("need at least one counter")
+        self.address = as_address(address)
+        self.counters = tuple(counters)
+        self._client = MemcachedClient(self.address, timeout_s)
+        self._total = MonotonicTotal()
+        self._lock = threading.Lock()
+        self.last: MemcachedStats | None = None
+
+    def snapshot(self) -> MemcachedStats:
+        """Read `stats` now (reconnects once if the connection was dropped, e.g. by a restart)."""
+        with self._lock:
+            was_open = self._client.connected
+            try:
+                raw = self._client.stats()
+            except HostError:
+                if not was_open:
+                    raise
+                self._client.close()  # a stale connection (e.g. memcached restarted): one fresh try
+                raw = self._client.stats()
+            self.last = MemcachedStats.parse(raw, self.counters, str(self.address))
+            return self.last
+
+    def total_requests(self) -> float:
+        """Sum of the request counters, monotonic across memcached restarts (see module docstring)."""
+        snap = self.snapshot()
+        with self._lock:
+            return self._total.update(snap.requests, snap.epoch)
+
+    @property
+    def resets(self) -> int:
+        """How many restarts / counter decreases were seen."""
+        return self._total.resets
+
+    def close(self) -> None:
+        """Close the stats connection."""
+        with self._lock:
+            self._client.close()
+
+
+# -- NIC counters -----------------------------------------------------------------------------------
+NIC_COUNTERS = ("packets_recv", "packets_sent", "bytes_recv", "bytes_sent")
+
+
+class NicRxQps:
+    """`QpsSource` from NIC counters (psutil `net_io_counters(pernic=True)`), default rx packets.
+
+    Packets are not requests: TCP ACKs, pipelined or multi-get requests in one packet, and large values
+    split over packets all skew the ratio; GRO/LRO merge packets before the kernel counts them. Set
+    `requests_per_packet` from a calibration against memcached `stats` if you need absolute numbers;
+    the *rate change* is what the tuner's load-shift detection needs, and that survives a fixed ratio.
+    """
+
+    def __init__(
+        self,
+        interface: str,
+        counter: str = "packets_recv",
+        requests_per_packet: float = 1.0,
+        counters_fn: Callable[[], Mapping[str, Any]] | None = None,
+    ) -> None:
+        if counter not in NIC_COUNTERS:
+            raise HostError(f"NIC counter {counter!r}: expected one of {', '.join(NIC_COUNTERS)}")
+        if not requests_per_packet > 0:
+            raise HostError(f"requests_per_packet {requests_per_packet!r}: expected a positive number")
+        if counters_fn is None:
+            import psutil
+
+            def counters_fn() -> Mapping[str, Any]:
+                return psutil.net_io_counters(pernic=True, nowrap=True)
+
+        self.interface = interface
+        self.counter = counter
+        self.requests_per_packet = requests_per_packet
+        self._counters_fn = counters_fn
+        self._total = MonotonicTotal()
+        self._lock = threading.Lock()
+
+    def read_raw(self) -> int:
+        """The interface's raw counter now."""
+        try:
+            per_nic = self._counters_fn()
+        except OSError as exc:
+            raise HostError(f"NIC {self.interface}: cannot read counters: {exc}") from None
+        if self.interface not in per_nic:
+            have = ", ".join(sorted(per_nic)) or "none"
+            raise HostError(f"NIC {self.interface!r} not found (interfaces: {have})")
+        return int(getattr(per_nic[self.interface], self.counter))
+
+    def total_requests(self) -> float:
+        """Counter x `requests_per_packet`, monotonic across counter resets."""
+        raw = self.read_raw()
+        with self._lock:
+            return self._total.update(raw) * self.requests_per_packet
+
+    @property
+    def resets(self) -> int:
+        """How many counter decreases were seen."""
+        return self._total.resets
+
+    def close(self) -> None:
+        """Nothing to release (for symmetry with `MemcachedStatsQps`)."""
+
+
+def qps_source_from_spec(spec: str, timeout_s: float = 1.0) -> MemcachedStatsQps | NicRxQps:
+    """`memcached:HOST:PORT`, `memcached:unix:/path`, `nic:IFACE` or `nic:IFACE:COUNTER`."""
+    kind, sep, rest = spec.partition(":")
+    if kind == "memcached" and sep and rest:
+        return MemcachedStatsQps(rest, timeout_s=timeout_s)
+    if kind == "nic" and sep and rest:
+        iface, _, counter = rest.partition(":")
+        return NicRxQps(iface, counter or "packets_recv")
+    raise HostError(f"QPS source {spec!r}: expected memcached:HOST:PORT, memcached:unix:/path or nic:IFACE[:COUNTER]")
