@@ -26,6 +26,7 @@ MAX_LINE_BYTES = 1 << 20
 _NL, _COMMA, _CR, _ZERO = 10, 44, 13, 48
 _OUT_OF_ORDER = "timestamp out of order"
 _TOO_LONG = "line too long"
+_LONG_MESSAGE = f"line longer than {MAX_LINE_BYTES} bytes; expected a trace row (is this a trace file?)"
 
 # Operation codes: the op's bytes packed little-endian into 7 bytes, its length in the top byte.
 _OP_CODES = np.array(
@@ -171,8 +172,7 @@ class TraceParser:
             if len(carry) > MAX_LINE_BYTES:
                 line = self.lines + 1
                 if not self.skip_bad:
-                    raise self._fail(line, f"line longer than {MAX_LINE_BYTES} bytes; expected a trace row "
-                                           "(is this a trace file?)")
+                    raise self._fail(line, _LONG_MESSAGE)
                 carry, discarding = b"", True
         if discarding:  # the over-long line ran to the end of the file
             self.lines += 1
@@ -183,6 +183,8 @@ class TraceParser:
 
     def _block(self, data: bytes) -> Block | None:
         starts, ends, f, good = scan_block(data)
+        long = (ends - starts) > MAX_LINE_BYTES
+        good &= ~long
         base = self.lines
         n = starts.size
         self.lines += n
@@ -208,9 +210,18 @@ class TraceParser:
             bad_idx = np.flatnonzero(bad)
             if not self.skip_bad:
                 i = int(bad_idx[0])
-                raise self._fail(base + i + 1, self._describe(data, starts[i], ends[i], late[i], int(ts[i]), int(before_all[i])))
+                if long[i]:
+                    raise self._fail(base + i + 1, _LONG_MESSAGE)
+                raise self._fail(base + i + 1, self._describe(data, starts[i], ends[i], late[i], int(ts[i]),
+                                                              int(before_all[i])))
             for i in bad_idx:
-                self.skipped[_OUT_OF_ORDER if late[i] else self._reason(data[starts[i]: ends[i]])] += 1
+                if long[i]:
+                    reason = _TOO_LONG
+                elif late[i]:
+                    reason = _OUT_OF_ORDER
+                else:
+                    reason = self._reason(data[starts[i]: ends[i]])
+                self.skipped[reason] += 1
             keep = ~bad
         else:
             keep = None
