@@ -1,0 +1,154 @@
+"""Persisted originals: the hardware values found before the tuner's first write, so any process can undo.
+
+The store is one JSON file (`<state-dir>/originals.json`) written atomically (temp file, fsync, rename,
+fsync of the directory) before each first write of a value. The first value recorded for a key wins:
+a daemon restarted after a crash must not mistake its own settings for the originals. `restore_originals`
+puts every value back (reverse order of recording) and forgets each one it restored.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from actuators.hwio import Setting, describe
+from tuner.errors import HostError
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "originals.json"
+FORMAT_VERSION = 1
+
+
+def default_state_dir(root: Path) -> Path:
+    """`<root>/var/lib/tuner` (systemd `StateDirectory=tuner`); a fake root keeps its state inside."""
+    return Path(root) / "var" / "lib" / "tuner"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_text(path: Path, text: str, mode: int = 0o600) -> None:
+    """Replace `path` with `text` atomically: readers see the old file or the new one, never a torn one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+class OriginalsStore:
+    """The originals of one host (one `root`), persisted under `state_dir`."""
+
+    def __init__(self, state_dir: Path, root: Path = Path("/")) -> None:
+        self.state_dir = Path(state_dir)
+        self.root = Path(root)
+        self.path = self.state_dir / STATE_FILE
+        self._entries: list[Setting] = self._load()
+
+    def _load(self) -> list[Setting]:
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise HostError(f"cannot read {self.path}: {os.strerror(exc.errno or 0)}") from None
+        try:
+            data = json.loads(text)
+            if data.get("version") != FORMAT_VERSION:
+                raise ValueError(f"version {data.get('version')!r}, expected {FORMAT_VERSION}")
+            saved_root = data.get("root")
+            if saved_root is not None and Path(saved_root) != self.root:
+                raise ValueError(f"saved for root {saved_root}, not {self.root}")
+            return [Setting.from_json(e) for e in data["entries"]]
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise HostError(f"{self.path}: unreadable originals ({exc}); fix or remove it by hand") from None
+
+    def entries(self) -> list[Setting]:
+        """The saved originals, in the order they were first recorded."""
+        return list(self._entries)
+
+    def get(self, key: tuple[str, str, int]) -> Setting | None:
+        return next((e for e in self._entries if e.key == key), None)
+
+    def remember(self, original: Setting) -> bool:
+        """Persist `original` unless its key is already saved; True when it was new. Durable on return."""
+        if self.get(original.key) is not None:
+            return False
+        self._entries.append(original)
+        try:
+            self._persist()
+        except OSError as exc:
+            self._entries.pop()
+            raise HostError(f"cannot save originals to {self.path}: {os.strerror(exc.errno or 0)}; "
+                            f"nothing was changed") from None
+        return True
+
+    def forget(self, keys: set[tuple[str, str, int]]) -> None:
+        """Drop the given entries (restored); removes the file when none are left."""
+        self._entries = [e for e in self._entries if e.key not in keys]
+        if self._entries:
+            self._persist()
+        elif self.path.exists():
+            self.path.unlink()
+            _fsync_dir(self.state_dir)
+
+    def _persist(self) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        doc: dict[str, Any] = {
+            "version": FORMAT_VERSION,
+            "root": str(self.root),
+            "saved_by_pid": os.getpid(),
+            "saved_at_unix": time.time(),
+            "entries": [e.to_json() for e in self._entries],
+        }
+        atomic_write_text(self.path, json.dumps(doc, indent=1) + "\n")
+
+
+@dataclass(frozen=True)
+class RestoreReport:
+    """What `restore_originals` did: the settings put back and the ones that failed (with why)."""
+
+    restored: tuple[Setting, ...]
+    failed: tuple[tuple[Setting, str], ...]
+
+
+def restore_originals(io: Any, store: OriginalsStore) -> RestoreReport:
+    """Write every saved original back (newest first), forget those that succeeded.
+
+    `io` is a `HardwareIO`; in dry-run mode the writes are only logged and the store is kept.
+    Raises `HostError` naming the first failure after trying all of them.
+    """
+    restored: list[Setting] = []
+    failed: list[tuple[Setting, str]] = []
+    for original in reversed(store.entries()):
+        try:
+            io.apply(original)
+            restored.append(original)
+        except HostError as exc:
+            failed.append((original, str(exc)))
+    if not io.dry_run:
+        store.forget({s.key for s in restored})
+    report = RestoreReport(tuple(restored), tuple(failed))
+    if failed:
+        setting, why = failed[0]
+        raise HostError(f"restore: {len(failed)} of {len(failed) + len(restored)} values not restored "
+                        f"(first: {describe(setting, io.root)}: {why}); they stay in {store.path}")
+    return report

@@ -1,0 +1,231 @@
+"""`RealHost`: the `Host` protocol on real hardware -- ITR, DVFS, RAPL energy, offered QPS and latency.
+
+Every write goes through one `HardwareIO` (dry run: logged, not made) inside a `Transaction` (original
+persisted before the first write; all of a call's writes undone if any part fails). `restore()` puts back
+the persisted originals -- also those of a previous process that died -- and then forgets them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from actuators.dvfs import DvfsBackend, choose_backend, parse_cpu_list
+from actuators.host import KnobSpace, Measurement, OperatingPoint
+from actuators.hwio import HardwareIO, NicIoctl, Transaction, UnavailableNic
+from actuators.itr import NicItr, physical_interfaces
+from actuators.originals import OriginalsStore, RestoreReport, default_state_dir, restore_originals
+from actuators.rapl import EnergyMeter, discover_meter
+from actuators.sensors import LatencySource, QpsSource
+from tuner.errors import HostError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RealHost:
+    """A real machine. Components may be None (e.g. `tuner set --itr` needs no DVFS or meters);
+    calls that need a missing component raise `HostError` saying which."""
+
+    io: HardwareIO
+    store: OriginalsStore
+    itr: NicItr | None = None
+    dvfs: DvfsBackend | None = None
+    energy: EnergyMeter | None = None
+    qps: QpsSource | None = None
+    latency: LatencySource | None = None
+    qps_sample_s: float = 1.0
+    clock: Callable[[], float] = time.monotonic
+    name: str = "real"
+    warnings: list[str] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event, repr=False)
+    _qps_last: tuple[float, float] | None = field(default=None, repr=False)
+
+    # -- knobs ---------------------------------------------------------------------------------
+    def _need(self, part: str) -> Any:
+        obj = getattr(self, part)
+        if obj is None:
+            raise HostError(f"this RealHost was built without {part} (configure it: see `tuner doctor`)")
+        return obj
+
+    def knobs(self) -> KnobSpace:
+        return KnobSpace(self._need("itr").values(), self._need("dvfs").frequencies())
+
+    def set_itr(self, itr_us: int) -> None:
+        self.apply(itr_us=itr_us)
+
+    def set_dvfs(self, ghz: float) -> None:
+        self.apply(dvfs_ghz=ghz)
+
+    def apply(self, itr_us: int | None = None, dvfs_ghz: float | None = None) -> list[str]:
+        """Set DVFS then ITR in one transaction: everything is validated before the first write, and if
+        any write or read-back fails, every value this call changed is put back. Returns warnings."""
+        itr, dvfs = (self._need("itr") if itr_us is not None else None,
+                     self._need("dvfs") if dvfs_ghz is not None else None)
+        dvfs_plan = dvfs.plan(dvfs_ghz) if dvfs is not None else []
+        itr_plan = itr.plan(itr_us) if itr is not None else []
+        warnings: list[str] = []
+        with Transaction(self.io, self.store) as txn:
+            for setting in dvfs_plan:
+                txn.write(setting)
+            if dvfs is not None and not self.io.dry_run:
+                warnings += dvfs.verify(dvfs_ghz)
+            for setting in itr_plan:
+                txn.write(setting)
+            if itr is not None and not self.io.dry_run:
+                itr.verify(itr_us)
+        self.warnings = warnings
+        return warnings
+
+    def point(self) -> OperatingPoint | None:
+        itr_us = self._need("itr").current()
+        ghz = self._need("dvfs").current()
+        return None if itr_us is None or ghz is None else OperatingPoint(itr_us, ghz)
+
+    def restore(self) -> None:
+        self.restore_report()
+
+    def restore_report(self) -> RestoreReport:
+        """Put back every persisted original (this process's and any dead one's), then forget them."""
+        return restore_originals(self.io, self.store)
+
+    # -- sensors -------------------------------------------------------------------------------
+    def interrupt(self) -> None:
+        """Make a running `measure` stop early with `HostError` (thread-safe)."""
+        self._stop.set()
+
+    def offered_qps(self) -> float:
+        """Requests/s since the previous call, or over `qps_sample_s` if there was none recently."""
+        qps = self._need("qps")
+        now, total = self.clock(), float(qps.total_requests())
+        last = self._qps_last
+        if last is None or now - last[0] < 0.1 or now - last[0] > 60.0:
+            if self._stop.wait(self.qps_sample_s):
+                self._stop.clear()
+                raise HostError("offered-QPS sample interrupted")
+            last = (now, total)
+            now, total = self.clock(), float(qps.total_requests())
+        self._qps_last = (now, total)
+        return max(total - last[1], 0.0) / (now - last[0]) if now > last[0] else 0.0
+
+    def measure(self, seconds: float) -> Measurement:
+        """Energy, latency and request counts over the same `seconds`-long window (blocks for it)."""
+        if not seconds > 0:
+            raise HostError(f"measure window {seconds!r} s: expected > 0")
+        energy, qps, latency = self._need("energy"), self._need("qps"), self._need("latency")
+        point = self.point()
+        latency.begin()
+        q0 = float(qps.total_requests())
+        energy.begin()
+        t0 = self.clock()
+        deadline = t0 + seconds
+        try:
+            while (left := deadline - self.clock()) > 0:
+                if self._stop.wait(min(left, energy.poll_interval_s)):
+                    raise HostError("measurement interrupted")
+                energy.poll()
+            reading = energy.end()
+            q1 = float(qps.total_requests())
+            t1 = self.clock()
+        finally:
+            window = latency.end()
+            self._stop.clear()
+        elapsed = t1 - t0
+        rate = max(q1 - q0, 0.0) / elapsed
+        self._qps_last = (t1, q1)
+        return Measurement(
+            seconds=elapsed, offered_qps=rate, achieved_qps=rate, requests=window.requests,
+            latency_us=dict(window.latency_us), latency_ci_us=dict(window.latency_ci_us),
+            energy_j=reading.energy_j, point=point, energy_by_zone_j=dict(reading.by_zone_j))
+
+    def close(self) -> None:
+        """Release sockets and the ethtool layer (does not restore: call `restore()` for that)."""
+        for part in (self.latency, self.qps, self.io.nic):
+            closer = getattr(part, "close", None)
+            if callable(closer):
+                closer()
+
+
+def default_nic(root: Path) -> NicIoctl:
+    """pyroute2's ethtool ioctl on the live kernel -- only when `root` is `/`: a fake root's interfaces
+    are not the kernel's, and an ioctl would reach the real NIC of the same name."""
+    if Path(root).resolve() != Path("/"):
+        return UnavailableNic(f"NIC coalescing talks to the live kernel's ethtool ioctl and cannot be redirected "
+                              f"under --root {root}; use --root /")
+    from actuators.itr import PyrouteEthtool
+
+    return PyrouteEthtool()
+
+
+def _as_tuple(value: Any) -> tuple[str, ...]:
+    if value is None or value == "":
+        return ()
+    if isinstance(value, str):
+        return tuple(v.strip() for v in value.split(",") if v.strip())
+    return tuple(str(v) for v in value)
+
+
+def _cores(value: Any) -> tuple[int, ...] | None:
+    if value is None or value == "" or value == "all":
+        return None
+    if isinstance(value, str):
+        try:
+            return parse_cpu_list(value)
+        except ValueError as exc:
+            raise HostError(f"cores {value!r}: expected a CPU list like 0-3,8 ({exc})") from None
+    return tuple(int(v) for v in value)
+
+
+def make_real_host(
+    root: str | Path = "/",
+    state_dir: str | Path | None = None,
+    iface: str | list[str] | None = None,
+    backend: str = "auto",
+    cores: str | list[int] | None = None,
+    dry_run: bool = False,
+    force: bool = False,
+    energy: str = "auto",
+    max_power_w: float | None = None,
+    qps: str | QpsSource | None = "memcached:127.0.0.1:11211",
+    latency: dict[str, Any] | LatencySource | None = None,
+    parts: tuple[str, ...] = ("itr", "dvfs", "energy", "qps", "latency"),
+    nic: NicIoctl | None = None,
+) -> RealHost:
+    """Build a `RealHost` (the `real` host of `tuner.hosts.make_host`; keys match `[host.options]`).
+
+    `iface`: interface(s) to tune (default: the only NIC bound to a driver); `backend`: DVFS backend
+    (auto | msr | cpufreq); `cores`: CPU list (default all online); `energy`: auto | powercap | msr;
+    `qps`: a `QpsSource` or a spec (`memcached:HOST:PORT`, `memcached:unix:/path`, `nic:IFACE`);
+    `latency`: a `LatencySource` or prober options (`target`, `rate_hz`, ...); `parts`: which
+    components to build (the manual `tuner set` builds only what it needs).
+    """
+    root = Path(root)
+    io = HardwareIO(root, nic if nic is not None else (default_nic(root) if "itr" in parts else None), dry_run)
+    store = OriginalsStore(Path(state_dir) if state_dir else default_state_dir(root), root)
+    host = RealHost(io, store)
+    if "itr" in parts:
+        ifaces = _as_tuple(iface) or physical_interfaces(root)
+        if len(ifaces) > 1 and not iface:
+            raise HostError(f"several NICs ({', '.join(ifaces)}): choose with --iface / host.options.iface")
+        host.itr = NicItr(io, ifaces, force=force)
+    if "dvfs" in parts:
+        host.dvfs = choose_backend(io, _cores(cores), backend)
+    if "energy" in parts:
+        host.energy = discover_meter(io, energy, max_power_w)
+    if "qps" in parts:
+        if isinstance(qps, str):
+            from actuators.qps import qps_source_from_spec
+
+            qps = qps_source_from_spec(qps)
+        host.qps = qps
+    if "latency" in parts:
+        if latency is None or isinstance(latency, dict):
+            from actuators.prober import Prober, ProberConfig
+
+            latency = Prober(ProberConfig(**(latency or {})), settings_root=root)
+        host.latency = latency
+    return host

@@ -1,0 +1,263 @@
+"""Builders for fake sysfs/devfs/procfs trees under a temp root, shaped like the kernel's.
+
+MSR files are regular (sparse) files. The kernel's msr device takes offset = register and moves 8 bytes;
+in a plain file adjacent registers (PERF_STATUS 0x198 / PERF_CTL 0x199) would overlap, so
+`msr_device_semantics` makes `actuators.msr`'s pread/pwrite store register R at byte 8*R of a fake file.
+A register never written reads back short, which `actuators.msr` reports like the kernel's EIO for an
+unimplemented register. `FakeNic` is a mocked ethtool ioctl layer.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from actuators import hwio
+
+MSR_FILE_BYTES = 0x1000
+STRIDE = 8
+
+
+def msr_device_semantics(monkeypatch) -> None:
+    """Register R of a fake `.../msr` file lives at byte 8*R (see module doc)."""
+    import actuators.msr as msr_mod
+
+    def fake(fd: int) -> bool:
+        target = os.readlink(f"/proc/self/fd/{fd}")
+        return target.endswith("/msr") and not target.startswith("/dev/")
+
+    def pread(fd, n, off):
+        if fake(fd):
+            data = os.pread(fd, n, off * STRIDE)
+            return data if data != bytes(len(data)) or _written(fd, off) else b""
+        return os.pread(fd, n, off)
+
+    def pwrite(fd, data, off):
+        if fake(fd):
+            _mark(fd, off)
+            return os.pwrite(fd, data, off * STRIDE)
+        return os.pwrite(fd, data, off)
+
+    monkeypatch.setattr(msr_mod, "_pread", pread)
+    monkeypatch.setattr(msr_mod, "_pwrite", pwrite)
+
+
+def _index_path(fd: int) -> Path:
+    return Path(os.readlink(f"/proc/self/fd/{fd}") + ".regs")
+
+
+def _written(fd: int, reg: int) -> bool:
+    p = _index_path(fd)
+    return p.exists() and str(reg) in p.read_text().split()
+
+
+def _mark(fd: int, reg: int) -> None:
+    p = _index_path(fd)
+    if not _written(fd, reg):
+        with open(p, "a") as f:
+            f.write(f"{reg}\n")
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text + "\n")
+    return path
+
+
+def cpu_online(root: Path, ncpus: int) -> None:
+    write(root / "sys/devices/system/cpu/online", f"0-{ncpus - 1}" if ncpus > 1 else "0")
+
+
+def msr_files(root: Path, ncpus: int, regs: dict[int, int] | None = None, size: int = MSR_FILE_BYTES) -> None:
+    """`/dev/cpu/N/msr` for N < ncpus, with `regs` pre-written on every CPU."""
+    for cpu in range(ncpus):
+        path = root / "dev/cpu" / str(cpu) / "msr"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "wb") as f:
+            f.truncate(size)
+        for reg, value in (regs or {}).items():
+            set_msr(root, cpu, reg, value)
+
+
+def set_msr(root: Path, cpu: int, reg: int, value: int) -> None:
+    path = root / "dev/cpu" / str(cpu) / "msr"
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, struct.pack("<Q", value), reg * STRIDE)
+        _mark(fd, reg)
+    finally:
+        os.close(fd)
+
+
+def get_msr(root: Path, cpu: int, reg: int) -> int:
+    fd = os.open(root / "dev/cpu" / str(cpu) / "msr", os.O_RDONLY)
+    try:
+        return struct.unpack("<Q", os.pread(fd, 8, reg * STRIDE))[0]
+    finally:
+        os.close(fd)
+
+
+def cpuid_only(root: Path, ncpus: int) -> None:
+    """`/dev/cpu/N/` without `msr` (module not loaded)."""
+    for cpu in range(ncpus):
+        write(root / "dev/cpu" / str(cpu) / "cpuid", "")
+
+
+def cpufreq(root: Path, ncpus: int, *, driver: str = "acpi-cpufreq", governor: str = "ondemand",
+            governors: str = "performance powersave ondemand userspace", available_khz: list[int] | None = None,
+            min_khz: int = 1_200_000, max_khz: int = 2_900_000, pstate_status: str | None = None) -> None:
+    """`cpuN/cpufreq/` attribute files as acpi-cpufreq (with available list) or intel_pstate show them."""
+    for cpu in range(ncpus):
+        d = root / f"sys/devices/system/cpu/cpu{cpu}/cpufreq"
+        write(d / "scaling_driver", driver)
+        write(d / "scaling_governor", governor)
+        write(d / "scaling_available_governors", governors)
+        write(d / "cpuinfo_min_freq", str(min_khz))
+        write(d / "cpuinfo_max_freq", str(max_khz))
+        write(d / "scaling_min_freq", str(min_khz))
+        write(d / "scaling_max_freq", str(max_khz))
+        write(d / "scaling_setspeed", "<unsupported>")
+        if available_khz is not None:
+            write(d / "scaling_available_frequencies", " ".join(str(k) for k in available_khz))
+    if pstate_status is not None:
+        write(root / "sys/devices/system/cpu/intel_pstate/status", pstate_status)
+
+
+def powercap_zone(root: Path, name: str, zone: str, energy_uj: int, max_range_uj: int,
+                  max_power_uw: int | None = None) -> Path:
+    """`/sys/class/powercap/<zone>` (`intel-rapl:0`, `intel-rapl:0:0`, ...)."""
+    d = root / "sys/class/powercap" / zone
+    write(d / "name", name)
+    write(d / "energy_uj", str(energy_uj))
+    write(d / "max_energy_range_uj", str(max_range_uj))
+    if max_power_uw is not None:
+        write(d / "constraint_0_max_power_uw", str(max_power_uw))
+    return d
+
+
+def advance_zone(root: Path, zone: str, delta_uj: int) -> int:
+    """Advance a powercap counter by `delta_uj`, wrapping at its `max_energy_range_uj`."""
+    d = root / "sys/class/powercap" / zone
+    wrap = int((d / "max_energy_range_uj").read_text())
+    value = (int((d / "energy_uj").read_text()) + delta_uj) % wrap
+    (d / "energy_uj").write_text(f"{value}\n")
+    return value
+
+
+def net_iface(root: Path, ifname: str, driver: str | None) -> None:
+    """`/sys/class/net/<if>` with `device/driver` -> `.../drivers/<driver>` (no device: virtual)."""
+    d = root / "sys/class/net" / ifname
+    d.mkdir(parents=True, exist_ok=True)
+    if driver is not None:
+        target = root / "sys/bus/pci/drivers" / driver
+        target.mkdir(parents=True, exist_ok=True)
+        (d / "device").mkdir(exist_ok=True)
+        os.symlink(target, d / "device" / "driver")
+
+
+def proc_status(root: Path, cap_eff: int) -> None:
+    write(root / "proc/self/status", f"Name:\ttuner\nCapInh:\t0000000000000000\nCapEff:\t{cap_eff:016x}\n")
+
+
+def proc_modules(root: Path, modules: list[str]) -> None:
+    write(root / "proc/modules", "\n".join(f"{m} 16384 0 - Live 0x0000000000000000" for m in modules))
+
+
+def cpuinfo(root: Path, vendor: str, ncpus: int = 1, flags: str = "fpu msr") -> None:
+    write(root / "proc/cpuinfo", "\n\n".join(
+        f"processor\t: {i}\nvendor_id\t: {vendor}\nflags\t\t: {flags}" for i in range(ncpus)))
+
+
+def cpuidle(root: Path, ncpus: int, states: list[tuple[str, int]] | None = None) -> None:
+    write(root / "sys/devices/system/cpu/cpuidle/current_driver", "intel_idle")
+    write(root / "sys/devices/system/cpu/cpuidle/current_governor_ro", "menu")
+    for cpu in range(ncpus):
+        for i, (name, lat) in enumerate(states or [("POLL", 0), ("C1", 2), ("C6", 133)]):
+            d = root / f"sys/devices/system/cpu/cpu{cpu}/cpuidle/state{i}"
+            write(d / "name", name)
+            write(d / "latency", str(lat))
+            write(d / "disable", "0")
+
+
+@dataclass
+class FakeNic:
+    """A mocked ethtool ioctl layer: per-interface coalescing dicts, LRO flags, injectable failures.
+
+    `fail_set` maps ifname -> errno raised by set_coalesce; `unsupported` ifnames raise EOPNOTSUPP on
+    every call; `readback_override` makes reads return a value other than what was set.
+    """
+
+    coalesce: dict[str, dict[str, int]] = field(default_factory=dict)
+    lro: dict[str, bool] = field(default_factory=dict)
+    fail_set: dict[str, int] = field(default_factory=dict)
+    unsupported: set[str] = field(default_factory=set)
+    readback_override: dict[str, dict[str, int]] = field(default_factory=dict)
+    set_calls: list[tuple[str, dict[str, int]]] = field(default_factory=list)
+
+    def add(self, ifname: str, rx_usecs: int = 1, adaptive: int = 0, lro: bool = False) -> None:
+        self.coalesce[ifname] = {"rx_coalesce_usecs": rx_usecs, "use_adaptive_rx_coalesce": adaptive,
+                                 "rx_max_coalesced_frames": 0, "tx_coalesce_usecs": 0}
+        self.lro[ifname] = lro
+
+    def _check(self, ifname: str) -> None:
+        if ifname in self.unsupported:
+            raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+        if ifname not in self.coalesce:
+            raise OSError(errno.ENODEV, "No such device")
+
+    def get_coalesce(self, ifname: str) -> dict[str, int]:
+        self._check(ifname)
+        return {**self.coalesce[ifname], **self.readback_override.get(ifname, {})}
+
+    def set_coalesce(self, ifname: str, values: dict[str, int]) -> None:
+        self._check(ifname)
+        self.set_calls.append((ifname, dict(values)))
+        if ifname in self.fail_set:
+            raise OSError(self.fail_set[ifname], os.strerror(self.fail_set[ifname]))
+        self.coalesce[ifname].update(values)
+
+    def lro_enabled(self, ifname: str) -> bool:
+        self._check(ifname)
+        return self.lro[ifname]
+
+
+def guard_writes(monkeypatch, tmp_path: Path) -> None:
+    """Make any sysfs or MSR write outside `tmp_path` fail the test (defence against a wrong root), and
+    give fake MSR files device semantics."""
+    msr_device_semantics(monkeypatch)
+    real_text, real_msr = hwio.HardwareIO._write_text, hwio.write_msr
+    base = str(tmp_path.resolve())
+
+    def text(self, path, value):
+        assert str(Path(path).resolve()).startswith(base), f"write outside the fake root: {path}"
+        return real_text(self, path, value)
+
+    def msr(root, cpu, reg, value):
+        assert str(Path(root).resolve()).startswith(base), f"MSR write outside the fake root: {root}"
+        return real_msr(root, cpu, reg, value)
+
+    monkeypatch.setattr(hwio.HardwareIO, "_write_text", text)
+    monkeypatch.setattr(hwio, "write_msr", msr)
+
+    def no_real_ioctl(*_a, **_k):
+        raise AssertionError("a test reached pyroute2's real SCOALESCE")
+
+    import pyroute2.ethtool.ioctl as ioctl_mod
+
+    monkeypatch.setattr(ioctl_mod.IoctlEthtool, "set_coalesce", no_real_ioctl)
+
+
+class StatusFollowsCtl(hwio.HardwareIO):
+    """A HardwareIO whose fake CPU copies the PERF_CTL ratio into PERF_STATUS on write (like hardware),
+    except on CPUs in `stuck` (a power limit holding them)."""
+
+    stuck: frozenset[int] = frozenset()
+
+    def apply(self, setting: hwio.Setting) -> None:
+        super().apply(setting)
+        if setting.kind == hwio.MSR and setting.reg == 0x199 and not self.dry_run \
+                and int(setting.target) not in self.stuck:
+            set_msr(self.root, int(setting.target), 0x198, setting.value & 0xFF00)
