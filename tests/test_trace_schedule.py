@@ -1,0 +1,123 @@
+"""Per-second series, binning, per-bin statistics and scaling into a load schedule; the bundled sample."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from traces.schedule import Schedule, Window, load_schedule, sample_trace_path, scale_factor
+from traces.series import bin_series, trace_stats
+from tuner.errors import InputError, TunerError
+
+
+def trace(tmp_path, counts, name="t.csv", origin=1000, ops=("get",)):
+    """A trace with counts[i] requests in second origin+i; op and sizes cycle so their stats are known."""
+    lines = []
+    n = 0
+    for sec, c in enumerate(counts):
+        for _ in range(c):
+            lines.append(b"%d,key%d,%d,%d,1,%s,0" % (origin + sec, n, 10 + n % 3, 100 * (n % 4), ops[n % len(ops)].encode()))
+            n += 1
+    path = tmp_path / name
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path
+
+
+def test_per_second_series_and_bins(tmp_path):
+    counts = [3, 0, 1, 4, 2, 2, 0, 5, 1, 1]  # 10 s, bins of 4 s -> [8, 9, 2 (partial, 2 s)]
+    st = trace_stats(trace(tmp_path, counts, ops=("get", "set")), bin_s=4)
+    assert st.origin == 1000 and st.seconds == 10
+    assert st.per_second.tolist() == counts
+    assert [b.requests for b in st.bins] == [8, 9, 2]
+    assert [b.seconds for b in st.bins] == [4, 4, 2]
+    assert [b.qps for b in st.bins] == [2.0, 2.25, 1.0]
+    assert len(st.full_bins) == 2
+    assert st.bins[0].ops == {"get": 4, "set": 4}
+    assert st.bins[0].op_mix == {"get": 0.5, "set": 0.5}
+    # rows 0..7 in bin 0: key sizes 10,11,12,10,11,12,10,11 ; value sizes 0,100,200,300,0,100,200,300
+    assert st.bins[0].key_size.mean == pytest.approx(87 / 8) and st.bins[0].key_size.min == 10
+    assert st.bins[0].key_size.max == 12
+    assert st.bins[0].value_size.mean == pytest.approx(150.0) and st.bins[0].value_size.max == 300
+
+
+def test_late_rows_at_the_start_count_in_second_zero(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"100,k,1,2,3,get,0\n98,k,1,2,3,get,0\n101,k,1,2,3,get,0\n")
+    st = trace_stats(path, bin_s=1)
+    assert st.per_second.tolist() == [2, 1]
+
+
+def test_max_seconds_stops_early(tmp_path):
+    st = trace_stats(trace(tmp_path, [1] * 50), bin_s=10, max_seconds=20)
+    assert st.seconds == 20 and st.rows == 20 and [b.requests for b in st.bins] == [10, 10]
+    assert st.truncated_at_s == 20
+
+
+def test_bin_series_math():
+    s = np.arange(10)
+    assert bin_series(s, 4).tolist() == [1.5, 5.5]
+    assert bin_series(s, 4, partial=True).tolist() == [1.5, 5.5, 8.5]
+
+
+def test_bin_must_be_whole_seconds(tmp_path):
+    with pytest.raises(InputError, match="whole number of seconds"):
+        trace_stats(trace(tmp_path, [1, 1]), bin_s=0.5)
+
+
+def test_schedule_full_windows_and_peak_scaling(tmp_path):
+    counts = [1] * 4 + [3] * 4 + [2] * 4 + [5]  # 13 s, bins of 4 s: 1, 3, 2 QPS, tail dropped
+    path = trace(tmp_path, counts)
+    sch = load_schedule(path, bin_s=4, peak_qps=600.0)
+    assert isinstance(sch, Schedule) and sch.source == str(path)
+    assert sch.raw_peak_qps == 3.0 and sch.scale == pytest.approx(200.0)
+    assert sch.windows == (
+        Window(0, 0.0, 4.0, pytest.approx(200.0)), Window(1, 4.0, 4.0, pytest.approx(600.0)),
+        Window(2, 8.0, 4.0, pytest.approx(400.0)),
+    )
+    assert sch.peak_qps == pytest.approx(600.0)
+
+
+def test_schedule_scale_factor_and_default(tmp_path):
+    path = trace(tmp_path, [1] * 4 + [3] * 4)
+    assert [w.qps for w in load_schedule(path, bin_s=4, scale=10).windows] == [10.0, 30.0]
+    sch = load_schedule(path, bin_s=4)
+    assert sch.scale == 1.0 and [w.qps for w in sch.windows] == [1.0, 3.0]
+
+
+def test_schedule_hours_limits_windows(tmp_path):
+    path = trace(tmp_path, [1] * 7200 + [2] * 3600 + [5] * 3600)
+    sch = load_schedule(path, hours=3)
+    assert len(sch.windows) == 3 and sch.raw_peak_qps == 2.0
+    with pytest.raises(InputError, match="fewer than the 5 that 5 h needs"):
+        load_schedule(path, hours=5)
+
+
+def test_schedule_shorter_than_one_window(tmp_path):
+    path = trace(tmp_path, [1] * 100)
+    with pytest.raises(InputError, match=r"t\.csv: trace covers 100 s, shorter than one 3600 s window"):
+        load_schedule(path)
+
+
+def test_scaling_arguments_refused():
+    with pytest.raises(TunerError, match="not both"):
+        scale_factor(1.0, peak_qps=5, scale=2)
+    with pytest.raises(TunerError, match="> 0"):
+        scale_factor(1.0, peak_qps=-5)
+    with pytest.raises(TunerError, match="> 0"):
+        scale_factor(1.0, scale=0)
+
+
+def test_bundled_sample_schedule():
+    path = sample_trace_path()
+    assert path.is_file() and path.stat().st_size < 3_500_000
+    sch = load_schedule(path, peak_qps=600_000)
+    assert len(sch.windows) == 24
+    assert all(w.seconds == 3600 for w in sch.windows)
+    assert [w.start_s for w in sch.windows] == [3600.0 * i for i in range(24)]
+    qps = np.array([w.qps for w in sch.windows])
+    assert qps.max() == pytest.approx(600_000)
+    ratio = qps.max() / qps.min()
+    assert 1.8 <= ratio <= 4.0, ratio  # diurnal swing of web cache traffic
+    assert 2 <= int(qps.argmin()) <= 6  # trough in the early morning
+    assert 14 <= int(qps.argmax()) <= 21  # peak in the afternoon / evening
+    assert 2.0 <= sch.raw_peak_qps <= 20.0  # a low-rate sample, scaled by the replay
