@@ -238,8 +238,8 @@ class Transaction:
             return  # already so: no write, nothing to undo or remember
         if self.store is not None and not self.io.dry_run:
             self.store.remember(before)
+        self.io.apply(setting)  # a write the kernel refused changed nothing: no undo entry for it
         self._undo.append(before)
-        self.io.apply(setting)
 
     def rollback(self) -> list[str]:
         """Undo this transaction's writes in reverse order; return the errors (empty when clean)."""

@@ -187,14 +187,14 @@ class FakeNic:
     """A mocked ethtool ioctl layer: per-interface coalescing dicts, LRO flags, injectable failures.
 
     `fail_set` maps ifname -> errno raised by set_coalesce; `unsupported` ifnames raise EOPNOTSUPP on
-    every call; `readback_override` makes reads return a value other than what was set.
+    every call; `rounds` maps a requested rx-usecs to the value the "driver" stores instead.
     """
 
     coalesce: dict[str, dict[str, int]] = field(default_factory=dict)
     lro: dict[str, bool] = field(default_factory=dict)
     fail_set: dict[str, int] = field(default_factory=dict)
     unsupported: set[str] = field(default_factory=set)
-    readback_override: dict[str, dict[str, int]] = field(default_factory=dict)
+    rounds: dict[int, int] = field(default_factory=dict)
     set_calls: list[tuple[str, dict[str, int]]] = field(default_factory=list)
 
     def add(self, ifname: str, rx_usecs: int = 1, adaptive: int = 0, lro: bool = False) -> None:
@@ -210,7 +210,7 @@ class FakeNic:
 
     def get_coalesce(self, ifname: str) -> dict[str, int]:
         self._check(ifname)
-        return {**self.coalesce[ifname], **self.readback_override.get(ifname, {})}
+        return dict(self.coalesce[ifname])
 
     def set_coalesce(self, ifname: str, values: dict[str, int]) -> None:
         self._check(ifname)
@@ -218,6 +218,8 @@ class FakeNic:
         if ifname in self.fail_set:
             raise OSError(self.fail_set[ifname], os.strerror(self.fail_set[ifname]))
         self.coalesce[ifname].update(values)
+        usecs = self.coalesce[ifname]["rx_coalesce_usecs"]
+        self.coalesce[ifname]["rx_coalesce_usecs"] = self.rounds.get(usecs, usecs)
 
     def lro_enabled(self, ifname: str) -> bool:
         self._check(ifname)
