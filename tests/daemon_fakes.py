@@ -1,0 +1,289 @@
+"""Test doubles for the daemon tests: a host that persists its knobs (and originals) to a file, a light
+optimiser with the `tuner.optimizer.Optimizer` contract, and a runner that starts `tuner daemon` with them.
+
+`make_file_host(knob_file=...)` behaves like the real host across processes: before the first write it saves
+the originals to the file; `restore()` (in any later process) puts them back, so the tests can check what a
+SIGTERM or a SIGKILL + restart left on the "hardware".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from actuators.host import KnobSpace, Measurement, OperatingPoint
+from tests.fakes import FakeHost
+
+ORIGINAL = {"itr": "adaptive", "dvfs": "schedutil"}
+
+
+class FileHost(FakeHost):
+    """`FakeHost` whose knob state lives in a JSON file: {"itr", "dvfs", "originals", "restores", "writes"}."""
+
+    def __init__(self, knob_file: str, qps: float = 100_000.0, qps_file: str | None = None, **kw: Any) -> None:
+        super().__init__(qps=qps, **kw)
+        self.name = "file"
+        self.path = Path(knob_file)
+        self.qps_file = Path(qps_file) if qps_file else None
+        if not self.path.exists():
+            self._write({"itr": ORIGINAL["itr"], "dvfs": ORIGINAL["dvfs"], "originals": None,
+                         "restores": 0, "writes": 0})
+
+    def _read(self) -> dict:
+        return json.loads(self.path.read_text())
+
+    def _write(self, data: dict) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, self.path)
+
+    def _set(self, key: str, value: Any) -> None:
+        data = self._read()
+        if data["originals"] is None:
+            data["originals"] = {"itr": data["itr"], "dvfs": data["dvfs"]}
+        data[key] = value
+        data["writes"] += 1
+        self._write(data)
+
+    def set_itr(self, itr_us: int) -> None:
+        super().set_itr(itr_us)
+        self._set("itr", itr_us)
+
+    def set_dvfs(self, ghz: float) -> None:
+        super().set_dvfs(ghz)
+        self._set("dvfs", ghz)
+
+    def restore(self) -> None:
+        super().restore()
+        data = self._read()
+        if data["originals"] is not None:
+            data.update(data["originals"])
+            data["originals"] = None
+        data["restores"] += 1
+        self._write(data)
+
+    def measure(self, seconds: float) -> Measurement:
+        if self.qps_file is not None and self.qps_file.exists():
+            self._qps = float(self.qps_file.read_text())
+        return super().measure(seconds)
+
+
+def make_file_host(knob_file: str, qps: float = 100_000.0, qps_file: str | None = None) -> FileHost:
+    return FileHost(knob_file, qps=qps, qps_file=qps_file)
+
+
+# ------------------------------------------------------------------------------------------------ optimiser
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    index: int
+    point: OperatingPoint
+    qps: float
+    status: str
+    measurement: Measurement | None
+    reward: float | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class Decision:
+    point: OperatingPoint
+    measurement: Measurement | None
+    met_sla: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class Prediction:
+    latency_us: float
+    latency_sem: float
+    power_w: float
+    power_sem: float
+    from_measured: bool
+
+
+class FakeOptimizer:
+    """Random search with the `Optimizer` contract (suggest/complete/fail/best/predict/to_json/from_json)."""
+
+    def __init__(self, space: KnobSpace, sla_us: float, percentile: float, trials: int, seed: int,
+                 name: str) -> None:
+        self.space, self.sla_us, self.percentile, self.n, self.seed, self.name = \
+            space, sla_us, percentile, trials, seed, name
+        self._rows: list[dict] = []   # completed/failed, JSON-able
+        self._next = 0
+
+    def suggest(self) -> tuple[int, OperatingPoint]:
+        rng = random.Random(self.seed * 1000 + self._next)
+        idx = self._next
+        self._next += 1
+        return idx, OperatingPoint(rng.choice(self.space.itr_us), rng.choice(self.space.dvfs_ghz))
+
+    def complete(self, index: int, m: Measurement, qps: float) -> TrialRecord:
+        lat = m.latency_us[self.percentile]
+        reward = -m.energy_j - (m.energy_j * (lat - self.sla_us) / self.sla_us if lat > self.sla_us else 0.0)
+        row = {"index": index, "point": [m.point.itr_us, m.point.dvfs_ghz], "qps": qps, "status": "completed",
+               "lat": lat, "power": m.power_w, "reward": reward, "error": None}
+        self._rows.append(row)
+        return self._record(row, m)
+
+    def fail(self, index: int, reason: str) -> TrialRecord:
+        row = {"index": index, "point": [self.space.itr_us[0], self.space.dvfs_ghz[-1]], "qps": 0.0,
+               "status": "failed", "lat": None, "power": None, "reward": None, "error": reason}
+        self._rows.append(row)
+        return self._record(row, None)
+
+    def _record(self, row: dict, m: Measurement | None) -> TrialRecord:
+        return TrialRecord(row["index"], OperatingPoint(*row["point"]), row["qps"], row["status"], m,
+                           row["reward"], row["error"])
+
+    def trials(self) -> list[TrialRecord]:
+        return [self._record(r, None) for r in self._rows]
+
+    def best(self) -> Decision:
+        ok = [r for r in self._rows if r["status"] == "completed" and r["lat"] <= self.sla_us]
+        if not ok:
+            return Decision(OperatingPoint(self.space.itr_us[0], self.space.dvfs_ghz[-1]), None, False,
+                            "no trial met the SLA")
+        r = min(ok, key=lambda r: r["power"])
+        return Decision(OperatingPoint(*r["point"]), None, True, f"lowest power meeting the SLA: trial {r['index']}")
+
+    def predict(self, points: list[OperatingPoint]) -> list[Prediction]:
+        done = [r for r in self._rows if r["status"] == "completed"]
+        if not done:
+            raise ValueError("no data")
+        out = []
+        for p in points:
+            r = min(done, key=lambda r: abs(r["point"][0] - p.itr_us) / 100 + abs(r["point"][1] - p.dvfs_ghz))
+            out.append(Prediction(r["lat"] * 1.5, r["lat"] * 0.1, r["power"], 1.0, r["point"] == [p.itr_us,
+                                                                                                  p.dvfs_ghz]))
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps({"space": [list(self.space.itr_us), list(self.space.dvfs_ghz)], "sla": self.sla_us,
+                           "pct": self.percentile, "n": self.n, "seed": self.seed, "name": self.name,
+                           "rows": self._rows, "next": self._next})
+
+    @classmethod
+    def from_json(cls, text: str) -> FakeOptimizer:
+        d = json.loads(text)
+        o = cls(KnobSpace(tuple(d["space"][0]), tuple(d["space"][1])), d["sla"], d["pct"], d["n"], d["seed"],
+                d["name"])
+        o._rows = d["rows"]
+        o._next = max([r["index"] + 1 for r in o._rows], default=0)
+        return o
+
+
+class FakeOptimizers:
+    """The daemon's optimiser factory interface, building `FakeOptimizer`s."""
+
+    def __init__(self) -> None:
+        self.created = 0
+        self.loaded = 0
+
+    def create(self, space: KnobSpace, policy: Any, tuning: Any, name: str, seed: int) -> FakeOptimizer:
+        self.created += 1
+        return FakeOptimizer(space, policy.sla_us, policy.percentile, tuning.trials, seed, name)
+
+    def load(self, text: str) -> FakeOptimizer:
+        self.loaded += 1
+        return FakeOptimizer.from_json(text)
+
+
+def main(argv: list[str]) -> int:
+    """`python -m tests.daemon_fakes CONFIG`: `tuner daemon` with the fake optimiser (fast, no Ax)."""
+    from tuner.commands import daemon as cmd
+
+    return cmd.serve(argv[0], optimizers=FakeOptimizers())
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+
+def write_config(tmp: Path, *, host: str = "tests.daemon_fakes:make_file_host", options: dict | None = None,
+                 extra: str = "", trials: int = 4, sobol: int = 2, window_s: float = 0.05,
+                 listen: str | None = None, metrics: str = "127.0.0.1:0", sla_us: float = 500.0,
+                 period_s: float = 3600.0) -> Path:
+    """A daemon config under `tmp` (state in tmp/state, socket in tmp/t.sock); returns its path."""
+    opts = {"knob_file": str(tmp / "knobs.json")} if options is None else options
+    opt_lines = "\n".join(f"{k} = {json.dumps(v)}" for k, v in opts.items())
+    text = f"""
+[host]
+spec = "{host}"
+[host.options]
+{opt_lines}
+[policy]
+sla_us = {sla_us}
+percentile = 99
+[tuning]
+trials = {trials}
+sobol_trials = {sobol}
+window_s = {window_s}
+settle_s = 0
+retune_period_s = {period_s}
+load_change_pct = 20
+guardrail_margin_pct = 10
+[state]
+dir = "state"
+[grpc]
+listen = "{listen or 'unix://' + str(tmp / 't.sock')}"
+[metrics]
+listen = "{metrics}"
+{extra}
+"""
+    path = tmp / "tuner.toml"
+    path.write_text(text)
+    return path
+
+
+def wait_for(pred: Any, timeout: float = 10.0, interval: float = 0.01) -> Any:
+    """Poll `pred()` until truthy (returned) or raise AssertionError after `timeout` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s")
+        time.sleep(interval)
+
+
+class Running:
+    """An in-process daemon on a thread (context manager); `.daemon`, `.host`, `.thread`."""
+
+    def __init__(self, config_path: Path, host: Any = None, serve: bool = True) -> None:
+        import threading
+
+        from tuner.config import load_config
+        from tuner.daemon import Daemon
+
+        self.optimizers = FakeOptimizers()
+        self.daemon = Daemon(load_config(config_path), host=host, optimizers=self.optimizers, serve=serve)
+        self.daemon.start()
+        self.host = self.daemon.host
+        self.result: list[int] = []
+        self.thread = threading.Thread(target=lambda: self.result.append(self.daemon.run()), daemon=True)
+        self.thread.start()
+
+    def stop(self) -> int:
+        self.daemon.request_stop()
+        self.thread.join(10)
+        assert not self.thread.is_alive(), "daemon did not stop"
+        return self.result[0]
+
+    def __enter__(self) -> Running:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.thread.is_alive():
+            self.stop()
