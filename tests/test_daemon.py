@@ -1,0 +1,228 @@
+"""The daemon's control loop, in process (fake host and light optimiser, 50 ms windows)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+
+import pytest
+
+from actuators.host import OperatingPoint
+from tests.daemon_fakes import Running, make_file_host, wait_for, write_config
+from tuner.daemon import bounded_space, safe_corner, validate_policy
+from tuner.errors import InputError, TunerError
+from tuner.config import KnobBounds
+from tuner.state import DaemonState, StateStore, atomic_write
+
+
+def _state(tmp_path):
+    return json.loads((tmp_path / "state" / "state.json").read_text())
+
+
+def _knobs(tmp_path):
+    return json.loads((tmp_path / "knobs.json").read_text())
+
+
+def test_first_retune_persists_every_trial_and_decision_then_stop_restores(tmp_path):
+    cfg = write_config(tmp_path, sla_us=900.0)
+    with Running(cfg, serve=False) as r:
+        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        st = _state(tmp_path)
+        assert [t["index"] for t in st["trials"]] == [0, 1, 2, 3]
+        assert all(t["measurement"]["latency_us"]["99"] > 0 for t in st["trials"])
+        assert st["held"]["reason"] == "startup" and st["current_retune"] is None
+        assert (tmp_path / "state" / "experiments" / f"{st['held']['retune_id']}.json").is_file()
+        held = OperatingPoint(*st["held"]["point"])
+        assert r.host.point() == held and _knobs(tmp_path)["itr"] == held.itr_us
+        assert st["knobs_dirty"] is True
+        assert r.stop() == 0
+    k = _knobs(tmp_path)
+    assert (k["itr"], k["dvfs"], k["originals"]) == ("adaptive", "schedutil", None)
+    assert _state(tmp_path)["knobs_dirty"] is False
+
+
+def test_guardrail_reverts_within_one_window_when_load_jumps(tmp_path):
+    # a high SLA makes the first decision a slow (cheap) point; then the load triples
+    cfg = write_config(tmp_path, sla_us=2000.0, window_s=0.05)
+    with Running(cfg, serve=False) as r:
+        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        before = r.host.point()
+        windows = r.host.measure_count
+        r.host.set_offered_qps(900_000.0)
+        wait_for(lambda: r.daemon.status()["guardrail_reverts_total"] >= 1, timeout=5)
+        # the revert happened at the end of the first window measured at the new load
+        assert r.host.measure_count - windows <= 2
+        st = _state(tmp_path)
+        revert = [d for d in st["decisions"] if d["reason"] == "guardrail"][0]
+        assert revert["qps"] == 900_000.0
+        assert OperatingPoint(*revert["point"]) != before
+        # nothing was measured good at >= 900k QPS, so it fell back to the safe corner
+        assert OperatingPoint(*revert["point"]) == safe_corner(r.daemon.space)
+        assert r.daemon.metrics.reverts._value.get() >= 1
+        # and the load trigger starts a retune for the new band
+        wait_for(lambda: st_reason(tmp_path, "load"), timeout=5)
+
+
+def st_reason(tmp_path, reason):
+    return any(d["reason"] == reason for d in _state(tmp_path)["decisions"])
+
+
+def test_fallback_prefers_last_point_known_good_at_this_load(tmp_path):
+    cfg = write_config(tmp_path, sla_us=2000.0)
+    with Running(cfg, serve=False) as r:
+        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        good = OperatingPoint(100, 2.9)
+        m = r.daemon.state.good_points
+        m.append({"point": [good.itr_us, good.dvfs_ghz], "qps": 300_000.0, "sla_us": 2000.0, "percentile": 99.0,
+                  "measurement": {"latency_us": {"99": 400.0}, "offered_qps": 300_000.0}, "time": 0})
+        assert r.daemon.fallback_point(250_000.0, exclude=None)[0] == good
+        # not good enough for a higher load, nor when it is the point that just failed
+        assert r.daemon.fallback_point(400_000.0, exclude=None)[0] == safe_corner(r.daemon.space)
+        assert r.daemon.fallback_point(250_000.0, exclude=good)[0] != good
+
+
+def test_load_change_triggers_retune_but_small_drift_does_not(tmp_path):
+    cfg = write_config(tmp_path, sla_us=5000.0)
+    with Running(cfg, serve=False) as r:
+        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        r.host.set_offered_qps(110_000.0)  # +10 % < 20 % band
+        n = r.host.measure_count
+        wait_for(lambda: r.host.measure_count >= n + 5)
+        assert r.daemon.status()["state"] == "holding" and not st_reason(tmp_path, "load")
+        r.host.set_offered_qps(50_000.0)   # -50 %
+        wait_for(lambda: st_reason(tmp_path, "load"), timeout=5)
+        assert r.daemon.status()["tuned_qps"] == pytest.approx(50_000.0)
+        assert r.daemon.metrics.retunes.labels(reason="load")._value.get() == 1
+
+
+def test_retune_request_and_schedule(tmp_path):
+    cfg = write_config(tmp_path, sla_us=5000.0, period_s=1.0)
+    with Running(cfg, serve=False) as r:
+        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        ok, _ = r.daemon.request_retune("rpc")
+        assert ok
+        wait_for(lambda: st_reason(tmp_path, "rpc"), timeout=5)
+        wait_for(lambda: st_reason(tmp_path, "schedule"), timeout=5)
+
+
+def test_sighup_reload_keeps_old_config_when_invalid_and_applies_valid(tmp_path, caplog):
+    cfg = write_config(tmp_path, sla_us=5000.0)
+    with Running(cfg, serve=False) as r:
+        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        good = cfg.read_text()
+        cfg.write_text(good.replace("sla_us = 5000.0", "sla_us = -1").replace("trials = 4", "trials = \"x\""))
+        with caplog.at_level("ERROR", logger="tuner.daemon"):
+            r.daemon.request_reload()
+            wait_for(lambda: sum("reload rejected" in m for m in caplog.messages) >= 2)
+        assert r.daemon.policy().sla_us == 5000.0
+        assert any("tuner.toml:7: policy.sla_us: expected a value > 0, got -1" in m for m in caplog.messages)
+        assert any("tuner.toml:10: tuning.trials: expected an integer" in m for m in caplog.messages)
+        cfg.write_text(good.replace("sla_us = 5000.0", "sla_us = 3000.0"))
+        r.daemon.request_reload()
+        wait_for(lambda: st_reason(tmp_path, "config"), timeout=5)
+        assert r.daemon.policy().sla_us == 3000.0
+
+
+def test_set_policy_validates_and_retunes(tmp_path):
+    cfg = write_config(tmp_path, sla_us=5000.0)
+    with Running(cfg, serve=False) as r:
+        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        for bad in ({"sla_us": float("nan")}, {"sla_us": -3.0}, {"percentile": 42.0}, {"reward": "money"}):
+            with pytest.raises(InputError):
+                r.daemon.set_policy(bad.get("sla_us"), bad.get("percentile"), bad.get("reward"))
+        p = r.daemon.set_policy(800.0, 99.9, None)
+        assert (p.sla_us, p.percentile) == (800.0, 99.9)
+        wait_for(lambda: st_reason(tmp_path, "policy"), timeout=5)
+        assert _state(tmp_path)["policy_override"]["sla_us"] == 800.0
+
+
+def test_stop_mid_retune_abandons_trial_and_restart_resumes_without_loss(tmp_path):
+    cfg = write_config(tmp_path, trials=30, sobol=2, window_s=0.05)
+    r = Running(cfg, serve=False)
+    wait_for(lambda: len(_state(tmp_path).get("trials", [])) >= 3)
+    assert r.stop() == 0
+    st = _state(tmp_path)
+    done = [t["index"] for t in st["trials"]]
+    assert st["current_retune"] is not None and len(json.loads(st["current_retune"]["optimizer"])["rows"]) == len(done)
+    assert _knobs(tmp_path)["originals"] is None  # restored
+    r2 = Running(cfg, serve=False)
+    try:
+        wait_for(lambda: len(_state(tmp_path)["trials"]) >= len(done) + 2)
+        st2 = _state(tmp_path)
+        assert [t["index"] for t in st2["trials"]][: len(done)] == done   # nothing lost, no index reused
+        assert st2["current_retune"]["id"] == st["current_retune"]["id"]
+        assert r2.optimizers.loaded == 1 and r2.optimizers.created == 0
+    finally:
+        r2.stop()
+
+
+def test_restart_undoes_dead_runs_knob_writes_first(tmp_path):
+    cfg = write_config(tmp_path)
+    host = make_file_host(str(tmp_path / "knobs.json"))
+    host.set_itr(300)  # a "previous run" wrote the knobs and died
+    store = StateStore(tmp_path / "state")
+    store.ensure()
+    store.save(DaemonState(knobs_dirty=True))
+    order: list[str] = []
+    h2 = make_file_host(str(tmp_path / "knobs.json"))
+    orig_restore, orig_set = h2.restore, h2.set_itr
+    h2.restore = lambda: (order.append("restore"), orig_restore())[1]
+    h2.set_itr = lambda v: (order.append("set_itr"), orig_set(v))[1]
+    with Running(cfg, host=h2, serve=False) as r:
+        wait_for(lambda: "set_itr" in order)
+        assert order[0] == "restore"
+        r.stop()
+
+
+def test_atomic_write_never_leaves_partial_file(tmp_path):
+    p = tmp_path / "s.json"
+    atomic_write(p, b"old")
+
+    class Boom(bytes):
+        pass
+
+    with pytest.raises(TypeError):
+        atomic_write(p, None)  # type: ignore[arg-type]  # fails mid-write
+    assert p.read_bytes() == b"old"
+    assert [x.name for x in tmp_path.iterdir()] == ["s.json"]
+
+
+def test_corrupt_state_is_a_clear_error(tmp_path):
+    (tmp_path / "state.json").write_text("{not json")
+    with pytest.raises(TunerError, match="corrupt state"):
+        StateStore(tmp_path).load()
+
+
+def test_bounds_and_policy_helpers():
+    from tests.fakes import FakeHost
+
+    space = FakeHost().knobs()
+    b = bounded_space(space, KnobBounds(itr_us=(10, 20), dvfs_ghz=(2.0, 2.5)))
+    assert b.itr_us == (10, 12, 14, 16, 18, 20) and b.dvfs_ghz == (2.0, 2.1, 2.2, 2.3, 2.4, 2.5)
+    with pytest.raises(TunerError, match="knobs.itr_us"):
+        bounded_space(space, KnobBounds(itr_us=(5000, 6000)))
+    assert validate_policy(500, 99, "energy").percentile == 99.0
+    with pytest.raises(InputError, match="percentile"):
+        validate_policy(500, True, "energy")
+
+
+def test_sdnotify_sends_ready_and_watchdog_to_abstract_socket():
+    import socket
+
+    from tuner.sdnotify import Notifier
+
+    name = f"tuner-test-{os.getpid()}-{threading.get_ident()}"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as srv:
+        srv.bind("\0" + name)
+        srv.settimeout(2)
+        n = Notifier({"NOTIFY_SOCKET": "@" + name, "WATCHDOG_USEC": "2000000", "WATCHDOG_PID": str(os.getpid())})
+        assert n.enabled and n.watchdog_s == 2.0
+        assert n.ready("ok") and n.watchdog() and n.stopping()
+        assert srv.recv(100) == b"READY=1\nSTATUS=ok"
+        assert srv.recv(100) == b"WATCHDOG=1"
+        assert srv.recv(100) == b"STOPPING=1"
+    off = Notifier({})
+    assert not off.enabled and off.ready() is False and off.watchdog_s is None
+    assert Notifier({"NOTIFY_SOCKET": "@x", "WATCHDOG_USEC": "5", "WATCHDOG_PID": "1"}).watchdog_s is None
