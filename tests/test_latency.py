@@ -1,0 +1,504 @@
+"""Latency sources: histogram CIs, the open-loop prober against a real memcached, Prometheus, hooks."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+import numpy as np
+import pytest
+
+from actuators.host import PERCENTILES
+from actuators.latency_sources import CommandLatency, ExternalWindow, FileLatency, PrometheusLatency, parse_hook_json
+from actuators.memcached_proto import MemcachedClient
+from actuators.prober import (
+    ClientSettings,
+    Prober,
+    ProberConfig,
+    ProbeWindow,
+    histogram_quantiles,
+    new_histogram,
+    read_client_settings,
+    record_ns,
+)
+from actuators.qps import MemcachedStatsQps
+from actuators.sensors import LatencySource
+from memcached_server import memcached  # noqa: F401  (fixture)
+from tuner.errors import HostError
+from tuner.stats import quantile_with_ci
+
+WINDOW_S = 0.3
+
+
+def _prober_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "tuner-prober"]
+
+
+# -- histogram path: CIs from order statistics ------------------------------------------------------
+def test_histogram_ci_contains_the_sample_ci():
+    # The histogram CI must contain the exact-sample CI (bucket edges only ever widen it).
+    rng = np.random.default_rng(3)
+    x = (rng.exponential(50_000, size=3000) + 10_000).astype(np.int64)  # ns
+    hist = new_histogram()
+    for v in x:
+        record_ns(hist, int(v))
+    n, values, cis = histogram_quantiles(hist, PERCENTILES, unit_per_value=1.0)
+    assert n == 3000
+    for pct in PERCENTILES:
+        est, lo, hi = quantile_with_ci(x, pct / 100)
+        hlo, hhi = cis[pct]
+        assert hlo <= lo and hi <= hhi
+        assert hhi <= hi * 1.001 and hlo >= lo * 0.999  # ...by at most one bucket (0.1 %)
+        assert values[pct] == pytest.approx(est, rel=1e-3)
+        assert hlo <= values[pct] <= hhi
+    assert [values[p] for p in PERCENTILES] == sorted(values[p] for p in PERCENTILES)
+
+
+@pytest.mark.parametrize("q,n", [(0.99, 1500), (0.5, 300)])
+def test_histogram_ci_covers_true_quantile(q, n):
+    # Exponential with mean 100 µs: the true quantile is -100 ln(1-q) µs; 95 % CIs must cover it
+    # in >= ~92 % of 150 independent windows.
+    rng = np.random.default_rng(17)
+    truth_us = -100.0 * math.log(1 - q)
+    covered, runs = 0, 150
+    for _ in range(runs):
+        hist = new_histogram()
+        for v in rng.exponential(100_000, size=n):
+            record_ns(hist, int(v))
+        _, _, cis = histogram_quantiles(hist, [q * 100])
+        lo, hi = cis[q * 100]
+        covered += lo <= truth_us <= hi
+    assert covered / runs >= 0.92
+
+
+def test_histogram_empty_and_clamped():
+    with pytest.raises(ValueError, match="empty"):
+        histogram_quantiles(new_histogram())
+    hist = new_histogram()
+    record_ns(hist, 10**12)  # 1000 s: clamped to the 60 s ceiling rather than dropped
+    record_ns(hist, 0)
+    assert hist.get_total_count() == 2
+
+
+# -- client settings (fake sysfs, read-only) --------------------------------------------------------
+def _fake_cpu_tree(root, governor="powersave", c6_disabled=False):
+    cpu = root / "sys/devices/system/cpu"
+    for c in (0, 1):
+        (cpu / f"cpu{c}/cpufreq").mkdir(parents=True)
+        (cpu / f"cpu{c}/cpufreq/scaling_governor").write_text(governor + "\n")
+        (cpu / f"cpu{c}/cpufreq/scaling_driver").write_text("intel_pstate\n")
+        for i, (name, lat) in enumerate([("POLL", 0), ("C1", 2), ("C1E", 10), ("C6", 133)]):
+            d = cpu / f"cpu{c}/cpuidle/state{i}"
+            d.mkdir(parents=True)
+            (d / "name").write_text(name + "\n")
+            (d / "latency").write_text(f"{lat}\n")
+            (d / "disable").write_text("1\n" if (name == "C6" and c6_disabled) else "0\n")
+    (cpu / "cpuidle").mkdir()
+    (cpu / "cpuidle/current_driver").write_text("intel_idle\n")
+    (cpu / "cpuidle/current_governor_ro").write_text("menu\n")
+    (cpu / "intel_pstate").mkdir()
+    (cpu / "intel_pstate/no_turbo").write_text("0\n")
+    (root / "proc").mkdir()
+    (root / "proc/cmdline").write_text("ro quiet intel_idle.max_cstate=6 nohz=on root=/dev/sda1\n")
+
+
+def test_client_settings_from_fake_sysfs(tmp_path):
+    _fake_cpu_tree(tmp_path)
+    s = read_client_settings(tmp_path, cpus=[0, 1])
+    assert s.governors == {0: "powersave", 1: "powersave"}
+    assert s.cpufreq_driver == "intel_pstate" and s.boost == "1"
+    assert (s.idle_driver, s.idle_governor) == ("intel_idle", "menu")
+    assert [st.name for st in s.idle_states] == ["POLL", "C1", "C1E", "C6"]
+    assert s.cmdline_flags == ("intel_idle.max_cstate=6", "nohz=on")
+    warns = s.warnings()
+    assert any("powersave" in w for w in warns) and any("C6 (133 µs)" in w for w in warns)
+    json.dumps(s.as_dict())  # doctor --json
+    assert any("governor powersave" in line for line in s.lines())
+
+
+def test_client_settings_tuned_has_no_warnings(tmp_path):
+    _fake_cpu_tree(tmp_path, governor="performance", c6_disabled=True)
+    s = read_client_settings(tmp_path, cpus=[0, 1])
+    assert s.warnings() == []
+    assert "C6(133µs, off)" in s.lines()[2]
+
+
+def test_client_settings_missing_tree(tmp_path):
+    s = read_client_settings(tmp_path, cpus=[0])
+    assert s.governors == {0: None} and s.idle_states == () and s.warnings() == []
+
+
+def test_client_settings_of_this_machine_read_only():
+    s = read_client_settings("/")
+    assert isinstance(s, ClientSettings) and s.cpus == tuple(sorted(os.sched_getaffinity(0)))
+
+
+# -- the prober against a real memcached ------------------------------------------------------------
+def _window(prober: Prober, seconds: float = WINDOW_S) -> ProbeWindow:
+    prober.begin()
+    time.sleep(seconds)  # the measurement window itself, not synchronisation
+    return prober.end()
+
+
+def test_prober_window_counts_and_ordered_percentiles(memcached):
+    stats = MemcachedStatsQps(memcached.address)
+    prober = Prober(target=memcached.address, rate_hz=200, settings_root=None)
+    assert isinstance(prober, LatencySource)
+    try:
+        w = _window(prober)
+        gets_before = stats.snapshot().counters["cmd_get"]
+        w2 = _window(prober)
+        gets_after = stats.snapshot().counters["cmd_get"]
+    finally:
+        prober.close()
+        stats.close()
+    for win in (w, w2):
+        assert isinstance(win, ProbeWindow)
+        # open loop: exactly one request per 5 ms slot of the window, all answered
+        assert win.requests == win.intended == math.ceil(win.seconds * 200 - 1e-9)
+        assert abs(win.requests - 200 * WINDOW_S) <= 3
+        vals = [win.latency_us[p] for p in PERCENTILES]
+        assert vals == sorted(vals) and 0 < vals[0] < 500_000
+        for p in PERCENTILES:
+            lo, hi = win.latency_ci_us[p]
+            assert lo <= win.latency_us[p] <= hi
+        assert win.ci_achieved[50.0] and not win.ci_achieved[99.9]  # 60 samples cannot bound p99.9
+        assert win.timeouts == win.incomplete == win.misses == 0
+    assert gets_after - gets_before == w2.requests  # every probe is a real memcached get
+
+
+def test_begin_resets_the_window(memcached):
+    prober = Prober(target=memcached.address, rate_hz=200, settings_root=None)
+    try:
+        _window(prober, 0.3)
+        w = _window(prober, 0.05)
+    finally:
+        prober.close()
+    # ~10 from the 50 ms window (more only if the sleep overshoots), none carried over from the 300 ms one
+    assert w.requests == w.intended == math.ceil(w.seconds * 200 - 1e-9)
+    assert w.requests < 30
+
+
+def test_close_stops_the_thread_and_is_idempotent(memcached):
+    prober = Prober(target=memcached.address, rate_hz=500, settings_root=None)
+    prober.begin()
+    assert len(_prober_threads()) == 1
+    prober.close()
+    prober.close()
+    assert _prober_threads() == []
+    with pytest.raises(HostError, match="closed"):
+        prober.begin()
+
+
+def test_end_without_begin(memcached):
+    prober = Prober(target=memcached.address, settings_root=None)
+    with pytest.raises(HostError, match="without begin"):
+        prober.end()
+    prober.close()
+
+
+def test_sets_in_the_mix(memcached):
+    stats = MemcachedStatsQps(memcached.address)
+    prober = Prober(target=memcached.address, rate_hz=200, set_every=4, keys=4, settings_root=None)
+    try:
+        prober.begin()  # seeds 4 keys first
+        before = stats.snapshot().counters["cmd_set"]
+        time.sleep(0.2)
+        w = prober.end()
+        sets = stats.snapshot().counters["cmd_set"] - before
+    finally:
+        prober.close()
+        stats.close()
+    assert sets == w.requests // 4
+
+
+def test_unreachable_target_is_a_one_line_error():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        prober = Prober(target=f"127.0.0.1:{port}", timeout_s=0.3, settings_root=None)
+        with pytest.raises(HostError, match=rf"memcached 127\.0\.0\.1:{port}: cannot connect") as e:
+            prober.begin()
+        assert "\n" not in str(e.value)
+        prober.close()
+    assert _prober_threads() == []
+
+
+def test_server_dying_mid_window_fails_the_window(memcached):
+    prober = Prober(target=memcached.address, rate_hz=200, timeout_s=0.3, settings_root=None)
+    try:
+        prober.begin()
+        memcached.stop()
+        time.sleep(0.1)  # window duration: ~20 probes go to a dead server
+        with pytest.raises(HostError, match=rf"memcached {memcached.address}: \d+ of \d+ probe requests failed"):
+            prober.end()
+    finally:
+        prober.close()
+    assert _prober_threads() == []
+
+
+def test_stall_is_not_hidden_by_coordinated_omission(memcached):
+    # Freeze memcached for 150 ms inside a 400 ms window. A closed-loop client would record ONE slow
+    # sample; the open-loop schedule charges every request intended during the stall, so ~1/3 of the
+    # 80 samples are slow and p90 is tens of ms.
+    prober = Prober(target=memcached.address, rate_hz=200, timeout_s=2.0, settings_root=None)
+    try:
+        prober.begin()
+        time.sleep(0.1)
+        os.kill(memcached.process.pid, signal.SIGSTOP)
+        try:
+            time.sleep(0.15)  # the stall being measured
+        finally:
+            os.kill(memcached.process.pid, signal.SIGCONT)
+        time.sleep(0.15)
+        w = prober.end()
+    finally:
+        prober.close()
+    assert w.requests == w.intended == math.ceil(w.seconds * 200 - 1e-9)  # no sample lost to the stall
+    assert w.requests >= 79 and w.timeouts == 0
+    assert w.latency_us[90.0] > 30_000
+    assert w.latency_us[99.0] > 100_000
+    assert w.send_lag_max_us > 50_000  # the backlog went out late, and is reported as such
+
+
+def test_config_validation():
+    with pytest.raises(HostError, match="rate"):
+        ProberConfig(rate_hz=0)
+    with pytest.raises(HostError, match="memcached address"):
+        ProberConfig(target="host:xx")
+
+
+# -- Prometheus ------------------------------------------------------------------------------------
+QUERY = "histogram_quantile({q}, sum(rate(app_latency_seconds_bucket[{window}])) by (le))"
+
+
+def _vector(value: str, series: int = 1) -> dict:
+    return {"status": "success", "data": {"resultType": "vector",
+            "result": [{"metric": {}, "value": [1700000000.0, value]}] * series}}
+
+
+class _Prom:
+    """A tiny Prometheus stand-in on 127.0.0.1: `reply(query) -> (status, body)`; records requests."""
+
+    def __init__(self, reply):
+        self.reply = reply
+        self.seen: list[dict] = []
+        self.release = threading.Event()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                url = urlsplit(self.path)
+                params = {k: v[0] for k, v in parse_qs(url.query).items()}
+                outer.seen.append({"path": url.path, **params})
+                status, body = outer.reply(params.get("query", ""))
+                if status == "hang":
+                    outer.release.wait(5)
+                    return
+                data = body if isinstance(body, bytes) else json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def prom():
+    servers = []
+
+    def make(reply):
+        servers.append(_Prom(reply))
+        return servers[-1]
+
+    yield make
+    for s in servers:
+        s.close()
+
+
+def test_prometheus_percentiles_and_count(prom):
+    def reply(query):
+        if query.startswith("sum(increase"):
+            return 200, _vector("1234.6")
+        q = float(query.split("(", 1)[1].split(",", 1)[0])
+        return 200, _vector(str(q * 0.001))  # p-quantile = q ms, in seconds
+
+    server = prom(reply)
+    clock = iter([1000.0, 1001.5])
+    src = PrometheusLatency(server.url + "/", QUERY, count_query="sum(increase(app_latency_seconds_count[{window}]))",
+                            clock=lambda: next(clock))
+    assert isinstance(src, LatencySource)
+    src.begin()
+    w = src.end()
+    assert isinstance(w, ExternalWindow) and not w.ci_known
+    assert w.latency_us == {p: pytest.approx(p / 100 * 1000) for p in PERCENTILES}
+    assert w.latency_ci_us[99.0] == (w.latency_us[99.0], w.latency_us[99.0])
+    assert w.requests == 1235 and w.seconds == 1.5
+    first = server.seen[0]
+    assert first["path"] == "/api/v1/query" and first["time"] == "1001.500"
+    assert first["query"] == QUERY.format(q="0.5", window="1500ms")
+    assert {s["query"].split(",")[0] for s in server.seen} >= {"histogram_quantile(0.999"}
+
+
+@pytest.mark.parametrize(
+    "status,body,match",
+    [
+        (400, {"status": "error", "errorType": "bad_data", "error": "parse error at char 5"},
+         "HTTP 400: bad_data: parse error at char 5"),
+        (503, b"<html>down</html>", "HTTP 503"),
+        (200, {"status": "success", "data": {"resultType": "vector", "result": []}}, "no series"),
+        (200, _vector("NaN"), "NaN"),
+        (200, _vector("+Inf"), "not a finite latency"),
+        (200, _vector("0.1", series=3), "3 series"),
+        (200, b"not json", "not JSON"),
+        (200, {"status": "success", "data": {"resultType": "matrix", "result": []}}, "resultType 'matrix'"),
+    ],
+)
+def test_prometheus_errors(prom, status, body, match):
+    server = prom(lambda q: (status, body))
+    src = PrometheusLatency(server.url, QUERY)
+    src.begin()
+    with pytest.raises(HostError, match=match) as e:
+        src.end()
+    assert server.url in str(e.value) and "\n" not in str(e.value)
+
+
+def test_prometheus_unreachable_and_timeout(prom):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+        src = PrometheusLatency(url, QUERY, timeout_s=0.5)
+        src.begin()
+        with pytest.raises(HostError, match=rf"Prometheus {url}: cannot connect"):
+            src.end()
+    server = prom(lambda q: ("hang", None))
+    src = PrometheusLatency(server.url, QUERY, timeout_s=0.2)
+    src.begin()
+    t0 = time.monotonic()
+    with pytest.raises(HostError, match="timed out"):
+        src.end()
+    assert time.monotonic() - t0 < 2
+
+
+def test_prometheus_config_errors():
+    with pytest.raises(HostError, match="http"):
+        PrometheusLatency("file:///etc/passwd", QUERY)
+    with pytest.raises(HostError, match=r"\{q\}"):
+        PrometheusLatency("http://127.0.0.1:9090", "up")
+
+
+# -- hooks -----------------------------------------------------------------------------------------
+GOOD = {"requests": 500, "p50": 40, "p90": 55.5, "p95": 60, "p99": 90, "p99.9": 150}
+
+
+def test_hook_json_good_and_ci():
+    w = parse_hook_json(json.dumps(GOOD), "hook")
+    assert w.latency_us[99.9] == 150.0 and w.requests == 500 and not w.ci_known
+    ci = {k: [v * 0.9, v * 1.1] for k, v in GOOD.items() if k != "requests"}
+    w = parse_hook_json(json.dumps({**GOOD, "ci": ci, "extra": "ignored"}), "hook")
+    assert w.ci_known and w.latency_ci_us[99.0] == pytest.approx((81.0, 99.0))
+
+
+@pytest.mark.parametrize(
+    "doc,match",
+    [
+        ("oops", "not JSON"),
+        ("[1, 2]", "expected a JSON object"),
+        ({k: v for k, v in GOOD.items() if k != "p95"}, "missing 'p95'"),
+        ({**GOOD, "requests": True}, "'requests' must be an integer"),
+        ({**GOOD, "requests": -1}, "'requests' must be an integer"),
+        ({**GOOD, "p50": "40"}, "'p50' must be a finite number"),
+        ({**GOOD, "p99": -5}, "'p99' must be a finite number"),
+        ({**GOOD, "p90": 100}, "must not decrease: p90=100 > p95=60"),
+        ({**GOOD, "p999": 1}, "unknown percentile key 'p999'"),
+        ({**GOOD, "ci": {"p99": [95, 99]}}, r"ci.p99 \[95, 99\] does not contain p99=90"),
+        ({**GOOD, "ci": {"p98": [1, 2]}}, "ci key 'p98'"),
+        ({**GOOD, "ci": {"p99": 3}}, "must be \\[lo, hi\\]"),
+        ({**GOOD, "window_end_unix": 10.0}, "stale result"),
+    ],
+)
+def test_hook_json_bad(doc, match):
+    text = doc if isinstance(doc, str) else json.dumps(doc)
+    with pytest.raises(HostError, match=match) as e:
+        parse_hook_json(text, "hook command 'x'", not_before_unix=100.0)
+    assert str(e.value).startswith("hook command 'x': ") and "\n" not in str(e.value)
+
+
+def _py(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def test_command_hook_gets_the_window_in_its_environment():
+    code = ("import json, os; s = float(os.environ['TUNER_WINDOW_SECONDS']); "
+            f"d = {GOOD!r}; d['requests'] = int(s * 1000); print(json.dumps(d))")
+    clock = iter([time.time(), time.time() + 2.0])
+    src = CommandLatency(_py(code), clock=lambda: next(clock))
+    assert isinstance(src, LatencySource)
+    src.begin()
+    w = src.end()
+    assert w.requests == 2000 and w.latency_us[50.0] == 40.0
+
+
+@pytest.mark.parametrize(
+    "argv,timeout,match",
+    [
+        (_py("import sys; print('boom', file=sys.stderr); sys.exit(3)"), 10, "exited with status 3: boom"),
+        (_py("print('hello')"), 10, "not JSON"),
+        (_py("import time; time.sleep(10)"), 0.3, "did not finish within 0.3 s"),
+        (["/nonexistent/hook"], 10, "not found"),
+    ],
+)
+def test_command_hook_errors(argv, timeout, match):
+    src = CommandLatency(argv, timeout_s=timeout)
+    src.begin()
+    t0 = time.monotonic()
+    with pytest.raises(HostError, match=match):
+        src.end()
+    assert time.monotonic() - t0 < 5
+
+
+def test_command_hook_refuses_a_shell_string():
+    with pytest.raises(HostError, match="argv list"):
+        CommandLatency("echo {} | cat")
+
+
+def test_file_hook_fresh_and_stale(tmp_path):
+    path = tmp_path / "latency.json"
+    src = FileLatency(path)
+    src.begin()
+    with pytest.raises(HostError, match="does not exist"):
+        src.end()
+    path.write_text(json.dumps(GOOD))
+    os.utime(path, (time.time() - 3600, time.time() - 3600))  # written an hour ago
+    src.begin()
+    with pytest.raises(HostError, match="stale: not modified since the window began"):
+        src.end()
+    src.begin()
+    path.write_text(json.dumps({**GOOD, "window_end_unix": time.time() + 1}))
+    assert src.end().latency_us[99.0] == 90.0
+    old = FileLatency(path, require_fresh=False)
+    os.utime(path, (0, 0))
+    old.begin()
+    assert old.end().requests == 500
