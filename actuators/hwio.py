@@ -231,13 +231,14 @@ class Transaction:
         self.io = io
         self.store = store
         self._undo: list[Setting] = []
+        self._new_keys: set[tuple[str, str, int]] = set()
 
     def write(self, setting: Setting) -> None:
         before = self.io.read(setting)
         if before.value == setting.value:
             return  # already so: no write, nothing to undo or remember
-        if self.store is not None and not self.io.dry_run:
-            self.store.remember(before)
+        if self.store is not None and not self.io.dry_run and self.store.remember(before):
+            self._new_keys.add(before.key)
         self.io.apply(setting)  # a write the kernel refused changed nothing: no undo entry for it
         self._undo.append(before)
 
@@ -262,4 +263,6 @@ class Transaction:
         errors = [] if self.io.dry_run else self.rollback()
         if errors:
             raise HostError(f"{exc}; rollback also failed: {errors[0]}") from exc
+        if self.store is not None and self._new_keys:
+            self.store.forget(self._new_keys)  # fully undone: these originals are current values again
         return False

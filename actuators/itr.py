@@ -143,7 +143,11 @@ class NicItr:
                 raise KnobRangeError(
                     f"ITR {itr_us!r} µs is not supported by {ifname} (driver {prof.driver}): expected "
                     f"{prof.min_us}..{prof.max_us} in steps of {prof.step_us}")
-            current = self.io.get_coalesce(ifname)
+            current = self.io.get_coalesce(ifname)  # EOPNOTSUPP here names the driver
+            if not prof.verified and not self.force:
+                raise HostError(
+                    f"NIC {ifname} (driver {prof.driver}) has no verified ITR profile (known: "
+                    f"{', '.join(sorted(PROFILES))}); pass --force to try static rx-usecs on it anyway")
             if prof.lro_unsafe_below_us is not None and itr_us < prof.lro_unsafe_below_us and not self.force:
                 if self.io.require_nic().lro_enabled(ifname):
                     raise KnobRangeError(

@@ -216,8 +216,13 @@ def discover_meter(io: HardwareIO, prefer: str = "auto", max_power: float | None
     if prefer not in ("auto", "powercap", "msr"):
         raise HostError(f"energy source {prefer!r}: expected auto, powercap or msr")
     counters = powercap_counters(io) if prefer in ("auto", "powercap") else []
-    if not counters and prefer in ("auto", "msr"):
+    if not counters and prefer == "msr":
         counters = msr_counters(io)
+    elif not counters and prefer == "auto":
+        try:
+            counters = msr_counters(io)
+        except HostError as exc:
+            raise HostError(f"no powercap intel-rapl zone under {io.path(POWERCAP)} and no energy MSR ({exc})") from None
     if not counters:
         raise HostError(f"no RAPL powercap zone under {io.path(POWERCAP)} (load intel_rapl_common / "
                         f"rapl) and energy MSRs not requested")

@@ -117,8 +117,11 @@ def test_einval_from_driver(tmp_path):
     nic.add("eth1", rx_usecs=1)
     nic.fail_set["eth1"] = errno.EINVAL
     io, store = setup(tmp_path, {"eth1": "mlx5_core"}, nic)
-    with pytest.raises(HostError, match=r"NIC eth1 \(driver mlx5_core\) rejected the coalescing values"):
+    with pytest.raises(HostError, match=r"NIC eth1 \(driver mlx5_core\) has no verified ITR profile .*--force"):
         set_itr(io, store, NicItr(io, ("eth1",)), 40)
+    assert nic.set_calls == []
+    with pytest.raises(HostError, match=r"NIC eth1 \(driver mlx5_core\) rejected the coalescing values"):
+        set_itr(io, store, NicItr(io, ("eth1",), force=True), 40)
     assert nic.coalesce["eth1"][RX_USECS] == 1
 
 
