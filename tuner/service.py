@@ -189,8 +189,13 @@ def make_servicer(daemon: Any) -> Any:
     return TunerServicer()
 
 
+#: Services open without a token: health probes, and reflection (it only serves the public .proto schema).
+_OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.v1alpha.ServerReflection/",
+                  "/grpc.reflection.v1.ServerReflection/")
+
+
 class _TokenInterceptor(grpc.ServerInterceptor):
-    """Requires `authorization: Bearer <token>` (constant-time compare) on everything but health checks."""
+    """Requires `authorization: Bearer <token>` (constant-time compare) on the Tuner API."""
 
     def __init__(self, token: bytes) -> None:
         self._expected = b"Bearer " + token
@@ -203,7 +208,7 @@ class _TokenInterceptor(grpc.ServerInterceptor):
         self._deny_bidi = grpc.stream_stream_rpc_method_handler(deny)
 
     def intercept_service(self, continuation: Any, details: Any) -> Any:
-        if details.method.startswith("/grpc.health.v1.Health/"):
+        if details.method.startswith(_OPEN_PREFIXES):
             return continuation(details)
         given = b""
         for key, value in details.invocation_metadata or ():
