@@ -134,7 +134,7 @@ class TraceParser:
         *,
         skip_bad: bool = False,
         tolerance_s: float = DEFAULT_TOLERANCE_S,
-        chunk_bytes: int = 1 << 22,
+        chunk_bytes: int = 1 << 20,
     ) -> None:
         if not tolerance_s >= 0:
             raise ValueError(f"tolerance_s must be >= 0, got {tolerance_s}")
