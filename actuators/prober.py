@@ -212,6 +212,47 @@ def _cpu_list(cpus: tuple[int, ...]) -> str:
     return ",".join(map(str, cpus)) if cpus else "none"
 
 
+# -- where the probes go --------------------------------------------------------------------------
+def local_path_reason(address: MemcachedAddress, local_ips: Iterable[str] | None = None) -> str | None:
+    """Why probes to `address` would never cross a NIC, or None when they do (as far as we can tell).
+
+    Linux delivers traffic to *any* address of this host over `lo` -- not just 127.0.0.1 -- so a
+    prober targeting the host's own eth0 address still bypasses the NIC and its interrupt throttling.
+    """
+    import ipaddress
+    import socket
+
+    if address.path is not None:
+        return f"{address} is a unix socket"
+    try:
+        infos = socket.getaddrinfo(address.host, address.port, type=socket.SOCK_STREAM)
+    except OSError:
+        return None  # cannot resolve here: cannot tell
+    if local_ips is None:
+        import psutil
+
+        local_ips = [a.address for addrs in psutil.net_if_addrs().values() for a in addrs
+                     if a.family in (socket.AF_INET, socket.AF_INET6)]
+    local = {ip.split("%", 1)[0] for ip in local_ips}
+    for info in infos:
+        ip = str(info[4][0]).split("%", 1)[0]
+        if ipaddress.ip_address(ip).is_loopback:
+            return f"{address} resolves to loopback {ip}"
+        if ip in local:
+            return f"{address} is an address of this host ({ip}; Linux routes it over lo)"
+    return None
+
+
+def target_warning(address: MemcachedAddress, local_ips: Iterable[str] | None = None) -> str | None:
+    """A warning when the prober cannot see NIC-side delay (ITR), with the fix; None when it can."""
+    reason = local_path_reason(address, local_ips)
+    if reason is None:
+        return None
+    return (f"prober target {reason}: probes never cross the NIC, so they miss interrupt-throttling (ITR) "
+            "delay and the tuner would see large ITR as free; run the prober on a client machine "
+            "(target this host's NIC address) or use the prometheus/hook latency source")
+
+
 # -- the prober ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ProberConfig:
@@ -370,6 +411,11 @@ class Prober:
             thread.join(timeout=self.config.timeout_s + 2.0)
             if thread.is_alive():
                 raise HostError("prober thread did not stop within its timeout")
+
+    def warnings(self) -> list[str]:
+        """What limits this prober's view: a target that bypasses the NIC, client-side settings."""
+        out = [w] if (w := target_warning(self.address)) else []
+        return out + (self.settings.warnings() if self.settings is not None else [])
 
     # -- internals --------------------------------------------------------------------------------
     def _intended(self, k: int) -> int:

@@ -502,3 +502,32 @@ def test_file_hook_fresh_and_stale(tmp_path):
     os.utime(path, (0, 0))
     old.begin()
     assert old.end().requests == 500
+
+
+# -- does the probe path cross a NIC? ---------------------------------------------------------------
+@pytest.mark.parametrize(
+    "target,local,bypasses",
+    [
+        ("127.0.0.1:11211", [], True),
+        ("[::1]:11211", [], True),
+        ("unix:/run/memcached.sock", [], True),
+        ("192.0.2.10:11211", ["192.0.2.10", "127.0.0.1"], True),  # this host's own NIC address: still lo
+        ("192.0.2.10:11211", ["192.0.2.99"], False),  # another machine: crosses the NIC
+    ],
+)
+def test_target_path(target, local, bypasses):
+    from actuators.memcached_proto import MemcachedAddress
+    from actuators.prober import local_path_reason, target_warning
+
+    addr = MemcachedAddress.parse(target)
+    assert (local_path_reason(addr, local) is not None) is bypasses
+    warning = target_warning(addr, local)
+    assert (warning is not None) is bypasses
+    if bypasses:
+        assert "ITR" in warning and "client machine" in warning
+
+
+def test_loopback_prober_warns(memcached):
+    prober = Prober(target=memcached.address, settings_root=None)
+    assert any("never cross the NIC" in w for w in prober.warnings())
+    prober.close()
