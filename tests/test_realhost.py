@@ -1,0 +1,253 @@
+"""RealHost on a fake tree: Host protocol, transactional apply, dry run, restore across processes, measure,
+and the `tuner set` / `tuner restore` commands."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from actuators.dvfs import IA32_PERF_CTL, IA32_PERF_STATUS, IA32_PM_ENABLE, MSR_PLATFORM_INFO
+from actuators.host import Host, OperatingPoint, apply_point
+from actuators.hwio import UnavailableNic
+from actuators.itr import RX_USECS
+from actuators.originals import OriginalsStore
+from actuators.rapl import EnergyCounter, EnergyMeter
+from actuators.real import RealHost, default_nic, make_real_host
+from actuators.sensors import LatencyWindow
+from tests import fakefs
+from tuner import cli
+from tuner.errors import HostError, KnobRangeError
+
+NCPU = 4
+CTL0 = 20 << 8
+GOV = "sys/devices/system/cpu/cpu{}/cpufreq/scaling_governor"
+
+
+@pytest.fixture(autouse=True)
+def _guard(monkeypatch, tmp_path):
+    fakefs.guard_writes(monkeypatch, tmp_path)
+
+
+@pytest.fixture
+def tree(tmp_path):
+    root = tmp_path / "root"
+    fakefs.cpu_online(root, NCPU)
+    fakefs.msr_files(root, NCPU, {MSR_PLATFORM_INFO: (12 << 40) | (29 << 8), IA32_PM_ENABLE: 0,
+                                  IA32_PERF_CTL: CTL0, IA32_PERF_STATUS: CTL0})
+    fakefs.cpufreq(root, NCPU, governor="ondemand")
+    fakefs.powercap_zone(root, "package-0", "intel-rapl:0", 0, 262_143_328_850, max_power_uw=150_000_000)
+    fakefs.net_iface(root, "eth1", "ixgbe")
+    fakefs.net_iface(root, "lo", None)
+    nic = fakefs.FakeNic()
+    nic.add("eth1", rx_usecs=1)
+    return root, nic
+
+
+def ctl(root, cpu):
+    return fakefs.get_msr(root, cpu, IA32_PERF_CTL)
+
+
+def untouched(root, nic):
+    return (all(ctl(root, c) == CTL0 for c in range(NCPU))
+            and all((root / GOV.format(c)).read_text().strip() == "ondemand" for c in range(NCPU))
+            and nic.coalesce["eth1"][RX_USECS] == 1)
+
+
+def host_for(root, nic, **kw):
+    kw.setdefault("parts", ("itr", "dvfs"))
+    return make_real_host(root=root, nic=nic, backend="msr", **kw)
+
+
+def test_protocol_knobs_point_and_restore(tree):
+    root, nic = tree
+    host = host_for(root, nic)
+    assert isinstance(host, Host)
+    knobs = host.knobs()
+    assert knobs.itr_us[0] == 2 and knobs.itr_us[-1] == 1022 and knobs.dvfs_ghz == tuple(
+        round(0.1 * r, 1) for r in range(12, 30))
+    assert host.point() is None
+    assert apply_point(host, OperatingPoint(100, 2.4)) == OperatingPoint(100, 2.4)
+    assert host.point() == OperatingPoint(100, 2.4)
+    assert all(ctl(root, c) == 24 << 8 for c in range(NCPU))
+    host.restore()
+    assert untouched(root, nic) and host.point() is None
+    host.restore()  # idempotent
+    assert untouched(root, nic)
+
+
+def test_itr_failure_after_dvfs_rolls_back_dvfs(tree):
+    root, nic = tree
+    import errno
+
+    nic.fail_set["eth1"] = errno.EPERM
+    host = host_for(root, nic)
+    with pytest.raises(HostError, match="permission denied for ETHTOOL_SCOALESCE on eth1: needs CAP_NET_ADMIN"):
+        host.apply(itr_us=50, dvfs_ghz=2.4)
+    assert untouched(root, nic)
+    assert not host.store.path.exists()  # fully undone: no stale originals either
+
+
+def test_out_of_range_refused_before_any_write(tree):
+    root, nic = tree
+    host = host_for(root, nic)
+    with pytest.raises(KnobRangeError, match="DVFS 3.3 GHz is not available"):
+        host.apply(itr_us=50, dvfs_ghz=3.3)
+    with pytest.raises(KnobRangeError, match="ITR 1023"):
+        host.apply(itr_us=1023, dvfs_ghz=2.0)
+    assert untouched(root, nic) and nic.set_calls == [] and not host.store.path.exists()
+
+
+def test_dry_run_logs_every_write_and_makes_none(tree, caplog):
+    root, nic = tree
+    host = host_for(root, nic, dry_run=True)
+    with caplog.at_level("INFO", logger="actuators.hwio"):
+        host.apply(itr_us=50, dvfs_ghz=1.5)
+    assert untouched(root, nic) and nic.set_calls == [] and not host.store.path.exists()
+    kinds = [(s.kind, s.reg) for s in host.io.planned]
+    assert kinds == [("sysfs", 0)] * NCPU + [("msr", IA32_PERF_CTL)] * NCPU + [("coalesce", 0)]
+    assert sum("dry run: would wrmsr cpu" in r.message for r in caplog.records) == NCPU
+
+
+def test_originals_survive_a_dead_process_and_first_write_wins(tree):
+    root, nic = tree
+    first = host_for(root, nic)
+    first.apply(itr_us=50, dvfs_ghz=2.4)
+    del first  # "crashes" without restoring
+    second = host_for(root, nic)  # restarted daemon
+    second.apply(itr_us=20, dvfs_ghz=1.8)
+    assert ctl(root, 0) == 18 << 8
+    third_store = OriginalsStore(second.store.state_dir, root)  # `tuner restore` in another process
+    assert {e.key[0] for e in third_store.entries()} == {"sysfs", "msr", "coalesce"}
+    from actuators.hwio import HardwareIO
+    from actuators.originals import restore_originals
+
+    restore_originals(HardwareIO(root, nic), third_store)
+    assert untouched(root, nic) and not third_store.path.exists()
+
+
+class FakeQps:
+    def __init__(self, clock, rate):
+        self.clock, self.rate = clock, rate
+
+    def total_requests(self):
+        return self.rate * self.clock()
+
+
+class FakeLatency:
+    def __init__(self):
+        self.begun = threading.Event()
+        self.ended = 0
+
+    def begin(self):
+        self.begun.set()
+
+    def end(self):
+        self.ended += 1
+        return LatencyWindow(42, {99.0: 120.0}, {99.0: (100.0, 150.0)})
+
+    def close(self):
+        pass
+
+
+def power_meter(clock, watts):
+    unit = 1e-6
+    counter = EnergyCounter("package-0", True, 1 << 40, unit,
+                            lambda: int(clock() * watts / unit) % (1 << 40), "fake")
+    return EnergyMeter([counter], 400.0, clock)
+
+
+def measuring_host(tree):
+    root, nic = tree
+    host = host_for(root, nic)
+    clock = time.monotonic
+    host.energy, host.qps, host.latency = power_meter(clock, 80.0), FakeQps(clock, 5000.0), FakeLatency()
+    return host
+
+
+def test_measure_combines_energy_qps_latency_over_one_window(tree):
+    host = measuring_host(tree)
+    m = host.measure(0.3)
+    assert 0.3 <= m.seconds < 1.0
+    assert m.power_w == pytest.approx(80.0, rel=0.05)
+    assert m.offered_qps == pytest.approx(5000.0, rel=0.01) and m.achieved_qps == m.offered_qps
+    assert m.requests == 42 and m.percentile(99.0) == 120.0 and m.latency_ci_us[99.0] == (100.0, 150.0)
+    assert m.energy_by_zone_j["package-0"] == pytest.approx(m.energy_j)
+    assert m.point is None
+
+
+def test_measure_is_interruptible_and_closes_the_window(tree):
+    host = measuring_host(tree)
+    errors = []
+
+    def run():
+        try:
+            host.measure(30.0)
+        except HostError as exc:
+            errors.append(str(exc))
+
+    t = threading.Thread(target=run)
+    start = time.monotonic()
+    t.start()
+    assert host.latency.begun.wait(5.0)
+    host.interrupt()
+    t.join(5.0)
+    assert not t.is_alive() and time.monotonic() - start < 5.0
+    assert errors == ["measurement interrupted"] and host.latency.ended == 1
+
+
+def test_offered_qps_samples_when_no_recent_read(tree):
+    host = measuring_host(tree)
+    host.qps_sample_s = 0.05
+    assert host.offered_qps() == pytest.approx(5000.0, rel=0.01)
+
+
+def test_missing_component_is_a_clear_error(tree):
+    root, nic = tree
+    host = RealHost(host_for(root, nic).io, OriginalsStore(root / "s", root))
+    with pytest.raises(HostError, match="built without energy"):
+        host.measure(1.0)
+
+
+def test_fake_root_never_reaches_the_live_nic(tmp_path):
+    assert isinstance(default_nic(tmp_path), UnavailableNic)
+    with pytest.raises(HostError, match="cannot be redirected under --root"):
+        default_nic(tmp_path).get_coalesce("eth0")
+
+
+# -- CLI ---------------------------------------------------------------------------------------------
+def test_cli_set_then_restore(tree, monkeypatch, capsys):
+    root, nic = tree
+    import actuators.real as real
+
+    monkeypatch.setattr(real, "default_nic", lambda r: nic)
+    state = root.parent / "state"
+    rc = cli.main(["set", "--itr", "64", "--dvfs", "2.2", "--backend", "msr", "--root", str(root),
+                   "--state-dir", str(state)])
+    out = capsys.readouterr().out
+    assert rc == 0 and "DVFS 2.2 GHz on CPUs 0,1,2,3 (msr backend)" in out and "ITR 64 µs" in out
+    assert ctl(root, 3) == 22 << 8 and nic.coalesce["eth1"][RX_USECS] == 64
+    rc = cli.main(["restore", "--root", str(root), "--state-dir", str(state)])
+    out = capsys.readouterr().out
+    assert rc == 0 and out.count("restored: ") == 2 * NCPU + 1
+    assert untouched(root, nic)
+    assert cli.main(["restore", "--root", str(root), "--state-dir", str(state)]) == 0
+    assert "nothing to restore" in capsys.readouterr().out
+
+
+def test_cli_dry_run_and_errors(tree, monkeypatch, capsys):
+    root, nic = tree
+    rc = cli.main(["set", "--dvfs", "1.5", "--cores", "1-2", "--root", str(root), "--dry-run"])
+    out = capsys.readouterr().out
+    # auto picks cpufreq (userspace governor offered): governor + setspeed on CPUs 1 and 2
+    assert rc == 0 and "dry run: 4 write(s) planned, none made" in out
+    assert "would write '1500000' to" in out and "cpu2/cpufreq/scaling_setspeed" in out
+    assert untouched(root, nic)
+    rc = cli.main(["set", "--dvfs", "9.9", "--backend", "msr", "--root", str(root)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith("tuner: error: DVFS 9.9 GHz is not available")
+    rc = cli.main(["set", "--itr", "50", "--iface", "eth1", "--root", str(root)])  # fake root, live ioctl refused
+    err = capsys.readouterr().err
+    assert rc == 2 and "cannot be redirected under --root" in err
+    assert untouched(root, nic)
