@@ -113,22 +113,24 @@ def _print_table(doc: dict) -> None:
 
     scaled = doc["scale"] is not None
     table = Table(title=f"{doc['path']}: {doc['rows']:,} requests over {doc['seconds']:,} s "
-                        f"({doc['full_bins']} full {doc['bin_s']} s bins)")
-    for name in ("bin", "start", "requests", "QPS", *(("scaled QPS",) if scaled else ()), "op mix",
-                 "key size mean/min/max", "value size mean/min/max"):
-        table.add_column(name, justify="left" if name in ("op mix", "start") else "right")
+                        f"({doc['full_bins']} full {doc['bin_s']} s bins)",
+                  caption="op mix: % of requests; sizes: mean [min-max] bytes")
+    for name in ("bin", "start", "requests", "QPS", *(("scaled QPS",) if scaled else ()), "op mix %",
+                 "key B", "value B"):
+        table.add_column(name, justify="left" if name in ("op mix %", "start") else "right")
     for b in doc["bins"]:
-        mix = " ".join(f"{op}:{share:.2f}" for op, share in sorted(b["op_mix"].items(), key=lambda kv: -kv[1]))
+        mix = " ".join(f"{op} {100 * share:.0f}" if share >= 0.01 else f"{op} {100 * share:.1f}"
+                       for op, share in sorted(b["op_mix"].items(), key=lambda kv: -kv[1]))
         ks, vs = b["key_size"], b["value_size"]
         table.add_row(
             f"{b['index']}" + ("*" if b["partial"] else ""),
-            _clock(b["start_s"]),
+            _clock(b["start_s"]) if doc["bin_s"] % 60 else _clock(b["start_s"])[:5],
             f"{b['requests']:,}",
             f"{b['qps']:,.2f}",
             *((f"{b['scaled_qps']:,.0f}",) if scaled else ()),
             mix,
-            f"{ks['mean']:.1f}/{ks['min']}/{ks['max']}" if ks else "-",
-            f"{vs['mean']:.1f}/{vs['min']}/{vs['max']}" if vs else "-",
+            f"{ks['mean']:.1f} [{ks['min']}-{ks['max']}]" if ks else "-",
+            f"{vs['mean']:.1f} [{vs['min']}-{vs['max']}]" if vs else "-",
         )
     console = Console()
     console.print(table)
