@@ -105,8 +105,10 @@ def _locate(lines: list[str], table: str, key: str | None) -> int:
         m = _TABLE_RE.match(line)
         if m and not line.lstrip().startswith("[["):
             current = m.group(1).replace('"', "").replace("'", "").replace(" ", "")
-            if current == table:
+            if current == table and not header_line:
                 header_line = number
+            if key and current == (f"{table}.{key}" if table else key):
+                return number  # the key is itself a table: [table.key]
             continue
         if current == table and key_re and key_re.match(line):
             return number

@@ -1,0 +1,156 @@
+"""The daemon as a real process: `tuner ctl` against it, SIGTERM restores the knobs, SIGKILL + restart resumes.
+
+The host is `tests.daemon_fakes:make_file_host`, which keeps its knobs (and the originals it saved before
+its first write) in a file, as the real host does on disk -- so what a dead process left behind is visible.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from tests.daemon_fakes import wait_for, write_config
+
+REPO = Path(__file__).resolve().parent.parent
+PY = sys.executable
+
+
+def _daemon_cmd(cfg: Path) -> list[str]:
+    """`tuner daemon` itself once the Ax optimiser is importable, else the same entry point with the light one."""
+    try:
+        import tuner.optimizer  # noqa: F401
+
+        return [PY, "-m", "tuner.cli", "daemon", "--config", str(cfg)]
+    except ImportError:
+        return [PY, "-m", "tests.daemon_fakes", str(cfg)]
+
+
+def _start(cfg: Path, fake: bool = True) -> subprocess.Popen:
+    cmd = [PY, "-m", "tests.daemon_fakes", str(cfg)] if fake else _daemon_cmd(cfg)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _serving(sock: Path) -> bool:
+    if not sock.exists():
+        return False
+    try:
+        with grpc.insecure_channel(f"unix://{sock}") as ch:
+            r = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service="tuner.v1.Tuner"),
+                                                     timeout=1)
+            return r.status == health_pb2.HealthCheckResponse.SERVING
+    except grpc.RpcError:
+        return False
+
+
+def _state(tmp: Path) -> dict:
+    try:
+        return json.loads((tmp / "state" / "state.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+def _knobs(tmp: Path) -> dict:
+    return json.loads((tmp / "knobs.json").read_text())
+
+
+def _ctl(tmp: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([PY, "-m", "tuner.cli", "ctl", "--address", f"unix://{tmp / 't.sock'}", *args],
+                          cwd=REPO, capture_output=True, text=True, timeout=30)
+
+
+def _stop(p: subprocess.Popen) -> tuple[int, str]:
+    p.send_signal(signal.SIGTERM)
+    out, _ = p.communicate(timeout=20)
+    return p.returncode, out
+
+
+def test_ctl_every_command_then_sigterm_restores_knobs(tmp_path):
+    cfg = write_config(tmp_path, sla_us=900.0, window_s=0.05)
+    p = _start(cfg)
+    try:
+        wait_for(lambda: _serving(tmp_path / "t.sock"), timeout=20)
+        wait_for(lambda: (_state(tmp_path).get("held") or {}).get("reason") == "startup", timeout=20)
+        r = _ctl(tmp_path, "--json", "status")
+        assert r.returncode == 0, r.stderr
+        s = json.loads(r.stdout)
+        assert s["state"] == "holding" and s["policy"]["slaUs"] == 900.0
+        assert _knobs(tmp_path)["itr"] == s["point"]["itrUs"]        # the knobs really are set
+        r = _ctl(tmp_path, "point", "--qps", "100000")
+        assert r.returncode == 0 and "meets SLA: True" in r.stdout and "measured" in r.stdout, r.stdout + r.stderr
+        r = _ctl(tmp_path, "point", "--qps", "-1")
+        assert r.returncode == 2 and "INVALID_ARGUMENT: qps: expected" in r.stderr
+        r = _ctl(tmp_path, "--json", "trials")
+        assert len(json.loads(r.stdout)["trials"]) == 4
+        assert len(_ctl(tmp_path, "trials").stdout.splitlines()) == 5
+        r = _ctl(tmp_path, "policy", "--sla-us", "950", "--percentile", "99.9")
+        assert r.returncode == 0 and "p99.9 <= 950 µs" in r.stdout
+        r = _ctl(tmp_path, "policy", "--reward", "money")
+        assert r.returncode == 2 and "reward: expected one of" in r.stderr
+        wait_for(lambda: (_state(tmp_path).get("held") or {}).get("reason") == "policy", timeout=20)
+        r = _ctl(tmp_path, "retune", "--reason", "test")
+        assert r.returncode == 0 and r.stdout.startswith("accepted")
+        wait_for(lambda: (_state(tmp_path).get("held") or {}).get("reason") == "rpc", timeout=20)
+        r = _ctl(tmp_path, "watch", "--count", "1")
+        assert r.returncode == 0 and " rpc: ITR " in r.stdout
+    finally:
+        code, out = _stop(p)
+    assert code == 0, out
+    assert "original ITR/DVFS restored" in out
+    k = _knobs(tmp_path)
+    assert (k["itr"], k["dvfs"], k["originals"]) == ("adaptive", "schedutil", None) and k["writes"] > 0
+    assert _state(tmp_path)["knobs_dirty"] is False
+
+
+def test_ctl_unreachable_daemon_is_one_line(tmp_path):
+    r = _ctl(tmp_path, "--timeout", "1", "status")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "UNAVAILABLE" in r.stderr
+
+
+def test_sigkill_then_restart_resumes_without_losing_a_trial_and_restores_knobs(tmp_path):
+    cfg = write_config(tmp_path, trials=40, sobol=2, window_s=0.05)
+    p = _start(cfg)
+    try:
+        wait_for(lambda: len(_state(tmp_path).get("trials", [])) >= 4, timeout=20)
+    finally:
+        p.kill()
+        p.wait(10)
+    st = _state(tmp_path)
+    done = [(t["index"], t["point"]) for t in st["trials"]]
+    assert st["knobs_dirty"] is True and _knobs(tmp_path)["originals"] is not None  # died with knobs changed
+    p = _start(cfg)
+    try:
+        wait_for(lambda: len(_state(tmp_path).get("trials", [])) >= len(done) + 2, timeout=20)
+        st2 = _state(tmp_path)
+        assert [(t["index"], t["point"]) for t in st2["trials"]][: len(done)] == done
+        assert st2["current_retune"]["id"] == st["current_retune"]["id"]
+        assert _knobs(tmp_path)["restores"] >= 1  # the dead run's writes were undone at start
+    finally:
+        code, out = _stop(p)
+    assert code == 0, out
+    assert "restoring the original ITR/DVFS first" in out
+    assert _knobs(tmp_path)["originals"] is None
+
+
+def test_invalid_config_lists_every_problem_and_exits_2(tmp_path):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text('[tuning]\ntrials = 0\nwindow_s = "x"\n[grpc]\nlisten = "0.0.0.0:50051"\n[bogus]\n')
+    r = subprocess.run([PY, "-m", "tuner.cli", "daemon", "--config", str(cfg)], cwd=REPO, capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert lines[0].startswith("tuner: error: ")
+    text = r.stderr
+    assert f"{cfg}:6: bogus: unknown table" in text
+    assert f"{cfg}:2: tuning.trials: expected 1..1000, got 0" in text
+    assert f"{cfg}:3: tuning.window_s: expected a number, got 'x'" in text
+    assert f"{cfg}:5: grpc.listen: expected a unix socket or loopback address" in text
+    assert len(lines) == 4 and "Traceback" not in text
