@@ -1,0 +1,142 @@
+"""`tuner doctor`: findings on fake trees, the can-tune verdict, and a read-only run on this machine."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+
+import pytest
+
+from actuators import doctor
+from actuators.dvfs import IA32_PERF_CTL, IA32_PM_ENABLE, MSR_PLATFORM_INFO
+from actuators.hwio import HardwareIO
+from tests import fakefs
+from tuner import cli
+
+ALL_CAPS = (1 << 41) - 1
+
+
+@pytest.fixture(autouse=True)
+def _guard(monkeypatch, tmp_path):
+    fakefs.guard_writes(monkeypatch, tmp_path)
+
+
+@pytest.fixture
+def fake_memcached():
+    """A one-connection TCP server on 127.0.0.1 answering `version` like memcached."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    srv.settimeout(5.0)
+
+    def serve():
+        try:
+            conn, _ = srv.accept()
+        except OSError:
+            return
+        with conn:
+            conn.settimeout(5.0)
+            if conn.recv(64).startswith(b"version"):
+                conn.sendall(b"VERSION 1.6.21\r\n")
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    yield f"127.0.0.1:{srv.getsockname()[1]}"
+    srv.close()
+    t.join(5.0)
+
+
+def good_host(root, hwp=False, caps=ALL_CAPS):
+    fakefs.cpu_online(root, 2)
+    fakefs.cpuinfo(root, "GenuineIntel", 2, flags="fpu msr hwp")
+    fakefs.msr_files(root, 2, {MSR_PLATFORM_INFO: (10 << 40) | (24 << 8), IA32_PM_ENABLE: int(hwp),
+                               IA32_PERF_CTL: 20 << 8})
+    fakefs.cpufreq(root, 2, driver="intel_pstate", governor="powersave",
+                   governors="performance powersave", pstate_status="active", min_khz=1_000_000,
+                   max_khz=2_400_000)
+    fakefs.powercap_zone(root, "package-0", "intel-rapl:0", 10, 262_143_328_850, max_power_uw=120_000_000)
+    fakefs.net_iface(root, "eth1", "ixgbe")
+    fakefs.proc_status(root, caps)
+    fakefs.cpuidle(root, 2)
+    nic = fakefs.FakeNic()
+    nic.add("eth1", rx_usecs=1)
+    return HardwareIO(root, nic, dry_run=True), nic
+
+
+def by_check(report):
+    return {f.check: f for f in report.findings}
+
+
+def test_tunable_host(tmp_path, fake_memcached):
+    io, nic = good_host(tmp_path)
+    report = doctor.run_checks(io, (), fake_memcached, (0, 1))
+    f = by_check(report)
+    assert report.can_tune and report.missing == ()
+    assert f["dvfs-msr"].status == "ok" and "15 frequencies 1..2.4 GHz" in f["dvfs-msr"].detail
+    assert f["dvfs-cpufreq"].status == "fail" and "intel_pstate is in active mode" in f["dvfs-cpufreq"].detail
+    assert f["hwp"].status == "ok" and f["rapl"].status == "ok" and "package-0" in f["rapl"].detail
+    assert f["nic:eth1"].status == "ok" and "driver ixgbe" in f["nic:eth1"].detail
+    assert f["memcached"].detail.endswith("VERSION 1.6.21")
+    assert f["prober"].status == "warn" and "C6 (133 µs)" in f["prober"].fix  # deep C-state on prober CPUs
+    assert io.planned == [] and nic.set_calls == []  # read-only
+    assert "=> the tuner can run on this host" in doctor.format_report(report)
+
+
+def test_hwp_and_missing_caps_block_with_fixes(tmp_path):
+    io, _ = good_host(tmp_path, hwp=True, caps=0)
+    report = doctor.run_checks(io, ("eth1",), "127.0.0.1:1", (0, 1))
+    f = by_check(report)
+    assert not report.can_tune and set(report.missing) == {"dvfs", "itr", "memcached"}
+    assert f["hwp"].status == "fail" and "intel_pstate=no_hwp" in f["hwp"].fix
+    assert f["cap-net-admin"].status == "fail" and "AmbientCapabilities" in f["cap-net-admin"].fix
+    assert "not reachable" in f["memcached"].detail
+    text = doctor.format_report(report)
+    assert "cannot tune this host: missing dvfs, itr, memcached" in text and "fix: " in text
+
+
+def test_unsupported_nic_and_no_msr_module(tmp_path):
+    fakefs.cpu_online(tmp_path, 1)
+    fakefs.cpuid_only(tmp_path, 1)
+    fakefs.proc_modules(tmp_path, ["ixgbe", "kvm"])
+    fakefs.net_iface(tmp_path, "eth0", "virtio_net")
+    nic = fakefs.FakeNic()
+    nic.add("eth0")
+    nic.unsupported.add("eth0")
+    f = by_check(doctor.run_checks(HardwareIO(tmp_path, nic, dry_run=True), (), "127.0.0.1:1"))
+    assert f["msr-module"].status == "fail" and "modprobe msr" in f["msr-module"].fix
+    assert f["nic:eth0"].status == "fail"
+    assert f["nic:eth0"].detail.startswith("NIC eth0 (driver virtio_net) does not support interrupt coalescing")
+    assert f["rapl"].status == "fail"
+
+
+def test_summarize_rules():
+    F = doctor.Finding
+    base = [F("dvfs-msr", "ok", ""), F("cap-sys-rawio", "fail", ""), F("dvfs-cpufreq", "fail", ""),
+            F("nic:eth1", "warn", ""), F("cap-net-admin", "ok", ""), F("rapl", "ok", ""), F("memcached", "ok", "")]
+    assert doctor.summarize(base).missing == ("dvfs",)  # MSR backend without CAP_SYS_RAWIO is no backend
+    base[2] = F("dvfs-cpufreq", "ok", "")
+    assert doctor.summarize(base).can_tune
+
+
+def test_doctor_on_this_machine_is_read_only_and_honest(monkeypatch, capsys):
+    """The real `/`: must not write anything and must say it cannot tune (no RAPL/DVFS here)."""
+    import pyroute2.ethtool.ioctl as ioctl_mod
+
+    from actuators import hwio
+
+    def forbidden(*_a, **_k):
+        raise AssertionError("doctor attempted a write")
+
+    monkeypatch.setattr(hwio.HardwareIO, "_write_text", forbidden)
+    monkeypatch.setattr(hwio, "write_msr", forbidden)
+    monkeypatch.setattr(ioctl_mod.IoctlEthtool, "set_coalesce", forbidden)
+    rc = cli.main(["doctor", "--json", "--memcached", "127.0.0.1:1"])
+    data = json.loads(capsys.readouterr().out)
+    has_rapl = any((p / "energy_uj").exists() for p in __import__("pathlib").Path("/sys/class/powercap").glob("intel-rapl:*"))
+    if has_rapl:
+        pytest.skip("this machine has RAPL; the honesty assertion is for the CI VM")
+    assert rc == 1 and data["can_tune"] is False and "energy" in data["missing"]
+    assert {f["check"] for f in data["findings"]} >= {"msr-module", "cap-net-admin", "cap-sys-rawio", "hwp",
+                                                       "cpufreq", "dvfs-msr", "dvfs-cpufreq", "rapl",
+                                                       "memcached", "prober"}
