@@ -92,3 +92,12 @@ def test_synth_cluster_with_na_fields(capsys, tmp_path):
     code, _, err = run(capsys, "trace", "synth", "--cluster", "5", "--out", str(tmp_path / "x.csv"))
     assert code == 2 and "cluster5:" in err and "N/A" in err
     assert not (tmp_path / "x.csv").exists()
+
+
+def test_series_out(capsys, tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("5,k,1,2,3,get,0\n5,k,1,2,3,get,0\n7,k,1,2,3,get,0\n")
+    series = tmp_path / "series.csv"
+    code, _, _ = run(capsys, "trace", "stats", str(path), "--json", "--series-out", str(series))
+    assert code == 0
+    assert series.read_text() == "second,requests\n0,2\n1,0\n2,1\n"

@@ -86,8 +86,9 @@ def _ops(b: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.nd
 def scan_block(data: bytes) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], np.ndarray]:
     """Vectorised pass over `data` (complete lines, ending in a newline).
 
-    Returns (line starts, line ends without the newline, fields, well-formed mask); `fields` holds timestamp,
-    op, key_size, value_size, client_id, ttl for every line (meaningless where the mask is False).
+    Returns (line starts, newline positions, fields, well-formed mask); `fields` holds timestamp, op, key_size,
+    value_size, client_id, ttl for every line (meaningless where the mask is False). A line's text is
+    data[start:newline] (a trailing CR is ignored by the checks, as by `parse_row`).
     """
     b = np.frombuffer(data, np.uint8)
     nl = np.flatnonzero(b == _NL)

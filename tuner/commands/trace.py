@@ -55,6 +55,8 @@ def register(subparsers) -> None:
     stats.add_argument("--tolerance", type=_non_negative_float, default=None, metavar="SECONDS",
                        help="how far (s) a timestamp may go back before it is an error (default 5)")
     stats.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    stats.add_argument("--series-out", metavar="CSV", default=None,
+                       help="also write the per-second request series as CSV 'second,requests'")
     stats.set_defaults(func=run_stats)
 
     synth = sub.add_parser("synth", help="generate a synthetic trace for a Twitter cluster",
@@ -149,6 +151,15 @@ def _print_table(doc: dict) -> None:
         console.print(note)
 
 
+def _write_series(path: str, per_second) -> None:
+    try:
+        with open(path, "w", encoding="ascii") as fh:
+            fh.write("second,requests\n")
+            fh.writelines(f"{i},{n}\n" for i, n in enumerate(per_second.tolist()))
+    except OSError as exc:
+        raise TunerError(f"{path}: cannot write series: {exc.strerror or exc}") from None
+
+
 def run_stats(args: argparse.Namespace) -> int:
     from traces.parser import DEFAULT_TOLERANCE_S
     from traces.schedule import scale_factor
@@ -163,6 +174,8 @@ def run_stats(args: argparse.Namespace) -> int:
     scale = None
     if args.peak_qps is not None or args.scale is not None:
         scale = scale_factor(max(b.qps for b in full), peak_qps=args.peak_qps, scale=args.scale)
+    if args.series_out:
+        _write_series(args.series_out, st.per_second)
     doc = stats_json(st, scale)
     if args.json:
         json.dump(doc, sys.stdout, indent=1)
