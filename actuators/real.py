@@ -39,6 +39,7 @@ class RealHost:
     qps: QpsSource | None = None
     latency: LatencySource | None = None
     qps_sample_s: float = 1.0
+    probe_counts_in_qps: bool = False  # the prober's own requests are in the QPS counter: subtract them
     clock: Callable[[], float] = time.monotonic
     name: str = "real"
     warnings: list[str] = field(default_factory=list)
@@ -135,7 +136,8 @@ class RealHost:
             window = latency.end()
             self._stop.clear()
         elapsed = t1 - t0
-        rate = max(q1 - q0, 0.0) / elapsed
+        served = q1 - q0 - (window.requests if self.probe_counts_in_qps else 0)
+        rate = max(served, 0.0) / elapsed
         self._qps_last = (t1, q1)
         return Measurement(
             seconds=elapsed, offered_qps=rate, achieved_qps=rate, requests=window.requests,
@@ -200,7 +202,8 @@ def make_real_host(
     `iface`: interface(s) to tune (default: the only NIC bound to a driver); `backend`: DVFS backend
     (auto | msr | cpufreq); `cores`: CPU list (default all online); `energy`: auto | powercap | msr;
     `qps`: a `QpsSource` or a spec (`memcached:HOST:PORT`, `memcached:unix:/path`, `nic:IFACE`);
-    `latency`: a `LatencySource` or prober options (`target`, `rate_hz`, ...); `parts`: which
+    `latency`: a `LatencySource` or a table `{kind = "prober" | "prometheus" | "command" | "file", ...}`
+    whose other keys go to that source (prober: `target`, `rate_hz`, ...); `parts`: which
     components to build (the manual `tuner set` builds only what it needs).
     """
     root = Path(root)
@@ -216,6 +219,7 @@ def make_real_host(
         host.dvfs = choose_backend(io, _cores(cores), backend)
     if "energy" in parts:
         host.energy = discover_meter(io, energy, max_power_w)
+    qps_spec = qps
     if "qps" in parts:
         if isinstance(qps, str):
             from actuators.qps import qps_source_from_spec
@@ -224,8 +228,30 @@ def make_real_host(
         host.qps = qps
     if "latency" in parts:
         if latency is None or isinstance(latency, dict):
-            from actuators.prober import Prober, ProberConfig
-
-            latency = Prober(ProberConfig(**(latency or {})), settings_root=root)
+            opts = dict(latency or {})
+            kind = opts.pop("kind", "prober")
+            latency = _latency_source(kind, opts, root)
+            host.probe_counts_in_qps = kind == "prober" and isinstance(qps_spec, str) and \
+                qps_spec.startswith("memcached:") and qps_spec.split(":", 1)[1] == latency.config.target
         host.latency = latency
     return host
+
+
+def _latency_source(kind: str, opts: dict[str, Any], root: Path) -> LatencySource:
+    """A latency source from `[host.options.latency]`: kind = prober | prometheus | command | file."""
+    try:
+        if kind == "prober":
+            from actuators.prober import Prober, ProberConfig
+
+            return Prober(ProberConfig(**opts), settings_root=root)
+        from actuators import latency_sources as ls
+
+        if kind == "prometheus":
+            return ls.PrometheusLatency(**opts)
+        if kind == "command":
+            return ls.CommandLatency(**opts)
+        if kind == "file":
+            return ls.FileLatency(**opts)
+    except TypeError as exc:
+        raise HostError(f"latency source {kind!r}: bad option ({exc})") from None
+    raise HostError(f"latency source kind {kind!r}: expected prober, prometheus, command or file")

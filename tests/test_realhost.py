@@ -16,6 +16,7 @@ from actuators.originals import OriginalsStore
 from actuators.rapl import EnergyCounter, EnergyMeter
 from actuators.real import RealHost, default_nic, make_real_host
 from actuators.sensors import LatencyWindow
+from memcached_server import memcached  # noqa: F401  (fixture)
 from tests import fakefs
 from tuner import cli
 from tuner.errors import HostError, KnobRangeError
@@ -251,3 +252,70 @@ def test_cli_dry_run_and_errors(tree, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert rc == 2 and "cannot be redirected under --root" in err
     assert untouched(root, nic)
+
+
+def test_full_real_host_with_real_memcached_and_prober(tree, memcached):
+    """make_real_host with every part: fake hardware tree, the real QPS reader and prober on a real
+    memcached (127.0.0.1, free port)."""
+    root, nic = tree
+    host = make_real_host(root=root, nic=nic, backend="msr", qps=f"memcached:{memcached.address}",
+                          latency={"target": memcached.address, "rate_hz": 400.0})
+    try:
+        assert host.probe_counts_in_qps
+        fakefs.advance_zone(root, "intel-rapl:0", 0)
+        m = host.measure(0.5)
+        assert m.requests >= 50 and 0 < m.percentile(50.0) <= m.percentile(99.0) < 1e6
+        assert m.offered_qps < 0.25 * m.requests / m.seconds  # the prober's own gets are not load
+        assert m.energy_j == 0.0 and m.point is None
+    finally:
+        host.close()
+
+
+# -- originals store ---------------------------------------------------------------------------------
+def test_original_is_durable_before_the_write(tree, monkeypatch):
+    root, nic = tree
+    host = host_for(root, nic)
+    from actuators.hwio import HardwareIO
+
+    real_apply = HardwareIO.apply
+    seen = []
+
+    def apply(self, setting):
+        saved = OriginalsStore(host.store.state_dir, root)  # what another process would read now
+        seen.append(saved.get(setting.key) is not None)
+        return real_apply(self, setting)
+
+    monkeypatch.setattr(HardwareIO, "apply", apply)
+    host.apply(dvfs_ghz=2.0, itr_us=30)
+    assert seen and all(seen)
+    assert [p.name for p in host.store.state_dir.iterdir()] == ["originals.json"]  # no temp files left
+
+
+def test_corrupt_or_foreign_originals_are_refused(tmp_path):
+    from actuators.hwio import Setting
+
+    state = tmp_path / "state"
+    store = OriginalsStore(state, tmp_path)
+    store.remember(Setting("sysfs", "sys/x", "ondemand"))
+    with pytest.raises(HostError, match=r"saved for root .* not /other"):
+        OriginalsStore(state, __import__("pathlib").Path("/other"))
+    (state / "originals.json").write_text('{"version": 1, "entries": [{"kind": "bogus"}]}')
+    with pytest.raises(HostError, match=r"originals.json: unreadable originals .*fix or remove it by hand"):
+        OriginalsStore(state, tmp_path)
+
+
+def test_restore_keeps_what_failed(tree, monkeypatch):
+    root, nic = tree
+    import errno
+
+    host = host_for(root, nic)
+    host.apply(itr_us=40, dvfs_ghz=2.6)
+    nic.fail_set["eth1"] = errno.ENODEV
+    with pytest.raises(HostError, match=r"restore: 1 of 9 values not restored .*no network interface 'eth1'"):
+        host.restore()
+    assert all(ctl(root, c) == CTL0 for c in range(NCPU))  # the rest was put back
+    left = OriginalsStore(host.store.state_dir, root).entries()
+    assert [e.kind for e in left] == ["coalesce"]
+    nic.fail_set.clear()
+    host.restore()
+    assert untouched(root, nic) and not host.store.path.exists()
