@@ -41,7 +41,7 @@ def reference(body: bytes, skip_bad: bool):
             skipped["timestamp out of order"] += 1
             continue
         tmax = row.timestamp if tmax is None else max(tmax, row.timestamp)
-        rows.append((row.timestamp, row.op, row.key_size, row.value_size, row.client_id, row.ttl))
+        rows.append((row.timestamp, row.op, row.key_size, row.value_size, row.ttl))
     return rows, skipped, None
 
 
@@ -51,7 +51,7 @@ def fast(path, skip_bad: bool, chunk: int):
     try:
         for b in parser.blocks():
             rows += list(zip(b.timestamp.tolist(), b.op.tolist(), b.key_size.tolist(), b.value_size.tolist(),
-                             b.client_id.tolist(), b.ttl.tolist()))
+                             b.ttl.tolist()))
     except InputError as exc:
         return rows, parser.skipped, str(exc)
     return rows, parser.skipped, None

@@ -44,14 +44,14 @@ def test_unknown_cluster():
 def test_malformed_stats_file(tmp_path):
     path = tmp_path / "stats.md"
     path.write_text("| cluster | key size |\n|:-:|:-:|\n| cluster1 | 3 |\n")
-    with pytest.raises(InputError, match=r"stats\.md:1: expected a column 'value size'"):
+    with pytest.raises(InputError, match=r"stats\.md:1: expected a column 'production miss ratio'"):
         cluster_stats(1, path)
-    head = ("| cluster | key size | value size | request rate (kqps) | common TTL | operation | Zipf alpha |\n"
-            "|-|-|-|-|-|-|-|\n")
-    path.write_text(head + "| cluster1 | 3 | 4 | 1.0 | 60s:1.0, | get:0.5 fetch:0.5 | 1.0 |\n")
+    head = ("| cluster | production miss ratio | key size | value size | request rate (kqps) | common TTL "
+            "| operation | Zipf alpha |\n|-|-|-|-|-|-|-|-|\n")
+    path.write_text(head + "| cluster1 | 0.1 | 3 | 4 | 1.0 | 60s:1.0, | get:0.5 fetch:0.5 | 1.0 |\n")
     with pytest.raises(InputError, match="cluster1: operation: unknown operation 'fetch'"):
         cluster_stats(1, path)
-    path.write_text(head + "| cluster1 | 3 | 4 | 1.0 | 60x:1.0, | get:1.0 | 1.0 |\n")
+    path.write_text(head + "| cluster1 | 0.1 | 3 | 4 | 1.0 | 60x:1.0, | get:1.0 | 1.0 |\n")
     with pytest.raises(InputError, match="common TTL: expected TTL items like"):
         cluster_stats(1, path)
 
@@ -119,6 +119,22 @@ def test_synth_deterministic_for_seed(tmp_path):
     assert a.read_bytes() == b.read_bytes() != c.read_bytes()
     assert gzip.decompress(a.read_bytes()).count(b"\n") > 1000
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_synth_read_misses_carry_no_value(tmp_path):
+    s = cluster_stats(10)  # miss ratio 0.9925, add:0.50 get:0.50
+    path = tmp_path / "c10.csv"
+    synthesize(s, path, hours=0.2, mean_qps=20, keys=500)
+    rows = [parse_row(line) for line in path.read_bytes().splitlines()]
+    gets = [r for r in rows if OPS[r.op] == "get"]
+    assert len(gets) > 1000
+    assert sum(r.value_size == 0 for r in gets) / len(gets) == pytest.approx(s.miss_ratio, abs=0.01)
+    assert all(r.value_size > 0 for r in rows if OPS[r.op] == "add")
+
+
+def test_miss_ratio_na_is_fine_without_reads():
+    s = cluster_stats(21)  # production miss ratio N/A, add:1.00
+    assert s.miss_ratio == 0.0 and s.ops == {"add": 1.0}
 
 
 def test_synth_deletes_carry_no_value(tmp_path):

@@ -22,6 +22,7 @@ _UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _TTL_ITEM = re.compile(r"^([0-9]*\.?[0-9]+)([smhd]):([0-9]*\.?[0-9]+)$")
 #: Table columns this module uses, by their header text.
 COLUMNS = {
+    "production miss ratio": "miss_ratio",
     "key size": "key_size",
     "value size": "value_size",
     "request rate (kqps)": "rate_kqps",
@@ -40,6 +41,7 @@ class ClusterStats:
     ops: dict[str, float]  # operation -> share (normalised to sum 1)
     zipf_alpha: float  # key popularity skew (0 = uniform)
     ttls: tuple[tuple[float, float], ...]  # (TTL seconds, share) normalised to sum 1
+    miss_ratio: float = 0.0  # production miss ratio: share of reads that miss (value size 0 in the trace)
 
 
 def stats_path() -> pathlib.Path:
@@ -57,6 +59,13 @@ def _number(text: str, where: str) -> float:
         raise InputError(f"{where}: expected a number, got {text!r}") from None
     if not math.isfinite(value) or value < 0:
         raise InputError(f"{where}: expected a finite non-negative number, got {text!r}")
+    return value
+
+
+def _ratio(text: str, where: str) -> float:
+    value = _number(text, where)
+    if value > 1:
+        raise InputError(f"{where}: expected a ratio in 0..1, got {text!r}")
     return value
 
 
@@ -122,6 +131,10 @@ def cluster_stats(cluster: int, path: str | os.PathLike[str] | None = None) -> C
         raise InputError(f"{source}: no cluster{cluster}; expected one of {min(table)}..{max(table)}")
     row = table[cluster]
     missing = [name for name in COLUMNS if row[name].lower() in _MISSING]
+    reads = row["operation"].lower() not in _MISSING and any(
+        item.partition(":")[0] in ("get", "gets") for item in row["operation"].split())
+    if "production miss ratio" in missing and not reads:
+        missing.remove("production miss ratio")  # only reads can miss
     if missing:
         verb = "is" if len(missing) == 1 else "are"
         raise InputError(f"cluster{cluster}: {', '.join(missing)} {verb} N/A in {source.name}; "
@@ -135,4 +148,5 @@ def cluster_stats(cluster: int, path: str | os.PathLike[str] | None = None) -> C
         ops=_ops(row["operation"], f"{where}: operation"),
         zipf_alpha=_number(row["zipf alpha"], f"{where}: Zipf alpha"),
         ttls=_ttls(row["common ttl"], f"{where}: common TTL"),
+        miss_ratio=_ratio(row["production miss ratio"], f"{where}: production miss ratio") if reads else 0.0,
     )

@@ -4,6 +4,10 @@ A row is `timestamp,anonymized key,key size,value size,client id,operation,TTL` 
 contain commas, so a row is split at its first comma (timestamp) and its last five commas (the five trailing
 fields); everything in between is the key. The fast block parser (`traces.parser`) must accept exactly the rows
 this reference accepts; `parse_row` is also what produces its error messages.
+
+Timestamp, key size, value size and TTL are non-negative integers; the operation is one of `OPS`; the key and the
+client id are opaque non-empty tokens (the public README only says clients are anonymised, so no integer is
+assumed). Value size may be 0 (a miss, or a delete).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ class Row:
     key: bytes
     key_size: int
     value_size: int
-    client_id: int
+    client_id: bytes  # anonymised client: an opaque non-empty token
     op: int  # index into OPS
     ttl: int
 
@@ -77,18 +81,19 @@ def parse_row(line: bytes) -> Row:
         raise RowError("field 'anonymized key'", "field 'anonymized key': expected a non-empty key, got ''")
     key_size = _uint(ksize, "key size")
     value_size = _uint(vsize, "value size")
-    client_id = _uint(client, "client id")
+    if not client:
+        raise RowError("field 'client id'", "field 'client id': expected a non-empty client id, got ''")
     try:
         op_index = OP_INDEX[op.decode("ascii")]
     except (UnicodeDecodeError, KeyError):
         raise RowError(
             "field 'operation'", f"field 'operation': expected one of {', '.join(OPS)}, got {show(op)}"
         ) from None
-    return Row(timestamp, key, key_size, value_size, client_id, op_index, _uint(ttl, "TTL"))
+    return Row(timestamp, key, key_size, value_size, client, op_index, _uint(ttl, "TTL"))
 
 
 def format_row(row: Row) -> bytes:
     """The inverse of `parse_row` (without the newline)."""
-    return b"%d,%s,%d,%d,%d,%s,%d" % (
+    return b"%d,%s,%d,%d,%s,%s,%d" % (
         row.timestamp, row.key, row.key_size, row.value_size, row.client_id, OPS[row.op].encode(), row.ttl,
     )

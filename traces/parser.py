@@ -39,14 +39,13 @@ _OP_MIN_LEN, _OP_MAX_LEN = min(map(len, OPS)), max(map(len, OPS))
 
 @dataclass(frozen=True)
 class Block:
-    """The good rows of one block, in file order (keys are not kept)."""
+    """The good rows of one block, in file order (keys and client ids are checked, not kept)."""
 
     first_line: int  # 1-based number of the block's first line
     timestamp: np.ndarray  # int64 seconds
     op: np.ndarray  # uint8 index into OPS
     key_size: np.ndarray  # int64 bytes
     value_size: np.ndarray  # int64 bytes
-    client_id: np.ndarray  # int64
     ttl: np.ndarray  # int64 seconds
 
     def __len__(self) -> int:
@@ -87,7 +86,7 @@ def scan_block(data: bytes) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarra
     """Vectorised pass over `data` (complete lines, ending in a newline).
 
     Returns (line starts, newline positions, fields, well-formed mask); `fields` holds timestamp, op, key_size,
-    value_size, client_id, ttl for every line (meaningless where the mask is False). A line's text is
+    value_size, ttl for every line (meaningless where the mask is False). A line's text is
     data[start:newline] (a trailing CR is ignored by the checks, as by `parse_row`).
     """
     b = np.frombuffer(data, np.uint8)
@@ -118,11 +117,10 @@ def scan_block(data: bytes) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarra
     ts, v0 = _uints(b, starts, c0)
     ks, v2 = _uints(b, c1 + 1, c2)
     vs, v3 = _uints(b, c2 + 1, c3)
-    cl, v4 = _uints(b, c3 + 1, c4)
     op, v5 = _ops(b, c4 + 1, c5)
     ttl, v6 = _uints(b, c5 + 1, ends)
-    good = ok & v0 & (c1 > c0 + 1) & v2 & v3 & v4 & v5 & v6
-    fields = {"timestamp": ts, "op": op, "key_size": ks, "value_size": vs, "client_id": cl, "ttl": ttl}
+    good = ok & v0 & (c1 > c0 + 1) & v2 & v3 & (c4 > c3 + 1) & v5 & v6
+    fields = {"timestamp": ts, "op": op, "key_size": ks, "value_size": vs, "ttl": ttl}
     return starts, nl, fields, good
 
 

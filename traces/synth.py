@@ -3,9 +3,10 @@
 Rate: the mean rate times a 24-hour shape (two harmonics: trough near 04:00, peak near 19:00, peak/trough about
 2.8) times minute-scale log-normal AR(1) noise; per-second counts are Poisson. Requests pick keys from a fixed
 population with Zipf(alpha) popularity, operations from the cluster's op mix; each key has a fixed key size,
-value size (log-normal around the cluster means) and TTL (from the cluster's TTL mix); write operations carry
-the TTL, others 0; deletes carry value size 0. Keys are anonymised tokens with a namespace prefix, as in the
-public trace, and a few contain commas. Everything is deterministic for a seed. The trace starts at 00:00 (t=0).
+value size (log-normal around the cluster means) and TTL (from the cluster's TTL mix). Write operations carry
+the TTL, others 0; deletes, and reads that miss (at the cluster's production miss ratio), carry value size 0.
+Keys are anonymised tokens with a namespace prefix, as in the public trace, and a few contain commas.
+Everything is deterministic for a seed. The trace starts at 00:00 (t=0).
 """
 
 from __future__ import annotations
@@ -132,6 +133,7 @@ def synthesize(
     op_ids = np.array([OP_INDEX[op] for op in stats.ops])
     op_p = np.array(list(stats.ops.values()))
     is_write = np.array([op in WRITE_OPS for op in OPS])
+    reads = np.array([OP_INDEX["get"], OP_INDEX["gets"]])
     op_names = [op.encode() for op in OPS]
     client_p = 1 / np.arange(1, N_CLIENTS + 1)
     client_p /= client_p.sum()
@@ -159,7 +161,8 @@ def synthesize(
                 idx = np.minimum(np.searchsorted(cdf, rng_req.random(n), side="right"), keys - 1)
                 op = op_ids[rng_req.choice(op_ids.size, n, p=op_p)]
                 client = rng_req.choice(N_CLIENTS, n, p=client_p)
-                vsize = np.where(op == OP_INDEX["delete"], 0, value_size[idx])
+                miss = np.isin(op, reads) & (rng_req.random(n) < stats.miss_ratio)
+                vsize = np.where((op == OP_INDEX["delete"]) | miss, 0, value_size[idx])
                 ttl = np.where(is_write[op], key_ttl[idx], 0)
                 sink.write(b"".join([
                     b"%d,%s%d,%d,%s,%d\n" % (t, prefix[k], v, c, op_names[o], tt)
