@@ -1,0 +1,132 @@
+"""Config validation: every problem reported, one `file:line: key: expected ...` line each."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tuner.config import Config, check_grpc_address, is_loopback, load_config, parse_config, read_token
+from tuner.errors import InputError
+
+
+def _errors(text: str, tmp_path: Path) -> list[str]:
+    p = tmp_path / "t.toml"
+    p.write_text(text)
+    with pytest.raises(InputError) as e:
+        load_config(p)
+    return str(e.value).splitlines()
+
+
+def test_defaults_and_relative_paths(tmp_path):
+    cfg = parse_config("[state]\ndir = \"st\"\n", tmp_path / "c.toml")
+    assert cfg.state_dir == (tmp_path / "st").resolve()
+    assert cfg.tuning.retune_period_s == 3600 and cfg.policy.sla_us == 500 and cfg.policy.percentile == 99
+    assert cfg.grpc.listen == "unix:///run/tuner/tuner.sock" and cfg.metrics_listen == "127.0.0.1:9464"
+    assert cfg.host.spec == "sim" and cfg.grpc.token_file is None
+    assert parse_config("", tmp_path / "c.toml") == Config(path=tmp_path / "c.toml")
+
+
+def test_every_problem_one_line_with_its_line_number(tmp_path):
+    text = """# comment
+[host]
+spec = "nonsense"
+
+[policy]
+sla_us = -5
+percentile = 98
+reward = "money"
+
+[tuning]
+trials = 3
+sobol_trials = 5
+window_s = "long"
+load_change_pct = 0
+unknown_knob = 1
+
+[knobs]
+itr_us = [100, 10]
+
+[grpc]
+listen = "example.com"
+tls_cert = "missing.pem"
+
+[metrics]
+listen = "localhost"
+"""
+    lines = _errors(text, tmp_path)
+    f = tmp_path / "t.toml"
+    expected = [
+        f"{f}:3: host.spec: expected 'sim', 'real' or 'module:factory', got 'nonsense'",
+        f"{f}:6: policy.sla_us: expected a value > 0, got -5",
+        f"{f}:7: policy.percentile: expected one of 50, 90, 95, 99, 99.9, got 98",
+        f"{f}:8: policy.reward: expected one of",
+        f"{f}:13: tuning.window_s: expected a number, got 'long'",
+        f"{f}:14: tuning.load_change_pct: expected a percentage in (0, 1000], got 0",
+        f"{f}:15: tuning.unknown_knob: unknown key: expected one of",
+        f"{f}:12: tuning.sobol_trials: expected at most tuning.trials (3), got 5",
+        f"{f}:18: knobs.itr_us: expected [low, high] integers, got [100, 10]",
+        f"{f}:21: grpc.listen: expected HOST:PORT (port 0..65535) or unix:///path.sock, got 'example.com'",
+        f"{f}:22: grpc.tls_cert: expected a readable file, got 'missing.pem' (not found)",
+        f"{f}:20: grpc.tls_key: expected both tls_cert and tls_key",
+        f"{f}:25: metrics.listen: expected HOST:PORT",
+    ]
+    for want in expected:
+        assert any(line.startswith(want) for line in lines), (want, lines)
+    assert len(lines) == len(expected), lines
+
+
+def test_unknown_table_and_wrong_table_type(tmp_path):
+    lines = _errors('tuning = 3\n\n[extra]\na = 1\n', tmp_path)
+    f = tmp_path / "t.toml"
+    assert f"{f}:1: tuning: expected a table [tuning], got int" in lines
+    assert any(l.startswith(f"{f}:3: extra: unknown table") for l in lines)
+
+
+def test_toml_syntax_error_has_line(tmp_path):
+    lines = _errors("[tuning]\ntrials = = 3\n", tmp_path)
+    assert len(lines) == 1 and lines[0].startswith(f"{tmp_path / 't.toml'}:2: invalid TOML")
+
+
+def test_unreadable_file_is_one_line(tmp_path):
+    with pytest.raises(InputError, match="cannot read config"):
+        load_config(tmp_path / "absent.toml")
+
+
+def test_wide_listen_needs_token_or_client_certs(tmp_path):
+    f = tmp_path / "t.toml"
+    lines = _errors('[grpc]\nlisten = "0.0.0.0:50051"\n', tmp_path)
+    assert lines == [f"{f}:2: grpc.listen: expected a unix socket or loopback address unless token_file or "
+                     "tls_client_ca is set (anyone could retune the host), got '0.0.0.0:50051'"]
+    (tmp_path / "tok").write_text("abc\n")
+    cfg = parse_config('[grpc]\nlisten = "0.0.0.0:50051"\ntoken_file = "tok"\n', f)
+    assert cfg.grpc.token_file == (tmp_path / "tok").resolve() and read_token(cfg.grpc.token_file) == b"abc"
+    (tmp_path / "empty").write_text("\n")
+    with pytest.raises(InputError, match="non-empty token"):
+        read_token(tmp_path / "empty")
+
+
+def test_tls_client_ca_needs_cert(tmp_path):
+    (tmp_path / "ca.pem").write_text("x")
+    lines = _errors('[grpc]\ntls_client_ca = "ca.pem"\n', tmp_path)
+    assert lines == [f"{tmp_path / 't.toml'}:2: grpc.tls_client_ca: expected tls_cert and tls_key as well "
+                     "(client certs need TLS)"]
+
+
+@pytest.mark.parametrize("addr, ok", [
+    ("unix:///run/tuner/tuner.sock", True), ("unix:/tmp/x.sock", True), ("127.0.0.1:0", True),
+    ("[::1]:50051", True), ("localhost:1", True), ("unix:", False), ("host", False), ("1.2.3.4:70000", False),
+    ("unix:///" + "a" * 200, False)])
+def test_grpc_address(addr, ok):
+    assert (check_grpc_address(addr) is None) == ok
+
+
+def test_loopback_detection():
+    assert is_loopback("unix:///x") and is_loopback("127.0.0.1:1") and is_loopback("[::1]:1")
+    assert is_loopback("localhost:5") and not is_loopback("0.0.0.0:1") and not is_loopback("10.0.0.1:1")
+
+
+def test_metrics_off_and_host_options(tmp_path):
+    cfg = parse_config('[metrics]\nlisten = "off"\n[host]\nspec = "mod:fn"\n[host.options]\nqps = 5\n',
+                       tmp_path / "c.toml")
+    assert cfg.metrics_listen is None and cfg.host.options == {"qps": 5} and cfg.host.spec == "mod:fn"
