@@ -158,3 +158,54 @@ def test_real_eth0_read_only():
         assert isinstance(nic.lro_enabled("eth0"), bool)
     finally:
         nic.close()
+
+
+NETNS_SCRIPT = r"""
+import json
+from actuators.hwio import COALESCE, HardwareIO, Setting, Transaction
+from actuators.itr import NicItr, PyrouteEthtool
+from actuators.originals import OriginalsStore
+from tuner.errors import HostError
+import sys, tempfile
+io = HardwareIO("/", PyrouteEthtool())
+out = {}
+try:
+    with Transaction(io, OriginalsStore(tempfile.mkdtemp(), "/")) as txn:
+        for s in NicItr(io, ("lo",), force=True).plan(50):
+            txn.write(s)
+except HostError as exc:
+    out["plan"] = str(exc)
+try:
+    io.apply(Setting(COALESCE, "lo", {"rx_coalesce_usecs": 50}))
+except HostError as exc:
+    out["set"] = str(exc)
+try:
+    io.get_coalesce("eth0")
+except HostError as exc:
+    out["eth0"] = str(exc)
+print(json.dumps(out))
+"""
+
+
+def test_real_ioctl_path_in_a_private_network_namespace():
+    """pyroute2's real GCOALESCE/SCOALESCE ioctls, run in a fresh network namespace (`unshare -n`):
+    it holds only its own `lo`, so the host's NICs are unreachable (eth0 -> ENODEV)."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare not installed")
+    repo = Path(__file__).resolve().parents[1]
+    proc = subprocess.run(["unshare", "-n", sys.executable, "-c", NETNS_SCRIPT], cwd=repo,
+                          capture_output=True, text=True, timeout=30)
+    if proc.returncode != 0 and "unshare" in proc.stderr:
+        pytest.skip(f"cannot create a network namespace: {proc.stderr.strip()}")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["plan"] == ("NIC lo (driver virtual) does not support interrupt coalescing "
+                           "(ETHTOOL_GCOALESCE: EOPNOTSUPP)")
+    assert out["set"] == ("NIC lo (driver virtual) does not support interrupt coalescing "
+                          "(ETHTOOL_SCOALESCE: EOPNOTSUPP)")
+    assert out["eth0"] == "no network interface 'eth0' (ENODEV)"
