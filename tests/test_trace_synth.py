@@ -150,3 +150,15 @@ def test_synth_bad_arguments(tmp_path):
         synthesize(cluster_stats(52), tmp_path / "x.csv", mean_qps=0)
     with pytest.raises(InputError, match="cannot write trace"):
         synthesize(cluster_stats(52), tmp_path / "missing-dir" / "x.csv", hours=0.01, mean_qps=1)
+
+
+def test_bundled_sample_is_reproducible_from_recorded_command(tmp_path):
+    """traces/data/README.md records the command; its rows (before compression) must come out identical."""
+    import zstandard
+
+    from traces.schedule import sample_trace_path
+
+    path = tmp_path / "again.csv"
+    synthesize(cluster_stats(52), path, hours=24, mean_qps=5, seed=2020)
+    bundled = zstandard.ZstdDecompressor().stream_reader(sample_trace_path().open("rb")).read()
+    assert bundled == path.read_bytes()
