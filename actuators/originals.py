@@ -2,16 +2,21 @@
 
 The store is one JSON file (`<state-dir>/originals.json`) written atomically (temp file, fsync, rename,
 fsync of the directory) before each first write of a value. The first value recorded for a key wins:
-a daemon restarted after a crash must not mistake its own settings for the originals. `restore_originals`
-puts every value back (reverse order of recording) and forgets each one it restored.
+a daemon restarted after a crash must not mistake its own settings for the originals. Updates take an
+exclusive `flock` and re-read the file, so two processes (daemon and `tuner set`) never lose each
+other's entries. `restore_originals` puts every value back (reverse order of recording) and forgets
+each one it restored.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +27,7 @@ from tuner.errors import HostError
 log = logging.getLogger(__name__)
 
 STATE_FILE = "originals.json"
+LOCK_FILE = "originals.lock"
 FORMAT_VERSION = 1
 
 
@@ -88,30 +94,47 @@ class OriginalsStore:
     def get(self, key: tuple[str, str, int]) -> Setting | None:
         return next((e for e in self._entries if e.key == key), None)
 
-    def remember(self, original: Setting) -> bool:
-        """Persist `original` unless its key is already saved; True when it was new. Durable on return."""
-        if self.get(original.key) is not None:
-            return False
-        self._entries.append(original)
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Exclusive lock across processes; the entries are re-read from disk inside it."""
+        self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self.state_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            self._persist()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._entries = self._load()
+            yield
+        finally:
+            os.close(fd)
+
+    def remember(self, original: Setting) -> bool:
+        """Persist `original` unless its key is already saved (by any process); True when it was new.
+        Durable on return."""
+        try:
+            with self._locked():
+                if self.get(original.key) is not None:
+                    return False
+                self._entries.append(original)
+                try:
+                    self._persist()
+                except OSError:
+                    self._entries.pop()
+                    raise
         except OSError as exc:
-            self._entries.pop()
             raise HostError(f"cannot save originals to {self.path}: {os.strerror(exc.errno or 0)}; "
                             f"nothing was changed") from None
         return True
 
     def forget(self, keys: set[tuple[str, str, int]]) -> None:
         """Drop the given entries (restored); removes the file when none are left."""
-        self._entries = [e for e in self._entries if e.key not in keys]
-        if self._entries:
-            self._persist()
-        elif self.path.exists():
-            self.path.unlink()
-            _fsync_dir(self.state_dir)
+        with self._locked():
+            self._entries = [e for e in self._entries if e.key not in keys]
+            if self._entries:
+                self._persist()
+            elif self.path.exists():
+                self.path.unlink()
+                _fsync_dir(self.state_dir)
 
     def _persist(self) -> None:
-        self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         doc: dict[str, Any] = {
             "version": FORMAT_VERSION,
             "root": str(self.root),

@@ -288,7 +288,7 @@ def test_original_is_durable_before_the_write(tree, monkeypatch):
     monkeypatch.setattr(HardwareIO, "apply", apply)
     host.apply(dvfs_ghz=2.0, itr_us=30)
     assert seen and all(seen)
-    assert [p.name for p in host.store.state_dir.iterdir()] == ["originals.json"]  # no temp files left
+    assert sorted(p.name for p in host.store.state_dir.iterdir()) == ["originals.json", "originals.lock"]
 
 
 def test_corrupt_or_foreign_originals_are_refused(tmp_path):
@@ -319,3 +319,17 @@ def test_restore_keeps_what_failed(tree, monkeypatch):
     nic.fail_set.clear()
     host.restore()
     assert untouched(root, nic) and not host.store.path.exists()
+
+
+def test_two_processes_never_lose_each_others_originals(tmp_path):
+    from actuators.hwio import Setting
+
+    state = tmp_path / "state"
+    daemon, manual = OriginalsStore(state, tmp_path), OriginalsStore(state, tmp_path)  # both loaded empty
+    assert daemon.remember(Setting("sysfs", "sys/a", "ondemand"))
+    assert manual.remember(Setting("sysfs", "sys/b", "1"))
+    assert not manual.remember(Setting("sysfs", "sys/a", "userspace"))  # daemon's original wins
+    assert [(e.target, e.value) for e in OriginalsStore(state, tmp_path).entries()] == [
+        ("sys/a", "ondemand"), ("sys/b", "1")]
+    daemon.forget({("sysfs", "sys/a", 0)})
+    assert [e.target for e in OriginalsStore(state, tmp_path).entries()] == ["sys/b"]
