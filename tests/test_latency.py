@@ -42,6 +42,18 @@ def _prober_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "tuner-prober"]
 
 
+@pytest.fixture(params=["process", "thread"])
+def iso(request) -> str:
+    """Prober isolation: a child interpreter (default) or an in-process thread."""
+    return request.param
+
+
+def _assert_stopped(prober: Prober) -> None:
+    """No probe thread here, and no child process left (it exited, not merely orphaned)."""
+    assert _prober_threads() == []
+    assert prober._engine.__dict__.get("process") is None
+
+
 # -- histogram path: CIs from order statistics ------------------------------------------------------
 def test_histogram_ci_contains_the_sample_ci():
     # The histogram CI must contain the exact-sample CI (bucket edges only ever widen it).
@@ -148,9 +160,9 @@ def _window(prober: Prober, seconds: float = WINDOW_S) -> ProbeWindow:
     return prober.end()
 
 
-def test_prober_window_counts_and_ordered_percentiles(memcached):
+def test_prober_window_counts_and_ordered_percentiles(memcached, iso):
     stats = MemcachedStatsQps(memcached.address)
-    prober = Prober(target=memcached.address, rate_hz=200, settings_root=None)
+    prober = Prober(target=memcached.address, rate_hz=200, settings_root=None, isolation=iso)
     assert isinstance(prober, LatencySource)
     try:
         w = _window(prober)
@@ -176,7 +188,7 @@ def test_prober_window_counts_and_ordered_percentiles(memcached):
 
 
 def test_begin_resets_the_window(memcached):
-    prober = Prober(target=memcached.address, rate_hz=200, settings_root=None)
+    prober = Prober(target=memcached.address, rate_hz=200, settings_root=None, isolation="thread")
     try:
         _window(prober, 0.3)
         w = _window(prober, 0.05)
@@ -187,27 +199,51 @@ def test_begin_resets_the_window(memcached):
     assert w.requests < 30
 
 
-def test_close_stops_the_thread_and_is_idempotent(memcached):
-    prober = Prober(target=memcached.address, rate_hz=500, settings_root=None)
+def test_close_stops_the_thread_and_is_idempotent(memcached, iso):
+    prober = Prober(target=memcached.address, rate_hz=500, settings_root=None, isolation=iso)
     prober.begin()
-    assert len(_prober_threads()) == 1
+    child = getattr(prober._engine, "process", None)
+    if iso == "thread":
+        assert len(_prober_threads()) == 1
+    else:
+        assert _prober_threads() == [] and child.poll() is None  # probing happens in the child
     prober.close()
     prober.close()
-    assert _prober_threads() == []
+    _assert_stopped(prober)
+    if child is not None:
+        assert child.returncode == 0  # it exited cleanly when told to, it was not killed
     with pytest.raises(HostError, match="closed"):
         prober.begin()
 
 
-def test_end_without_begin(memcached):
-    prober = Prober(target=memcached.address, settings_root=None)
+def test_killed_child_is_a_clear_error_and_restarts(memcached):
+    prober = Prober(target=memcached.address, rate_hz=200, settings_root=None)
+    try:
+        prober.begin()
+        prober._engine.process.kill()
+        with pytest.raises(HostError, match="prober process died"):
+            prober.end()
+        assert prober._engine.process is None
+        prober.begin()  # a fresh child
+        w = prober.end()
+        assert w.requests >= 1
+    finally:
+        prober.close()
+    _assert_stopped(prober)
+
+
+def test_end_without_begin(memcached, iso):
+    prober = Prober(target=memcached.address, settings_root=None, isolation=iso)
     with pytest.raises(HostError, match="without begin"):
         prober.end()
     prober.close()
+    _assert_stopped(prober)
 
 
 def test_sets_in_the_mix(memcached):
     stats = MemcachedStatsQps(memcached.address)
-    prober = Prober(target=memcached.address, rate_hz=200, set_every=4, keys=4, settings_root=None)
+    prober = Prober(target=memcached.address, rate_hz=200, set_every=4, keys=4, settings_root=None,
+                    isolation="thread")
     try:
         prober.begin()  # seeds 4 keys first
         before = stats.snapshot().counters["cmd_set"]
@@ -220,20 +256,20 @@ def test_sets_in_the_mix(memcached):
     assert sets == w.requests // 4
 
 
-def test_unreachable_target_is_a_one_line_error():
+def test_unreachable_target_is_a_one_line_error(iso):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-        prober = Prober(target=f"127.0.0.1:{port}", timeout_s=0.3, settings_root=None)
-        with pytest.raises(HostError, match=rf"memcached 127\.0\.0\.1:{port}: cannot connect") as e:
+        prober = Prober(target=f"127.0.0.1:{port}", timeout_s=0.3, settings_root=None, isolation=iso)
+        with pytest.raises(HostError, match=rf"^memcached 127\.0\.0\.1:{port}: cannot connect") as e:
             prober.begin()
         assert "\n" not in str(e.value)
         prober.close()
-    assert _prober_threads() == []
+    _assert_stopped(prober)
 
 
-def test_server_dying_mid_window_fails_the_window(memcached):
-    prober = Prober(target=memcached.address, rate_hz=200, timeout_s=0.3, settings_root=None)
+def test_server_dying_mid_window_fails_the_window(memcached, iso):
+    prober = Prober(target=memcached.address, rate_hz=200, timeout_s=0.3, settings_root=None, isolation=iso)
     try:
         prober.begin()
         memcached.stop()
@@ -242,14 +278,14 @@ def test_server_dying_mid_window_fails_the_window(memcached):
             prober.end()
     finally:
         prober.close()
-    assert _prober_threads() == []
+    _assert_stopped(prober)
 
 
-def test_stall_is_not_hidden_by_coordinated_omission(memcached):
+def test_stall_is_not_hidden_by_coordinated_omission(memcached, iso):
     # Freeze memcached for 150 ms inside a 400 ms window. A closed-loop client would record ONE slow
     # sample; the open-loop schedule charges every request intended during the stall, so ~1/3 of the
     # 80 samples are slow and p90 is tens of ms.
-    prober = Prober(target=memcached.address, rate_hz=200, timeout_s=2.0, settings_root=None)
+    prober = Prober(target=memcached.address, rate_hz=200, timeout_s=2.0, settings_root=None, isolation=iso)
     try:
         prober.begin()
         time.sleep(0.1)
@@ -274,6 +310,8 @@ def test_config_validation():
         ProberConfig(rate_hz=0)
     with pytest.raises(HostError, match="memcached address"):
         ProberConfig(target="host:xx")
+    with pytest.raises(HostError, match="isolation"):
+        ProberConfig(isolation="fork")
 
 
 # -- Prometheus ------------------------------------------------------------------------------------
