@@ -194,3 +194,48 @@ def test_bearer_token_required_when_configured(tmp_path):
                 with pytest.raises(grpc.RpcError) as e:
                     next(bad.call("WatchDecisions"))
                 assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def _openssl(*args, cwd):
+    import subprocess
+
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+@pytest.mark.skipif(__import__("shutil").which("openssl") is None, reason="openssl not installed")
+def test_tls_with_client_certificates(tmp_path):
+    d = tmp_path
+    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "1",
+             "-subj", "/CN=tuner-test-ca", "-keyout", "ca.key", "-out", "ca.pem", cwd=d)
+    for name, ext in (("server", "subjectAltName=DNS:localhost,IP:127.0.0.1"), ("client", "extendedKeyUsage=clientAuth")):
+        _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", f"/CN={name}",
+                 "-keyout", f"{name}.key", "-out", f"{name}.csr", cwd=d)
+        (d / f"{name}.ext").write_text(ext + "\n")
+        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                 "-days", "1", "-extfile", f"{name}.ext", "-out", f"{name}.pem", cwd=d)
+    text = write_config(d, sla_us=900.0, listen="0.0.0.0:0", metrics="off").read_text().replace(
+        "[grpc]\n", '[grpc]\ntls_cert = "server.pem"\ntls_key = "server.key"\ntls_client_ca = "ca.pem"\n')
+    (d / "tuner.toml").write_text(text)
+    with Running(d / "tuner.toml") as r:
+        port = r.daemon.grpc_address.rpartition(":")[2]
+        opts = [("grpc.ssl_target_name_override", "localhost")]
+        ca = (d / "ca.pem").read_bytes()
+        good = grpc.ssl_channel_credentials(ca, (d / "client.key").read_bytes(), (d / "client.pem").read_bytes())
+        with grpc.secure_channel(f"127.0.0.1:{port}", good, options=opts) as ch:
+            assert ReflectionClient(ch).call("GetStatus").version == "0.1.0"
+        with grpc.secure_channel(f"127.0.0.1:{port}", grpc.ssl_channel_credentials(ca), options=opts) as ch:
+            with pytest.raises(grpc.RpcError) as e:
+                health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5)
+            assert e.value.code() == grpc.StatusCode.UNAVAILABLE   # handshake refused without a client cert
+        import subprocess
+        import sys
+
+        ctl = [sys.executable, "-m", "tuner.cli", "ctl", "--address", f"127.0.0.1:{port}", "--tls-ca", str(d / "ca.pem")]
+        ok = subprocess.run(ctl + ["--tls-cert", str(d / "client.pem"), "--tls-key", str(d / "client.key"), "status"],
+                            capture_output=True, text=True, timeout=60)
+        assert ok.returncode == 0 and "state: holding" in ok.stdout or "state:" in ok.stdout, ok.stderr
+        bad = subprocess.run(ctl + ["--timeout", "2", "status"], capture_output=True, text=True, timeout=60)
+        assert bad.returncode == 2 and "UNAVAILABLE" in bad.stderr
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            with pytest.raises(grpc.RpcError):
+                health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5)
