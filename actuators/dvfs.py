@@ -29,6 +29,7 @@ IA32_PM_ENABLE = 0x770
 MSR_PLATFORM_INFO = 0xCE
 CPU_DIR = "sys/devices/system/cpu"
 BUS_GHZ = 0.1
+SETSPEED_TOLERANCE_KHZ = 50_000
 
 
 def ratio_of(value: int) -> int:
@@ -159,10 +160,12 @@ class CpufreqBackend:
         return governors + speeds
 
     def verify(self, ghz: float) -> list[str]:
-        khz = str(int(round(ghz * 1e6)))
+        """Governor must read `userspace` and `scaling_setspeed` (the userspace governor shows policy->cur)
+        must be within `SETSPEED_TOLERANCE_KHZ` of the request (drivers resolve to their own grid)."""
+        khz = int(round(ghz * 1e6))
         for cpu in self.cores:
             gov, speed = self._read(cpu, "scaling_governor"), self._read(cpu, "scaling_setspeed")
-            if gov != "userspace" or speed != khz:
+            if gov != "userspace" or not speed.isdigit() or abs(int(speed) - khz) > SETSPEED_TOLERANCE_KHZ:
                 raise HostError(f"CPU {cpu} reads back governor={gov} setspeed={speed} kHz after setting "
                                 f"userspace at {khz} kHz")
         return []
@@ -173,10 +176,14 @@ class CpufreqBackend:
             if self._read(cpu, "scaling_governor") != "userspace":
                 return None
             try:
-                speeds.add(round(int(self._read(cpu, "scaling_setspeed")) / 1e6, 3))
+                speeds.add(int(self._read(cpu, "scaling_setspeed")))
             except ValueError:
                 return None
-        return speeds.pop() if len(speeds) == 1 else None
+        if len(speeds) != 1:
+            return None
+        khz = speeds.pop()  # report the listed frequency it resolves to (see `verify`)
+        nearest = min(self.frequencies(), key=lambda f: abs(f * 1e6 - khz))
+        return nearest if abs(nearest * 1e6 - khz) <= SETSPEED_TOLERANCE_KHZ else round(khz / 1e6, 3)
 
 
 @dataclass

@@ -22,6 +22,7 @@ from tuner.errors import HostError
 log = logging.getLogger(__name__)
 
 SYSFS, MSR, COALESCE = "sysfs", "msr", "coalesce"
+UNSUPPORTED = "<unsupported>"  # what cpufreq's scaling_setspeed shows without the userspace governor
 
 
 @dataclass(frozen=True)
@@ -237,10 +238,14 @@ class Transaction:
         before = self.io.read(setting)
         if before.value == setting.value:
             return  # already so: no write, nothing to undo or remember
-        if self.store is not None and not self.io.dry_run and self.store.remember(before):
+        # `scaling_setspeed` reads "<unsupported>" unless the userspace governor runs: there is nothing to
+        # put back (writing that text would be EINVAL); restoring the governor is what undoes it.
+        restorable = not (before.kind == SYSFS and before.value == UNSUPPORTED)
+        if restorable and self.store is not None and not self.io.dry_run and self.store.remember(before):
             self._new_keys.add(before.key)
         self.io.apply(setting)  # a write the kernel refused changed nothing: no undo entry for it
-        self._undo.append(before)
+        if restorable:
+            self._undo.append(before)
 
     def rollback(self) -> list[str]:
         """Undo this transaction's writes in reverse order; return the errors (empty when clean)."""

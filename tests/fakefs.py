@@ -263,3 +263,15 @@ class StatusFollowsCtl(hwio.HardwareIO):
         if setting.kind == hwio.MSR and setting.reg == 0x199 and not self.dry_run \
                 and int(setting.target) not in self.stuck:
             set_msr(self.root, int(setting.target), 0x198, setting.value & 0xFF00)
+
+
+class KernelLikeIO(StatusFollowsCtl):
+    """Also reads `scaling_setspeed` as the kernel shows it: `<unsupported>` unless the governor is
+    userspace."""
+
+    def read_text(self, rel: str) -> str:
+        if rel.endswith("/scaling_setspeed"):
+            governor = super().read_text(rel.replace("scaling_setspeed", "scaling_governor"))
+            if governor != "userspace":
+                return "<unsupported>"
+        return super().read_text(rel)

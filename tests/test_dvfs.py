@@ -144,7 +144,7 @@ def test_cpufreq_available_list_and_setspeed(tmp_path):
     fakefs.cpu_online(tmp_path, 2)
     fakefs.cpufreq(tmp_path, 2, governor="schedutil", governors="performance schedutil userspace",
                    available_khz=[2_900_000, 2_400_000, 1_800_000, 1_200_000])
-    io = HardwareIO(tmp_path)
+    io = fakefs.KernelLikeIO(tmp_path)
     store = OriginalsStore(tmp_path / "state", tmp_path)
     backend = dvfs.choose_backend(io, None, "auto")
     assert backend.name == "cpufreq"
@@ -154,6 +154,7 @@ def test_cpufreq_available_list_and_setspeed(tmp_path):
     apply(io, store, backend, 1.8)
     assert (tmp_path / CPUFREQ.format(1, "scaling_setspeed")).read_text() == "1800000"
     assert backend.current() == 1.8
+    assert [e.target.rsplit("/", 1)[1] for e in store.entries()] == ["scaling_governor"] * 2  # no "<unsupported>"
     restore_originals(io, store)
     assert (tmp_path / CPUFREQ.format(1, "scaling_governor")).read_text().strip() == "schedutil"
     assert backend.current() is None
@@ -176,7 +177,7 @@ def test_cpufreq_min_max_steps_and_intel_pstate_active(tmp_path):
 def test_cpufreq_write_rejected_leaves_nothing_changed(tmp_path, monkeypatch):
     fakefs.cpu_online(tmp_path, 3)
     fakefs.cpufreq(tmp_path, 3, available_khz=[2_000_000, 1_500_000])
-    io = HardwareIO(tmp_path)
+    io = fakefs.KernelLikeIO(tmp_path)
     store = OriginalsStore(tmp_path / "state", tmp_path)
     real = HardwareIO._write_text
 
@@ -189,8 +190,9 @@ def test_cpufreq_write_rejected_leaves_nothing_changed(tmp_path, monkeypatch):
     with pytest.raises(HostError, match="EINVAL"):
         apply(io, store, dvfs.CpufreqBackend(io, (0, 1, 2)), 1.5)
     for cpu in range(3):
-        assert (tmp_path / CPUFREQ.format(cpu, "scaling_governor")).read_text().strip() == "ondemand"
-        assert (tmp_path / CPUFREQ.format(cpu, "scaling_setspeed")).read_text().strip() == "<unsupported>"
+        assert io.read_text(CPUFREQ.format(cpu, "scaling_governor")) == "ondemand"
+        assert io.read_text(CPUFREQ.format(cpu, "scaling_setspeed")) == "<unsupported>"
+    assert not store.path.exists()
 
 
 def test_auto_explains_when_nothing_works(tmp_path):
@@ -198,3 +200,15 @@ def test_auto_explains_when_nothing_works(tmp_path):
     fakefs.cpuid_only(tmp_path, 1)
     with pytest.raises(HostError, match=r"no DVFS backend works here -- cpufreq: .* \| msr: msr module not loaded"):
         dvfs.choose_backend(HardwareIO(tmp_path))
+
+
+def test_cpufreq_userspace_original_setspeed_is_restored(tmp_path):
+    fakefs.cpu_online(tmp_path, 1)
+    fakefs.cpufreq(tmp_path, 1, governor="userspace", available_khz=[2_000_000, 1_500_000])
+    (tmp_path / CPUFREQ.format(0, "scaling_setspeed")).write_text("2000000\n")
+    io = fakefs.KernelLikeIO(tmp_path)
+    store = OriginalsStore(tmp_path / "state", tmp_path)
+    apply(io, store, dvfs.CpufreqBackend(io, (0,)), 1.5)
+    assert [(e.target.rsplit("/", 1)[1], e.value) for e in store.entries()] == [("scaling_setspeed", "2000000")]
+    restore_originals(io, store)
+    assert io.read_text(CPUFREQ.format(0, "scaling_setspeed")) == "2000000"
