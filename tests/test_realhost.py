@@ -333,3 +333,13 @@ def test_two_processes_never_lose_each_others_originals(tmp_path):
         ("sys/a", "ondemand"), ("sys/b", "1")]
     daemon.forget({("sysfs", "sys/a", 0)})
     assert [e.target for e in OriginalsStore(state, tmp_path).entries()] == ["sys/b"]
+
+
+def test_make_host_real_builds_a_protocol_host(tree):
+    from tuner.hosts import make_host
+
+    root, nic = tree
+    host = make_host("real", root=str(root), nic=nic, backend="cpufreq", cores="0-1", parts=("itr", "dvfs"))
+    assert isinstance(host, RealHost) and host.dvfs.name == "cpufreq" and host.dvfs.cores == (0, 1)
+    with pytest.raises(Exception, match=r"cores '0-x': expected a CPU list"):
+        make_host("real", root=str(root), nic=nic, cores="0-x", parts=("dvfs",))
