@@ -259,7 +259,14 @@ def target_warning(address: MemcachedAddress, local_ips: Iterable[str] | None = 
 # -- the prober ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ProberConfig:
-    """Prober settings. `target` may be a remote memcached: run the prober on a client machine."""
+    """Prober settings. `target` may be a remote memcached: run the prober on a client machine.
+
+    `rate_hz` probes/s (open loop); `keys` seeded keys of `value_bytes` bytes under `key_prefix`, read
+    round robin; `set_every` N makes every Nth probe a set (0: gets only); `timeout_s` per request;
+    `spin_us` busy-wait before each intended send time (timer slack); `busy_poll` spin while waiting
+    for replies; `isolation` "process" (own interpreter, default) or "thread"; `cpus` pins the probe
+    loop (empty: inherit); `confidence` of the percentile CIs.
+    """
 
     target: str = "127.0.0.1:11211"
     rate_hz: float = 200.0
@@ -272,8 +279,12 @@ class ProberConfig:
     key_prefix: str = "tuner:probe:"
     confidence: float = 0.95
     isolation: str = "process"
+    cpus: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "cpus", tuple(int(c) for c in self.cpus))
+        if any(c < 0 for c in self.cpus):
+            raise HostError(f"prober cpus {self.cpus!r}: expected CPU numbers >= 0")
         if self.isolation not in ("process", "thread"):
             raise HostError(f"prober isolation {self.isolation!r}: expected 'process' or 'thread'")
         if not 0 < self.rate_hz <= 100_000:
@@ -336,7 +347,7 @@ class Prober:
         self.config = config
         self.address: MemcachedAddress = as_address(config.target)
         self.settings: ClientSettings | None = (
-            read_client_settings(settings_root) if settings_root is not None else None
+            read_client_settings(settings_root, cpus=config.cpus or None) if settings_root is not None else None
         )
         self._engine: ThreadProber | ProcessProber = (
             ThreadProber(config) if config.isolation == "thread" else ProcessProber(config)
@@ -518,6 +529,7 @@ class ThreadProber:
         self._misses = 0
         self._errors = 0
         self._last_error = ""
+        self._pin_error = ""
 
     # -- LatencySource ----------------------------------------------------------------------------
     def begin(self) -> None:
@@ -563,6 +575,8 @@ class ThreadProber:
             errors, last_error, timeouts, misses = self._errors, self._last_error, self._timeouts, self._misses
             intended = self._k
             seconds = (stop - self._origin) / 1e9
+        if self._pin_error:
+            raise HostError(f"prober: {self._pin_error}")
         if errors:
             raise HostError(
                 f"memcached {self.address}: {errors} of {intended} probe requests failed in the window: {last_error}"
@@ -622,6 +636,12 @@ class ThreadProber:
         )
 
     def _run(self) -> None:
+        if self.config.cpus:  # pid 0 = this thread only (Linux): pin the probe loop, not the caller
+            try:
+                os.sched_setaffinity(0, self.config.cpus)
+            except OSError as exc:
+                with self._cv:  # every window fails loudly rather than silently probing unpinned
+                    self._pin_error = f"cannot pin the prober to CPUs {_cpu_list(self.config.cpus)}: {exc.strerror}"
         client = MemcachedClient(self.address, self.config.timeout_s, busy_poll=self.config.busy_poll)
         spin_ns = int(self.config.spin_us * 1e3)
         try:

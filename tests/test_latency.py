@@ -569,3 +569,49 @@ def test_loopback_prober_warns(memcached):
     prober = Prober(target=memcached.address, settings_root=None)
     assert any("never cross the NIC" in w for w in prober.warnings())
     prober.close()
+
+
+def test_pinned_prober_reports_its_cpus(memcached):
+    cpu = min(os.sched_getaffinity(0))
+    prober = Prober(target=memcached.address, rate_hz=200, cpus=[cpu], isolation="thread")
+    try:
+        assert prober.settings.cpus == (cpu,)
+        w = _window(prober, 0.1)
+        assert w.requests >= 1
+    finally:
+        prober.close()
+    bad = Prober(target=memcached.address, rate_hz=200, cpus=[4096], isolation="thread", settings_root=None)
+    try:
+        bad.begin()
+        with pytest.raises(HostError, match="cannot pin the prober to CPUs 4096"):
+            bad.end()
+    finally:
+        bad.close()
+
+
+# -- the README's sample-size numbers ---------------------------------------------------------------
+def _expected_rel_half_width(n: int, q: float, ppf) -> float:
+    """Relative CI half-width of the q-quantile from n samples, at the expected order statistics."""
+    from tuner.stats import quantile_ci_ranks
+
+    lo, hi = quantile_ci_ranks(n, q)
+    return (ppf((hi + 1) / (n + 1)) - ppf((lo + 1) / (n + 1))) / 2 / ppf(q)
+
+
+@pytest.mark.parametrize(
+    "dist,q,n_enough",
+    [("expon", 0.99, 7602), ("expon", 0.999, 36899), ("offset", 0.99, 4511), ("lognorm", 0.99, 22209)],
+)
+def test_readme_sample_sizes_for_5_percent_ci(dist, q, n_enough):
+    from scipy import stats as st
+
+    ppf = {"expon": st.expon().ppf, "offset": st.expon(loc=30, scale=20).ppf, "lognorm": st.lognorm(1.0).ppf}[dist]
+    assert _expected_rel_half_width(n_enough, q, ppf) <= 0.05
+    assert _expected_rel_half_width(int(n_enough * 0.9), q, ppf) > 0.05  # integer ranks: "about" n
+
+
+def test_readme_minimum_samples_for_any_two_sided_ci():
+    from tuner.stats import quantile_ci_achievable
+
+    assert not quantile_ci_achievable(367, 0.99) and quantile_ci_achievable(368, 0.99)
+    assert not quantile_ci_achievable(3687, 0.999) and quantile_ci_achievable(3688, 0.999)
