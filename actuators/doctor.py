@@ -142,9 +142,10 @@ def check_dvfs_backends(io: HardwareIO, cores: tuple[int, ...]) -> list[Finding]
         try:
             backend.preflight()
             freqs = backend.frequencies()
+            listed = " ".join(f"{f:g}" for f in freqs) if len(freqs) <= 40 else f"{freqs[0]:g} .. {freqs[-1]:g}"
             out.append(Finding(f"dvfs-{backend.name}", OK,
                                f"usable on CPUs {cores[0]}..{cores[-1]}: {len(freqs)} frequencies "
-                               f"{freqs[0]:g}..{freqs[-1]:g} GHz"))
+                               f"{freqs[0]:g}..{freqs[-1]:g} GHz ({listed})"))
         except HostError as exc:
             out.append(Finding(f"dvfs-{backend.name}", FAIL, str(exc), fixes[backend.name]))
     return out

@@ -126,13 +126,17 @@ class OriginalsStore:
 
     def forget(self, keys: set[tuple[str, str, int]]) -> None:
         """Drop the given entries (restored); removes the file when none are left."""
-        with self._locked():
-            self._entries = [e for e in self._entries if e.key not in keys]
-            if self._entries:
-                self._persist()
-            elif self.path.exists():
-                self.path.unlink()
-                _fsync_dir(self.state_dir)
+        try:
+            with self._locked():
+                self._entries = [e for e in self._entries if e.key not in keys]
+                if self._entries:
+                    self._persist()
+                elif self.path.exists():
+                    self.path.unlink()
+                    _fsync_dir(self.state_dir)
+        except OSError as exc:
+            raise HostError(f"cannot update {self.path}: {os.strerror(exc.errno or 0)} (the values were "
+                            f"restored; the file still lists them)") from None
 
     def _persist(self) -> None:
         doc: dict[str, Any] = {

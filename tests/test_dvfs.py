@@ -91,8 +91,12 @@ def test_hwp_refused_with_explanation_and_nothing_written(tmp_path):
 def test_missing_msr_module(tmp_path):
     fakefs.cpu_online(tmp_path, 2)
     fakefs.cpuid_only(tmp_path, 2)
+    fakefs.cpufreq(tmp_path, 2)
     with pytest.raises(HostError, match=r"msr module not loaded: .*dev/cpu/0/msr is missing \(run `modprobe msr`\)"):
         dvfs.choose_backend(HardwareIO(tmp_path), None, "msr")
+    with pytest.raises(HostError, match=r"^msr module not loaded"):
+        dvfs.MsrBackend(HardwareIO(tmp_path), (0, 1)).plan(2.0)
+    assert all((tmp_path / CPUFREQ.format(c, "scaling_governor")).read_text().strip() == "ondemand" for c in (0, 1))
 
 
 def test_out_of_range_refused_before_hardware(tmp_path):
