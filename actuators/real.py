@@ -7,6 +7,7 @@ the persisted originals -- also those of a previous process that died -- and the
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -132,9 +133,13 @@ class RealHost:
             reading = energy.end()
             q1 = float(qps.total_requests())
             t1 = self.clock()
-        finally:
-            window = latency.end()
+        except BaseException:
+            with contextlib.suppress(Exception):  # close the window; the first error is the one to report
+                latency.end()
             self._stop.clear()
+            raise
+        window = latency.end()
+        self._stop.clear()
         elapsed = t1 - t0
         served = q1 - q0 - (window.requests if self.probe_counts_in_qps else 0)
         rate = max(served, 0.0) / elapsed
