@@ -19,6 +19,7 @@ from tuner.errors import InputError
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 TOL = 3
+SPAN = 5000
 
 
 def reference(body: bytes, skip_bad: bool):
@@ -26,7 +27,7 @@ def reference(body: bytes, skip_bad: bool):
     lines = body.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
-    rows, skipped, tmax = [], Counter(), None
+    rows, skipped, tmax, origin = [], Counter(), None, None
     for number, line in enumerate(lines, start=1):
         try:
             row = parse_row(line)
@@ -34,6 +35,12 @@ def reference(body: bytes, skip_bad: bool):
             if not skip_bad:
                 return rows, skipped, number
             skipped[exc.reason] += 1
+            continue
+        origin = row.timestamp if origin is None else origin
+        if row.timestamp > origin + SPAN:
+            if not skip_bad:
+                return rows, skipped, number
+            skipped["timestamp beyond trace span"] += 1
             continue
         if tmax is not None and row.timestamp + TOL < tmax:
             if not skip_bad:
@@ -46,7 +53,7 @@ def reference(body: bytes, skip_bad: bool):
 
 
 def fast(path, skip_bad: bool, chunk: int):
-    parser = TraceParser(path, skip_bad=skip_bad, tolerance_s=TOL, chunk_bytes=chunk)
+    parser = TraceParser(path, skip_bad=skip_bad, tolerance_s=TOL, max_span_s=SPAN, chunk_bytes=chunk)
     rows = []
     try:
         for b in parser.blocks():
@@ -129,3 +136,17 @@ def test_truncated_compressed_rows(tmp_path, body, cut, kind):
 @pytest.mark.parametrize("body", [b"\n", b"\r", b",,,,,,", b"0,k,1,2,3,get,0,", b"\x00" * 10])
 def test_edge_bodies(tmp_path, body):
     check_agreement(tmp_path, body, 4)
+
+
+@FUZZ
+@given(body=_body, bin_s=st.integers(1, 5000), skip_bad=st.booleans())
+def test_stats_on_near_valid_rows(tmp_path, body, bin_s, skip_bad):
+    path = tmp_path / "fuzz.csv"
+    path.write_bytes(body)
+    try:
+        st_ = trace_stats(path, bin_s=bin_s, skip_bad=skip_bad)
+    except InputError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith(str(path))
+        return
+    assert st_.per_second.sum() == st_.rows == sum(b.requests for b in st_.bins)
+    assert st_.rows + sum(st_.skipped.values()) == st_.lines

@@ -239,3 +239,12 @@ def test_suffix_without_magic(tmp_path):
 
 def test_missing_file(tmp_path):
     expect_error(tmp_path / "nope.csv", "nope.csv: cannot read trace")
+
+
+def test_timestamp_beyond_trace_span(tmp_path):
+    path = write(tmp_path, "t.csv", b"100,k,1,2,3,get,0\n200,k,1,2,3,get,0\n999999999999,k,1,2,3,get,0\n")
+    expect_error(path, f"{path}:3: timestamp 999999999999 is 999999999899 s after the first row's 100",
+                 "expected a trace spanning at most 2678400 s")
+    parser, f = parse_all(path, skip_bad=True)
+    assert f["timestamp"].tolist() == [100, 200] and parser.skipped == {"timestamp beyond trace span": 1}
+    expect_error(path, f"{path}:2: timestamp 200 is 100 s after", max_span_s=50)

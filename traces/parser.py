@@ -21,10 +21,14 @@ from tuner.errors import InputError
 
 #: Default tolerance for out-of-order timestamps: real traces are only roughly sorted.
 DEFAULT_TOLERANCE_S = 5.0
+#: Default longest trace (s after the first row): the public traces span a week; this bounds the per-second
+#: series (8 bytes per second) so that one bogus far-future timestamp cannot exhaust memory.
+DEFAULT_MAX_SPAN_S = 31 * 86400
 #: A line longer than this is not a trace row (keeps memory bounded on garbage input).
 MAX_LINE_BYTES = 1 << 20
 _NL, _COMMA, _CR, _ZERO = 10, 44, 13, 48
 _OUT_OF_ORDER = "timestamp out of order"
+_BEYOND_SPAN = "timestamp beyond trace span"
 _TOO_LONG = "line too long"
 _LONG_MESSAGE = f"line longer than {MAX_LINE_BYTES} bytes; expected a trace row (is this a trace file?)"
 
@@ -133,10 +137,13 @@ class TraceParser:
         *,
         skip_bad: bool = False,
         tolerance_s: float = DEFAULT_TOLERANCE_S,
+        max_span_s: int = DEFAULT_MAX_SPAN_S,
         chunk_bytes: int = 1 << 20,
     ) -> None:
         if not tolerance_s >= 0:
             raise ValueError(f"tolerance_s must be >= 0, got {tolerance_s}")
+        if not max_span_s >= 0:
+            raise ValueError(f"max_span_s must be >= 0, got {max_span_s}")
         self.path = os.fspath(path)
         self.skip_bad = skip_bad
         self.tolerance_s = float(tolerance_s)
@@ -144,6 +151,8 @@ class TraceParser:
         self.lines = 0  # lines read so far
         self.rows = 0  # good rows yielded so far
         self.skipped: Counter[str] = Counter()
+        self.max_span_s = int(max_span_s)
+        self.origin: int | None = None  # timestamp of the first good row
         self._tmax: int | None = None  # running maximum timestamp of good rows
 
     def _fail(self, line: int, message: str) -> InputError:
@@ -187,8 +196,15 @@ class TraceParser:
         base = self.lines
         n = starts.size
         self.lines += n
-        # Order: each good row against the running maximum of the good rows before it.
         ts = f["timestamp"]
+        # Span: no row more than max_span_s after the first good row (the trace origin).
+        beyond = np.zeros(n, bool)
+        if self.origin is None and good.any():
+            self.origin = int(ts[np.argmax(good)])
+        if self.origin is not None:
+            beyond = good & (ts > self.origin + self.max_span_s)
+            good &= ~beyond
+        # Order: each good row against the running maximum of the good rows before it.
         idx = np.flatnonzero(good)
         late = np.zeros(n, bool)
         before_all = np.zeros(n, np.int64)
@@ -211,11 +227,17 @@ class TraceParser:
                 i = int(bad_idx[0])
                 if long[i]:
                     raise self._fail(base + i + 1, _LONG_MESSAGE)
+                if beyond[i]:
+                    raise self._fail(base + i + 1, (
+                        f"timestamp {int(ts[i])} is {int(ts[i]) - self.origin} s after the first row's "
+                        f"{self.origin}; expected a trace spanning at most {self.max_span_s} s"))
                 raise self._fail(base + i + 1, self._describe(data, starts[i], ends[i], late[i], int(ts[i]),
                                                               int(before_all[i])))
             for i in bad_idx:
                 if long[i]:
                     reason = _TOO_LONG
+                elif beyond[i]:
+                    reason = _BEYOND_SPAN
                 elif late[i]:
                     reason = _OUT_OF_ORDER
                 else:

@@ -11,7 +11,7 @@ import pathlib
 from dataclasses import dataclass
 from importlib import resources
 
-from traces.parser import DEFAULT_TOLERANCE_S
+from traces.parser import DEFAULT_MAX_SPAN_S, DEFAULT_TOLERANCE_S
 from traces.series import TraceStats, trace_stats
 from tuner.errors import InputError, TunerError
 
@@ -95,11 +95,13 @@ def load_schedule(
     scale: float | None = None,
     skip_bad: bool = False,
     tolerance_s: float = DEFAULT_TOLERANCE_S,
+    max_span_s: int = DEFAULT_MAX_SPAN_S,
 ) -> Schedule:
     """Read a trace (plain, .gz or .zst) and bin its request rate into a scaled load schedule."""
     scale_factor(1.0, peak_qps=peak_qps, scale=scale)  # refuse bad arguments before reading a large file
     if hours is not None and not hours > 0:
         raise TunerError(f"hours must be > 0, got {hours}")
     max_s = None if hours is None else hours * 3600
-    stats = trace_stats(path, bin_s=bin_s, skip_bad=skip_bad, tolerance_s=tolerance_s, max_seconds=max_s)
+    stats = trace_stats(path, bin_s=bin_s, skip_bad=skip_bad, tolerance_s=tolerance_s, max_seconds=max_s,
+                        max_span_s=max_span_s)
     return schedule_from_stats(stats, hours=hours, peak_qps=peak_qps, scale=scale)

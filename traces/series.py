@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from traces.format import OPS
-from traces.parser import DEFAULT_TOLERANCE_S, TraceParser
+from traces.parser import DEFAULT_MAX_SPAN_S, DEFAULT_TOLERANCE_S, TraceParser
 from tuner.errors import InputError
 
 _NOPS = len(OPS)
@@ -94,10 +94,13 @@ def trace_stats(
     skip_bad: bool = False,
     tolerance_s: float = DEFAULT_TOLERANCE_S,
     max_seconds: float | None = None,
+    max_span_s: int = DEFAULT_MAX_SPAN_S,
 ) -> TraceStats:
-    """Stream `path` once; with `max_seconds`, count only the first `max_seconds` s and stop reading after them."""
+    """Stream `path` once; with `max_seconds`, count only the first `max_seconds` s and stop reading after them.
+
+    A row more than `max_span_s` after the first row is an error (or skipped), which bounds memory."""
     width = _check_bin(bin_s)
-    parser = TraceParser(path, skip_bad=skip_bad, tolerance_s=tolerance_s)
+    parser = TraceParser(path, skip_bad=skip_bad, tolerance_s=tolerance_s, max_span_s=max_span_s)
     limit = None if max_seconds is None else int(np.ceil(max_seconds))
     per_sec = _Grow(None, np.int64, 0)
     ops = _Grow(_NOPS, np.int64, 0)

@@ -54,6 +54,8 @@ def register(subparsers) -> None:
     stats.add_argument("--skip-bad", action="store_true", help="skip malformed rows (counted by reason)")
     stats.add_argument("--tolerance", type=_non_negative_float, default=None, metavar="SECONDS",
                        help="how far (s) a timestamp may go back before it is an error (default 5)")
+    stats.add_argument("--max-span-days", type=_positive(float), default=31.0, metavar="DAYS",
+                       help="a row this long after the first one is an error (default 31; bounds memory)")
     stats.add_argument("--json", action="store_true", help="print JSON instead of a table")
     stats.add_argument("--series-out", metavar="CSV", default=None,
                        help="also write the per-second request series as CSV 'second,requests'")
@@ -169,7 +171,7 @@ def run_stats(args: argparse.Namespace) -> int:
     tolerance = DEFAULT_TOLERANCE_S if args.tolerance is None else args.tolerance
     max_s = None if args.hours is None else args.hours * 3600
     st = trace_stats(args.file, bin_s=args.bin_s, skip_bad=args.skip_bad, tolerance_s=tolerance,
-                     max_seconds=max_s)
+                     max_seconds=max_s, max_span_s=int(args.max_span_days * 86400))
     full = st.full_bins or st.bins
     scale = None
     if args.peak_qps is not None or args.scale is not None:
