@@ -106,6 +106,9 @@ def check_hwp(io: HardwareIO, cpu: int) -> Finding:
     except HostError as exc:
         if "not implemented" in str(exc):
             return Finding("hwp", OK, "no HWP (IA32_PM_ENABLE not implemented on this CPU)")
+        if io.path(f"{CPU_DIR}/intel_pstate/hwp_dynamic_boost").exists():  # exists only with HWP on
+            return Finding("hwp", FAIL, "HWP enabled (intel_pstate exposes hwp_dynamic_boost): IA32_PERF_CTL is "
+                           "ignored", "boot with intel_pstate=no_hwp for --backend msr, or use cpufreq")
         try:
             flags = io.read_text("proc/cpuinfo")
         except HostError:

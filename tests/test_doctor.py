@@ -140,3 +140,11 @@ def test_doctor_on_this_machine_is_read_only_and_honest(monkeypatch, capsys):
     assert {f["check"] for f in data["findings"]} >= {"msr-module", "cap-net-admin", "cap-sys-rawio", "hwp",
                                                        "cpufreq", "dvfs-msr", "dvfs-cpufreq", "rapl",
                                                        "memcached", "prober"}
+
+
+def test_hwp_seen_through_intel_pstate_without_msr(tmp_path):
+    fakefs.cpu_online(tmp_path, 1)
+    fakefs.cpuid_only(tmp_path, 1)
+    fakefs.write(tmp_path / "sys/devices/system/cpu/intel_pstate/hwp_dynamic_boost", "0")
+    finding = doctor.check_hwp(HardwareIO(tmp_path, dry_run=True), 0)
+    assert finding.status == "fail" and "hwp_dynamic_boost" in finding.detail
