@@ -154,3 +154,33 @@ def test_invalid_config_lists_every_problem_and_exits_2(tmp_path):
     assert f"{cfg}:3: tuning.window_s: expected a number, got 'x'" in text
     assert f"{cfg}:5: grpc.listen: expected a unix socket or loopback address" in text
     assert len(lines) == 4 and "Traceback" not in text
+
+
+def test_sd_notify_ready_watchdog_stopping(tmp_path):
+    import socket
+
+    name = f"tuner-notify-{os.getpid()}"
+    cfg = write_config(tmp_path, sla_us=900.0, window_s=0.05)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as srv:
+        srv.bind("\0" + name)
+        srv.settimeout(20)
+        env = {**os.environ, "PYTHONPATH": str(REPO), "NOTIFY_SOCKET": "@" + name, "WATCHDOG_USEC": "200000"}
+        p = subprocess.Popen([PY, "-m", "tests.daemon_fakes", str(cfg)], cwd=REPO, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            msgs = [srv.recv(200).decode()]
+            assert msgs[0].startswith("READY=1")
+            assert _serving(tmp_path / "t.sock")   # READY only once the API answers
+            while msgs.count("WATCHDOG=1") < 3:    # pinged every WATCHDOG_USEC / 2
+                msgs.append(srv.recv(200).decode())
+        finally:
+            code, out = _stop(p)
+        rest = []
+        srv.settimeout(2)
+        try:
+            while True:
+                rest.append(srv.recv(200).decode())
+        except socket.timeout:
+            pass
+    assert code == 0, out
+    assert "STOPPING=1" in rest
