@@ -391,7 +391,9 @@ class Daemon:
             if best is None or pw < best.power_w:
                 best = PointAnswer(OperatingPoint(int(key[0]), float(key[1])), lat, lat_sem, pw, pw_sem,
                                    True, True, sum(md["offered_qps"] for md in mds) / len(mds),
-                                   f"{len(mds)} measured window(s)", "")
+                                   f"{len(mds)} measured window(s)",
+                                   "" if len(mds) > 1 else "one window: latency uncertainty from its order-"
+                                   "statistic CI; power uncertainty needs >= 2 windows (reported as 0)")
         if best is not None:
             return best
         # 2. model of the retune tuned nearest to this load (only at the percentile it was trained on)
