@@ -113,12 +113,13 @@ def _clock(seconds: int) -> str:
 
 def _print_table(doc: dict) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     scaled = doc["scale"] is not None
-    table = Table(title=f"{doc['path']}: {doc['rows']:,} requests over {doc['seconds']:,} s "
+    table = Table(title=f"{escape(doc['path'])}: {doc['rows']:,} requests over {doc['seconds']:,} s "
                         f"({doc['full_bins']} full {doc['bin_s']} s bins)",
-                  caption="op mix: % of requests; sizes: mean [min-max] bytes")
+                  caption=escape("op mix: % of requests; sizes: mean [min-max] bytes"))
     for name in ("bin", "start", "requests", "QPS", *(("scaled QPS",) if scaled else ()), "op mix %",
                  "key B", "value B"):
         table.add_column(name, justify="left" if name in ("op mix %", "start") else "right")
@@ -133,8 +134,8 @@ def _print_table(doc: dict) -> None:
             f"{b['qps']:,.2f}",
             *((f"{b['scaled_qps']:,.0f}",) if scaled else ()),
             mix,
-            f"{ks['mean']:.1f} [{ks['min']}-{ks['max']}]" if ks else "-",
-            f"{vs['mean']:.1f} [{vs['min']}-{vs['max']}]" if vs else "-",
+            escape(f"{ks['mean']:.1f} [{ks['min']}-{ks['max']}]") if ks else "-",
+            escape(f"{vs['mean']:.1f} [{vs['min']}-{vs['max']}]") if vs else "-",
         )
     console = Console()
     console.print(table)
@@ -150,7 +151,7 @@ def _print_table(doc: dict) -> None:
         notes.append(f"skipped {total:,} malformed row(s): " +
                      ", ".join(f"{n:,} {reason}" for reason, n in sorted(doc["skipped"].items())))
     for note in notes:
-        console.print(note)
+        console.print(escape(note))
 
 
 def _write_series(path: str, per_second) -> None:
