@@ -73,6 +73,33 @@ class FileHost(FakeHost):
         return super().measure(seconds)
 
 
+class BlockingHost(FakeHost):
+    """From its `block_from`-th measurement on, `measure` blocks (like a real window) until `interrupt()`."""
+
+    def __init__(self, block_from: int = 3, **kw: Any) -> None:
+        import threading
+
+        super().__init__(**kw)
+        self.block_from = block_from
+        self._interrupt = threading.Event()
+        self.blocking = threading.Event()
+        self.interrupts = 0
+
+    def interrupt(self) -> None:
+        self.interrupts += 1
+        self._interrupt.set()
+
+    def measure(self, seconds: float) -> Measurement:
+        from tuner.errors import HostError
+
+        if self.measure_count + 1 >= self.block_from:
+            self.blocking.set()
+            if self._interrupt.wait(60):
+                self._interrupt.clear()
+                raise HostError("measurement interrupted")
+        return super().measure(seconds)
+
+
 def make_file_host(knob_file: str, qps: float = 100_000.0, qps_file: str | None = None) -> FileHost:
     return FileHost(knob_file, qps=qps, qps_file=qps_file)
 

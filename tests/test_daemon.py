@@ -226,3 +226,20 @@ def test_sdnotify_sends_ready_and_watchdog_to_abstract_socket():
     off = Notifier({})
     assert not off.enabled and off.ready() is False and off.watchdog_s is None
     assert Notifier({"NOTIFY_SOCKET": "@x", "WATCHDOG_USEC": "5", "WATCHDOG_PID": "1"}).watchdog_s is None
+
+
+def test_stop_interrupts_the_window_in_flight_and_abandons_its_trial(tmp_path):
+    from tests.daemon_fakes import BlockingHost
+
+    cfg = write_config(tmp_path, trials=10, window_s=0.05)
+    host = BlockingHost(block_from=3)
+    r = Running(cfg, host=host, serve=False)
+    assert host.blocking.wait(10)          # the 3rd trial is measuring
+    import time as _t
+    t0 = _t.monotonic()
+    assert r.stop() == 0
+    assert _t.monotonic() - t0 < 5 and host.interrupts == 1
+    st = _state(tmp_path)
+    assert [t["status"] for t in st["trials"]] == ["completed", "completed"]   # not reported as failed
+    assert host.point() is None and host.restore_count >= 2                    # restored on the way out
+    assert r.daemon.metrics.trials.labels(status="abandoned")._value.get() == 1

@@ -251,12 +251,18 @@ class Daemon:
             self._shutdown()
 
     def request_stop(self) -> None:
-        """Stop after the current window; an unfinished trial is abandoned. Safe from signal handlers."""
+        """Stop now: a measurement in flight is interrupted (if the host can) and its trial abandoned."""
         self._stop.set()
         self._wake.set()
+        interrupt = getattr(self.host, "interrupt", None)
+        if callable(interrupt):
+            try:
+                interrupt()
+            except Exception as exc:  # noqa: BLE001 - stopping must not fail
+                log.warning("host.interrupt() failed: %s", exc)
 
     def request_reload(self) -> None:
-        """Re-read the config file at the next step (SIGHUP). Safe from signal handlers."""
+        """Re-read the config file at the next step (SIGHUP)."""
         self._reload_requested = True
         self._wake.set()
 
@@ -579,6 +585,9 @@ class Daemon:
                 return False
             m, when = self._measure()
         except TunerError as exc:
+            if self._stop.is_set():  # interrupted by a stop: abandon, never report
+                self.metrics.trials.labels(status="abandoned").inc()
+                return False
             log.warning("trial %s/%d at %s failed: %s", rid, index, point, exc)
             rec = self._timed(opt.fail, index, str(exc))
             self._record_trial(opt, rid, rec, None, time.time(), "failed")
@@ -650,6 +659,8 @@ class Daemon:
         try:
             m, when = self._measure()
         except TunerError as exc:
+            if self._stop.is_set():
+                return
             log.warning("measurement failed while holding: %s", exc)
             self._wait(self.config.tuning.window_s, interruptible=True)
             return
@@ -826,6 +837,9 @@ class Daemon:
                 if self.metrics:
                     self.metrics.set_point(None)
                 log.info("original ITR/DVFS restored")
+                close = getattr(self.host, "close", None)
+                if callable(close):
+                    close()
         finally:
             if self.grpc is not None:
                 self.grpc.stop()

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import queue
 import signal
 import sys
+import threading
 from typing import Any
 
 
@@ -44,16 +46,35 @@ def serve(config_path: str, *, optimizers: Any = None, log_level: str = "info") 
     from tuner.daemon import Daemon
 
     daemon = Daemon(config, optimizers=optimizers)
-    signal.signal(signal.SIGTERM, lambda *_: daemon.request_stop())
-    signal.signal(signal.SIGINT, lambda *_: daemon.request_stop())
-    signal.signal(signal.SIGHUP, lambda *_: daemon.request_reload())
+    # Signal handlers only queue the signal (SimpleQueue.put is reentrant); the main thread acts on it, and
+    # the control loop runs on its own thread -- no lock is ever taken inside a signal handler.
+    signals: queue.SimpleQueue = queue.SimpleQueue()
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, lambda n, _frame: signals.put(n))
     try:
         daemon.start()
     except BaseException:
         daemon._shutdown()  # restore knobs and close what did start
         raise
-    try:
-        return daemon.run()
-    except Exception:
-        logging.getLogger("tuner.daemon").exception("control loop failed; original knobs restored")
-        return 1
+    result: list[int] = []
+
+    def loop() -> None:
+        try:
+            result.append(daemon.run())
+        except Exception:
+            logging.getLogger("tuner.daemon").exception("control loop failed; original knobs restored")
+            result.append(1)
+
+    thread = threading.Thread(target=loop, name="tuner-loop")
+    thread.start()
+    while thread.is_alive():
+        try:
+            signum = signals.get(timeout=0.5)
+        except queue.Empty:
+            continue
+        if signum == signal.SIGHUP:
+            daemon.request_reload()
+        else:
+            daemon.request_stop()
+    thread.join()
+    return result[0] if result else 1
