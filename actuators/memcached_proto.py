@@ -154,7 +154,7 @@ class MemcachedClient:
 
     def get(self, key: str) -> bytes | None:
         """`get key`: the value, or None on a miss."""
-        _check_key(key)
+        check_key(key)
         self._send(b"get " + key.encode() + b"\r\n")
         value: bytes | None = None
         while True:
@@ -172,7 +172,7 @@ class MemcachedClient:
 
     def set(self, key: str, value: bytes, exptime: int = 0, flags: int = 0) -> None:
         """`set key flags exptime bytes`; raises HostError unless the server says STORED."""
-        _check_key(key)
+        check_key(key)
         self._send(b"set %s %d %d %d\r\n%s\r\n" % (key.encode(), flags, exptime, len(value), value))
         line = self._readline()
         if line != b"STORED":
@@ -254,7 +254,8 @@ class MemcachedClient:
         return HostError(f"memcached {self.address}: protocol error: {what}")
 
 
-def _check_key(key: str) -> None:
+def check_key(key: str) -> None:
+    """Raise ValueError unless `key` is a valid memcached key (1..250 bytes, no spaces/controls)."""
     raw = key.encode()
     if not raw or len(raw) > 250 or any(c <= 32 or c == 127 for c in raw):
         raise ValueError(f"invalid memcached key {key!r}: 1..250 bytes, no spaces or control characters")

@@ -35,7 +35,7 @@ import numpy as np
 from hdrh.histogram import HdrHistogram
 
 from actuators.host import PERCENTILES
-from actuators.memcached_proto import MemcachedAddress, MemcachedClient, MemcachedTimeout, as_address
+from actuators.memcached_proto import MemcachedAddress, MemcachedClient, MemcachedTimeout, as_address, check_key
 from actuators.sensors import LatencyWindow
 from tuner.errors import HostError
 
@@ -296,6 +296,10 @@ class ProberConfig:
         if not 0 < self.confidence < 1:
             raise HostError(f"prober confidence {self.confidence!r}: expected 0 < c < 1")
         as_address(self.target)  # fail early on a malformed address
+        try:
+            check_key(f"{self.key_prefix}{self.keys - 1}")
+        except ValueError as exc:
+            raise HostError(f"prober key_prefix {self.key_prefix!r}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -697,3 +701,6 @@ class ThreadProber:
         except HostError as exc:
             client.close()
             return str(exc)
+        except Exception as exc:  # noqa: BLE001 - never let the probe thread die silently
+            client.close()
+            return f"prober: {type(exc).__name__}: {exc}"

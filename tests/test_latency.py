@@ -312,6 +312,8 @@ def test_config_validation():
         ProberConfig(target="host:xx")
     with pytest.raises(HostError, match="isolation"):
         ProberConfig(isolation="fork")
+    with pytest.raises(HostError, match="key_prefix 'my probe'"):
+        ProberConfig(key_prefix="my probe")
 
 
 # -- Prometheus ------------------------------------------------------------------------------------
