@@ -1,0 +1,113 @@
+"""The daemon driving the real host's actuators on a fake sysfs/devfs tree (mocked ethtool): the knobs it
+holds are really written, SIGTERM-style stop puts the originals back, and a dead run's writes are undone
+before anything else at start. Energy/QPS/latency are canned sensors; no real hardware is touched."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from actuators.dvfs import IA32_PERF_CTL, IA32_PERF_STATUS, IA32_PM_ENABLE, MSR_PLATFORM_INFO
+from actuators.host import OperatingPoint
+from actuators.itr import RX_USECS
+from actuators.rapl import EnergyCounter, EnergyMeter
+from actuators.real import make_real_host
+from actuators.sensors import LatencyWindow
+from tests import fakefs
+from tests.daemon_fakes import Running, wait_for, write_config
+
+NCPU = 2
+CTL0 = 20 << 8
+
+
+@pytest.fixture(autouse=True)
+def _guard(monkeypatch, tmp_path):
+    fakefs.guard_writes(monkeypatch, tmp_path)
+    fakefs.msr_device_semantics(monkeypatch)
+
+
+class _Qps:
+    def __init__(self, clock, rate):
+        self.clock, self.rate = clock, rate
+
+    def total_requests(self):
+        return self.rate * self.clock()
+
+
+class _Latency:
+    def __init__(self):
+        self.begun = threading.Event()
+
+    def begin(self):
+        self.begun.set()
+
+    def end(self):
+        return LatencyWindow(1000, {99.0: 120.0}, {99.0: (100.0, 150.0)})
+
+    def close(self):
+        pass
+
+
+@pytest.fixture
+def tree(tmp_path):
+    root = tmp_path / "root"
+    fakefs.cpu_online(root, NCPU)
+    fakefs.msr_files(root, NCPU, {MSR_PLATFORM_INFO: (12 << 40) | (29 << 8), IA32_PM_ENABLE: 0,
+                                  IA32_PERF_CTL: CTL0, IA32_PERF_STATUS: CTL0})
+    fakefs.cpufreq(root, NCPU, governor="ondemand")
+    fakefs.powercap_zone(root, "package-0", "intel-rapl:0", 0, 262_143_328_850, max_power_uw=150_000_000)
+    fakefs.net_iface(root, "eth1", "ixgbe")
+    nic = fakefs.FakeNic()
+    nic.add("eth1", rx_usecs=1)
+    return root, nic
+
+
+def _host(root, nic):
+    import time
+
+    host = make_real_host(root=root, nic=nic, backend="msr", parts=("itr", "dvfs"))
+    clock = time.monotonic
+    unit = 1e-6
+    counter = EnergyCounter("package-0", True, 1 << 40, unit, lambda: int(clock() * 60.0 / unit) % (1 << 40), "fake")
+    host.energy, host.qps, host.latency = EnergyMeter([counter], 400.0, clock), _Qps(clock, 50_000.0), _Latency()
+    return host
+
+
+def _untouched(root, nic):
+    return (all(fakefs.get_msr(root, c, IA32_PERF_CTL) == CTL0 for c in range(NCPU))
+            and nic.coalesce["eth1"][RX_USECS] == 1)
+
+
+def test_daemon_writes_held_point_and_restores_on_stop(tmp_path, tree):
+    root, nic = tree
+    cfg = write_config(tmp_path, options={}, window_s=0.1, sla_us=500.0)
+    host = _host(root, nic)
+    with Running(cfg, host=host, serve=False) as r:
+        wait_for(lambda: r.daemon.status()["state"] == "holding", timeout=15)
+        held = r.daemon.status()["point"]
+        assert host.point() == held
+        assert fakefs.get_msr(root, 0, IA32_PERF_CTL) == round(held.dvfs_ghz * 10) << 8
+        assert nic.coalesce["eth1"][RX_USECS] == held.itr_us
+        assert r.stop() == 0
+    assert _untouched(root, nic) and host.point() is None
+
+
+def test_start_undoes_a_dead_runs_writes_first(tmp_path, tree):
+    from tests.daemon_fakes import FakeOptimizers
+    from tuner.config import load_config
+    from tuner.daemon import Daemon
+
+    root, nic = tree
+    dead = _host(root, nic)
+    dead.apply(itr_us=300, dvfs_ghz=1.5)      # a previous daemon wrote the knobs, then was SIGKILLed
+    del dead
+    assert not _untouched(root, nic)
+    cfg = write_config(tmp_path, options={}, window_s=0.1)
+    d = Daemon(load_config(cfg), host=_host(root, nic), optimizers=FakeOptimizers(), serve=False)
+    d.start()                                  # before the loop runs a single trial
+    try:
+        assert _untouched(root, nic)
+    finally:
+        d._shutdown()
+    assert _untouched(root, nic)
