@@ -18,7 +18,6 @@ import pytest
 
 from actuators.host import PERCENTILES
 from actuators.latency_sources import CommandLatency, ExternalWindow, FileLatency, PrometheusLatency, parse_hook_json
-from actuators.memcached_proto import MemcachedClient
 from actuators.prober import (
     ClientSettings,
     Prober,
