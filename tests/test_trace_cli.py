@@ -102,3 +102,15 @@ def test_series_out(capsys, tmp_path):
     code, _, _ = run(capsys, "trace", "stats", str(path), "--json", "--series-out", str(series))
     assert code == 0
     assert series.read_text() == "second,requests\n0,2\n1,0\n2,1\n"
+
+
+def test_stats_several_files_and_start(capsys, tmp_path):
+    a, b = tmp_path / "c.0.csv", tmp_path / "c.1.csv"
+    a.write_text("".join(f"{t},k,1,2,3,get,0\n" for t in range(3600)))
+    b.write_text("".join(f"{t},k,1,2,3,get,0\n{t},k,1,2,3,set,0\n" for t in range(3600, 7200)))
+    code, out, _ = run(capsys, "trace", "stats", str(a), str(b), "--json")
+    doc = json.loads(out)
+    assert code == 0 and [x["qps"] for x in doc["bins"]] == [1.0, 2.0] and doc["lines"] == 3600 * 3
+    code, out, _ = run(capsys, "trace", "stats", str(a), str(b), "--json", "--start-hours", "1")
+    doc = json.loads(out)
+    assert code == 0 and doc["start_s"] == 3600 and [x["qps"] for x in doc["bins"]] == [2.0]

@@ -248,3 +248,17 @@ def test_timestamp_beyond_trace_span(tmp_path):
     parser, f = parse_all(path, skip_bad=True)
     assert f["timestamp"].tolist() == [100, 200] and parser.skipped == {"timestamp beyond trace span": 1}
     expect_error(path, f"{path}:2: timestamp 200 is 100 s after", max_span_s=50)
+
+
+def test_trace_split_over_files(tmp_path):
+    """Published traces are split (clusterN.0.zst, clusterN.1.zst, ...): files are read as one trace, in order."""
+    rows = [b"%d,k%d,1,2,3,get,0" % (t, t) for t in range(10)]
+    a = write(tmp_path, "c.0.zst", b"\n".join(rows[:6]) + b"\n", "zstd")
+    b = write(tmp_path, "c.1.csv", b"\n".join(rows[6:]))  # no final newline: the file still ends the row
+    parser, f = parse_all([a, b])
+    assert f["timestamp"].tolist() == list(range(10)) and parser.lines == 10 and parser.name == f"{a} + {b}"
+    # line numbers restart per file; order is checked across the boundary
+    c = write(tmp_path, "c.2.csv", b"9,k,1,2,3,get,0\n1,k,1,2,3,get,0\n")
+    expect_error([a, b, c], f"{c}:2: timestamp 1 is 8 s earlier than 9")
+    d = write(tmp_path, "c.3.csv", b"9,k,1,2,3,get,0\n9,k,oops,2,3,get,0\n")
+    expect_error([a, d], f"{d}:2: field 'key size'")

@@ -121,3 +121,23 @@ def test_bundled_sample_schedule():
     assert 2 <= int(qps.argmin()) <= 6  # trough in the early morning
     assert 14 <= int(qps.argmax()) <= 21  # peak in the afternoon / evening
     assert 2.0 <= sch.raw_peak_qps <= 20.0  # a low-rate sample, scaled by the replay
+
+
+def test_start_offset_selects_a_later_slice(tmp_path):
+    counts = [1] * 10 + [2] * 10 + [3] * 10
+    path = trace(tmp_path, counts)
+    st = trace_stats(path, bin_s=10, start_s=10)
+    assert st.start_s == 10 and st.per_second.tolist() == [2] * 10 + [3] * 10
+    assert [b.requests for b in st.bins] == [20, 30]
+    assert st.lines == 60 and st.rows == 50
+    sch = load_schedule(path, bin_s=10, start_s=10, hours=10 / 3600, scale=2)
+    assert [(w.index, w.start_s, w.qps) for w in sch.windows] == [(0, 0.0, 4.0)]
+    with pytest.raises(InputError, match="no requests 40 s or more after the first row"):
+        trace_stats(path, bin_s=10, start_s=40)
+
+
+def test_trace_in_several_files(tmp_path):
+    a = trace(tmp_path, [1] * 10, name="a.csv", origin=0)
+    b = trace(tmp_path, [2] * 10, name="b.csv", origin=10)
+    sch = load_schedule([a, b], bin_s=10)
+    assert [w.qps for w in sch.windows] == [1.0, 2.0] and sch.source == f"{a} + {b}"

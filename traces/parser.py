@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,7 +45,7 @@ _OP_MIN_LEN, _OP_MAX_LEN = min(map(len, OPS)), max(map(len, OPS))
 class Block:
     """The good rows of one block, in file order (keys and client ids are checked, not kept)."""
 
-    first_line: int  # 1-based number of the block's first line
+    first_line: int  # 1-based number of the block's first line in its file
     timestamp: np.ndarray  # int64 seconds
     op: np.ndarray  # uint8 index into OPS
     key_size: np.ndarray  # int64 bytes
@@ -133,7 +133,7 @@ class TraceParser:
 
     def __init__(
         self,
-        path: str | os.PathLike[str],
+        path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
         *,
         skip_bad: bool = False,
         tolerance_s: float = DEFAULT_TOLERANCE_S,
@@ -144,21 +144,41 @@ class TraceParser:
             raise ValueError(f"tolerance_s must be >= 0, got {tolerance_s}")
         if not max_span_s >= 0:
             raise ValueError(f"max_span_s must be >= 0, got {max_span_s}")
-        self.path = os.fspath(path)
+        single = isinstance(path, (str, bytes, os.PathLike))
+        self.paths: tuple[str, ...] = (os.fspath(path),) if single else tuple(os.fspath(p) for p in path)
+        if not self.paths:
+            raise ValueError("no trace file given")
+        self.path = self.paths[0]  # the file being read (error messages name it)
+        self.file_lines = 0  # lines read so far in the current file
         self.skip_bad = skip_bad
         self.tolerance_s = float(tolerance_s)
         self.chunk_bytes = chunk_bytes
-        self.lines = 0  # lines read so far
+        self.lines = 0  # lines read so far, all files
         self.rows = 0  # good rows yielded so far
         self.skipped: Counter[str] = Counter()
         self.max_span_s = int(max_span_s)
         self.origin: int | None = None  # timestamp of the first good row
         self._tmax: int | None = None  # running maximum timestamp of good rows
 
+    @property
+    def name(self) -> str:
+        """The trace's name in messages: its path, or its paths joined with ' + '."""
+        return " + ".join(self.paths)
+
     def _fail(self, line: int, message: str) -> InputError:
         return InputError(f"{self.path}:{line}: {message}")
 
+    def _count_lines(self, n: int) -> None:
+        self.lines += n
+        self.file_lines += n
+
     def blocks(self) -> Iterator[Block]:
+        """The good rows of every file in order (one trace split over files, as published)."""
+        for path in self.paths:
+            self.path, self.file_lines = path, 0
+            yield from self._file_blocks()
+
+    def _file_blocks(self) -> Iterator[Block]:
         carry = b""
         discarding = False  # inside an over-long line that is being skipped
         for chunk in open_chunks(self.path, self.chunk_bytes):
@@ -167,7 +187,7 @@ class TraceParser:
                 if cut < 0:
                     continue
                 chunk, discarding = chunk[cut + 1:], False
-                self.lines += 1
+                self._count_lines(1)
                 self.skipped[_TOO_LONG] += 1
             data = carry + chunk if carry else chunk
             cut = data.rfind(b"\n")
@@ -178,12 +198,12 @@ class TraceParser:
                 if block := self._block(data[: cut + 1]):
                     yield block
             if len(carry) > MAX_LINE_BYTES:
-                line = self.lines + 1
+                line = self.file_lines + 1
                 if not self.skip_bad:
                     raise self._fail(line, _LONG_MESSAGE)
                 carry, discarding = b"", True
         if discarding:  # the over-long line ran to the end of the file
-            self.lines += 1
+            self._count_lines(1)
             self.skipped[_TOO_LONG] += 1
         elif carry:
             if block := self._block(carry + b"\n"):
@@ -193,9 +213,9 @@ class TraceParser:
         starts, ends, f, good = scan_block(data)
         long = (ends - starts) > MAX_LINE_BYTES
         good &= ~long
-        base = self.lines
+        base = self.file_lines
         n = starts.size
-        self.lines += n
+        self._count_lines(n)
         ts = f["timestamp"]
         # Span: no row more than max_span_s after the first good row (the trace origin).
         beyond = np.zeros(n, bool)

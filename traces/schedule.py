@@ -2,12 +2,16 @@
 
 Only full windows are kept (a trailing part shorter than one window is dropped). `peak_qps` scales the trace so
 that its busiest window's mean equals `peak_qps`; `scale` multiplies the trace's own rate; give at most one.
+`start_s` begins the schedule that many seconds after the trace's first row (e.g. 86400 for the second day of
+a week-long trace, as the dissertation replays one 24-hour slice); window times are from the schedule's start.
+A trace split over several files (as published: clusterN.0.zst, clusterN.1.zst, ...) is given as a list.
 """
 
 from __future__ import annotations
 
 import os
 import pathlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 
@@ -24,7 +28,7 @@ class Window:
     """One bin of the load schedule."""
 
     index: int
-    start_s: float  # seconds from trace start
+    start_s: float  # seconds from trace start (from the schedule's start when `start_s` was given)
     seconds: float  # bin length (always a full bin)
     qps: float  # mean offered QPS in the bin after scaling
 
@@ -32,7 +36,7 @@ class Window:
 @dataclass(frozen=True)
 class Schedule:
     windows: tuple[Window, ...]
-    source: str  # path
+    source: str  # path (several files joined with ' + ')
     scale: float  # factor applied to the trace's own rate
     raw_peak_qps: float  # the trace's own peak bin rate
 
@@ -87,7 +91,7 @@ def schedule_from_stats(
 
 
 def load_schedule(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     *,
     bin_s: float = 3600.0,
     hours: float | None = None,
@@ -96,6 +100,7 @@ def load_schedule(
     skip_bad: bool = False,
     tolerance_s: float = DEFAULT_TOLERANCE_S,
     max_span_s: int = DEFAULT_MAX_SPAN_S,
+    start_s: float = 0.0,
 ) -> Schedule:
     """Read a trace (plain, .gz or .zst) and bin its request rate into a scaled load schedule."""
     scale_factor(1.0, peak_qps=peak_qps, scale=scale)  # refuse bad arguments before reading a large file
@@ -103,5 +108,5 @@ def load_schedule(
         raise TunerError(f"hours must be > 0, got {hours}")
     max_s = None if hours is None else hours * 3600
     stats = trace_stats(path, bin_s=bin_s, skip_bad=skip_bad, tolerance_s=tolerance_s, max_seconds=max_s,
-                        max_span_s=max_span_s)
+                        max_span_s=max_span_s, start_s=start_s)
     return schedule_from_stats(stats, hours=hours, peak_qps=peak_qps, scale=scale)

@@ -1,14 +1,17 @@
 """Per-second request series and per-bin statistics (op mix, key/value sizes) of a trace, in one streaming pass.
 
 Time is measured from the first row's timestamp (the trace origin). Rows that are earlier than the origin by at
-most the order tolerance (real traces are only roughly sorted) count in second 0. The series ends at the last
-second that holds a request; bins are `bin_s` seconds from the origin, and a last bin shorter than `bin_s` is
-marked partial (`seconds < bin_s`).
+most the order tolerance (real traces are only roughly sorted) count in second 0. With `start_s`, the series
+and the bins begin `start_s` seconds after the origin (e.g. the second day of a week-long trace) and earlier
+rows are read but not counted. The series ends at the last second that holds a request (or at `max_seconds`);
+bins are `bin_s` seconds long, and a last bin shorter than `bin_s` is marked partial (`seconds < bin_s`).
+A trace may be split over several files (as the public traces are): they are read as one, in the order given.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -45,7 +48,7 @@ class BinStats:
 
 @dataclass(frozen=True)
 class TraceStats:
-    path: str
+    path: str  # the file, or the files joined with ' + '
     origin: int  # timestamp of the first row
     bin_s: int
     per_second: np.ndarray  # int64 requests in each second from the origin
@@ -54,6 +57,7 @@ class TraceStats:
     rows: int  # requests counted (rows within `max_seconds` when that was given)
     skipped: dict[str, int] = field(default_factory=dict)
     truncated_at_s: int | None = None  # the `max_seconds` limit, when reading stopped there
+    start_s: int = 0  # where the series begins, in seconds after the origin
 
     @property
     def seconds(self) -> int:
@@ -88,18 +92,23 @@ def _check_bin(bin_s: float) -> int:
 
 
 def trace_stats(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     *,
     bin_s: float = 3600,
     skip_bad: bool = False,
     tolerance_s: float = DEFAULT_TOLERANCE_S,
     max_seconds: float | None = None,
     max_span_s: int = DEFAULT_MAX_SPAN_S,
+    start_s: float = 0,
 ) -> TraceStats:
-    """Stream `path` once; with `max_seconds`, count only the first `max_seconds` s and stop reading after them.
+    """Stream the trace once, counting from `start_s` after its origin; with `max_seconds`, count only that many
+    seconds and stop reading after them.
 
     A row more than `max_span_s` after the first row is an error (or skipped), which bounds memory."""
     width = _check_bin(bin_s)
+    if not (start_s >= 0 and float(start_s).is_integer()):
+        raise InputError(f"start must be a whole number of seconds >= 0, got {start_s!r}")
+    start = int(start_s)
     parser = TraceParser(path, skip_bad=skip_bad, tolerance_s=tolerance_s, max_span_s=max_span_s)
     limit = None if max_seconds is None else int(np.ceil(max_seconds))
     per_sec = _Grow(None, np.int64, 0)
@@ -113,18 +122,17 @@ def trace_stats(
     for block in parser.blocks():
         if origin is None:
             origin = int(block.timestamp[0])
-        rel = np.maximum(block.timestamp - origin, 0)
+        rel = np.maximum(block.timestamp - origin, 0) - start
+        keep = rel >= 0
         if limit is not None:
-            keep = rel < limit
-            if not keep.all():
-                # rows up to `tolerance` s late may still follow; past that nothing can fall inside the limit
-                stopped = int(rel.max()) >= limit + tolerance_s
-                rel = rel[keep]
-                block_op, ks, vs = block.op[keep], block.key_size[keep], block.value_size[keep]
-            else:
-                block_op, ks, vs = block.op, block.key_size, block.value_size
-        else:
+            keep &= rel < limit
+            # rows up to `tolerance` s late may still follow; past that nothing can fall inside the limit
+            stopped = int(rel.max()) >= limit + tolerance_s
+        if keep.all():
             block_op, ks, vs = block.op, block.key_size, block.value_size
+        else:
+            rel = rel[keep]
+            block_op, ks, vs = block.op[keep], block.key_size[keep], block.value_size[keep]
         if rel.size:
             rows += int(rel.size)
             lo, hi = int(rel.min()), int(rel.max())
@@ -143,11 +151,14 @@ def trace_stats(
         if stopped:
             break
     if rows == 0:
+        if parser.rows:
+            raise InputError(f"{parser.name}: no requests {start} s or more after the first row "
+                             f"(the trace has {parser.rows} rows before that)")
         if parser.skipped:
             detail = ", ".join(f"{n} {r}" for r, n in sorted(parser.skipped.items()))
-            raise InputError(f"{parser.path}: empty trace: no valid rows ({sum(parser.skipped.values())} "
+            raise InputError(f"{parser.name}: empty trace: no valid rows ({sum(parser.skipped.values())} "
                              f"skipped: {detail})")
-        raise InputError(f"{parser.path}: empty trace: no request rows; expected CSV rows "
+        raise InputError(f"{parser.name}: empty trace: no request rows; expected CSV rows "
                          "'timestamp,key,key size,value size,client id,operation,TTL'")
     series = per_sec.a
     seconds = int(np.flatnonzero(series)[-1]) + 1
@@ -172,9 +183,9 @@ def trace_stats(
             value_size=SizeStats(float(vsum.a[i] / n_req), int(vmin.a[i]), int(vmax.a[i])) if has else None,
         ))
     return TraceStats(
-        path=parser.path, origin=origin if origin is not None else 0, bin_s=width, per_second=series,
+        path=parser.name, origin=origin if origin is not None else 0, bin_s=width, per_second=series,
         bins=tuple(bins), lines=parser.lines, rows=rows, skipped=dict(parser.skipped),
-        truncated_at_s=limit if stopped else None,
+        truncated_at_s=limit if stopped else None, start_s=start,
     )
 
 

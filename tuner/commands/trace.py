@@ -42,10 +42,14 @@ def register(subparsers) -> None:
 
     stats = sub.add_parser("stats", help="per-bin QPS, op mix and key/value sizes of a trace",
                            description="Stream a trace once and print per-bin request rate, op mix and sizes.")
-    stats.add_argument("file", metavar="FILE", help="trace file (plain, .gz or .zst)")
+    stats.add_argument("files", metavar="FILE", nargs="+",
+                       help="trace file (plain, .gz or .zst); several files are read as one trace, in order")
     stats.add_argument("--bin", dest="bin_s", type=_positive(int), default=3600, metavar="SECONDS",
                        help="bin length in seconds (default 3600: 24 hourly bins per day)")
-    stats.add_argument("--hours", type=_positive(float), default=None, help="only the first HOURS of the trace")
+    stats.add_argument("--start-hours", type=_non_negative_float, default=0.0, metavar="H",
+                       help="begin H hours after the first row (e.g. 24 for the second day)")
+    stats.add_argument("--hours", type=_positive(float), default=None,
+                       help="only HOURS of the trace (from --start-hours)")
     scaling = stats.add_mutually_exclusive_group()
     scaling.add_argument("--peak-qps", type=_positive(float), default=None,
                          help="also show the rate scaled so that the busiest full bin has this mean QPS")
@@ -88,6 +92,7 @@ def stats_json(st, scale: float | None) -> dict:
         "rows": st.rows,
         "skipped": st.skipped,
         "origin_timestamp": st.origin,
+        "start_s": st.start_s,
         "seconds": st.seconds,
         "bin_s": st.bin_s,
         "full_bins": len(st.full_bins),
@@ -171,7 +176,8 @@ def run_stats(args: argparse.Namespace) -> int:
     scale_factor(1.0, peak_qps=args.peak_qps, scale=args.scale)
     tolerance = DEFAULT_TOLERANCE_S if args.tolerance is None else args.tolerance
     max_s = None if args.hours is None else args.hours * 3600
-    st = trace_stats(args.file, bin_s=args.bin_s, skip_bad=args.skip_bad, tolerance_s=tolerance,
+    files = args.files[0] if len(args.files) == 1 else args.files
+    st = trace_stats(files, start_s=round(args.start_hours * 3600), bin_s=args.bin_s, skip_bad=args.skip_bad, tolerance_s=tolerance,
                      max_seconds=max_s, max_span_s=int(args.max_span_days * 86400))
     full = st.full_bins or st.bins
     scale = None
