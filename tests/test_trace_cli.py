@@ -114,3 +114,11 @@ def test_stats_several_files_and_start(capsys, tmp_path):
     code, out, _ = run(capsys, "trace", "stats", str(a), str(b), "--json", "--start-hours", "1")
     doc = json.loads(out)
     assert code == 0 and doc["start_s"] == 3600 and [x["qps"] for x in doc["bins"]] == [2.0]
+
+
+@pytest.mark.parametrize("option", [["--hours", "inf"], ["--start-hours", "nan"], ["--peak-qps", "inf"],
+                                    ["--max-span-days", "-1"], ["--bin", "0"]])
+def test_stats_refuses_non_finite_or_non_positive_options(capsys, option):
+    with pytest.raises(SystemExit) as exc:
+        main(["trace", "stats", "x.csv", *option])
+    assert exc.value.code == 2 and "expected a finite" in capsys.readouterr().err

@@ -105,6 +105,10 @@ def test_scaling_arguments_refused():
         scale_factor(1.0, peak_qps=-5)
     with pytest.raises(TunerError, match="> 0"):
         scale_factor(1.0, scale=0)
+    with pytest.raises(TunerError, match="finite"):
+        scale_factor(1.0, peak_qps=float("inf"))
+    with pytest.raises(TunerError, match="finite"):
+        load_schedule("unread.csv", hours=float("inf"))
 
 
 def test_bundled_sample_schedule():

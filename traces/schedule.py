@@ -9,6 +9,7 @@ A trace split over several files (as published: clusterN.0.zst, clusterN.1.zst, 
 
 from __future__ import annotations
 
+import math
 import os
 import pathlib
 from collections.abc import Sequence
@@ -55,12 +56,12 @@ def scale_factor(raw_peak_qps: float, *, peak_qps: float | None = None, scale: f
     if peak_qps is not None and scale is not None:
         raise TunerError("give a target peak QPS or a scale factor, not both")
     if peak_qps is not None:
-        if not peak_qps > 0:
-            raise TunerError(f"peak QPS must be > 0, got {peak_qps}")
+        if not (peak_qps > 0 and math.isfinite(peak_qps)):
+            raise TunerError(f"peak QPS must be finite and > 0, got {peak_qps}")
         return float(peak_qps) / raw_peak_qps
     if scale is not None:
-        if not scale > 0:
-            raise TunerError(f"scale factor must be > 0, got {scale}")
+        if not (scale > 0 and math.isfinite(scale)):
+            raise TunerError(f"scale factor must be finite and > 0, got {scale}")
         return float(scale)
     return 1.0
 
@@ -104,8 +105,8 @@ def load_schedule(
 ) -> Schedule:
     """Read a trace (plain, .gz or .zst) and bin its request rate into a scaled load schedule."""
     scale_factor(1.0, peak_qps=peak_qps, scale=scale)  # refuse bad arguments before reading a large file
-    if hours is not None and not hours > 0:
-        raise TunerError(f"hours must be > 0, got {hours}")
+    if hours is not None and not (hours > 0 and math.isfinite(hours)):
+        raise TunerError(f"hours must be finite and > 0, got {hours}")
     max_s = None if hours is None else hours * 3600
     stats = trace_stats(path, bin_s=bin_s, skip_bad=skip_bad, tolerance_s=tolerance_s, max_seconds=max_s,
                         max_span_s=max_span_s, start_s=start_s)

@@ -106,10 +106,12 @@ def trace_stats(
 
     A row more than `max_span_s` after the first row is an error (or skipped), which bounds memory."""
     width = _check_bin(bin_s)
-    if not (start_s >= 0 and float(start_s).is_integer()):
+    if not (start_s >= 0 and np.isfinite(start_s) and float(start_s).is_integer()):
         raise InputError(f"start must be a whole number of seconds >= 0, got {start_s!r}")
     start = int(start_s)
     parser = TraceParser(path, skip_bad=skip_bad, tolerance_s=tolerance_s, max_span_s=max_span_s)
+    if max_seconds is not None and not (max_seconds > 0 and np.isfinite(max_seconds)):
+        raise InputError(f"length must be finite and > 0 seconds, got {max_seconds!r}")
     limit = None if max_seconds is None else int(np.ceil(max_seconds))
     per_sec = _Grow(None, np.int64, 0)
     ops = _Grow(_NOPS, np.int64, 0)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import gzip
 import hashlib
+import math
 import os
 import pathlib
 from dataclasses import dataclass
@@ -108,12 +109,14 @@ def synthesize(
     zstd_level: int = 12,
 ) -> SynthResult:
     """Write a synthetic trace of `hours` for `stats` to `out` (.zst, .gz or plain by suffix), atomically."""
+    if not (hours > 0 and math.isfinite(hours)):
+        raise InputError(f"hours must be finite and > 0, got {hours}")
     seconds = int(round(hours * 3600))
     if seconds < 1:
         raise InputError(f"hours must give at least one second, got {hours}")
     qps = stats.rate_kqps * 1000 if mean_qps is None else float(mean_qps)
-    if not qps > 0:
-        raise InputError(f"mean QPS must be > 0, got {qps}")
+    if not (qps > 0 and math.isfinite(qps)):
+        raise InputError(f"mean QPS must be finite and > 0, got {qps}")
     if not 1 <= zstd_level <= 22:
         raise InputError(f"zstd level must be in 1..22, got {zstd_level}")
     if keys < 1:
