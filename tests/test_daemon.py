@@ -165,6 +165,7 @@ def test_restart_undoes_dead_runs_knob_writes_first(tmp_path):
     store = StateStore(tmp_path / "state")
     store.ensure()
     store.save(DaemonState(knobs_dirty=True))
+    store.release()
     order: list[str] = []
     h2 = make_file_host(str(tmp_path / "knobs.json"))
     orig_restore, orig_set = h2.restore, h2.set_itr
@@ -243,3 +244,24 @@ def test_stop_interrupts_the_window_in_flight_and_abandons_its_trial(tmp_path):
     assert [t["status"] for t in st["trials"]] == ["completed", "completed"]   # not reported as failed
     assert host.point() is None and host.restore_count >= 2                    # restored on the way out
     assert r.daemon.metrics.trials.labels(status="abandoned")._value.get() == 1
+
+
+def test_second_daemon_on_same_state_dir_or_socket_is_refused(tmp_path):
+    from tuner.config import load_config
+    from tuner.daemon import Daemon
+    from tests.daemon_fakes import FakeOptimizers
+
+    cfg = write_config(tmp_path, sla_us=5000.0)
+    with Running(cfg) as r:
+        wait_for(lambda: r.daemon.status()["state"] != "starting")
+        with pytest.raises(TunerError, match="in use by another tuner daemon"):
+            Daemon(load_config(cfg), optimizers=FakeOptimizers()).start()
+        other = tmp_path / "other"
+        other.mkdir()
+        text = cfg.read_text().replace('dir = "state"', 'dir = "other/state"')
+        (other / "tuner.toml").write_text(text)
+        d = Daemon(load_config(other / "tuner.toml"), optimizers=FakeOptimizers())
+        with pytest.raises(TunerError, match="is in use by a running process"):
+            d.start()
+        d._shutdown()
+        assert r.daemon.status()["state"] in ("retuning", "holding")  # the first one is unharmed

@@ -846,6 +846,7 @@ class Daemon:
             if self._metrics_server is not None:
                 self._metrics_server.shutdown()
                 self._metrics_server.server_close()
+            self.store.release()
             self._finished.set()
 
 

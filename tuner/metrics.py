@@ -111,6 +111,11 @@ def start_metrics_server(metrics: DaemonMetrics, address: str) -> tuple[Any, int
     """Serve `/metrics` on `HOST:PORT`; returns (server, bound port). Call `server.shutdown()` to stop."""
     from prometheus_client import start_http_server
 
+    from tuner.errors import TunerError
+
     host, _, port = address.rpartition(":")
-    server, _thread = start_http_server(int(port), addr=host.strip("[]"), registry=metrics.registry)
+    try:
+        server, _thread = start_http_server(int(port), addr=host.strip("[]"), registry=metrics.registry)
+    except OSError as exc:
+        raise TunerError(f"metrics.listen: cannot listen on {address!r}: {exc.strerror or exc}") from None
     return server, server.server_address[1]

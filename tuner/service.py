@@ -226,6 +226,19 @@ class _TokenInterceptor(grpc.ServerInterceptor):
         return self._deny
 
 
+def _socket_alive(path: str) -> bool:
+    """True if something accepts connections on the unix socket `path`."""
+    import socket
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(path)
+            return True
+        except OSError:
+            return False
+
+
 class GrpcServer:
     """The daemon's gRPC server: Tuner + health + reflection, on a unix socket or TCP, optional TLS/token."""
 
@@ -245,7 +258,8 @@ class GrpcServer:
         interceptors = [_TokenInterceptor(read_token(cfg.token_file))] if cfg.token_file else []
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="grpc"),
                              interceptors=interceptors, maximum_concurrent_rpcs=64,
-                             options=[("grpc.max_receive_message_length", 1 << 20)])
+                             options=[("grpc.max_receive_message_length", 1 << 20),
+                                      ("grpc.so_reuseport", 0)])  # a port in use is an error, not shared
         services.add_TunerServicer_to_server(make_servicer(self.daemon), server)
         self._health = health.HealthServicer(experimental_non_blocking=True)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
@@ -259,21 +273,27 @@ class GrpcServer:
         if address.startswith("unix:"):
             path = address[5:]
             path = path[2:] if path.startswith("//") else path
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
             try:
-                os.unlink(path)  # a stale socket from a dead run
-            except FileNotFoundError:
-                pass
-        if cfg.tls_cert:
-            creds = grpc.ssl_server_credentials(
-                [(cfg.tls_key.read_bytes(), cfg.tls_cert.read_bytes())],
-                root_certificates=cfg.tls_client_ca.read_bytes() if cfg.tls_client_ca else None,
-                require_client_auth=bool(cfg.tls_client_ca))
-            port = server.add_secure_port(address, creds)
-        else:
-            port = server.add_insecure_port(address)
-        if not address.startswith("unix:") and port == 0:
-            raise TunerError(f"grpc.listen: cannot listen on {address!r} (in use or not a local address?)")
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+                if Path(path).is_socket():
+                    if _socket_alive(path):
+                        raise TunerError(f"grpc.listen: {path} is in use by a running process")
+                    os.unlink(path)  # a stale socket from a dead run
+            except OSError as exc:
+                raise TunerError(f"grpc.listen: cannot create {path}: {exc.strerror or exc}") from None
+        try:
+            if cfg.tls_cert:
+                creds = grpc.ssl_server_credentials(
+                    [(cfg.tls_key.read_bytes(), cfg.tls_cert.read_bytes())],
+                    root_certificates=cfg.tls_client_ca.read_bytes() if cfg.tls_client_ca else None,
+                    require_client_auth=bool(cfg.tls_client_ca))
+                port = server.add_secure_port(address, creds)
+            else:
+                port = server.add_insecure_port(address)
+        except (RuntimeError, OSError) as exc:
+            raise TunerError(f"grpc.listen: cannot listen on {address!r}: {exc}") from None
+        if port == 0:
+            raise TunerError(f"grpc.listen: cannot listen on {address!r} (in use, or no such local address?)")
         server.start()
         self._server = server
         if address.startswith("unix:"):

@@ -11,6 +11,7 @@ trial it just completed, so a measured trial is never lost and never half-record
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import tempfile
@@ -90,15 +91,28 @@ class StateStore:
         self.exp_dir = self.dir / "experiments"
 
     def ensure(self) -> None:
-        """Create the directory (0700) or raise `TunerError` saying why not."""
+        """Create the directory (0700) and lock it for this process, or raise `TunerError` saying why not."""
         try:
             self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
             self.exp_dir.mkdir(exist_ok=True, mode=0o700)
             probe = self.dir / ".write-test"
             atomic_write(probe, b"ok")
             probe.unlink()
+            fd = os.open(self.dir / "daemon.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:
             raise TunerError(f"state.dir {self.dir}: not writable: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise TunerError(f"state.dir {self.dir}: in use by another tuner daemon") from None
+        self._lock_fd = fd  # held until the process exits (or `release`)
+
+    def release(self) -> None:
+        fd = getattr(self, "_lock_fd", None)
+        if fd is not None:
+            os.close(fd)
+            self._lock_fd = None
 
     def load(self) -> DaemonState:
         """The saved state, or a fresh one when there is none; corrupt files raise `TunerError`."""
