@@ -148,6 +148,10 @@ def test_synth_deletes_carry_no_value(tmp_path):
 def test_synth_bad_arguments(tmp_path):
     with pytest.raises(InputError, match="mean QPS must be finite and > 0"):
         synthesize(cluster_stats(52), tmp_path / "x.csv", mean_qps=0)
+    with pytest.raises(InputError, match="seed must be >= 0"):
+        synthesize(cluster_stats(52), tmp_path / "x.csv", seed=-1)
+    with pytest.raises(InputError, match="key population must be in 1..10000000"):
+        synthesize(cluster_stats(52), tmp_path / "x.csv", keys=10**9)
     with pytest.raises(InputError, match="cannot write trace"):
         synthesize(cluster_stats(52), tmp_path / "missing-dir" / "x.csv", hours=0.01, mean_qps=1)
 

@@ -34,6 +34,7 @@ KEY_SIZE_SIGMA = 0.25  # log-normal spread of per-key key sizes
 VALUE_SIZE_SIGMA = 0.8  # log-normal spread of per-key value sizes
 COMMA_EVERY = 397  # key ranks r with r % COMMA_EVERY == 3 contain a comma (rank 3 is a popular key)
 N_CLIENTS = 24
+MAX_KEYS = 10_000_000  # key strings are held in memory (about 100 B each)
 
 
 @dataclass(frozen=True)
@@ -119,8 +120,10 @@ def synthesize(
         raise InputError(f"mean QPS must be finite and > 0, got {qps}")
     if not 1 <= zstd_level <= 22:
         raise InputError(f"zstd level must be in 1..22, got {zstd_level}")
-    if keys < 1:
-        raise InputError(f"key population must be >= 1, got {keys}")
+    if not 1 <= keys <= MAX_KEYS:
+        raise InputError(f"key population must be in 1..{MAX_KEYS}, got {keys}")
+    if seed < 0:
+        raise InputError(f"seed must be >= 0, got {seed}")
     ss = np.random.SeedSequence([seed, stats.cluster])
     rng_rate, rng_keys, rng_req = (np.random.default_rng(s) for s in ss.spawn(3))
     # the key population
