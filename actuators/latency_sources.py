@@ -104,6 +104,16 @@ def parse_hook_json(text: str, origin: str, seconds: float = 0.0, not_before_uni
     )
 
 
+def hook_json(window: LatencyWindow, window_end_unix: float | None = None) -> dict[str, Any]:
+    """The hook JSON for `window` (what `parse_hook_json` reads back), CIs included."""
+    doc: dict[str, Any] = {"requests": int(window.requests)}
+    doc.update({key: window.latency_us[pct] for pct, key in HOOK_KEYS.items()})
+    doc["ci"] = {key: list(window.latency_ci_us[pct]) for pct, key in HOOK_KEYS.items()}
+    if window_end_unix is not None:
+        doc["window_end_unix"] = window_end_unix
+    return doc
+
+
 def _finite_nonneg(value: Any, origin: str, key: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
         raise HostError(f"{origin}: {key!r} must be a finite number >= 0 (µs), got {value!r}")
@@ -111,55 +121,105 @@ def _finite_nonneg(value: Any, origin: str, key: str) -> float:
 
 
 class CommandLatency:
-    """`LatencySource` from an operator command run at `end()` (argv list, no shell).
+    """`LatencySource` from an operator command (argv list, no shell), in one of two modes.
 
-    The command gets the window in its environment -- `TUNER_WINDOW_START_UNIX`,
-    `TUNER_WINDOW_END_UNIX`, `TUNER_WINDOW_SECONDS` -- and must print the hook JSON on stdout and exit 0
-    within `timeout_s` (it is killed otherwise).
+    * `mode="end"` (default): the command runs at `end()` and reports on the window that just ended;
+      it gets `TUNER_WINDOW_START_UNIX`, `TUNER_WINDOW_END_UNIX`, `TUNER_WINDOW_SECONDS` in its
+      environment (e.g. a script that asks the operator's monitoring).
+    * `mode="span"`: the command starts at `begin()` and measures while it runs; `end()` closes its
+      stdin and it must then print its result and exit. This is how a prober on a client machine is
+      driven: `["ssh", "client", "python3", "-m", "actuators.prober", "--target", "SERVER:11211",
+      "--until-eof"]`. Its start-up time (interpreter, ssh) is cut off the front of the window, and
+      its clock is not compared with ours (no staleness check).
+
+    Either way it must print the hook JSON on stdout and exit 0 within `timeout_s` of `end()` (it is
+    killed otherwise).
     """
 
-    def __init__(self, argv: Sequence[str], timeout_s: float = 10.0, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        argv: Sequence[str],
+        timeout_s: float = 10.0,
+        mode: str = "end",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         if isinstance(argv, str) or not argv or not all(isinstance(a, str) and a for a in argv):
             raise HostError(f"hook command {argv!r}: expected a non-empty argv list of strings (no shell)")
         if not timeout_s > 0:
             raise HostError(f"hook command timeout {timeout_s!r}: expected > 0 s")
+        if mode not in ("end", "span"):
+            raise HostError(f"hook command mode {mode!r}: expected 'end' or 'span'")
         self.argv = list(argv)
         self.timeout_s = timeout_s
+        self.mode = mode
         self._clock = clock
         self._start: float | None = None
+        self._proc: subprocess.Popen | None = None
 
     @property
     def origin(self) -> str:
         return f"hook command {self.argv[0]!r}"
 
     def begin(self) -> None:
+        self._kill()  # a window that was begun and never ended
         self._start = self._clock()
+        if self.mode == "span":
+            env = dict(os.environ, TUNER_WINDOW_START_UNIX=f"{self._start:.6f}")
+            self._proc = self._spawn(env, stdin=subprocess.PIPE)
 
     def end(self) -> ExternalWindow:
         if self._start is None:
             raise HostError(f"{self.origin}: end() without begin()")
         start, end = self._start, self._clock()
         self._start = None
-        env = dict(os.environ, TUNER_WINDOW_START_UNIX=f"{start:.6f}", TUNER_WINDOW_END_UNIX=f"{end:.6f}",
-                   TUNER_WINDOW_SECONDS=f"{end - start:.6f}")
+        if self.mode == "span":
+            proc, self._proc = self._proc, None
+            assert proc is not None
+            try:
+                out, err = proc.communicate(timeout=self.timeout_s)  # closes stdin: "window over"
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+                raise HostError(f"{self.origin}: did not finish within {self.timeout_s:g} s of end() (killed)") from None
+            not_before = None
+        else:
+            env = dict(os.environ, TUNER_WINDOW_START_UNIX=f"{start:.6f}", TUNER_WINDOW_END_UNIX=f"{end:.6f}",
+                       TUNER_WINDOW_SECONDS=f"{end - start:.6f}")
+            proc = self._spawn(env, stdin=subprocess.DEVNULL)
+            try:
+                out, err = proc.communicate(timeout=self.timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+                raise HostError(f"{self.origin}: did not finish within {self.timeout_s:g} s (killed)") from None
+            not_before = start
+        if proc.returncode != 0:
+            last = (err.strip().splitlines() or ["no stderr"])[-1][:160]
+            raise HostError(f"{self.origin}: exited with status {proc.returncode}: {last}")
+        return parse_hook_json(out, self.origin, end - start, not_before_unix=not_before)
+
+    def close(self) -> None:
+        """Kill a span-mode command that is still running (idempotent)."""
+        self._kill()
+        self._start = None
+
+    def _spawn(self, env: dict[str, str], stdin: int) -> subprocess.Popen:
         try:
-            proc = subprocess.run(self.argv, capture_output=True, text=True, timeout=self.timeout_s, env=env,
-                                  stdin=subprocess.DEVNULL, check=False)
+            return subprocess.Popen(self.argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True, env=env)
         except FileNotFoundError:
             raise HostError(f"{self.origin}: not found (give an absolute path or put it on PATH)") from None
         except PermissionError:
             raise HostError(f"{self.origin}: permission denied (is it executable?)") from None
-        except subprocess.TimeoutExpired:
-            raise HostError(f"{self.origin}: did not finish within {self.timeout_s:g} s (killed)") from None
         except OSError as exc:
             raise HostError(f"{self.origin}: cannot run: {exc.strerror or exc}") from None
-        if proc.returncode != 0:
-            last = (proc.stderr.strip().splitlines() or ["no stderr"])[-1][:120]
-            raise HostError(f"{self.origin}: exited with status {proc.returncode}: {last}")
-        return parse_hook_json(proc.stdout, self.origin, end - start, not_before_unix=start)
 
-    def close(self) -> None:
-        """Nothing runs between windows."""
+    def _kill(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        if proc is not None:
+            proc.communicate()
 
 
 class FileLatency:

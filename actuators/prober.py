@@ -704,3 +704,57 @@ class ThreadProber:
         except Exception as exc:  # noqa: BLE001 - never let the probe thread die silently
             client.close()
             return f"prober: {type(exc).__name__}: {exc}"
+
+
+# -- standalone: run the prober anywhere (e.g. a client machine) and print the hook JSON ----------
+def main(argv: list[str] | None = None) -> int:
+    """`python -m actuators.prober`: probe a memcached for a window and print hook JSON on stdout.
+
+    With `--until-eof` it probes until its stdin closes, which is how `CommandLatency(mode="span")`
+    drives it, locally or over ssh from the tuner host.
+    """
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m actuators.prober", description=main.__doc__.splitlines()[0])
+    ap.add_argument("--target", required=True, help="memcached HOST:PORT or unix:/path (the server's NIC address)")
+    ap.add_argument("--rate", type=float, default=200.0, help="probes per second (default 200)")
+    ap.add_argument("--timeout", type=float, default=0.5, help="per-request timeout in s (default 0.5)")
+    ap.add_argument("--keys", type=int, default=16)
+    ap.add_argument("--set-every", type=int, default=0, help="every Nth probe is a set (default 0: gets only)")
+    ap.add_argument("--cpus", default="", help="pin the probe loop, e.g. 3 or 2,3")
+    when = ap.add_mutually_exclusive_group(required=True)
+    when.add_argument("--seconds", type=float, help="probe for this long")
+    when.add_argument("--until-eof", action="store_true", help="probe until stdin is closed")
+    args = ap.parse_args(argv)
+    try:
+        cpus = tuple(int(c) for c in args.cpus.split(",") if c.strip())
+    except ValueError:
+        ap.error(f"--cpus {args.cpus!r}: expected CPU numbers like 2,3")
+    try:
+        config = ProberConfig(target=args.target, rate_hz=args.rate, timeout_s=args.timeout, keys=args.keys,
+                              set_every=args.set_every, isolation="thread", cpus=cpus)
+        engine = ThreadProber(config)
+        try:
+            engine.begin()
+            if args.until_eof:
+                sys.stdin.buffer.read()  # blocks (GIL released) until the tuner closes our stdin
+            else:
+                time.sleep(max(args.seconds, 0.0))  # the window itself
+            window = engine.end()
+        finally:
+            engine.close()
+    except HostError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    from actuators.latency_sources import hook_json
+
+    doc = hook_json(window, time.time())
+    doc.update(timeouts=window.timeouts, incomplete=window.incomplete,
+               send_lag_p99_us=window.send_lag_p99_us, target=str(config.target),
+               client_warnings=read_client_settings("/", cpus=cpus or None).warnings())
+    print(json.dumps(doc))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -616,3 +616,55 @@ def test_readme_minimum_samples_for_any_two_sided_ci():
 
     assert not quantile_ci_achievable(367, 0.99) and quantile_ci_achievable(368, 0.99)
     assert not quantile_ci_achievable(3687, 0.999) and quantile_ci_achievable(3688, 0.999)
+
+
+# -- the standalone prober (client machine) and span-mode hooks -------------------------------------
+def test_standalone_prober_prints_hook_json(memcached):
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-m", "actuators.prober", "--target", memcached.address,
+                          "--rate", "200", "--seconds", "0.3"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    w = parse_hook_json(out.stdout, "prober cli")
+    assert w.ci_known and abs(w.requests - 60) <= 3
+    assert json.loads(out.stdout)["target"] == memcached.address
+
+
+def test_standalone_prober_unreachable_exit_2():
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-m", "actuators.prober", "--target", "127.0.0.1:1", "--seconds", "0.1"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip() == "error: memcached 127.0.0.1:1: cannot connect: Connection refused"
+
+
+def test_span_hook_drives_a_prober_until_eof(memcached):
+    src = CommandLatency([sys.executable, "-m", "actuators.prober", "--target", memcached.address,
+                          "--rate", "200", "--until-eof"], mode="span", timeout_s=20)
+    try:
+        src.begin()
+        time.sleep(1.0)  # the window (the child's interpreter start-up is cut off its front)
+        w = src.end()
+    finally:
+        src.close()
+    assert w.ci_known and 1 <= w.requests <= 201
+    assert w.latency_us[50.0] <= w.latency_us[99.9]
+
+
+def test_span_hook_errors_and_close():
+    src = CommandLatency(_py("import sys; sys.stdin.read(); sys.exit(4)"), mode="span")
+    src.begin()
+    with pytest.raises(HostError, match="exited with status 4"):
+        src.end()
+    src = CommandLatency(_py("import time; time.sleep(30)"), mode="span", timeout_s=0.3)
+    src.begin()
+    with pytest.raises(HostError, match="did not finish within 0.3 s of end"):
+        src.end()
+    src = CommandLatency(_py("import sys; sys.stdin.read()"), mode="span")
+    src.begin()
+    proc = src._proc
+    src.close()
+    assert proc.poll() is not None  # killed, not left behind
+    with pytest.raises(HostError, match="mode"):
+        CommandLatency(["x"], mode="during")
