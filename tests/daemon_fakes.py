@@ -288,13 +288,13 @@ def wait_for(pred: Any, timeout: float = 10.0, interval: float = 0.01) -> Any:
 class Running:
     """An in-process daemon on a thread (context manager); `.daemon`, `.host`, `.thread`."""
 
-    def __init__(self, config_path: Path, host: Any = None, serve: bool = True) -> None:
+    def __init__(self, config_path: Path, host: Any = None, serve: bool = True, optimizers: Any = None) -> None:
         import threading
 
         from tuner.config import load_config
         from tuner.daemon import Daemon
 
-        self.optimizers = FakeOptimizers()
+        self.optimizers = optimizers or FakeOptimizers()
         self.daemon = Daemon(load_config(config_path), host=host, optimizers=self.optimizers, serve=serve)
         self.daemon.start()
         self.host = self.daemon.host
