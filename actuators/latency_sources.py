@@ -399,3 +399,37 @@ def _prom_value(body: bytes, where: str) -> tuple[float, list[str]]:
     if not math.isfinite(value) or value < 0:
         raise HostError(f"{where}: value {value!r} is not a finite latency")
     return value, [str(w) for w in data.get("warnings", [])]
+
+
+# -- configuration ---------------------------------------------------------------------------------
+def make_latency_source(spec: Mapping[str, Any], settings_root: str | os.PathLike = "/") -> Any:
+    """Build a `LatencySource` from a config mapping with a `kind`:
+
+    `{"kind": "prober", "target": "10.0.0.5:11211", "rate_hz": 200, ...}` (any `ProberConfig` field),
+    `{"kind": "prometheus", "url": ..., "quantile_query": ..., "count_query": ...}`,
+    `{"kind": "command", "argv": [...], "mode": "end"|"span", "timeout_s": ...}`,
+    `{"kind": "file", "path": ..., "require_fresh": true}`. Unknown kinds or options -> one-line HostError.
+    """
+    import dataclasses
+    import inspect
+
+    options = dict(spec)
+    kind = options.pop("kind", None)
+    if kind == "prober":
+        from actuators.prober import Prober, ProberConfig
+
+        allowed = {f.name for f in dataclasses.fields(ProberConfig)}
+        factory: Callable[..., Any] = lambda **kw: Prober(ProberConfig(**kw), settings_root=settings_root)  # noqa: E731
+    else:
+        cls = {"prometheus": PrometheusLatency, "command": CommandLatency, "file": FileLatency}.get(str(kind))
+        if cls is None:
+            raise HostError(f"latency source kind {kind!r}: expected prober, prometheus, command or file")
+        allowed = set(inspect.signature(cls).parameters) - {"clock"}
+        factory = cls
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        raise HostError(f"latency source {kind!r}: unknown option {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})")
+    try:
+        return factory(**options)
+    except TypeError as exc:
+        raise HostError(f"latency source {kind!r}: {exc}") from None

@@ -668,3 +668,22 @@ def test_span_hook_errors_and_close():
     assert proc.poll() is not None  # killed, not left behind
     with pytest.raises(HostError, match="mode"):
         CommandLatency(["x"], mode="during")
+
+
+def test_make_latency_source_from_config(tmp_path):
+    from actuators.latency_sources import make_latency_source
+
+    p = make_latency_source({"kind": "prober", "target": "10.0.0.5:11211", "rate_hz": 500}, settings_root=tmp_path)
+    assert isinstance(p, Prober) and p.config.rate_hz == 500 and p.settings.cpus
+    p.close()
+    c = make_latency_source({"kind": "command", "argv": ["/bin/true"], "mode": "span"})
+    assert isinstance(c, CommandLatency) and c.mode == "span"
+    assert isinstance(make_latency_source({"kind": "file", "path": str(tmp_path / "x.json")}), FileLatency)
+    prom = make_latency_source({"kind": "prometheus", "url": "http://127.0.0.1:9090", "quantile_query": QUERY})
+    assert isinstance(prom, PrometheusLatency) and isinstance(prom, LatencySource)
+    with pytest.raises(HostError, match="kind 'statsd'"):
+        make_latency_source({"kind": "statsd"})
+    with pytest.raises(HostError, match="unknown option 'rate'"):
+        make_latency_source({"kind": "prober", "rate": 5})
+    with pytest.raises(HostError, match="prober rate"):
+        make_latency_source({"kind": "prober", "rate_hz": -1})
