@@ -274,7 +274,8 @@ class PrometheusLatency:
     `count_query` (optional, may use `{window}`) gives the request count, e.g.
     `sum(increase(app_request_duration_seconds_count[{window}]))`; without it `requests` is 0.
     Queries are evaluated at the window's end time. Results are multiplied by `scale_to_us`
-    (1e6 for histograms in seconds).
+    (1e6 for histograms in seconds). `min_window_s` is a floor for `{window}` (rate() needs two
+    scrapes in range); `headers` are sent with every request (e.g. `Authorization`).
     """
 
     def __init__(
@@ -286,6 +287,7 @@ class PrometheusLatency:
         timeout_s: float = 2.0,
         min_window_s: float = 0.0,
         percentiles: Iterable[float] = PERCENTILES,
+        headers: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         parsed = urllib.parse.urlsplit(url)
@@ -303,6 +305,7 @@ class PrometheusLatency:
         self.timeout_s = timeout_s
         self.min_window_s = min_window_s
         self.percentiles = tuple(float(p) for p in percentiles)
+        self._headers = dict(headers or {})  # e.g. Authorization; never logged
         self._clock = clock
         self._start: float | None = None
 
@@ -344,7 +347,8 @@ class PrometheusLatency:
         address = f"{self.url}/api/v1/query?{urllib.parse.urlencode(params)}"
         where = f"Prometheus {self.url}: query {promql!r}"
         try:
-            with urllib.request.urlopen(address, timeout=self.timeout_s) as resp:  # noqa: S310 - scheme checked
+            request = urllib.request.Request(address, headers=self._headers)
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as resp:  # noqa: S310 - scheme checked
                 body = resp.read()
         except urllib.error.HTTPError as exc:
             detail = _prom_error(exc.read()) or exc.reason

@@ -337,7 +337,7 @@ class _Prom:
             def do_GET(self):  # noqa: N802
                 url = urlsplit(self.path)
                 params = {k: v[0] for k, v in parse_qs(url.query).items()}
-                outer.seen.append({"path": url.path, **params})
+                outer.seen.append({"path": url.path, "auth": self.headers.get("Authorization"), **params})
                 status, body = outer.reply(params.get("query", ""))
                 if status == "hang":
                     outer.release.wait(5)
@@ -387,7 +387,7 @@ def test_prometheus_percentiles_and_count(prom):
     server = prom(reply)
     clock = iter([1000.0, 1001.5])
     src = PrometheusLatency(server.url + "/", QUERY, count_query="sum(increase(app_latency_seconds_count[{window}]))",
-                            clock=lambda: next(clock))
+                            headers={"Authorization": "Bearer t0k"}, clock=lambda: next(clock))
     assert isinstance(src, LatencySource)
     src.begin()
     w = src.end()
@@ -396,7 +396,7 @@ def test_prometheus_percentiles_and_count(prom):
     assert w.latency_ci_us[99.0] == (w.latency_us[99.0], w.latency_us[99.0])
     assert w.requests == 1235 and w.seconds == 1.5
     first = server.seen[0]
-    assert first["path"] == "/api/v1/query" and first["time"] == "1001.500"
+    assert first["path"] == "/api/v1/query" and first["time"] == "1001.500" and first["auth"] == "Bearer t0k"
     assert first["query"] == QUERY.format(q="0.5", window="1500ms")
     assert {s["query"].split(",")[0] for s in server.seen} >= {"histogram_quantile(0.999"}
 
@@ -687,3 +687,13 @@ def test_make_latency_source_from_config(tmp_path):
         make_latency_source({"kind": "prober", "rate": 5})
     with pytest.raises(HostError, match="prober rate"):
         make_latency_source({"kind": "prober", "rate_hz": -1})
+
+
+def test_prometheus_min_window_floor(prom):
+    server = prom(lambda q: (200, _vector("0.0001")))
+    clock = iter([10.0, 11.5])
+    src = PrometheusLatency(server.url, QUERY, min_window_s=60, percentiles=[99.0], clock=lambda: next(clock))
+    src.begin()
+    w = src.end()
+    assert server.seen[0]["query"] == QUERY.format(q="0.99", window="60000ms")
+    assert w.latency_us == {99.0: pytest.approx(100.0)} and w.seconds == 1.5
