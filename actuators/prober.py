@@ -746,10 +746,10 @@ def main(argv: list[str] | None = None) -> int:
     except HostError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    from actuators.latency_sources import hook_json
+    from actuators.latency_sources import HOOK_KEYS, hook_json
 
     doc = hook_json(window, time.time())
-    doc.update(timeouts=window.timeouts, incomplete=window.incomplete,
+    doc.update(ci_achieved={HOOK_KEYS[p]: ok for p, ok in window.ci_achieved.items()}, timeouts=window.timeouts, incomplete=window.incomplete,
                send_lag_p99_us=window.send_lag_p99_us, target=str(config.target),
                client_warnings=read_client_settings("/", cpus=cpus or None).warnings())
     print(json.dumps(doc))

@@ -627,7 +627,9 @@ def test_standalone_prober_prints_hook_json(memcached):
     assert out.returncode == 0, out.stderr
     w = parse_hook_json(out.stdout, "prober cli")
     assert w.ci_known and abs(w.requests - 60) <= 3
-    assert json.loads(out.stdout)["target"] == memcached.address
+    doc = json.loads(out.stdout)
+    assert doc["target"] == memcached.address
+    assert doc["ci_achieved"] == {"p50": True, "p90": True, "p95": False, "p99": False, "p99.9": False}
 
 
 def test_standalone_prober_unreachable_exit_2():
