@@ -41,6 +41,8 @@ class MemcachedAddress:
             port_text = rest[1:] if rest.startswith(":") else ""
             if not sep or (rest and not rest.startswith(":")):
                 raise HostError(f"memcached address {text!r}: expected [v6addr]:port")
+        elif spec.count(":") > 1:
+            raise HostError(f"memcached address {text!r}: put IPv6 addresses in brackets, e.g. [::1]:11211")
         else:
             host, _, port_text = spec.rpartition(":") if ":" in spec else (spec, "", "")
         if not host:
