@@ -256,7 +256,7 @@ class FileLatency:
             raise HostError(f"{self.origin}: cannot read: {exc.strerror or exc}") from None
         not_before = start if self.require_fresh else None
         window = parse_hook_json(text, self.origin, end - start, not_before_unix=not_before)
-        if self.require_fresh and '"window_end_unix"' not in text and mtime < start:
+        if self.require_fresh and "window_end_unix" not in json.loads(text) and mtime < start:
             raise HostError(f"{self.origin}: stale: not modified since the window began (mtime {mtime:.3f} < {start:.3f})")
         return window
 
