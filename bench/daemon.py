@@ -1,7 +1,8 @@
 """Benchmark the daemon as an operator runs it; prints JSON.
 
-Starts `tuner daemon` (host `sim`, the real Ax optimiser) in a subprocess with a fresh state directory, waits
-for the first retune to finish, then measures between retunes:
+Starts `tuner daemon` (host `sim`, the real Ax optimiser, which runs in a worker process per retune) in a
+subprocess with a fresh state directory, waits for the first retune to finish (sampling the RSS of the daemon
+and of its optimiser worker), then measures between retunes:
   * steady-state CPU (fraction of one core, psutil user+system over `--hold-s` seconds of holding) and RSS;
   * `GetOperatingPoint` latency over `--calls` calls from one client over the unix socket.
 Targets (issue 5): CPU <= 1 % of a core, RSS <= 400 MB, GetOperatingPoint p99 <= 20 ms.
@@ -82,7 +83,13 @@ listen = "127.0.0.1:0"
         channel = grpc.insecure_channel(f"unix://{sock}")
         stub = services.TunerStub(channel)
         result["startup_s"] = None
+        worker_rss = daemon_rss_retune = 0
         while True:
+            try:  # memory while retuning: the daemon, and the optimiser worker process it spawns
+                daemon_rss_retune = max(daemon_rss_retune, ps.memory_info().rss)
+                worker_rss = max([worker_rss] + [c.memory_info().rss for c in ps.children(recursive=True)])
+            except psutil.Error:
+                pass
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"first retune did not finish; see {tmp / 'daemon.log'}")
             try:
@@ -95,6 +102,8 @@ listen = "127.0.0.1:0"
                 pass
             time.sleep(0.5)
         result["first_retune_s"] = round(time.monotonic() - t_start, 2)
+        result["retune_daemon_rss_mb_max"] = round(daemon_rss_retune / 2**20, 1)
+        result["retune_worker_rss_mb_max"] = round(worker_rss / 2**20, 1)
         result["point"] = {"itr_us": s.point.itr_us, "dvfs_ghz": round(s.point.dvfs_ghz, 3)}
         result["tuned_qps"] = s.tuned_qps
 
@@ -107,6 +116,7 @@ listen = "127.0.0.1:0"
             rss_max = max(rss_max, sum(p.memory_info().rss for p in [ps]))
             time.sleep(1.0)
         cpu1 = ps.cpu_times()
+        result["workers_alive_while_holding"] = len(ps.children(recursive=True))
         wall = time.monotonic() - t0
         busy = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
         result["steady_cpu_fraction_of_core"] = round(busy / wall, 5)

@@ -206,6 +206,43 @@ class FakeOptimizer:
         return o
 
 
+@dataclass(frozen=True)
+class Objective:
+    reward: str
+    percentile: float = 99.0
+    sla_us: float = 500.0
+
+
+@dataclass(frozen=True)
+class TunerSettings:
+    trials: int = 30
+    sobol_trials: int = 8
+    settle_s: float = 1.0
+    window_s: float = 20.0
+    seed: int = 0
+
+
+class Optimizer(FakeOptimizer):
+    """`FakeOptimizer` behind the exact constructor of `tuner.optimizer.Optimizer`, for the worker process
+    (`ProcessOptimizers(module="tests.daemon_fakes")`). `TUNER_FAKE_SUGGEST_S` makes suggest slow."""
+
+    def __init__(self, space: KnobSpace, objective: Objective, settings: TunerSettings, name: str = "tuner"):
+        super().__init__(space, objective.sla_us, objective.percentile, settings.trials, settings.seed, name)
+
+    def suggest(self) -> tuple[int, OperatingPoint]:
+        import time
+
+        time.sleep(float(os.environ.get("TUNER_FAKE_SUGGEST_S", "0")))
+        return super().suggest()
+
+    @classmethod
+    def from_json(cls, text: str) -> Optimizer:
+        base = FakeOptimizer.from_json(text)
+        o = cls.__new__(cls)
+        o.__dict__.update(base.__dict__)
+        return o
+
+
 class FakeOptimizers:
     """The daemon's optimiser factory interface, building `FakeOptimizer`s."""
 
@@ -223,10 +260,12 @@ class FakeOptimizers:
 
 
 def main(argv: list[str]) -> int:
-    """`python -m tests.daemon_fakes CONFIG`: `tuner daemon` with the fake optimiser (fast, no Ax)."""
+    """`python -m tests.daemon_fakes CONFIG`: `tuner daemon` with the light optimiser (fast, no Ax)."""
     from tuner.commands import daemon as cmd
+    from tuner.optworker import ProcessOptimizers
 
-    return cmd.serve(argv[0], optimizers=FakeOptimizers())
+    # exactly the production path (a worker process per retune), with the light optimiser inside it
+    return cmd.serve(argv[0], optimizers=ProcessOptimizers(module="tests.daemon_fakes"))
 
 
 if __name__ == "__main__":

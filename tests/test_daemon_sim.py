@@ -18,7 +18,7 @@ pytest.importorskip("actuators.sim")
 pytest.importorskip("tuner.optimizer")
 
 from tests.daemon_fakes import Running, wait_for, write_config  # noqa: E402
-from tuner.daemon import AxOptimizers  # noqa: E402
+from tuner.optworker import ProcessOptimizers  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SIM = {"seed": 1, "cores": 4, "qps": 100000}
@@ -33,7 +33,7 @@ def _state(tmp: Path) -> dict:
 
 def test_sim_with_ax_retunes_persists_experiment_and_guardrail_reverts(tmp_path):
     cfg = write_config(tmp_path, host="sim", options=SIM, window_s=0.05, sla_us=500.0)
-    with Running(cfg, optimizers=AxOptimizers()) as r:
+    with Running(cfg, optimizers=ProcessOptimizers()) as r:
         wait_for(lambda: r.daemon.status()["state"] == "holding", timeout=120)
         st = _state(tmp_path)
         assert len(st["trials"]) == 4 and all(t["status"] == "completed" for t in st["trials"])

@@ -130,29 +130,6 @@ class ModelTable:
 
 
 # --------------------------------------------------------------------------------------------------
-# Optimiser plumbing (the real one imports Ax; tests may inject a light one)
-
-OptimizerFactory = Callable[[KnobSpace, PolicyConfig, Any, str], Any]
-
-
-class AxOptimizers:
-    """Builds and loads `tuner.optimizer.Optimizer` (imported on first use: Ax takes seconds to import)."""
-
-    def create(self, space: KnobSpace, policy: PolicyConfig, tuning: Any, name: str, seed: int) -> Any:
-        from tuner.optimizer import Objective, Optimizer, TunerSettings
-
-        objective = Objective(reward=policy.reward, percentile=policy.percentile, sla_us=policy.sla_us)
-        settings = TunerSettings(trials=tuning.trials, sobol_trials=min(tuning.sobol_trials, tuning.trials),
-                                 settle_s=tuning.settle_s, window_s=tuning.window_s, seed=seed)
-        return Optimizer(space, objective, settings, name=name)
-
-    def load(self, text: str) -> Any:
-        from tuner.optimizer import Optimizer
-
-        return Optimizer.from_json(text)
-
-
-# --------------------------------------------------------------------------------------------------
 
 
 class Daemon:
@@ -164,7 +141,11 @@ class Daemon:
 
         self.config = config
         self.host: Host | None = host
-        self.optimizers = optimizers or AxOptimizers()
+        if optimizers is None:
+            from tuner.optworker import ProcessOptimizers
+
+            optimizers = ProcessOptimizers()  # Ax runs in a worker process per retune (memory, isolation)
+        self.optimizers = optimizers
         self.notifier = notifier or Notifier()
         self.serve = serve
         self.store = StateStore(config.state_dir)
@@ -191,6 +172,7 @@ class Daemon:
         self._current_point: OperatingPoint | None = None
         self._retune_progress = (0, 0)
         self._models: dict[str, ModelTable] = {}
+        self._open_optimizer_close: Any = None
         self._subscribers: list[queue.Queue] = []
 
     # ------------------------------------------------------------------ lifecycle
@@ -254,12 +236,13 @@ class Daemon:
         """Stop now: a measurement in flight is interrupted (if the host can) and its trial abandoned."""
         self._stop.set()
         self._wake.set()
-        interrupt = getattr(self.host, "interrupt", None)
-        if callable(interrupt):
-            try:
-                interrupt()
-            except Exception as exc:  # noqa: BLE001 - stopping must not fail
-                log.warning("host.interrupt() failed: %s", exc)
+        for what in (self.host, self.optimizers):
+            interrupt = getattr(what, "interrupt", None)
+            if callable(interrupt):
+                try:
+                    interrupt()
+                except Exception as exc:  # noqa: BLE001 - stopping must not fail
+                    log.warning("interrupt of %s failed: %s", type(what).__name__, exc)
 
     def request_reload(self) -> None:
         """Re-read the config file at the next step (SIGHUP)."""
@@ -520,6 +503,21 @@ class Daemon:
                 "dvfs": [self.space.dvfs_ghz[0], self.space.dvfs_ghz[-1]]}
 
     def _retune(self, reason: str) -> None:
+        opt = None
+        try:
+            opt = self._retune_with(reason)
+        except TunerError as exc:
+            if self._stop.is_set():
+                return  # e.g. the optimiser worker was killed by the stop: the trial in flight is abandoned
+            log.error("retune failed: %s; retrying after a window (completed trials are kept)", exc)
+            self._wait(max(self.config.tuning.window_s, 1.0), interruptible=True)
+        finally:
+            close = getattr(opt, "close", None) or getattr(self, "_open_optimizer_close", None)
+            if callable(close):
+                close()
+            self._open_optimizer_close = None
+
+    def _retune_with(self, reason: str) -> Any:
         tuning = self.config.tuning
         cur = self.state.current_retune
         opt = None
@@ -533,6 +531,8 @@ class Daemon:
             else:
                 try:
                     opt = self._timed(self.optimizers.load, cur["optimizer"])
+                except TunerError:
+                    raise  # the worker died: retry later, keep the experiment
                 except Exception as exc:  # noqa: BLE001 - a stale experiment must not stop the daemon
                     log.warning("cannot resume retune %s (%s); starting afresh", cur.get("id"), exc)
                     with self._lock:
@@ -545,10 +545,13 @@ class Daemon:
                 rid = f"r{self.state.retune_seq:06d}"
             opt = self._timed(self.optimizers.create, self.space, self.policy(), tuning, rid,
                               tuning.seed + self.state.retune_seq)
+            self._open_optimizer_close = getattr(opt, "close", None)
+            text = self._timed(opt.to_json)
             with self._lock:
                 self.state.current_retune = {"id": rid, "reason": reason, "started": time.time(),
-                                             "signature": self._signature(), "optimizer": opt.to_json()}
+                                             "signature": self._signature(), "optimizer": text}
                 self._save()
+        self._open_optimizer_close = getattr(opt, "close", None)
         rid = self.state.current_retune["id"]
         self.metrics.retunes.labels(reason=reason).inc()
         self._count(f"retunes:{reason}")
@@ -562,7 +565,7 @@ class Daemon:
                 break
             self._beat()
             if self._stop.is_set():
-                return
+                return opt
             if self._reload_requested:
                 self._apply_reload()
             if self._restart_retune:
@@ -570,14 +573,15 @@ class Daemon:
                 with self._lock:
                     self.state.current_retune = None
                     self._save()
-                return
+                return opt
             if not self._trial(opt, rid):
-                return  # stopping: the trial in flight is abandoned (never reported)
+                return opt  # stopping: the trial in flight is abandoned (never reported)
         self._decide(opt, rid, reason)
+        return opt
 
     def _trial(self, opt: Any, rid: str) -> bool:
         t0 = time.monotonic()
-        index, point = self._timed(opt.suggest)
+        index, point = self._timed(opt.suggest)  # a dead worker raises TunerError -> _retune retries
         try:
             point = self._apply(point)
             if self._wait(self.config.tuning.settle_s, interruptible=False):
@@ -775,24 +779,24 @@ class Daemon:
     # ------------------------------------------------------------------ models for GetOperatingPoint
 
     def _prepare_models(self) -> None:
+        """Load the prediction tables of the last retunes (plain JSON: no optimiser needed)."""
         for rid in list(self.state.experiments)[-MODEL_TABLES:]:
-            if self._stop.is_set():
-                return
-            text = self.store.load_experiment(rid)
-            if text is None:
+            data = self.store.load_table(rid)
+            if not data:
                 continue
             try:
-                opt = self.optimizers.load(text)
-            except Exception as exc:  # noqa: BLE001
-                log.warning("cannot load experiment %s: %s", rid, exc)
+                table = ModelTable(rid, float(data["tuned_qps"]), float(data["percentile"]),
+                                   tuple(OperatingPoint(int(a), float(b)) for a, b in data["points"]),
+                                   *(tuple(float(v) for v in data[k])
+                                     for k in ("latency_us", "latency_sem", "power_w", "power_sem")))
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning("ignoring the prediction table of %s: %s", rid, exc)
                 continue
-            qps = [t.qps for t in opt.trials() if t.status == "completed"]
-            pct = next((d.get("percentile") for d in reversed(self.state.decisions)
-                        if d.get("retune_id") == rid and d.get("percentile")), None)
-            if pct is not None:
-                self._model_table(rid, opt, sum(qps) / len(qps) if qps else 0.0, float(pct))
+            with self._lock:
+                self._models[rid] = table
 
     def _model_table(self, rid: str, opt: Any, tuned_qps: float, pct: float) -> None:
+        """Predict over a grid once (in the loop thread) so `GetOperatingPoint` never runs the model."""
         space = self.space
         step = max(1, len(space.itr_us) // MODEL_ITR_SAMPLES)
         itrs = sorted(set(space.itr_us[::step]) | {space.itr_us[-1]})
@@ -805,6 +809,10 @@ class Daemon:
         table = ModelTable(rid, tuned_qps, float(pct), tuple(points),
                            tuple(p.latency_us for p in preds), tuple(p.latency_sem for p in preds),
                            tuple(p.power_w for p in preds), tuple(p.power_sem for p in preds))
+        self.store.save_table(rid, {"tuned_qps": tuned_qps, "percentile": pct,
+                                    "points": [[p.itr_us, p.dvfs_ghz] for p in points],
+                                    "latency_us": table.latency_us, "latency_sem": table.latency_sem,
+                                    "power_w": table.power_w, "power_sem": table.power_sem})
         with self._lock:
             self._models[rid] = table
             for old in list(self._models)[:-MODEL_TABLES]:

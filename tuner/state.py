@@ -3,8 +3,9 @@
 Layout under the state directory:
   state.json                 -- everything the loop needs to resume (see `DaemonState`), rewritten after
                                 every trial, decision and knob change
-  experiments/<retune>.json  -- the optimiser (Ax experiment) of each finished retune, kept for
-                                `GetOperatingPoint` (the newest `KEEP_EXPERIMENTS`)
+  experiments/<retune>.json  -- the optimiser (Ax experiment) of each finished retune (newest
+                                `KEEP_EXPERIMENTS`), and <retune>.table.json, its predictions over the
+                                knob grid, which `GetOperatingPoint` answers from without loading Ax
 The optimiser of the retune in progress lives inside state.json, written in the same atomic write as the
 trial it just completed, so a measured trial is never lost and never half-recorded.
 """
@@ -143,11 +144,23 @@ class StateStore:
         if retune_id not in state.experiments:
             state.experiments.append(retune_id)
         for old in state.experiments[:-KEEP_EXPERIMENTS]:
-            try:
-                (self.exp_dir / f"{old}.json").unlink()
-            except FileNotFoundError:
-                pass
+            for name in (f"{old}.json", f"{old}.table.json"):
+                try:
+                    (self.exp_dir / name).unlink()
+                except FileNotFoundError:
+                    pass
         del state.experiments[:-KEEP_EXPERIMENTS]
+
+    def save_table(self, retune_id: str, table: dict[str, Any]) -> None:
+        """The model's predictions over the knob grid for a finished retune (for `GetOperatingPoint`)."""
+        atomic_write(self.exp_dir / f"{retune_id}.table.json", json.dumps(table).encode())
+
+    def load_table(self, retune_id: str) -> dict[str, Any] | None:
+        try:
+            data = json.loads((self.exp_dir / f"{retune_id}.table.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
 
     def load_experiment(self, retune_id: str) -> str | None:
         try:

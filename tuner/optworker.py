@@ -1,0 +1,239 @@
+"""Run the Ax optimiser in a child process for the length of one retune.
+
+Importing Ax/PyTorch alone costs ~400 MB RSS and seconds of CPU; the daemon holds a point for an hour between
+retunes and must stay small (target: <= 400 MB, <= 1 % of a core). So each retune gets a worker process
+(spawned, never forked: the daemon has gRPC threads) that owns the `tuner.optimizer.Optimizer`; the daemon talks
+to it through `OptimizerProxy`, which has the same methods and returns plain records. When the retune ends the
+worker exits and its memory goes back to the OS. The daemon itself never imports Ax. A stop request kills a
+worker stuck in a model fit, so SIGTERM is prompt.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from actuators.host import KnobSpace, Measurement, OperatingPoint
+from tuner.errors import TunerError
+
+#: Longest a single optimiser call may take before the worker is considered hung.
+CALL_TIMEOUT_S = 900.0
+
+
+@dataclass(frozen=True)
+class Record:
+    """A trial as the worker reports it (the measurement stays with the daemon)."""
+
+    index: int
+    point: OperatingPoint
+    qps: float
+    status: str
+    reward: float | None
+    error: str | None
+    measurement: Measurement | None = None
+
+
+@dataclass(frozen=True)
+class Choice:
+    point: OperatingPoint
+    measurement: Measurement | None
+    met_sla: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class Forecast:
+    latency_us: float
+    latency_sem: float
+    power_w: float
+    power_sem: float
+    from_measured: bool
+
+
+class WorkerError(TunerError):
+    """The optimiser worker failed or died."""
+
+
+# ------------------------------------------------------------------------------------------------ child side
+
+def _rec(r: Any) -> tuple:
+    return (int(r.index), (int(r.point.itr_us), float(r.point.dvfs_ghz)), float(r.qps), str(r.status),
+            None if r.reward is None else float(r.reward), r.error)
+
+
+def _serve(conn: Any, module: str) -> None:  # pragma: no cover - runs in the child (end-to-end tests)
+    import importlib
+
+    mod = importlib.import_module(module)
+    Objective, Optimizer, TunerSettings = mod.Objective, mod.Optimizer, mod.TunerSettings
+    opt = None
+    while True:
+        try:
+            op, args = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            if op == "create":
+                space, policy, tuning, name, seed = args
+                objective = Objective(reward=policy["reward"], percentile=policy["percentile"],
+                                      sla_us=policy["sla_us"])
+                settings = TunerSettings(trials=tuning["trials"],
+                                         sobol_trials=min(tuning["sobol_trials"], tuning["trials"]),
+                                         settle_s=tuning["settle_s"], window_s=tuning["window_s"], seed=seed)
+                opt, result = Optimizer(space, objective, settings, name=name), None
+            elif op == "load":
+                opt, result = Optimizer.from_json(args[0]), None
+            elif op == "suggest":
+                index, p = opt.suggest()
+                result = (int(index), (int(p.itr_us), float(p.dvfs_ghz)))
+            elif op == "complete":
+                result = _rec(opt.complete(*args))
+            elif op == "fail":
+                result = _rec(opt.fail(*args))
+            elif op == "trials":
+                result = [_rec(r) for r in opt.trials()]
+            elif op == "best":
+                d = opt.best()
+                result = ((int(d.point.itr_us), float(d.point.dvfs_ghz)), d.measurement, bool(d.met_sla),
+                          str(d.reason))
+            elif op == "predict":
+                result = [(float(p.latency_us), float(p.latency_sem), float(p.power_w), float(p.power_sem),
+                           bool(p.from_measured)) for p in opt.predict(args[0])]
+            elif op == "to_json":
+                result = opt.to_json()
+            elif op == "close":
+                conn.send(("ok", None))
+                return
+            else:
+                raise ValueError(f"unknown operation {op!r}")
+            conn.send(("ok", result))
+        except Exception as exc:  # noqa: BLE001 - reported to the daemon, which decides
+            conn.send(("err", f"{type(exc).__name__}: {exc}"))
+
+
+# ------------------------------------------------------------------------------------------------ parent side
+
+class OptimizerProxy:
+    """`tuner.optimizer.Optimizer`'s methods, executed in a worker process."""
+
+    def __init__(self, ctx: Any, module: str) -> None:
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_serve, args=(child, module), name="tuner-optimizer", daemon=True)
+        self._proc.start()
+        child.close()
+        self._lock = threading.Lock()
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid
+
+    def _call(self, op: str, *args: Any) -> Any:
+        with self._lock:
+            try:
+                self._conn.send((op, args))
+                if not self._conn.poll(CALL_TIMEOUT_S):
+                    self.kill()
+                    raise WorkerError(f"optimiser worker: {op} took longer than {CALL_TIMEOUT_S:.0f} s")
+                status, value = self._conn.recv()
+            except (EOFError, OSError, BrokenPipeError):
+                raise WorkerError(f"optimiser worker exited during {op} "
+                                  f"(exit code {self._proc.exitcode})") from None
+        if status != "ok":
+            raise WorkerError(f"optimiser: {op}: {value}")
+        return value
+
+    def suggest(self) -> tuple[int, OperatingPoint]:
+        index, p = self._call("suggest")
+        return index, OperatingPoint(*p)
+
+    def complete(self, index: int, measurement: Measurement, qps: float) -> Record:
+        return _record(self._call("complete", index, measurement, qps), measurement)
+
+    def fail(self, index: int, reason: str) -> Record:
+        return _record(self._call("fail", index, reason), None)
+
+    def trials(self) -> list[Record]:
+        return [_record(r, None) for r in self._call("trials")]
+
+    def best(self) -> Choice:
+        p, m, met, reason = self._call("best")
+        return Choice(OperatingPoint(*p), m, met, reason)
+
+    def predict(self, points: list[OperatingPoint]) -> list[Forecast]:
+        return [Forecast(*row) for row in self._call("predict", list(points))]
+
+    def to_json(self) -> str:
+        return self._call("to_json")
+
+    def close(self) -> None:
+        """End the worker (its memory goes back to the OS)."""
+        if self._proc.is_alive():
+            try:
+                with self._lock:
+                    self._conn.send(("close", ()))
+                    self._conn.poll(5.0)
+            except (OSError, BrokenPipeError):
+                pass
+            self._proc.join(5.0)
+        self.kill()
+
+    def kill(self) -> None:
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(5.0)
+        self._conn.close()
+
+
+def _record(row: tuple, m: Measurement | None) -> Record:
+    index, p, qps, status, reward, error = row
+    return Record(index, OperatingPoint(*p), qps, status, reward, error, m)
+
+
+class ProcessOptimizers:
+    """The daemon's optimiser factory: one worker process per retune (`create`/`load`), killable on stop."""
+
+    def __init__(self, module: str = "tuner.optimizer") -> None:
+        """`module` provides `Optimizer`, `Objective`, `TunerSettings` (the contract of `tuner.optimizer`)."""
+        self.module = module
+        self._ctx = multiprocessing.get_context("spawn")
+        self._live: list[OptimizerProxy] = []
+        self._lock = threading.Lock()
+
+    def _new(self) -> OptimizerProxy:
+        proxy = OptimizerProxy(self._ctx, self.module)
+        with self._lock:
+            self._live = [p for p in self._live if p._proc.is_alive()] + [proxy]
+        return proxy
+
+    def create(self, space: KnobSpace, policy: Any, tuning: Any, name: str, seed: int) -> OptimizerProxy:
+        proxy = self._new()
+        try:
+            proxy._call("create", space, dict(policy.__dict__), dict(tuning.__dict__), name, seed)
+        except BaseException:
+            proxy.kill()
+            raise
+        return proxy
+
+    def load(self, text: str) -> OptimizerProxy:
+        proxy = self._new()
+        try:
+            proxy._call("load", text)
+        except BaseException:
+            proxy.kill()
+            raise
+        return proxy
+
+    def live_pids(self) -> list[int]:
+        with self._lock:
+            return [p.pid for p in self._live if p._proc.is_alive()]
+
+    def interrupt(self) -> None:
+        """Kill every live worker (a stop must not wait for a model fit)."""
+        with self._lock:
+            live, self._live = self._live, []
+        for proxy in live:
+            if proxy._proc.is_alive():
+                proxy._proc.kill()
+                proxy._proc.join(5.0)
