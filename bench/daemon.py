@@ -116,7 +116,10 @@ listen = "127.0.0.1:0"
             rss_max = max(rss_max, sum(p.memory_info().rss for p in [ps]))
             time.sleep(1.0)
         cpu1 = ps.cpu_times()
-        result["workers_alive_while_holding"] = len(ps.children(recursive=True))
+        # children while holding: no optimiser worker; multiprocessing's resource tracker (small) stays
+        result["children_while_holding"] = [
+            {"cmd": " ".join(c.cmdline())[-60:], "rss_mb": round(c.memory_info().rss / 2**20, 1)}
+            for c in ps.children(recursive=True)]
         wall = time.monotonic() - t0
         busy = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
         result["steady_cpu_fraction_of_core"] = round(busy / wall, 5)
