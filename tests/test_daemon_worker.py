@@ -53,3 +53,16 @@ def test_crashed_worker_loses_no_trial(tmp_path, monkeypatch):
         st = _state(tmp_path)
         assert [(t["index"], t["point"]) for t in st["trials"]][: len(done)] == done
         assert len(st["trials"]) == 8 and st["held"]["retune_id"] == "r000001"
+
+
+def test_missing_optimizer_module_is_a_clear_error_not_a_dead_pipe():
+    import pytest
+
+    from tuner.errors import TunerError
+    from tests.daemon_fakes import FakeHost
+    from tuner.config import PolicyConfig, TuningConfig
+
+    opts = ProcessOptimizers(module="no_such_optimizer_module")
+    with pytest.raises(TunerError, match="cannot import the optimiser 'no_such_optimizer_module'"):
+        opts.create(FakeHost().knobs(), PolicyConfig(), TuningConfig(), "r1", 0)
+    assert opts.live_pids() == []

@@ -66,8 +66,12 @@ def _rec(r: Any) -> tuple:
 def _serve(conn: Any, module: str) -> None:  # pragma: no cover - runs in the child (end-to-end tests)
     import importlib
 
-    mod = importlib.import_module(module)
-    Objective, Optimizer, TunerSettings = mod.Objective, mod.Optimizer, mod.TunerSettings
+    try:
+        mod = importlib.import_module(module)
+        Objective, Optimizer, TunerSettings = mod.Objective, mod.Optimizer, mod.TunerSettings
+        broken = None
+    except Exception as exc:  # noqa: BLE001 - reported on the first call instead of a dead pipe
+        broken = f"cannot import the optimiser {module!r}: {type(exc).__name__}: {exc}"
     opt = None
     while True:
         try:
@@ -75,6 +79,8 @@ def _serve(conn: Any, module: str) -> None:  # pragma: no cover - runs in the ch
         except (EOFError, OSError):
             return
         try:
+            if broken:
+                raise RuntimeError(broken)
             if op == "create":
                 space, policy, tuning, name, seed = args
                 objective = Objective(reward=policy["reward"], percentile=policy["percentile"],
