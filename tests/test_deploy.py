@@ -102,3 +102,12 @@ def test_udev_and_tmpfiles_grant_group_tuner():
     assert 'GROUP="tuner"' in (DEPLOY / "60-tuner-msr.rules").read_text()
     lines = [l for l in (DEPLOY / "tuner.tmpfiles").read_text().splitlines() if l and not l.startswith("#")]
     assert all(l.split()[0] == "z" and l.split()[3:5] == ["root", "tuner"] for l in lines)
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
+def test_alert_rules_check_and_use_exported_metrics():
+    r = subprocess.run(["promtool", "check", "rules", str(DEPLOY / "tuner-alerts.yml")], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    used = set(re.findall(r"\b(tuner_[a-z_]+)", (DEPLOY / "tuner-alerts.yml").read_text()))
+    assert used and used <= _exposed_names(), used - _exposed_names()
