@@ -185,5 +185,10 @@ def make_nameless_host(**_: Any) -> _NoName:
     return _NoName()
 
 
+def make_bad_factory(**_: Any) -> FakeHost:
+    raise ValueError("no such device")
+
+
 def make_broken_host(**_: Any) -> FakeHost:
+    """Fails with a two-line message (the CLI must still print one line)."""
     raise RuntimeError("cannot open device\nsecond line")
