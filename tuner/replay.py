@@ -1,0 +1,296 @@
+"""Replay a load schedule (a binned trace) against a host under several policies (dissertation ch. 7.3).
+
+Per window of the schedule, each policy sets the host's offered load to the window's QPS and then:
+
+* `tuner`: a cold Ax retune (`run_retune`, fresh experiment per window as in the dissertation) whose
+  trials -- settle and window -- count in the window's energy and time, then holds the chosen point for the
+  rest of the window (the steady state);
+* `linux-default`: `host.restore()` (adaptive ITR + the OS governor) and measures the whole window;
+* `static-performance`: ITR = the host's lowest, DVFS = its highest, the whole window;
+* `oracle`: the exhaustive best static point under the SLA for the window's load over the FULL knob grid,
+  from the host's noise-free model `host.expected(points, qps)` (the simulated host has one), then measures
+  the whole window there. A host without `expected` has no oracle: the policy is reported as unavailable
+  (a measured grid would cost hours per window and still be a noisy estimate, not an oracle).
+
+Every policy runs on its own host built from the same spec and seed, so each compares like with like.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from actuators.host import Host, LoadControl, Measurement, OperatingPoint, apply_point
+from tuner.errors import TunerError
+from tuner.optimizer import Objective, Optimizer, TrialRecord, TunerSettings, run_retune
+
+POLICIES: tuple[str, ...] = ("tuner", "linux-default", "static-performance", "oracle")
+
+
+@dataclass(frozen=True)
+class ReplayWindow:
+    """One window of the schedule to replay (a `traces.schedule.Window` fits)."""
+
+    index: int
+    start_s: float
+    seconds: float
+    qps: float
+
+
+@dataclass(frozen=True)
+class WindowResult:
+    """What one policy did in one window.
+
+    `energy_j` counts everything in the window (exploration trials incl. settle, plus the hold);
+    `steady` is the hold measurement (the rest of the window at the chosen point) and decides `met_sla`.
+    """
+
+    policy: str
+    index: int
+    start_s: float
+    seconds: float
+    qps: float
+    point: OperatingPoint | None
+    steady: Measurement | None
+    energy_j: float
+    elapsed_s: float
+    trials: int = 0
+    failed_trials: int = 0
+    explore_s: float = 0.0
+    explore_energy_j: float = 0.0
+    explore_above_sla_s: float = 0.0
+    suggest_s: tuple[float, ...] = ()
+    met_sla: bool | None = None
+    note: str = ""
+    error: str | None = None
+
+    @property
+    def power_w(self) -> float:
+        """Mean power over the whole window (exploration included)."""
+        return self.energy_j / self.elapsed_s if self.elapsed_s > 0 else math.nan
+
+    def latency_us(self, pct: float) -> float:
+        """The steady-state percentile (NaN if there was no steady state)."""
+        return self.steady.percentile(pct) if self.steady is not None else math.nan
+
+
+@dataclass
+class PolicyResult:
+    policy: str
+    windows: list[WindowResult] = field(default_factory=list)
+    wall_s: float = 0.0
+    available: bool = True
+    note: str = ""
+
+
+@dataclass
+class ReplayResult:
+    objective: Objective
+    settings: TunerSettings
+    host: str
+    seed: int
+    source: str
+    windows: tuple[ReplayWindow, ...]
+    policies: dict[str, PolicyResult]
+    wall_s: float = 0.0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+#: `progress(policy, window_index, trial_record_or_None)`: called after each trial and after each window.
+Progress = Callable[[str, int, TrialRecord | None], None]
+
+
+def parse_policies(text: str | Sequence[str]) -> tuple[str, ...]:
+    """Policy names from `a,b,c` (or a list); one-line error for unknown or repeated names."""
+    items = [s.strip() for s in (text.split(",") if isinstance(text, str) else text) if s.strip()]
+    if not items:
+        raise TunerError(f"--policies: expected a comma list of {', '.join(POLICIES)}")
+    for s in items:
+        if s not in POLICIES:
+            raise TunerError(f"--policies: unknown policy {s!r}: expected some of {', '.join(POLICIES)}")
+    if len(set(items)) != len(items):
+        raise TunerError("--policies: a policy is listed twice")
+    return tuple(items)
+
+
+def _met(objective: Objective, m: Measurement | None) -> bool | None:
+    return None if m is None else objective.met(m)
+
+
+def _above_sla_s(objective: Objective, m: Measurement | None) -> float:
+    return m.seconds if m is not None and not objective.met(m) else 0.0
+
+
+def oracle_point(host: Any, objective: Objective, qps: float) -> tuple[OperatingPoint, str]:
+    """The lowest-power point of the host's full grid whose expected percentile meets the SLA at `qps`.
+
+    Uses `host.expected(points, qps)` (noise-free); if no point meets the SLA, the lowest-latency point.
+    """
+    knobs = host.knobs()
+    points = [OperatingPoint(i, f) for f in knobs.dvfs_ghz for i in knobs.itr_us]
+    expected = host.expected(points, qps)
+    pct = objective.percentile
+    feasible = [(e.power_w, p.itr_us, p.dvfs_ghz, p) for p, e in zip(points, expected)
+                if e.latency_us[pct] <= objective.sla_us]
+    if feasible:
+        best = min(feasible)[3]
+        return best, f"grid optimum of {len(points)} points"
+    lat = min((e.latency_us[pct], e.power_w, p.itr_us, p.dvfs_ghz, p) for p, e in zip(points, expected))
+    return lat[4], "no grid point meets the SLA; lowest expected latency"
+
+
+def _set_load(host: Host, qps: float) -> None:
+    if not isinstance(host, LoadControl):
+        raise TunerError(f"host {getattr(host, 'name', '?')!r} cannot set its offered load (no set_offered_qps): "
+                         "replay needs a host with load control, e.g. --host sim")
+    host.set_offered_qps(qps)
+
+
+def _run_tuner_window(host: Host, w: ReplayWindow, objective: Objective, settings: TunerSettings,
+                      progress: Progress | None, name: str) -> WindowResult:
+    opt = Optimizer(host.knobs(), objective, replace(settings, seed=settings.seed + w.index), name=name)
+    used = {"s": 0.0}
+
+    def on_trial(rec: TrialRecord) -> None:
+        for m in (rec.settle, rec.measurement):
+            if m is not None:
+                used["s"] += m.seconds
+        if progress is not None:
+            progress("tuner", w.index, rec)
+
+    decision = run_retune(host, opt, settings, on_trial=on_trial, should_stop=lambda: used["s"] >= w.seconds)
+    recs = opt.trials()
+    explore_e = sum(m.energy_j for r in recs for m in (r.settle, r.measurement) if m is not None)
+    explore_s = sum(m.seconds for r in recs for m in (r.settle, r.measurement) if m is not None)
+    above = sum(_above_sla_s(objective, m) for r in recs for m in (r.settle, r.measurement))
+    remaining = w.seconds - explore_s
+    steady = None
+    error = None
+    if remaining > 0:
+        try:
+            steady = host.measure(remaining)
+        except Exception as exc:  # noqa: BLE001 - report, do not abort the replay
+            error = f"hold measurement failed: {type(exc).__name__}: {exc}"
+    energy = explore_e + (steady.energy_j if steady is not None else 0.0)
+    elapsed = explore_s + (steady.seconds if steady is not None else 0.0)
+    return WindowResult(
+        policy="tuner", index=w.index, start_s=w.start_s, seconds=w.seconds, qps=w.qps, point=decision.point,
+        steady=steady, energy_j=energy, elapsed_s=elapsed, trials=len(recs),
+        failed_trials=sum(1 for r in recs if r.status == "failed"), explore_s=explore_s,
+        explore_energy_j=explore_e, explore_above_sla_s=above, suggest_s=tuple(r.compute_s for r in recs),
+        met_sla=_met(objective, steady), note=decision.reason, error=error,
+    )
+
+
+def _run_static_window(policy: str, host: Host, w: ReplayWindow, objective: Objective) -> WindowResult:
+    note = ""
+    point: OperatingPoint | None
+    if policy == "linux-default":
+        host.restore()
+        point = None
+        note = "adaptive ITR + OS governor"
+    elif policy == "static-performance":
+        k = host.knobs()
+        point = apply_point(host, OperatingPoint(k.itr_us[0], k.dvfs_ghz[-1]))
+        note = "lowest ITR, highest frequency"
+    elif policy == "oracle":
+        point, note = oracle_point(host, objective, w.qps)
+        apply_point(host, point)
+    else:  # pragma: no cover - parse_policies guards this
+        raise TunerError(f"unknown policy {policy!r}")
+    try:
+        m = host.measure(w.seconds)
+    except Exception as exc:  # noqa: BLE001
+        return WindowResult(policy, w.index, w.start_s, w.seconds, w.qps, point, None, 0.0, 0.0,
+                            note=note, error=f"measurement failed: {type(exc).__name__}: {exc}")
+    return WindowResult(policy, w.index, w.start_s, w.seconds, w.qps, point, m, m.energy_j, m.seconds,
+                        met_sla=objective.met(m), note=note)
+
+
+def replay(
+    make_host: Callable[[], Host],
+    windows: Sequence[ReplayWindow],
+    objective: Objective,
+    settings: TunerSettings,
+    *,
+    policies: Sequence[str] = POLICIES,
+    progress: Progress | None = None,
+    host_label: str = "",
+    source: str = "",
+) -> ReplayResult:
+    """Replay `windows` under each policy, each on a fresh host from `make_host()`; hosts are restored after."""
+    if not windows:
+        raise TunerError("the schedule has no window to replay")
+    t_all = time.perf_counter()
+    result = ReplayResult(objective, settings, host_label, settings.seed, source,
+                          tuple(ReplayWindow(w.index, w.start_s, w.seconds, w.qps) for w in windows), {})
+    for policy in policies:
+        host = make_host()
+        pr = PolicyResult(policy)
+        result.policies[policy] = pr
+        if policy == "oracle" and not callable(getattr(host, "expected", None)):
+            pr.available = False
+            pr.note = f"oracle unavailable: host {getattr(host, 'name', '?')!r} has no noise-free model (expected())"
+            for w in result.windows:
+                if progress is not None:
+                    progress(policy, w.index, None)
+            continue
+        t0 = time.perf_counter()
+        try:
+            for w in result.windows:
+                _set_load(host, w.qps)
+                if policy == "tuner":
+                    wr = _run_tuner_window(host, w, objective, settings, progress, f"replay-w{w.index}")
+                else:
+                    wr = _run_static_window(policy, host, w, objective)
+                pr.windows.append(wr)
+                if progress is not None:
+                    progress(policy, w.index, None)
+        finally:
+            try:
+                host.restore()
+            finally:
+                pr.wall_s = time.perf_counter() - t0
+    result.wall_s = time.perf_counter() - t_all
+    return result
+
+
+# ----------------------------------------------------------------------------------------------- summary
+
+
+def policy_summary(result: ReplayResult, policy: str) -> dict[str, Any]:
+    """Totals for one policy: energy, savings vs linux-default, ratio to oracle, SLA, trials, timings."""
+    pr = result.policies[policy]
+    if not pr.available:
+        return {"available": False, "note": pr.note}
+    ws = pr.windows
+    energy = sum(w.energy_j for w in ws)
+    base = result.policies.get("linux-default")
+    oracle = result.policies.get("oracle")
+    base_e = sum(w.energy_j for w in base.windows) if base is not None and base.available and base.windows else None
+    oracle_e = (sum(w.energy_j for w in oracle.windows)
+                if oracle is not None and oracle.available and oracle.windows else None)
+    suggest = [s for w in ws for s in w.suggest_s]
+    return {
+        "available": True,
+        "windows": len(ws),
+        "energy_j": energy,
+        "mean_power_w": energy / sum(w.elapsed_s for w in ws) if ws and sum(w.elapsed_s for w in ws) > 0 else None,
+        "saved_vs_linux_default_pct": (100.0 * (1 - energy / base_e)) if base_e else None,
+        "ratio_to_oracle": (energy / oracle_e) if oracle_e else None,
+        "sla_violating_windows": sum(1 for w in ws if w.met_sla is False),
+        "windows_without_steady_state": sum(1 for w in ws if w.steady is None),
+        "explore_s": sum(w.explore_s for w in ws),
+        "explore_above_sla_s": sum(w.explore_above_sla_s for w in ws),
+        "explore_energy_j": sum(w.explore_energy_j for w in ws),
+        "trials": sum(w.trials for w in ws),
+        "failed_trials": sum(w.failed_trials for w in ws),
+        "failed_windows": sum(1 for w in ws if w.error),
+        "median_suggest_s": statistics.median(suggest) if suggest else None,
+        "wall_s": pr.wall_s,
+        "note": pr.note,
+    }

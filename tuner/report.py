@@ -1,0 +1,228 @@
+"""Replay report: rich tables, `summary.json`, `windows.csv` and fig. 7.6-style PNGs (matplotlib Agg, lazy)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from tuner.replay import ReplayResult, policy_summary
+
+SUMMARY = "summary.json"
+WINDOWS = "windows.csv"
+PLOTS = ("power.png", "latency.png", "knobs.png")
+
+_COLOURS = {"tuner": "tab:blue", "linux-default": "tab:red", "static-performance": "tab:orange", "oracle": "tab:green"}
+
+
+def _finite(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else x
+
+
+def summary(result: ReplayResult) -> dict[str, Any]:
+    """The content of `summary.json`."""
+    obj = result.objective
+    return {
+        "host": result.host,
+        "seed": result.seed,
+        "trace": result.source,
+        "objective": {"reward": obj.reward, "percentile": obj.percentile, "sla_us": obj.sla_us},
+        "settings": {"trials": result.settings.trials, "sobol_trials": result.settings.sobol_trials,
+                     "settle_s": result.settings.settle_s, "window_s": result.settings.window_s},
+        "windows": len(result.windows),
+        "window_s": result.windows[0].seconds if result.windows else None,
+        "peak_qps": max(w.qps for w in result.windows) if result.windows else None,
+        "min_qps": min(w.qps for w in result.windows) if result.windows else None,
+        "wall_s": result.wall_s,
+        "policies": {p: policy_summary(result, p) for p in result.policies},
+        **result.meta,
+    }
+
+
+def window_rows(result: ReplayResult) -> list[dict[str, Any]]:
+    """One row per (policy, window), as written to `windows.csv`."""
+    pct = result.objective.percentile
+    rows = []
+    for policy, pr in result.policies.items():
+        for w in pr.windows:
+            rows.append({
+                "policy": policy,
+                "window": w.index,
+                "start_s": w.start_s,
+                "qps": round(w.qps, 3),
+                "itr_us": "" if w.point is None else w.point.itr_us,
+                "dvfs_ghz": "" if w.point is None else w.point.dvfs_ghz,
+                f"p{pct:g}_us": "" if w.steady is None else round(w.latency_us(pct), 3),
+                f"p{pct:g}_ci_low_us": "" if w.steady is None else round(w.steady.latency_ci_us[pct][0], 3),
+                f"p{pct:g}_ci_high_us": "" if w.steady is None else round(w.steady.latency_ci_us[pct][1], 3),
+                "steady_power_w": "" if w.steady is None else round(w.steady.power_w, 4),
+                "power_w": round(w.power_w, 4) if math.isfinite(w.power_w) else "",
+                "energy_j": round(w.energy_j, 3),
+                "trials": w.trials,
+                "failed_trials": w.failed_trials,
+                "explore_s": round(w.explore_s, 3),
+                "explore_energy_j": round(w.explore_energy_j, 3),
+                "explore_above_sla_s": round(w.explore_above_sla_s, 3),
+                "sla_met": "" if w.met_sla is None else int(w.met_sla),
+                "note": w.note,
+                "error": w.error or "",
+            })
+    return rows
+
+
+def write_files(result: ReplayResult, out: Path) -> list[Path]:
+    """Write summary.json, windows.csv and the PNGs into `out` (created); returns the paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    p = out / SUMMARY
+    p.write_text(json.dumps(summary(result), indent=2, default=_json_default) + "\n")
+    paths.append(p)
+    rows = window_rows(result)
+    p = out / WINDOWS
+    with p.open("w", newline="") as fh:
+        if rows:
+            writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    paths.append(p)
+    paths.extend(write_plots(result, out))
+    return paths
+
+
+def _json_default(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return str(x)
+
+
+def write_plots(result: ReplayResult, out: Path) -> list[Path]:
+    """Fig. 7.6-style plots per window: power per policy (with QPS), percentile per policy with the SLA line,
+    and the chosen ITR and DVFS."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    pct = result.objective.percentile
+    sla = result.objective.sla_us
+    hours = [w.start_s / 3600.0 for w in result.windows]
+    qps = [w.qps / 1000.0 for w in result.windows]
+    width = result.windows[0].seconds / 3600.0 if result.windows else 1.0
+    policies = [p for p, pr in result.policies.items() if pr.available and pr.windows]
+    written = []
+
+    def save(fig: Any, name: str) -> None:
+        FigureCanvasAgg(fig)
+        fig.tight_layout()
+        path = out / name
+        fig.savefig(path, dpi=110)
+        written.append(path)
+
+    def xs(pr_windows: list[Any]) -> list[float]:
+        return [w.start_s / 3600.0 for w in pr_windows]
+
+    def qps_axis(ax: Any) -> None:
+        ax2 = ax.twinx()
+        ax2.step(hours, qps, where="post", color="0.6", linestyle=":", label="offered load")
+        ax2.set_ylabel("offered load (kQPS)", color="0.4")
+        ax2.set_ylim(bottom=0)
+
+    fig = Figure(figsize=(9, 4.2))
+    ax = fig.add_subplot(1, 1, 1)
+    for p in policies:
+        ws = result.policies[p].windows
+        ax.step(xs(ws), [w.power_w for w in ws], where="post", label=p, color=_COLOURS.get(p))
+    ax.set_xlabel(f"window start (h); windows of {width:g} h")
+    ax.set_ylabel("mean power incl. exploration (W)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"Power per window -- {result.objective.describe()}")
+    ax.legend(loc="upper left", fontsize=8)
+    qps_axis(ax)
+    save(fig, "power.png")
+
+    fig = Figure(figsize=(9, 4.2))
+    ax = fig.add_subplot(1, 1, 1)
+    for p in policies:
+        ws = result.policies[p].windows
+        ax.step(xs(ws), [w.latency_us(pct) for w in ws], where="post", label=p, color=_COLOURS.get(p))
+    ax.axhline(sla, color="black", linestyle="--", linewidth=1, label=f"SLA {sla:g} µs")
+    ax.set_xlabel(f"window start (h); windows of {width:g} h")
+    ax.set_ylabel(f"steady-state p{pct:g} latency (µs)")
+    finite = [w.latency_us(pct) for p in policies for w in result.policies[p].windows
+              if math.isfinite(w.latency_us(pct))]
+    if finite and max(finite) > 4 * sla:
+        ax.set_yscale("log")
+    else:
+        ax.set_ylim(bottom=0)
+    ax.set_title(f"Steady-state p{pct:g} per window")
+    ax.legend(loc="upper left", fontsize=8)
+    qps_axis(ax)
+    save(fig, "latency.png")
+
+    fig = Figure(figsize=(9, 5.5))
+    ax_itr = fig.add_subplot(2, 1, 1)
+    ax_f = fig.add_subplot(2, 1, 2, sharex=ax_itr)
+    for p in policies:
+        ws = [w for w in result.policies[p].windows if w.point is not None]
+        if not ws:
+            continue
+        ax_itr.step(xs(ws), [w.point.itr_us for w in ws], where="post", label=p, color=_COLOURS.get(p))
+        ax_f.step(xs(ws), [w.point.dvfs_ghz for w in ws], where="post", label=p, color=_COLOURS.get(p))
+    ax_itr.set_ylabel("ITR (µs)")
+    ax_itr.set_title("Chosen (held) ITR and DVFS per window (linux-default: OS policies, not shown)")
+    ax_itr.legend(loc="upper left", fontsize=8)
+    ax_f.set_ylabel("DVFS (GHz)")
+    ax_f.set_xlabel(f"window start (h); windows of {width:g} h")
+    save(fig, "knobs.png")
+    return written
+
+
+def _fmt(x: float | None, spec: str, none: str = "-") -> str:
+    return none if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
+
+
+def print_report(result: ReplayResult, console: Any, *, per_window: bool = True) -> None:
+    """Rich tables: per window (one row per window, columns per policy) and the per-policy summary."""
+    from rich.table import Table
+
+    pct = result.objective.percentile
+    sla = result.objective.sla_us
+    if per_window and "tuner" in result.policies:
+        t = Table(title=f"tuner per window ({result.objective.describe()})", show_lines=False)
+        for col in ("win", "kQPS", "ITR µs", "GHz", f"p{pct:g} µs", "W", "kJ", "trials", "SLA"):
+            t.add_column(col, justify="right")
+        others = [p for p in ("linux-default", "oracle") if p in result.policies and result.policies[p].windows]
+        for p in others:
+            t.add_column(f"{p} W", justify="right")
+        by_idx = {p: {w.index: w for w in result.policies[p].windows} for p in others}
+        for w in result.policies["tuner"].windows:
+            met = "-" if w.met_sla is None else ("[green]yes[/]" if w.met_sla else "[red]NO[/]")
+            fails = f" ({w.failed_trials} failed)" if w.failed_trials else ""
+            row = [str(w.index), f"{w.qps / 1000:.0f}",
+                   "-" if w.point is None else str(w.point.itr_us),
+                   "-" if w.point is None else f"{w.point.dvfs_ghz:.1f}",
+                   _fmt(w.latency_us(pct), ".0f"), _fmt(w.power_w, ".1f"), f"{w.energy_j / 1000:.1f}",
+                   f"{w.trials}{fails}", met]
+            for p in others:
+                ow = by_idx[p].get(w.index)
+                row.append("-" if ow is None else _fmt(ow.power_w, ".1f"))
+            t.add_row(*row)
+        console.print(t)
+    s = summary(result)
+    t = Table(title=f"summary: {len(result.windows)} windows, {result.objective.describe()}, host {result.host}")
+    for col in ("policy", "energy kJ", "saved vs linux", "x oracle", "SLA-violating windows",
+                "explore s > SLA", "trials (failed)", "median suggest s", "wall s"):
+        t.add_column(col, justify="right")
+    for p, ps in s["policies"].items():
+        if not ps.get("available", True):
+            t.add_row(p, "[dim]unavailable[/]", "", "", "", "", "", "", "")
+            continue
+        t.add_row(p, f"{ps['energy_j'] / 1000:.1f}", _fmt(ps["saved_vs_linux_default_pct"], ".1f") + ("%" if ps["saved_vs_linux_default_pct"] is not None else ""),
+                  _fmt(ps["ratio_to_oracle"], ".3f"), f"{ps['sla_violating_windows']}/{ps['windows']}",
+                  f"{ps['explore_above_sla_s']:.0f}", f"{ps['trials']} ({ps['failed_trials']})",
+                  _fmt(ps["median_suggest_s"], ".2f"), f"{ps['wall_s']:.1f}")
+    console.print(t)
+    for p, ps in s["policies"].items():
+        if ps.get("note") and not ps.get("available", True):
+            console.print(f"[yellow]{ps['note']}[/]")
+    del sla
