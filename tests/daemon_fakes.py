@@ -151,7 +151,7 @@ class FakeOptimizer:
         self._next += 1
         return idx, OperatingPoint(rng.choice(self.space.itr_us), rng.choice(self.space.dvfs_ghz))
 
-    def complete(self, index: int, m: Measurement, qps: float) -> TrialRecord:
+    def complete(self, index: int, m: Measurement, qps: float, settle: Any = None) -> TrialRecord:
         lat = m.latency_us[self.percentile]
         reward = -m.energy_j - (m.energy_j * (lat - self.sla_us) / self.sla_us if lat > self.sla_us else 0.0)
         row = {"index": index, "point": [m.point.itr_us, m.point.dvfs_ghz], "qps": qps, "status": "completed",
@@ -159,7 +159,7 @@ class FakeOptimizer:
         self._rows.append(row)
         return self._record(row, m)
 
-    def fail(self, index: int, reason: str) -> TrialRecord:
+    def fail(self, index: int, reason: str, settle: Any = None) -> TrialRecord:
         row = {"index": index, "point": [self.space.itr_us[0], self.space.dvfs_ghz[-1]], "qps": 0.0,
                "status": "failed", "lat": None, "power": None, "reward": None, "error": reason}
         self._rows.append(row)

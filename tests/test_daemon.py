@@ -204,9 +204,9 @@ def test_bounds_and_policy_helpers():
     assert b.itr_us == (10, 12, 14, 16, 18, 20) and b.dvfs_ghz == (2.0, 2.1, 2.2, 2.3, 2.4, 2.5)
     with pytest.raises(TunerError, match="knobs.itr_us"):
         bounded_space(space, KnobBounds(itr_us=(5000, 6000)))
-    assert validate_policy(500, 99, "energy").percentile == 99.0
+    assert validate_policy(500, 99, "constrained").percentile == 99.0
     with pytest.raises(InputError, match="percentile"):
-        validate_policy(500, True, "energy")
+        validate_policy(500, True, "constrained")
 
 
 def test_sdnotify_sends_ready_and_watchdog_to_abstract_socket():

@@ -18,7 +18,7 @@ from tuner.errors import InputError
 #: Percentiles a policy may target (must be one of `actuators.host.PERCENTILES`).
 ALLOWED_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0, 99.9)
 #: Reward functions used when the optimiser does not publish its own list.
-DEFAULT_REWARDS: tuple[str, ...] = ("energy", "latency", "edp")
+DEFAULT_REWARDS: tuple[str, ...] = ("constrained", "edp", "latency", "sla-linear")
 
 
 def known_rewards() -> tuple[str, ...]:
@@ -50,7 +50,7 @@ class KnobBounds:
 
 @dataclass(frozen=True)
 class PolicyConfig:
-    reward: str = "energy"
+    reward: str = "constrained"
     sla_us: float = 500.0
     percentile: float = 99.0
 

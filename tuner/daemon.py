@@ -457,9 +457,9 @@ class Daemon:
         finally:
             self.metrics.optimizer_seconds.observe(time.perf_counter() - t0)
 
-    def _measure(self) -> tuple[Measurement, float]:
-        """Measure one window, paced to wall-clock `window_s` (a simulated host returns at once)."""
-        window = self.config.tuning.window_s
+    def _measure(self, seconds: float | None = None) -> tuple[Measurement, float]:
+        """Measure one window (`window_s` by default), paced to wall-clock time (a simulated host returns at once)."""
+        window = self.config.tuning.window_s if seconds is None else seconds
         t0 = time.monotonic()
         m = self.host.measure(window)
         self._wait(window - (time.monotonic() - t0), interruptible=False)
@@ -582,9 +582,12 @@ class Daemon:
     def _trial(self, opt: Any, rid: str) -> bool:
         t0 = time.monotonic()
         index, point = self._timed(opt.suggest)  # a dead worker raises TunerError -> _retune retries
+        settle = None
         try:
             point = self._apply(point)
-            if self._wait(self.config.tuning.settle_s, interruptible=False):
+            if self.config.tuning.settle_s > 0:  # measured: its energy counts against the exploration
+                settle, _ = self._measure(self.config.tuning.settle_s)
+            if self._stop.is_set():
                 self.metrics.trials.labels(status="abandoned").inc()
                 return False
             m, when = self._measure()
@@ -593,21 +596,23 @@ class Daemon:
                 self.metrics.trials.labels(status="abandoned").inc()
                 return False
             log.warning("trial %s/%d at %s failed: %s", rid, index, point, exc)
-            rec = self._timed(opt.fail, index, str(exc))
+            rec = self._timed(opt.fail, index, str(exc), settle)
             self._record_trial(opt, rid, rec, None, time.time(), "failed")
             return True
         if self._stop.is_set():
             self.metrics.trials.labels(status="abandoned").inc()
             return False
-        rec = self._timed(opt.complete, index, m, m.offered_qps)
+        rec = self._timed(opt.complete, index, m, m.offered_qps, settle)
         self._record_trial(opt, rid, rec, m, when, "completed")
         self.metrics.trial_seconds.observe(time.monotonic() - t0)
         self._note_good(m, when)
         return True
 
     def _record_trial(self, opt: Any, rid: str, rec: Any, m: Measurement | None, when: float, status: str) -> None:
-        row = {"retune_id": rid, "index": int(rec.index), "point": point_list(rec.point), "qps": float(rec.qps),
-               "status": rec.status or status, "measurement": measurement_dict(m, when) if m else None,
+        status = rec.status or status  # the optimiser may fail a window it cannot model
+        qps = float(rec.qps) if rec.qps is not None and math.isfinite(rec.qps) else 0.0
+        row = {"retune_id": rid, "index": int(rec.index), "point": point_list(rec.point), "qps": qps,
+               "status": status, "measurement": measurement_dict(m, when) if m else None,
                "reward": None if rec.reward is None else float(rec.reward), "error": rec.error, "time": when}
         text = self._timed(opt.to_json)
         with self._lock:

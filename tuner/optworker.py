@@ -59,7 +59,8 @@ class WorkerError(TunerError):
 # ------------------------------------------------------------------------------------------------ child side
 
 def _rec(r: Any) -> tuple:
-    return (int(r.index), (int(r.point.itr_us), float(r.point.dvfs_ghz)), float(r.qps), str(r.status),
+    return (int(r.index), (int(r.point.itr_us), float(r.point.dvfs_ghz)),
+            float(r.qps) if r.qps is not None else float("nan"), str(r.status),
             None if r.reward is None else float(r.reward), r.error)
 
 
@@ -95,9 +96,11 @@ def _serve(conn: Any, module: str) -> None:  # pragma: no cover - runs in the ch
                 index, p = opt.suggest()
                 result = (int(index), (int(p.itr_us), float(p.dvfs_ghz)))
             elif op == "complete":
-                result = _rec(opt.complete(*args))
+                index, m, qps, settle = args
+                result = _rec(opt.complete(index, m, qps, settle=settle))
             elif op == "fail":
-                result = _rec(opt.fail(*args))
+                index, reason, settle = args
+                result = _rec(opt.fail(index, reason, settle=settle))
             elif op == "trials":
                 result = [_rec(r) for r in opt.trials()]
             elif op == "best":
@@ -154,11 +157,12 @@ class OptimizerProxy:
         index, p = self._call("suggest")
         return index, OperatingPoint(*p)
 
-    def complete(self, index: int, measurement: Measurement, qps: float) -> Record:
-        return _record(self._call("complete", index, measurement, qps), measurement)
+    def complete(self, index: int, measurement: Measurement, qps: float,
+                 settle: Measurement | None = None) -> Record:
+        return _record(self._call("complete", index, measurement, qps, settle), measurement)
 
-    def fail(self, index: int, reason: str) -> Record:
-        return _record(self._call("fail", index, reason), None)
+    def fail(self, index: int, reason: str, settle: Measurement | None = None) -> Record:
+        return _record(self._call("fail", index, reason, settle), None)
 
     def trials(self) -> list[Record]:
         return [_record(r, None) for r in self._call("trials")]
