@@ -1,0 +1,277 @@
+"""Pure model math of the simulated memcached host (no state, no I/O): see `actuators.sim`.
+
+Per core (RSS spreads the load evenly, one RX queue and one interrupt per core), open-loop Poisson
+arrivals at `lam` requests/µs meet the NIC's interrupt throttle (fig. 2.4 of the dissertation): after an
+interrupt at T the next one fires at T + ITR if any packet arrived in (T, T + ITR], else immediately at
+the next arrival.  By memorylessness the interrupt *periods* are i.i.d. -- gap = ITR (+ Exp(lam) when the
+period was empty), packet count = Poisson(lam * ITR) (1 when empty), arrival positions uniform -- so a run
+of K periods is sampled in one vectorised draw.  Each interrupt costs fixed work H(f) (skipped when the
+core is still busy: NAPI keeps polling), the driver/stack processes the whole batch (n * s_stack(f)),
+then memcached serves the requests run-to-completion in arrival order (s_app(f) each, gamma-distributed).
+Every work item is cycles / f + a memory-bound part that does not scale with f.  Batches queue FIFO on the
+core (Lindley recursion, vectorised with a running maximum).  An idle gap before a batch puts the core in
+the C-state the menu governor picks (deepest state whose target residency fits the predicted idle, the
+prediction being the previous idle gap); its exit latency delays that batch.  Power = static + uncore +
+per-core (busy: C f V(f)^2 + leakage; idle: C-state power) + per-request package energy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class CState:
+    """An idle state: what the governor sees (target residency) and what the hardware does."""
+
+    name: str
+    target_residency_us: float
+    exit_latency_us: float  # effective wake-up delay added to the waking batch
+    power_w: float  # per-core power while resident (C1 scales with V, see `idle_power_w`)
+
+
+# intel_idle's Sandy Bridge table (target residency 2/20/211/345/345 µs); effective exit latencies are
+# below the table's worst-case values (2/10/80/104/109 µs), as measured on SNB-EP parts.
+SNB_CSTATES: tuple[CState, ...] = (
+    CState("POLL", 0.0, 0.0, -1.0),  # power = leakage + a little dynamic (idle loop); see idle_power_w
+    CState("C1", 2.0, 1.0, -2.0),  # clock gated at current voltage; see idle_power_w
+    CState("C1E", 20.0, 5.0, 0.75),
+    CState("C3", 211.0, 25.0, 0.35),
+    CState("C6", 345.0, 35.0, 0.08),
+    CState("C7", 345.0, 40.0, 0.06),
+)
+
+
+@dataclass(frozen=True)
+class SimParams:
+    """Constants of the simulated E5-2690 + 82599 memcached host (µs, GHz, W, J)."""
+
+    f_min: float = 1.2
+    f_max: float = 2.9
+    v_min: float = 0.80  # core voltage at f_min (V)
+    v_max: float = 1.10  # at f_max
+    c_dyn: float = 1.45  # W / (GHz V^2) per busy core
+    leak_w_per_v: float = 1.0  # per-core leakage while in C0 (W / V)
+    static_w: float = 20.0  # both packages, everything that is on whatever the load (W)
+    uncore_active_w: float = 6.0  # uncore/LLC/ring while any core is awake (W)
+    request_j: float = 4e-6  # package energy per request outside the cores (LLC, IMC) (J)
+    # work: cycles in µs*GHz (time = cyc / f) + memory-bound µs (does not scale with f)
+    irq_cyc: float = 12.0
+    irq_mem: float = 0.8
+    stack_cyc: float = 11.0
+    stack_mem: float = 0.6
+    app_cyc: float = 18.0
+    app_mem: float = 1.2
+    app_shape: float = 2.0  # gamma shape of per-request app work (CV = 1/sqrt(shape))
+    net_us: float = 22.0  # wire + client + TX path, constant
+    cstates: tuple[CState, ...] = SNB_CSTATES
+    # Linux default mode
+    rx_bytes: float = 120.0  # per request packet (ETC keys 20-70 B + headers)
+    tx_bytes: float = 420.0  # per reply (75 % GETs, values up to 1 KB)
+    ondemand_up: float = 0.80
+    ondemand_period_s: float = 0.010
+
+    def volt(self, f: np.ndarray | float) -> np.ndarray:
+        return self.v_min + (np.asarray(f, float) - self.f_min) * (self.v_max - self.v_min) / (self.f_max - self.f_min)
+
+    def busy_power_w(self, f: np.ndarray | float) -> np.ndarray:
+        """Per-core power while executing at `f` GHz."""
+        f = np.asarray(f, float)
+        v = self.volt(f)
+        return self.c_dyn * f * v * v + self.leak_w_per_v * v
+
+    def idle_power_w(self, f: np.ndarray | float) -> np.ndarray:
+        """(F, S) per-core power in each C-state at frequency `f`."""
+        f = np.atleast_1d(np.asarray(f, float))
+        v = self.volt(f)
+        out = np.empty((f.size, len(self.cstates)))
+        for s, c in enumerate(self.cstates):
+            if c.power_w == -1.0:
+                out[:, s] = self.leak_w_per_v * v + 0.3 * self.c_dyn * f * v * v
+            elif c.power_w == -2.0:
+                out[:, s] = 0.9 * self.leak_w_per_v * v
+            else:
+                out[:, s] = c.power_w
+        return out
+
+    def work_us(self, f: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(H, s_stack, mean s_app) in µs at frequencies `f`."""
+        return (self.irq_cyc / f + self.irq_mem, self.stack_cyc / f + self.stack_mem, self.app_cyc / f + self.app_mem)
+
+    def idle_w(self, cores: int) -> float:
+        """Package power with no load: all cores in the deepest state, no uncore activity."""
+        return self.static_w + cores * float(self.idle_power_w(self.f_min)[0, -1])
+
+
+@dataclass
+class SimResult:
+    """One simulated run on `chains` independent cores, for each frequency in `f`."""
+
+    f: np.ndarray  # (F,)
+    latency_us: np.ndarray  # (F, R) per-request latency
+    busy: np.ndarray  # (F,) fraction of time executing (incl. wake-up transitions)
+    residency: np.ndarray  # (F, S) fraction of time in each C-state
+    interrupts_per_us: np.ndarray  # (F,) per core
+    requests_per_us: float  # per core
+    any_awake: np.ndarray = field(default_factory=lambda: np.ones(1))
+
+
+def _seg_cumsum(x: np.ndarray, starts: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Inclusive cumulative sum of `x` restarted at each segment start."""
+    c = np.cumsum(x)
+    base = np.concatenate(([0.0], c))[starts]
+    return c - base[idx]
+
+
+def _lindley(t: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Start times of FIFO work items arriving at `t` (ascending, last axis) with durations `w`."""
+    cw = np.cumsum(w, axis=-1)
+    prev = cw - w
+    return np.maximum.accumulate(t - prev, axis=-1) + prev
+
+
+def simulate(p: SimParams, lam: float, itr_us: float, f: np.ndarray, requests: int, chains: int,
+             rng: np.random.Generator) -> SimResult:
+    """Simulate about `requests` requests on `chains` cores at per-core rate `lam` (1/µs).
+
+    The same random draws serve every frequency in `f` (common random numbers), so curves over f are smooth.
+    """
+    f = np.atleast_1d(np.asarray(f, float))
+    itr = max(float(itr_us), 1e-3)
+    m = lam * itr
+    p0 = math.exp(-m)
+    per_period = m + p0
+    k = max(int(math.ceil(requests / per_period / chains)), 2)
+    counts = rng.poisson(m, size=(chains, k))
+    empty = counts == 0
+    n = np.where(empty, 1, counts)
+    gaps = itr + np.where(empty, rng.exponential(1.0 / lam, size=(chains, k)), 0.0)
+    t = np.cumsum(gaps, axis=1)
+    total_time = t[:, -1]  # (C,)
+    nf = n.ravel()
+    kk = nf.size
+    r = int(nf.sum())
+    idx = np.repeat(np.arange(kk), nf)
+    starts = np.concatenate(([0], np.cumsum(nf)[:-1]))
+    # sorted uniform arrival positions per period via normalised exponential spacings
+    e = rng.exponential(size=r)
+    extra = rng.exponential(size=kk)
+    ce = _seg_cumsum(e, starts, idx)
+    tot = np.add.reduceat(e, starts) + extra
+    u = ce / tot[idx]
+    wait = np.where(empty.ravel()[idx], 0.0, itr * (1.0 - u))
+    x = rng.gamma(p.app_shape, 1.0 / p.app_shape, size=r)
+    cx = _seg_cumsum(x, starts, idx)
+    sx = np.add.reduceat(x, starts).reshape(chains, k)
+
+    h, ss, sa = p.work_us(f)
+    h3, ss3, sa3 = h[:, None, None], ss[:, None, None], sa[:, None, None]
+    base = n[None] * ss3 + sa3 * sx[None]  # (F, C, K)
+    w1 = base + h3
+    st1 = _lindley(t[None], w1)
+    fin1 = st1 + w1
+    busy1 = st1 > t[None] + 1e-9
+    idle1 = np.empty_like(st1)
+    idle1[..., 0] = 1e9
+    idle1[..., 1:] = t[None, :, 1:] - fin1[..., :-1]
+    idle1 = np.maximum(idle1, 0.0)
+    pred = np.empty_like(idle1)
+    pred[..., 0] = idle1[..., 0]
+    pred[..., 1:] = idle1[..., :-1]
+    targets = np.array([c.target_residency_us for c in p.cstates])
+    exits = np.array([c.exit_latency_us for c in p.cstates])
+    state = np.searchsorted(targets, pred, side="right") - 1  # deepest state whose residency fits
+    wake = np.where(busy1, 0.0, exits[state])
+    irq = np.where(busy1, 0.0, h3)
+    w2 = base + irq + wake
+    st2 = _lindley(t[None], w2)
+    fin2 = st2 + w2
+    offset = (st2 - t[None]) + wake + irq + n[None] * ss3  # (F, C, K): time from interrupt to app start
+    lat = wait[None] + offset.reshape(f.size, kk)[:, idx] + sa[:, None] * cx[None] + p.net_us
+
+    idle2 = np.zeros_like(st2)
+    idle2[..., 1:] = np.maximum(t[None, :, 1:] - fin2[..., :-1], 0.0)
+    idle2[..., 0] = gaps[None, :, 0] * 0.0 + np.maximum(t[None, :, 0] - gaps[None, :, 0], 0.0) + (gaps[None, :, 0])
+    idle2[..., 0] = np.where(busy1[..., 0], 0.0, gaps[None, :, 0])
+    span = total_time.sum()
+    nstates = len(p.cstates)
+    res = np.zeros((f.size, nstates))
+    flat_state = state.reshape(f.size, -1)
+    flat_idle = idle2.reshape(f.size, -1)
+    for fi in range(f.size):
+        res[fi] = np.bincount(flat_state[fi], weights=flat_idle[fi], minlength=nstates)[:nstates]
+    work_time = w2.sum(axis=(1, 2))
+    idle_time = res.sum(axis=1)
+    span_f = np.maximum(span, work_time + idle_time)
+    busy = work_time / span_f
+    res = res / span_f[:, None]
+    intr = (~busy1).sum(axis=(1, 2)) / span_f
+    return SimResult(f=f, latency_us=lat, busy=busy, residency=res, interrupts_per_us=intr,
+                     requests_per_us=float(nf.sum() / span))
+
+
+def package_power_w(p: SimParams, sim: SimResult, cores: int, qps: float) -> np.ndarray:
+    """(F,) mean package power (both sockets) for the simulated frequencies."""
+    core = sim.busy * p.busy_power_w(sim.f) + (sim.residency * p.idle_power_w(sim.f)).sum(axis=1)
+    return p.static_w + p.uncore_active_w + cores * core + p.request_j * qps
+
+
+def adaptive_itr_us(p: SimParams, qps: float, cores: int) -> float:
+    """ixgbe's adaptive ITR (ixgbe_update_itr): class by bytes per µs on the busier ring, then its rate.
+
+    lowest_latency (100K ints/s = 10 µs) up to 10 B/µs, low_latency (20K ints/s = 50 µs) up to 20 B/µs,
+    bulk_latency (8K ints/s = 125 µs) above; the driver's smoothing converges to the class's rate.
+    """
+    lam = qps / cores / 1e6
+    bytes_per_us = lam * max(p.rx_bytes, p.tx_bytes)
+    if bytes_per_us <= 10.0:
+        return 10.0
+    if bytes_per_us <= 20.0:
+        return 50.0
+    return 125.0
+
+
+def analytic_busy(p: SimParams, lam: float, itr_us: float, f: np.ndarray) -> np.ndarray:
+    """Fast busy-fraction estimate (for the ondemand governor's view): work rate per µs, capped at 1."""
+    h, ss, sa = p.work_us(np.asarray(f, float))
+    m = lam * itr_us
+    intr = lam / (m + math.exp(-m))  # interrupts per µs
+    wake = p.cstates[2].exit_latency_us  # typical shallow wake-up at short ITR
+    return np.minimum(lam * (ss + sa) + intr * (h + wake), 1.0)
+
+
+def ondemand_occupancy(p: SimParams, lam: float, itr_us: float, freqs: np.ndarray, steps: int,
+                       rng: np.random.Generator) -> np.ndarray:
+    """Fraction of `steps` ondemand sampling periods spent at each of `freqs`.
+
+    Each period the governor reads the busy fraction at the current frequency (with the sampling noise of
+    the requests that period holds) and moves to f_max above `ondemand_up`, else to the lowest available
+    frequency >= f_min + load * (f_max - f_min) (the kernel's ondemand, CPUFREQ_RELATION_L).
+    """
+    busy = analytic_busy(p, lam, itr_us, freqs)
+    per_period = max(lam * p.ondemand_period_s * 1e6, 1.0)
+    noise = rng.standard_normal(steps) / math.sqrt(per_period)
+    occ = np.zeros(freqs.size)
+    i = freqs.size - 1
+    fmin, fmax = freqs[0], freqs[-1]
+    for z in noise:
+        occ[i] += 1
+        load = min(max(busy[i] * (1.0 + z), 0.0), 1.0)
+        if load > p.ondemand_up:
+            i = freqs.size - 1
+        else:
+            target = fmin + load * (fmax - fmin)
+            i = min(int(np.searchsorted(freqs, target - 1e-9)), freqs.size - 1)
+    return occ / occ.sum()
+
+
+def eq63_p99_us(qps: float, itr_us: float, dvfs_ghz: float) -> float:
+    """Dissertation eq. 6.3 with table 6.1's Linux fit, DVFS in GHz, result in µs (interpolated in QPS)."""
+    table = {200e3: (86.3, -0.48, 1.09), 400e3: (251.67, 0.71, 1.08), 600e3: (687.97, 1.34, 1.02)}
+    if qps not in table:
+        raise ValueError("table 6.1 has 200K, 400K and 600K QPS")
+    z, alpha, phi = table[qps]
+    return z / dvfs_ghz ** (1.0 + alpha) + phi * itr_us
