@@ -24,7 +24,7 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Iterator
 
 from actuators.host import PERCENTILES, Host, KnobSpace, Measurement, OperatingPoint, apply_point
@@ -386,7 +386,8 @@ class Optimizer:
         """Mark trial `index` failed in Ax (no value is made up for it) and record why."""
         point, compute_s = self._take_pending(index)
         reason = " ".join(str(reason).split()) or "failed"
-        self._client.mark_trial_failed(trial_index=index, failed_reason=reason)
+        with _no_warnings():
+            self._client.mark_trial_failed(trial_index=index, failed_reason=reason)
         rec = TrialRecord(index, point, math.nan if qps is None else float(qps), _STATUS_FAILED, measurement,
                           None, reason, settle, compute_s)
         self._records[index] = rec
@@ -459,6 +460,8 @@ class Optimizer:
     # -- persistence
     def to_json(self) -> str:
         """Full state as JSON: objective, settings, knob space, trial records and the Ax experiment."""
+        with _no_warnings():
+            snapshot = self._client._to_json_snapshot()
         return json.dumps({
             "version": 1,
             "name": self.name,
@@ -468,7 +471,7 @@ class Optimizer:
             "trials": [_record_to_dict(r) for r in self.trials()],
             "pending": {str(i): {"itr_us": p.itr_us, "dvfs_ghz": p.dvfs_ghz, "compute_s": c}
                         for i, (p, c) in self._pending.items()},
-            "ax": self._client._to_json_snapshot(),
+            "ax": snapshot,
         })
 
     @classmethod

@@ -1,0 +1,165 @@
+"""Replay: policies end to end on a small fake host, oracle, failures, report files, CLI bad input."""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from actuators.host import KnobSpace, OperatingPoint
+from tests.fakes import FailingHost, FakeHost
+from tuner.cli import main
+from tuner.optimizer import Objective, TunerSettings
+from tuner.replay import ReplayWindow, oracle_point, parse_policies, policy_summary, replay
+
+KNOBS = KnobSpace(tuple(range(20, 401, 20)), (1.2, 1.6, 2.0, 2.4, 2.9))
+SETTINGS = TunerSettings(trials=4, sobol_trials=2, settle_s=1.0, window_s=10.0, seed=5)
+WINDOWS = (ReplayWindow(0, 0.0, 300.0, 150_000.0), ReplayWindow(1, 300.0, 300.0, 250_000.0))
+
+
+@dataclass(frozen=True)
+class Expected:
+    latency_us: dict
+    power_w: float
+
+
+class ModelHost(FakeHost):
+    """FakeHost with a noise-free `expected()` (as the simulated host has), so the oracle is available."""
+
+    def expected(self, points: list[OperatingPoint], qps: float) -> list[Expected]:
+        out = []
+        for p in points:
+            lat, util, _ = self.model(p.itr_us, p.dvfs_ghz, qps)
+            power = 10.0 + self.cores * (min(util, 1.0) * 0.6 * p.dvfs_ghz ** 3
+                                         + max(1.0 - util, 0.0) * self.idle_w(p.itr_us))
+            out.append(Expected(lat, power))
+        return out
+
+
+def make_model_host(seed: int | None = None) -> ModelHost:
+    return ModelHost(seed=seed, knobs=KNOBS)
+
+
+def make_small_failing_host(seed: int | None = None) -> FailingHost:
+    return FailingHost(fail_at=2, seed=seed, knobs=KNOBS)
+
+
+def test_replay_all_policies_accounts_energy_and_beats_baselines() -> None:
+    obj = Objective("constrained", 99, 500)
+    res = replay(lambda: make_model_host(0), WINDOWS, obj, SETTINGS)
+    assert list(res.policies) == ["tuner", "linux-default", "static-performance", "oracle"]
+    tw = res.policies["tuner"].windows
+    assert [w.index for w in tw] == [0, 1]
+    for w in tw:
+        assert w.trials == 4
+        assert w.explore_s == pytest.approx(4 * 11.0)
+        assert w.steady is not None and w.steady.seconds == pytest.approx(300.0 - 44.0)
+        assert w.elapsed_s == pytest.approx(300.0)
+        assert w.energy_j == pytest.approx(w.explore_energy_j + w.steady.energy_j)
+        assert len(w.suggest_s) == 4
+    for w in res.policies["linux-default"].windows:
+        assert w.point is None and w.elapsed_s == 300.0
+    for w in res.policies["static-performance"].windows:
+        assert w.point == OperatingPoint(20, 2.9)
+    # the oracle is the true grid optimum: no static point meeting the SLA uses less power
+    host = make_model_host()
+    for w, ow in zip(WINDOWS, res.policies["oracle"].windows):
+        pts = [OperatingPoint(i, f) for i in KNOBS.itr_us for f in KNOBS.dvfs_ghz]
+        feas = [e.power_w for e in host.expected(pts, w.qps) if e.latency_us[99.0] <= 500]
+        assert ow.met_sla and ow.steady.power_w == pytest.approx(min(feas))
+    s = policy_summary(res, "tuner")
+    assert s["energy_j"] == pytest.approx(sum(w.energy_j for w in tw))
+    assert s["ratio_to_oracle"] >= 1.0
+    assert s["saved_vs_linux_default_pct"] == pytest.approx(
+        100 * (1 - s["energy_j"] / sum(w.energy_j for w in res.policies["linux-default"].windows)))
+    assert policy_summary(res, "linux-default")["saved_vs_linux_default_pct"] == pytest.approx(0.0)
+
+
+def test_oracle_unavailable_without_a_model_and_failed_trials_are_counted() -> None:
+    obj = Objective("sla-linear", 99, 500)
+    res = replay(lambda: make_small_failing_host(1), WINDOWS[:1], obj, SETTINGS, policies=("tuner", "oracle"))
+    assert not res.policies["oracle"].available
+    assert "oracle unavailable" in res.policies["oracle"].note
+    w = res.policies["tuner"].windows[0]
+    assert w.trials == 4 and w.failed_trials == 1
+    s = policy_summary(res, "tuner")
+    assert s["failed_trials"] == 1 and s["ratio_to_oracle"] is None
+
+
+def test_oracle_point_falls_back_to_lowest_latency() -> None:
+    host = make_model_host()
+    p, why = oracle_point(host, Objective("constrained", 99, 1.0), 150_000.0)
+    assert "no grid point meets the SLA" in why
+    lat = {q: host.expected([q], 150_000.0)[0].latency_us[99.0] for q in
+           (OperatingPoint(i, f) for i in KNOBS.itr_us for f in KNOBS.dvfs_ghz)}
+    assert lat[p] == min(lat.values())
+
+
+def _tiny_trace(path: Path, seconds: int) -> Path:
+    lines = []
+    for t in range(seconds):
+        for k in range(3 + (t // 60)):
+            lines.append(f"{t},key{k},4,100,1,get,0")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_cli_short_replay_writes_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = _tiny_trace(tmp_path / "t.csv", 180)
+    out = tmp_path / "out"
+    rc = main([ "replay", str(trace), "--host", "tests.test_replay:make_model_host", "--hours", "0.05",
+                "--bin", "60", "--peak-qps", "200000", "--trials", "3", "--sobol-trials", "2", "--settle", "0.5",
+                "--window", "5", "--seed", "2", "--out", str(out)])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "summary" in text and "oracle" in text
+    s = json.loads((out / "summary.json").read_text())
+    assert s["windows"] == 3 and s["peak_qps"] == pytest.approx(200_000)
+    assert set(s["policies"]) == {"tuner", "linux-default", "static-performance", "oracle"}
+    assert s["policies"]["tuner"]["trials"] == 9
+    rows = list(csv.DictReader((out / "windows.csv").open()))
+    assert len(rows) == 12 and {"p99_us", "itr_us", "dvfs_ghz", "energy_j", "sla_met"} <= set(rows[0])
+    for name in ("power.png", "latency.png", "knobs.png"):
+        data = (out / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--reward", "energy"], "unknown reward 'energy'"),
+        (["--percentile", "98"], "unknown percentile 98.0"),
+        (["--sla-us", "0"], "SLA must be a positive number of µs"),
+        (["--sla-us", "-3"], "SLA must be a positive number of µs"),
+        (["--policies", "tuner,magic"], "unknown policy 'magic'"),
+        (["--host", "no_such_module:make"], "cannot import 'no_such_module'"),
+        (["--host", "tests.fakes:make_not_a_host"], "does not implement the Host protocol"),
+        (["--host", "tests.fakes:make_fixed_load_host"], "cannot set its offered load"),
+        (["--bin", "600"], "shorter than one 600"),
+    ],
+)
+def test_cli_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str],
+                                   message: str) -> None:
+    trace = _tiny_trace(tmp_path / "t.csv", 180)
+    argv = ["replay", str(trace), "--host", "tests.test_replay:make_model_host", "--hours", "0.05", "--bin", "60",
+            "--trials", "2", "--out", str(tmp_path / "o")]
+    for i in range(0, len(extra), 2):
+        if extra[i] in argv:
+            argv[argv.index(extra[i]) + 1] = extra[i + 1]
+        else:
+            argv += extra[i:i + 2]
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert message in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_parse_policies() -> None:
+    assert parse_policies("tuner, oracle") == ("tuner", "oracle")
+    with pytest.raises(Exception, match="listed twice"):
+        parse_policies("tuner,tuner")
