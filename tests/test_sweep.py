@@ -420,3 +420,34 @@ def test_signal_during_measurement_restores_host(tmp_path, sig):
     assert proc.returncode == 130
     assert Path(f"{state}.restored").exists()
     assert "host restored" in err and "Traceback" not in err
+
+
+# --------------------------------------------------------------------------- the real simulator
+
+
+def test_cli_on_simulated_host_is_deterministic_per_seed(tmp_path):
+    pytest.importorskip("actuators.sim")
+    base = ["--host", "sim", "--qps", "200000", "--itr", "100:500:200", "--dvfs", "1.2,2.9",
+            "--seconds", "2", "--settle", "0.2"]
+    texts = []
+    for name, seed in (("a", "5"), ("b", "5"), ("c", "6")):
+        assert cli(*base, "--seed", seed, "--out", str(tmp_path / name)) == 0
+        texts.append((tmp_path / name / "points.jsonl").read_text())
+    assert texts[0] == texts[1] and texts[0] != texts[2]
+    rows = [json.loads(line) for line in texts[0].splitlines()]
+    assert [(r["itr_us"], r["dvfs_ghz"]) for r in rows] == [(100, 1.2), (300, 1.2), (500, 1.2),
+                                                           (100, 2.9), (300, 2.9), (500, 2.9)]
+    for r in rows:
+        assert r["qps"] == pytest.approx(200000, rel=0.05) and r["seconds"] == 2
+        assert r["p50_us"] <= r["p99_us"] <= r["p999_us"] and r["energy_j"] > 0 and r["requests"] > 100_000
+    best = json.loads((tmp_path / "a" / "best.json").read_text())
+    assert best["met"] == any(r["p99_us"] <= 500 for r in rows)
+
+
+def test_run_sweep_on_simulated_host_then_restore():
+    sim = pytest.importorskip("actuators.sim")
+    host = sim.make_sim_host(seed=1, qps=100_000)
+    out = run_sweep(host, [OperatingPoint(200, 1.5)], SweepConfig(seconds=1, settle=0), lambda r: None)
+    assert host.point() == OperatingPoint(200, 1.5) and out[0].itr_us == 200
+    host.restore()
+    assert host.point() is None
