@@ -185,10 +185,12 @@ class FakeOptimizer:
         if not done:
             raise ValueError("no data")
         out = []
-        for p in points:
+        for p in points:  # measured: as measured; elsewhere an optimistic guess (half the nearest latency)
             r = min(done, key=lambda r: abs(r["point"][0] - p.itr_us) / 100 + abs(r["point"][1] - p.dvfs_ghz))
-            out.append(Prediction(r["lat"] * 1.5, r["lat"] * 0.1, r["power"], 1.0, r["point"] == [p.itr_us,
-                                                                                                  p.dvfs_ghz]))
+            if r["point"] == [p.itr_us, p.dvfs_ghz]:
+                out.append(Prediction(r["lat"], r["lat"] * 0.01, r["power"], 0.1, True))
+            else:
+                out.append(Prediction(r["lat"] * 0.5, r["lat"] * 0.05, r["power"] * 1.1, 1.0, False))
         return out
 
     def to_json(self) -> str:

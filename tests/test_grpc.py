@@ -97,10 +97,14 @@ def test_get_operating_point_from_model_when_nothing_measured_meets(client, runn
     # requests at the tuned load but with an SLA between the model's bound and the measured values
     trials = running.daemon.trials()
     lats = sorted(t["measurement"]["latency_us"]["99"] for t in trials if t["measurement"])
-    r = client.call("GetOperatingPoint", qps=100_000.0, sla_us=lats[0] * 0.99)
-    assert not r.from_measured
-    if r.meets_sla:  # the fake model's bound is 1.5x the nearest trial + 1.645 sem
-        assert r.source.startswith("model of retune") and r.latency_sem_us > 0
+    r = client.call("GetOperatingPoint", qps=100_000.0, sla_us=lats[0] * 0.9)
+    # nothing measured meets 0.9x the best trial; the (fake, optimistic) model predicts points that do
+    assert not r.from_measured and r.meets_sla and r.source.startswith("model of retune")
+    assert r.predicted_latency_us + 1.645 * r.latency_sem_us <= lats[0] * 0.9 and r.latency_sem_us > 0
+    assert r.predicted_power_w > 0 and r.power_sem_w == 1.0
+    # the model answers only for the percentile it was trained on
+    r = client.call("GetOperatingPoint", qps=100_000.0, sla_us=lats[0] * 0.9, percentile=99.9)
+    assert not r.meets_sla and "predicts p99 only" in r.note
 
 
 @pytest.mark.parametrize("fields, word", [
