@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -30,9 +31,13 @@ sys.path.insert(0, str(REPO))
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--hold-s", type=float, default=30.0, help="seconds of holding to measure CPU over")
+    ap.add_argument("--hold-s", type=float, default=60.0, help="seconds of holding to measure CPU over")
     ap.add_argument("--calls", type=int, default=500, help="GetOperatingPoint calls")
-    ap.add_argument("--window-s", type=float, default=1.0, help="measurement window (shorter = more CPU)")
+    ap.add_argument("--window-s", type=float, default=20.0,
+                    help="measurement window while holding (default: the config default, 20 s)")
+    ap.add_argument("--retune-window-s", type=float, default=0.5,
+                    help="window during the first retune (short, to get to the holding phase quickly); the "
+                    "config is then switched to --window-s with SIGHUP, as an operator would")
     ap.add_argument("--trials", type=int, default=8)
     ap.add_argument("--sobol", type=int, default=4)
     ap.add_argument("--fake", action="store_true", help="test doubles instead of sim host + Ax optimiser")
@@ -58,7 +63,7 @@ def main() -> int:
 [tuning]
 trials = {args.trials}
 sobol_trials = {args.sobol}
-window_s = {args.window_s}
+window_s = {args.retune_window_s}
 settle_s = 0
 [state]
 dir = "state"
@@ -107,8 +112,16 @@ listen = "127.0.0.1:0"
         result["point"] = {"itr_us": s.point.itr_us, "dvfs_ghz": round(s.point.dvfs_ghz, 3)}
         result["tuned_qps"] = s.tuned_qps
 
+        # -- switch to the holding window by editing the config and sending SIGHUP (live reload)
+        cfg = tmp / "tuner.toml"
+        cfg.write_text(cfg.read_text().replace(f"window_s = {args.retune_window_s}", f"window_s = {args.window_s}"))
+        proc.send_signal(signal.SIGHUP)
+        while "config reloaded" not in (tmp / "daemon.log").read_text():
+            if time.monotonic() > deadline:
+                raise SystemExit("reload not acknowledged")
+            time.sleep(0.2)
+        time.sleep(args.retune_window_s + 2.0)  # the short window in flight ends; post-decision work done
         # -- steady state: nothing but the daemon's own loop during the window
-        time.sleep(min(5.0, args.hold_s / 3))  # let post-decision work (model table) finish
         cpu0 = ps.cpu_times()
         t0 = time.monotonic()
         rss_max = 0
@@ -123,6 +136,7 @@ listen = "127.0.0.1:0"
         wall = time.monotonic() - t0
         busy = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
         result["steady_cpu_fraction_of_core"] = round(busy / wall, 5)
+        result["steady_cpu_seconds"] = round(busy, 3)
         result["steady_rss_mb_max"] = round(rss_max / 2**20, 1)
         result["hold_s"] = round(wall, 1)
         s2 = stub.GetStatus(pb.GetStatusRequest(), timeout=5)

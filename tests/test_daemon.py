@@ -265,3 +265,15 @@ def test_second_daemon_on_same_state_dir_or_socket_is_refused(tmp_path):
             d.start()
         d._shutdown()
         assert r.daemon.status()["state"] in ("retuning", "holding")  # the first one is unharmed
+
+
+def test_host_bug_in_a_trial_fails_the_trial_not_the_daemon(tmp_path):
+    from tests.fakes import FailingHost
+
+    host = FailingHost(fail_at=2, exc=ZeroDivisionError("division by zero in the host"))
+    with Running(write_config(tmp_path, sla_us=5000.0), host=host, serve=False) as r:
+        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        st = _state(tmp_path)
+        assert [t["status"] for t in st["trials"]] == ["completed", "failed", "completed", "completed"]
+        assert st["trials"][1]["error"] == "ZeroDivisionError: division by zero in the host"
+        assert r.thread.is_alive()

@@ -591,12 +591,14 @@ class Daemon:
                 self.metrics.trials.labels(status="abandoned").inc()
                 return False
             m, when = self._measure()
-        except TunerError as exc:
+        except Exception as exc:  # noqa: BLE001 - any host failure fails this trial, not the daemon
             if self._stop.is_set():  # interrupted by a stop: abandon, never report
                 self.metrics.trials.labels(status="abandoned").inc()
                 return False
-            log.warning("trial %s/%d at %s failed: %s", rid, index, point, exc)
-            rec = self._timed(opt.fail, index, str(exc), settle)
+            text = str(exc) if isinstance(exc, TunerError) else f"{type(exc).__name__}: {exc}"
+            log.warning("trial %s/%d at %s failed: %s", rid, index, point, text,
+                        exc_info=not isinstance(exc, TunerError))
+            rec = self._timed(opt.fail, index, text, settle)
             self._record_trial(opt, rid, rec, None, time.time(), "failed")
             return True
         if self._stop.is_set():
@@ -667,10 +669,10 @@ class Daemon:
         self._set_loop_state("holding")
         try:
             m, when = self._measure()
-        except TunerError as exc:
+        except Exception as exc:  # noqa: BLE001 - keep holding; the next window may work
             if self._stop.is_set():
                 return
-            log.warning("measurement failed while holding: %s", exc)
+            log.warning("measurement failed while holding: %s", exc, exc_info=not isinstance(exc, TunerError))
             self._wait(self.config.tuning.window_s, interruptible=True)
             return
         pol = self.policy()
