@@ -92,7 +92,7 @@ def test_oracle_unavailable_without_a_model_and_failed_trials_are_counted() -> N
 def test_oracle_point_falls_back_to_lowest_latency() -> None:
     host = make_model_host()
     p, why = oracle_point(host, Objective("constrained", 99, 1.0), 150_000.0)
-    assert "no grid point meets the SLA" in why
+    assert "no point meets the SLA" in why
     lat = {q: host.expected([q], 150_000.0)[0].latency_us[99.0] for q in
            (OperatingPoint(i, f) for i in KNOBS.itr_us for f in KNOBS.dvfs_ghz)}
     assert lat[p] == min(lat.values())
@@ -163,3 +163,13 @@ def test_parse_policies() -> None:
     assert parse_policies("tuner, oracle") == ("tuner", "oracle")
     with pytest.raises(Exception, match="listed twice"):
         parse_policies("tuner,tuner")
+
+
+@pytest.mark.parametrize("qps", [120_000.0, 260_000.0])
+def test_coarse_to_fine_oracle_matches_exhaustive(qps: float) -> None:
+    host = ModelHost(knobs=KnobSpace.ixgbe((1.2, 1.6, 2.0, 2.4, 2.9)))
+    obj = Objective("constrained", 99, 500)
+    fine, how = oracle_point(host, obj, qps)
+    full, _ = oracle_point(host, obj, qps, exhaustive=True)
+    assert "coarse-to-fine" in how
+    assert fine == full

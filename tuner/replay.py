@@ -125,22 +125,60 @@ def _above_sla_s(objective: Objective, m: Measurement | None) -> float:
     return m.seconds if m is not None and not objective.met(m) else 0.0
 
 
-def oracle_point(host: Any, objective: Objective, qps: float) -> tuple[OperatingPoint, str]:
-    """The lowest-power point of the host's full grid whose expected percentile meets the SLA at `qps`.
+#: Coarse-to-fine oracle: ITR stride of the first pass, and how many of its best feasible ITR values are refined.
+ORACLE_COARSE_STRIDE = 16
+ORACLE_REFINE = 2
 
-    Uses `host.expected(points, qps)` (noise-free); if no point meets the SLA, the lowest-latency point.
+
+def oracle_point(host: Any, objective: Objective, qps: float, *, exhaustive: bool = False) -> tuple[OperatingPoint, str]:
+    """The lowest-power point whose expected percentile meets the SLA at `qps` (host.expected, noise-free).
+
+    Every frequency is searched. ITR: `exhaustive=True` evaluates every host value; otherwise a coarse pass
+    over every `ORACLE_COARSE_STRIDE`-th value, then every host value within one stride of the
+    `ORACLE_REFINE` best feasible coarse ITRs (the simulated model costs ~40 ms per ITR value, so the full
+    511-value grid takes ~20 s per window; `bench/replay.py` checks that both agree). If no point meets the
+    SLA: the lowest expected latency.
     """
     knobs = host.knobs()
-    points = [OperatingPoint(i, f) for f in knobs.dvfs_ghz for i in knobs.itr_us]
-    expected = host.expected(points, qps)
     pct = objective.percentile
-    feasible = [(e.power_w, p.itr_us, p.dvfs_ghz, p) for p, e in zip(points, expected)
-                if e.latency_us[pct] <= objective.sla_us]
-    if feasible:
-        best = min(feasible)[3]
-        return best, f"grid optimum of {len(points)} points"
-    lat = min((e.latency_us[pct], e.power_w, p.itr_us, p.dvfs_ghz, p) for p, e in zip(points, expected))
-    return lat[4], "no grid point meets the SLA; lowest expected latency"
+    cache: dict[int, list[tuple[float, float, OperatingPoint]]] = {}
+
+    def evaluate(itrs: Sequence[int]) -> None:
+        todo = [i for i in itrs if i not in cache]
+        if not todo:
+            return
+        pts = [OperatingPoint(i, f) for i in todo for f in knobs.dvfs_ghz]
+        for p, e in zip(pts, host.expected(pts, qps)):
+            cache.setdefault(p.itr_us, []).append((e.power_w, e.latency_us[pct], p))
+
+    def feasible() -> list[tuple[float, int, float, OperatingPoint]]:
+        return sorted((pw, p.itr_us, p.dvfs_ghz, p) for rows in cache.values() for pw, lat, p in rows
+                      if lat <= objective.sla_us)
+
+    if exhaustive:
+        evaluate(knobs.itr_us)
+        how = f"exhaustive over {len(knobs.itr_us) * len(knobs.dvfs_ghz)} points"
+    else:
+        stride = knobs.itr_us[::ORACLE_COARSE_STRIDE // max(_step(knobs.itr_us), 1) or 1]
+        evaluate(stride)
+        width = ORACLE_COARSE_STRIDE + 1
+        tops: list[int] = []
+        for _, itr, _, _ in feasible():
+            if itr not in tops:
+                tops.append(itr)
+            if len(tops) == ORACLE_REFINE:
+                break
+        evaluate([i for i in knobs.itr_us if any(abs(i - t) <= width for t in tops)])
+        how = f"coarse-to-fine over {len(cache) * len(knobs.dvfs_ghz)} of {len(knobs.itr_us) * len(knobs.dvfs_ghz)} points"
+    feas = feasible()
+    if feas:
+        return feas[0][3], how
+    best = min((lat, pw, p.itr_us, p.dvfs_ghz, p) for rows in cache.values() for pw, lat, p in rows)
+    return best[4], f"no point meets the SLA ({how}); lowest expected latency"
+
+
+def _step(values: Sequence[int]) -> int:
+    return min((b - a for a, b in zip(values, values[1:])), default=1)
 
 
 def _set_load(host: Host, qps: float) -> None:
@@ -186,7 +224,8 @@ def _run_tuner_window(host: Host, w: ReplayWindow, objective: Objective, setting
     )
 
 
-def _run_static_window(policy: str, host: Host, w: ReplayWindow, objective: Objective) -> WindowResult:
+def _run_static_window(policy: str, host: Host, w: ReplayWindow, objective: Objective,
+                       oracle_exhaustive: bool = False) -> WindowResult:
     note = ""
     point: OperatingPoint | None
     if policy == "linux-default":
@@ -198,7 +237,7 @@ def _run_static_window(policy: str, host: Host, w: ReplayWindow, objective: Obje
         point = apply_point(host, OperatingPoint(k.itr_us[0], k.dvfs_ghz[-1]))
         note = "lowest ITR, highest frequency"
     elif policy == "oracle":
-        point, note = oracle_point(host, objective, w.qps)
+        point, note = oracle_point(host, objective, w.qps, exhaustive=oracle_exhaustive)
         apply_point(host, point)
     else:  # pragma: no cover - parse_policies guards this
         raise TunerError(f"unknown policy {policy!r}")
@@ -221,6 +260,7 @@ def replay(
     progress: Progress | None = None,
     host_label: str = "",
     source: str = "",
+    oracle_exhaustive: bool = False,
 ) -> ReplayResult:
     """Replay `windows` under each policy, each on a fresh host from `make_host()`; hosts are restored after."""
     if not windows:
@@ -246,7 +286,7 @@ def replay(
                 if policy == "tuner":
                     wr = _run_tuner_window(host, w, objective, settings, progress, f"replay-w{w.index}")
                 else:
-                    wr = _run_static_window(policy, host, w, objective)
+                    wr = _run_static_window(policy, host, w, objective, oracle_exhaustive)
                 pr.windows.append(wr)
                 if progress is not None:
                     progress(policy, w.index, None)

@@ -39,6 +39,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--sobol-trials", type=str, default="8", help="quasi-random trials before the GP (default 8)")
     p.add_argument("--settle", type=str, default="1", help="settle time per trial, s (default 1)")
     p.add_argument("--window", type=str, default="20", help="measurement window per trial, s (default 20)")
+    p.add_argument("--itr-resolution", type=str, default="8",
+                   help="ITR grid the optimiser searches, µs (default 8; 2 = every ixgbe value, ~3x slower per suggestion)")
+    p.add_argument("--oracle-exhaustive", action="store_true",
+                   help="oracle evaluates every ITR value instead of coarse-to-fine (slow on the simulated host)")
     p.add_argument("--seed", type=int, default=0, help="seed for the host and the optimiser (default 0)")
     p.add_argument("--policies", default="tuner,linux-default,static-performance,oracle",
                    help="comma list of tuner, linux-default, static-performance, oracle (default: all)")
@@ -77,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
         settle_s=_num(args.settle, "--settle", minimum=0, strict=False),
         window_s=_num(args.window, "--window", minimum=0),
         seed=args.seed,
+        itr_resolution_us=int(_num(args.itr_resolution, "--itr-resolution", integer=True, minimum=1, strict=False)),
     )
     policies = parse_policies(args.policies)
     hours = _num(args.hours, "--hours", minimum=0)
@@ -90,11 +95,12 @@ def run(args: argparse.Namespace) -> int:
         raise TunerError(f"{trace}: no such trace file")
     schedule = load_schedule(trace, bin_s=bin_s, hours=hours, peak_qps=peak)
     return execute(args.host, schedule, objective, settings, policies, args.out, quiet=args.quiet,
-                   source=str(trace) if args.trace else f"{trace.name} (bundled sample)")
+                   source=str(trace) if args.trace else f"{trace.name} (bundled sample)",
+                   oracle_exhaustive=args.oracle_exhaustive)
 
 
 def execute(host_spec: str, schedule: object, objective: object, settings: object, policies: tuple[str, ...],
-            out: Path, *, quiet: bool = False, source: str = "") -> int:
+            out: Path, *, quiet: bool = False, source: str = "", oracle_exhaustive: bool = False) -> int:
     """Run the replay with a progress bar, print the report and write the files."""
     from rich.console import Console
 
@@ -119,7 +125,8 @@ def execute(host_spec: str, schedule: object, objective: object, settings: objec
     t0 = time.perf_counter()
     if quiet or not console.is_terminal:
         result = replay(factory, windows, objective, settings, policies=policies,  # type: ignore[arg-type]
-                        host_label=host_spec, source=source)
+                        host_label=host_spec, source=source,
+                        oracle_exhaustive=oracle_exhaustive)
     else:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -135,7 +142,8 @@ def execute(host_spec: str, schedule: object, objective: object, settings: objec
                     prog.update(task, description=f"{policy} window {index} trial {rec.index + 1}")  # type: ignore[attr-defined]
 
             result = replay(factory, windows, objective, settings, policies=policies,  # type: ignore[arg-type]
-                            progress=progress, host_label=host_spec, source=source)
+                            progress=progress, host_label=host_spec, source=source,
+                        oracle_exhaustive=oracle_exhaustive)
     result.meta["peak_qps_target"] = schedule.peak_qps  # type: ignore[attr-defined]
     result.meta["trace_scale"] = schedule.scale  # type: ignore[attr-defined]
     result.meta["total_wall_s"] = time.perf_counter() - t0
