@@ -31,13 +31,15 @@ def sweep_heatmap(
 ) -> Path:
     """Write a PNG of energy per window over (ITR, DVFS) with the `percentile` = `sla_us` contour.
 
-    Cells not measured stay blank; cells over the SLA are hatched; the energy-optimal point under the
-    SLA is a star and Pareto-optimal points are circles.
+    Cells not measured stay blank; cells over the SLA are hatched and a red line runs along the cell
+    edges between meeting and missing it (measured values, no interpolation); the energy-optimal point
+    under the SLA is a star and Pareto-optimal points are circles.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.collections import LineCollection, PatchCollection
     from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
+    from matplotlib.patches import Patch, Rectangle
 
     if not points:
         raise ValueError("no points to plot")
@@ -64,21 +66,37 @@ def sweep_heatmap(
 
     pname = f"p{percentile:g}"
     handles = []
-    lat_ok = np.isfinite(latency) & (latency > 0)
-    if len(itrs) >= 2 and len(freqs) >= 2 and lat_ok.any():
-        loglat = np.ma.masked_invalid(np.where(lat_ok, np.log10(np.where(lat_ok, latency, 1.0)), np.nan))
-        level = math.log10(sla_us)
-        lo, hi = float(loglat.min()), float(loglat.max())
-        if lo < level < hi:
-            ax.contourf(itrs, freqs, loglat, levels=[level, hi + 1], colors="none", hatches=["//"])
-            ax.contour(itrs, freqs, loglat, levels=[level], colors="red", linewidths=2)
-        handles.append(Line2D([], [], color="red", lw=2, label=f"{pname} = {sla_us:g} µs (SLA)"))
+    measured = np.isfinite(energy)
+    violates = measured & ~(latency <= sla_us)  # unmeasurable latency counts as a violation
+    xe, ye = _edges(itrs, 1.0), _edges(freqs, 0.05)
+    rects = []
+    for j in range(len(freqs)):  # hatch runs of violating cells, one rectangle per run
+        i = 0
+        while i < len(itrs):
+            if violates[j, i]:
+                k = i
+                while k + 1 < len(itrs) and violates[j, k + 1]:
+                    k += 1
+                rects.append(Rectangle((xe[i], ye[j]), xe[k + 1] - xe[i], ye[j + 1] - ye[j]))
+                i = k + 1
+            else:
+                i += 1
+    if rects:
+        ax.add_collection(PatchCollection(rects, facecolor="none", edgecolor="black", hatch="//", linewidth=0))
         handles.append(Patch(facecolor="none", edgecolor="black", hatch="//", label=f"{pname} > SLA"))
-    else:  # a single row or column: no contour; mark violating cells instead
-        bad = [p for p in points if not p.latency(percentile) <= sla_us]
-        if bad:
-            ax.scatter([p.itr_us for p in bad], [p.dvfs_ghz for p in bad], marker="x", color="red", s=30)
-            handles.append(Line2D([], [], color="red", marker="x", ls="", label=f"{pname} > {sla_us:g} µs"))
+    # The SLA boundary: cell edges between a measured cell that meets the SLA and one that does not.
+    segments = []
+    for j in range(len(freqs)):
+        for i in range(len(itrs)):
+            if not measured[j, i]:
+                continue
+            if i + 1 < len(itrs) and measured[j, i + 1] and violates[j, i] != violates[j, i + 1]:
+                segments.append([(xe[i + 1], ye[j]), (xe[i + 1], ye[j + 1])])
+            if j + 1 < len(freqs) and measured[j + 1, i] and violates[j, i] != violates[j + 1, i]:
+                segments.append([(xe[i], ye[j + 1]), (xe[i + 1], ye[j + 1])])
+    if segments:
+        ax.add_collection(LineCollection(segments, colors="red", linewidths=2))
+        handles.append(Line2D([], [], color="red", lw=2, label=f"SLA boundary: {pname} = {sla_us:g} µs"))
     if pareto:
         ax.scatter([p.itr_us for p in pareto], [p.dvfs_ghz for p in pareto], s=18, facecolors="none",
                    edgecolors="white", linewidths=1.2)
@@ -88,6 +106,13 @@ def sweep_heatmap(
         handles.append(Line2D([], [], marker="*", ls="", color="gold", mec="black", ms=14,
                               label=f"min energy under SLA: ITR {best.itr_us} µs, {best.dvfs_ghz:g} GHz, "
                                     f"{best.energy_j:.0f} J"))
+    if not any(p.latency(percentile) <= sla_us for p in points):
+        ax.text(0.5, 0.5, f"no point meets {pname} <= {sla_us:g} µs", transform=ax.transAxes, ha="center",
+                va="center", fontsize=13, color="red", bbox={"facecolor": "white", "alpha": 0.85})
+    if len(freqs) <= 20:  # label the measured values themselves, not round numbers between them
+        ax.set_yticks(freqs, [f"{f:g}" for f in freqs])
+    if len(itrs) <= 15:
+        ax.set_xticks(itrs, [str(i) for i in itrs])
     ax.set_xlabel("ITR: interrupt throttling interval (µs)")
     ax.set_ylabel("DVFS: core frequency (GHz)")
     ax.set_title(title or f"Energy over ITR x DVFS, SLA {pname} <= {sla_us:g} µs")
