@@ -451,3 +451,13 @@ def test_run_sweep_on_simulated_host_then_restore():
     assert host.point() == OperatingPoint(200, 1.5) and out[0].itr_us == 200
     host.restore()
     assert host.point() is None
+
+
+def test_progress_without_terminal_prints_plain_status_lines(capsys):
+    from tuner.commands.sweep import _progress
+
+    with _progress(total=4, done=1, every_s=0.0) as update:
+        update("measuring ITR 2 µs @ 1.2 GHz")              # no advance: no line
+        update("last 2 µs @ 1.2 GHz", advance=1)
+    err = capsys.readouterr().err                             # capsys: stderr is not a TTY
+    assert err == "sweep: 2/4 points; last 2 µs @ 1.2 GHz\n"

@@ -184,10 +184,20 @@ def restore_host(host: Any) -> tuple[BaseException | None, bool]:
 
 
 @contextmanager
-def _progress(total: int, done: int) -> Iterator[Callable[..., None]]:
-    """A rich progress bar on stderr (silent when stderr is not a terminal); yields `update(text, advance)`."""
+def _progress(total: int, done: int, every_s: float = 60.0) -> Iterator[Callable[..., None]]:
+    """A rich progress bar on stderr; when stderr is not a terminal (nohup, systemd), one plain line at
+    most every `every_s` seconds instead. Yields `update(text, advance)`."""
     if not sys.stderr.isatty():
-        yield lambda text="", advance=0: None
+        state = {"done": done, "last": time.monotonic()}
+
+        def plain(text: str = "", advance: int = 0) -> None:
+            state["done"] += advance
+            now = time.monotonic()
+            if advance and now - state["last"] >= every_s:
+                state["last"] = now
+                print(f"sweep: {state['done']}/{total} points; {text}", file=sys.stderr, flush=True)
+
+        yield plain
         return
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
