@@ -17,7 +17,6 @@ from tuner.hosts import make_host
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `tests.fakes` as a host spec
-from tests import fakes  # noqa: E402
 
 HEAVY = ("ax", "torch", "botorch", "matplotlib", "scipy", "grpc", "pyroute2")
 BUILT = [n for n in COMMANDS if (REPO / "tuner" / "commands" / f"{n}.py").exists()]

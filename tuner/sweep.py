@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any, TypeVar
 
@@ -399,8 +399,3 @@ def run_sweep(
         sink(record)
         results.append(record)
     return results
-
-
-def as_dict(obj: Any) -> dict[str, Any]:
-    """`dataclasses.asdict` for configs written to `sweep.json`."""
-    return asdict(obj)
