@@ -184,3 +184,27 @@ def test_sd_notify_ready_watchdog_stopping(tmp_path):
             pass
     assert code == 0, out
     assert "STOPPING=1" in rest
+
+
+def test_sighup_reload_rejects_bad_file_and_applies_good_one(tmp_path):
+    cfg = write_config(tmp_path, sla_us=900.0, window_s=0.05)
+    log = tmp_path / "daemon.log"
+    with open(log, "w") as out:
+        p = subprocess.Popen([PY, "-m", "tests.daemon_fakes", str(cfg)], cwd=REPO,
+                             env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: (_state(tmp_path).get("held") or {}).get("reason") == "startup", timeout=20)
+        good = cfg.read_text()
+        cfg.write_text(good.replace("percentile = 99", "percentile = 42"))
+        p.send_signal(signal.SIGHUP)
+        wait_for(lambda: "reload rejected" in log.read_text(), timeout=10)
+        assert "tuner.toml:8: policy.percentile: expected one of 50, 90, 95, 99, 99.9, got 42" in log.read_text()
+        cfg.write_text(good.replace("sla_us = 900.0", "sla_us = 1200.0"))
+        p.send_signal(signal.SIGHUP)
+        wait_for(lambda: (_state(tmp_path).get("held") or {}).get("reason") == "config", timeout=20)
+        r = _ctl(tmp_path, "--json", "status")
+        assert json.loads(r.stdout)["policy"]["slaUs"] == 1200.0
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(20)
+    assert p.returncode == 0
