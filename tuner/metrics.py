@@ -66,7 +66,7 @@ class DaemonMetrics:
                            ["zone"], registry=r),
             trials=Counter("tuner_trials", "Optimisation trials by outcome.", ["status"], registry=r),
             retunes=Counter("tuner_retunes", "Retunes started, by reason.", ["reason"], registry=r),
-            violations=Counter("tuner_sla_violations", "Measurement windows whose latency exceeded the SLA.",
+            violations=Counter("tuner_sla_violations", "Holding windows whose latency exceeded the SLA (trials explore and are not counted).",
                                registry=r),
             reverts=Counter("tuner_guardrail_reverts",
                             "Reverts to a known-good point after the SLA plus margin was exceeded.", registry=r),

@@ -44,11 +44,6 @@ def protos() -> tuple[Any, Any]:
     return grpc.protos_and_services("v1/tuner.proto")
 
 
-def grpc_target(address: str) -> str:
-    """A config/CLI address as a gRPC target (`unix:///p` and `unix:/p` both mean the path /p)."""
-    return address
-
-
 # ------------------------------------------------------------------------------------------------- conversions
 
 def _point_msg(pb: Any, p: Any) -> Any:
