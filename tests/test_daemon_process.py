@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import grpc
-import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.daemon_fakes import wait_for, write_config
@@ -23,18 +22,9 @@ REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
 
 
-def _daemon_cmd(cfg: Path) -> list[str]:
-    """`tuner daemon` itself once the Ax optimiser is importable, else the same entry point with the light one."""
-    try:
-        import tuner.optimizer  # noqa: F401
-
-        return [PY, "-m", "tuner.cli", "daemon", "--config", str(cfg)]
-    except ImportError:
-        return [PY, "-m", "tests.daemon_fakes", str(cfg)]
-
-
-def _start(cfg: Path, fake: bool = True) -> subprocess.Popen:
-    cmd = [PY, "-m", "tests.daemon_fakes", str(cfg)] if fake else _daemon_cmd(cfg)
+def _start(cfg: Path) -> subprocess.Popen:
+    """`tuner daemon`'s entry point (`serve`) with the light optimiser in its worker process (no Ax: fast)."""
+    cmd = [PY, "-m", "tests.daemon_fakes", str(cfg)]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 

@@ -9,7 +9,6 @@ import threading
 import pytest
 
 from actuators.dvfs import IA32_PERF_CTL, IA32_PERF_STATUS, IA32_PM_ENABLE, MSR_PLATFORM_INFO
-from actuators.host import OperatingPoint
 from actuators.itr import RX_USECS
 from actuators.rapl import EnergyCounter, EnergyMeter
 from actuators.real import make_real_host

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from actuators.host import PERCENTILES, Host, KnobSpace, Measurement, OperatingPoint, apply_point
+from actuators.host import Host, KnobSpace, Measurement, OperatingPoint, apply_point
 from tuner.config import ALLOWED_PERCENTILES, Config, KnobBounds, PolicyConfig, known_rewards, load_config
 from tuner.errors import InputError, TunerError
 from tuner.state import DaemonState, StateStore
@@ -883,4 +883,4 @@ def _describe(row: dict[str, Any], pct: float) -> str:
     return f"{p}: {md['offered_qps']:.0f} QPS, p{pct:g} {lat:.0f} µs, {md['power_w']:.1f} W"
 
 
-__all__ = ["Daemon", "PointAnswer", "bounded_space", "safe_corner", "validate_policy", "PERCENTILES"]
+__all__ = ["Daemon", "PointAnswer", "bounded_space", "safe_corner", "validate_policy"]
