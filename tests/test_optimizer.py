@@ -46,8 +46,9 @@ def test_settings_validation() -> None:
         TunerSettings(window_s=0)
 
 
-def _fed(objective: Objective, values: list[tuple[float, float]]) -> Optimizer:
-    opt = Optimizer(SPACE, objective, TunerSettings(trials=len(values), sobol_trials=len(values), seed=1))
+def _fed(objective: Objective, values: list[tuple[float, float]], sla_check: str = "ci") -> Optimizer:
+    opt = Optimizer(SPACE, objective, TunerSettings(trials=len(values), sobol_trials=len(values), seed=1,
+                                                   sla_check=sla_check))
     for p99, power in values:
         i, _ = opt.suggest()
         opt.complete(i, meas(p99, power), 1e5)
@@ -55,12 +56,24 @@ def _fed(objective: Objective, values: list[tuple[float, float]]) -> Optimizer:
 
 
 def test_best_is_lowest_reward_among_points_meeting_the_sla() -> None:
-    opt = _fed(Objective("constrained", 99, 500), [(450, 30.0), (700, 10.0), (300, 35.0), (499, 25.0)])
+    values = [(450, 30.0), (700, 10.0), (300, 35.0), (499, 25.0)]
+    # estimate: 499 µs meets 500 µs and has the lowest power among those that do
+    opt = _fed(Objective("constrained", 99, 500), values, sla_check="estimate")
     d = opt.best()
     assert d.met_sla and d.measurement is not None
     assert d.measurement.power_w == pytest.approx(25.0)   # the 10 W point broke the SLA
     assert d.point == opt.trials()[3].point
     assert "best measured point meeting p99 <= 500 µs (3 of 4" in d.reason
+    # ci (default): 499 µs has a CI reaching 514 µs, so the 450 µs / 30 W point is chosen
+    d = _fed(Objective("constrained", 99, 500), values).best()
+    assert d.met_sla and d.measurement.power_w == pytest.approx(30.0)
+    assert "with its 95 % CI (2 of 4 trials did)" in d.reason
+
+
+def test_ci_check_falls_back_to_estimate_when_no_ci_is_within() -> None:
+    d = _fed(Objective("sla-linear", 99, 500), [(495, 30.0), (499, 20.0), (900, 5.0)]).best()
+    assert d.met_sla and d.measurement.power_w == pytest.approx(20.0)
+    assert "by its estimate only" in d.reason
 
 
 def test_best_falls_back_to_safest_measured_point_and_says_so() -> None:

@@ -225,7 +225,7 @@ def _run_tuner_window(host: Host, w: ReplayWindow, objective: Objective, setting
 
 
 def _run_static_window(policy: str, host: Host, w: ReplayWindow, objective: Objective,
-                       oracle_exhaustive: bool = False) -> WindowResult:
+                       oracle_exhaustive: bool = False, oracle_memo: dict | None = None) -> WindowResult:
     note = ""
     point: OperatingPoint | None
     if policy == "linux-default":
@@ -237,7 +237,13 @@ def _run_static_window(policy: str, host: Host, w: ReplayWindow, objective: Obje
         point = apply_point(host, OperatingPoint(k.itr_us[0], k.dvfs_ghz[-1]))
         note = "lowest ITR, highest frequency"
     elif policy == "oracle":
-        point, note = oracle_point(host, objective, w.qps, exhaustive=oracle_exhaustive)
+        key = (round(w.qps, 6), objective.percentile, objective.sla_us)
+        if oracle_memo is not None and key in oracle_memo:
+            point, note = oracle_memo[key]
+        else:
+            point, note = oracle_point(host, objective, w.qps, exhaustive=oracle_exhaustive)
+            if oracle_memo is not None:
+                oracle_memo[key] = (point, note)
         apply_point(host, point)
     else:  # pragma: no cover - parse_policies guards this
         raise TunerError(f"unknown policy {policy!r}")
@@ -261,8 +267,13 @@ def replay(
     host_label: str = "",
     source: str = "",
     oracle_exhaustive: bool = False,
+    oracle_memo: dict | None = None,
 ) -> ReplayResult:
-    """Replay `windows` under each policy, each on a fresh host from `make_host()`; hosts are restored after."""
+    """Replay `windows` under each policy, each on a fresh host from `make_host()`; hosts are restored after.
+
+    `oracle_memo` (optional) caches oracle points by (window QPS, percentile, SLA) across replays of the same
+    host type -- they depend on the host's noise-free model only, not on the seed.
+    """
     if not windows:
         raise TunerError("the schedule has no window to replay")
     t_all = time.perf_counter()
@@ -286,7 +297,7 @@ def replay(
                 if policy == "tuner":
                     wr = _run_tuner_window(host, w, objective, settings, progress, f"replay-w{w.index}")
                 else:
-                    wr = _run_static_window(policy, host, w, objective, oracle_exhaustive)
+                    wr = _run_static_window(policy, host, w, objective, oracle_exhaustive, oracle_memo)
                 pr.windows.append(wr)
                 if progress is not None:
                     progress(policy, w.index, None)
