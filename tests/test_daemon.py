@@ -73,9 +73,9 @@ def test_fallback_prefers_last_point_known_good_at_this_load(tmp_path):
     with Running(cfg, serve=False) as r:
         wait_for(lambda: r.daemon.status()["state"] == "holding")
         good = OperatingPoint(100, 2.9)
-        m = r.daemon.state.good_points
-        m.append({"point": [good.itr_us, good.dvfs_ghz], "qps": 300_000.0, "sla_us": 2000.0, "percentile": 99.0,
-                  "measurement": {"latency_us": {"99": 400.0}, "offered_qps": 300_000.0}, "time": 0})
+        m = r.daemon.state.windows
+        m.append({"point": [good.itr_us, good.dvfs_ghz], "qps": 300_000.0,
+                  "measurement": {"latency_us": {"99": 400.0}, "offered_qps": 300_000.0}, "time": 4e9})
         assert r.daemon.fallback_point(250_000.0, exclude=None)[0] == good
         # not good enough for a higher load, nor when it is the point that just failed
         assert r.daemon.fallback_point(400_000.0, exclude=None)[0] == safe_corner(r.daemon.space)
@@ -276,3 +276,24 @@ def test_host_bug_in_a_trial_fails_the_trial_not_the_daemon(tmp_path):
         assert [t["status"] for t in st["trials"]] == ["completed", "failed", "completed", "completed"]
         assert st["trials"][1]["error"] == "ZeroDivisionError: division by zero in the host"
         assert r.thread.is_alive()
+
+
+def test_operating_point_counts_every_window_not_only_good_ones(tmp_path):
+    cfg = write_config(tmp_path, sla_us=2000.0)
+    with Running(cfg, serve=False) as r:
+        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        r.stop()
+
+        def win(point, lat, power):
+            return {"point": list(point), "qps": 300_000.0, "time": 1.0,
+                    "measurement": {"offered_qps": 300_000.0, "power_w": power, "latency_us": {"99": lat},
+                                    "latency_ci_us": {"99": [lat * 0.99, lat * 1.01]}}}
+
+        flaky, steady = (100, 1.2), (50, 2.9)
+        r.daemon.state.windows[:] = [win(flaky, lat, 10.0) for lat in (400, 800) * 5] + \
+                                    [win(steady, 500, 30.0) for _ in range(10)]
+        a = r.daemon.operating_point(300_000.0, sla_us=700.0, percentile=99)
+        # the flaky point meets 700 µs in half its windows (mean 600 µs): its upper bound does not
+        assert (a.point.itr_us, a.point.dvfs_ghz) == steady and a.from_measured
+        assert a.latency_us == 500 and a.power_w == 30.0 and a.source == "10 measured window(s)"
+        assert r.daemon.operating_point(300_000.0, sla_us=1000.0, percentile=99).point.itr_us == 100

@@ -355,10 +355,10 @@ class Daemon:
         band = self.config.tuning.load_change_pct / 100
         with self._lock:
             trials = [t for t in self.state.trials if t.get("measurement") and t.get("status") == "completed"]
-            goods = list(self.state.good_points)
+            goods = list(self.state.windows)
             models = list(self._models.values())
             space = self.space
-        # 1. measured: group windows by point, within the load band of the request
+        # 1. measured: every window (trials and holding, met or not) grouped by point, within the load band
         groups: dict[tuple, list[dict]] = {}
         for t in trials:
             md = t["measurement"]
@@ -375,7 +375,7 @@ class Daemon:
                 continue
             lat, lat_sem = _mean_sem(lats, [latency_sem_at(md, pct) for md in mds])
             pw, pw_sem = _mean_sem([md["power_w"] for md in mds], None)
-            if lat > sla:
+            if lat + MODEL_Z * lat_sem > sla:  # same one-sided 95 % rule as for the model
                 continue
             if best is None or pw < best.power_w:
                 best = PointAnswer(OperatingPoint(int(key[0]), float(key[1])), lat, lat_sem, pw, pw_sem,
@@ -607,7 +607,6 @@ class Daemon:
         rec = self._timed(opt.complete, index, m, m.offered_qps, settle)
         self._record_trial(opt, rid, rec, m, when, "completed")
         self.metrics.trial_seconds.observe(time.monotonic() - t0)
-        self._note_good(m, when)
         return True
 
     def _record_trial(self, opt: Any, rid: str, rec: Any, m: Measurement | None, when: float, status: str) -> None:
@@ -675,6 +674,7 @@ class Daemon:
             log.warning("measurement failed while holding: %s", exc, exc_info=not isinstance(exc, TunerError))
             self._wait(self.config.tuning.window_s, interruptible=True)
             return
+        self._note_window(m, when)
         pol = self.policy()
         lat = m.latency_us.get(pol.percentile)
         margin = self.config.tuning.guardrail_margin_pct / 100
@@ -683,8 +683,6 @@ class Daemon:
             self._count("sla_violations")
         if lat is not None and lat > pol.sla_us * (1 + margin):
             self._guardrail(m, when, lat, pol)
-        elif lat is not None:
-            self._note_good(m, when)
         tuned = self.state.tuned_qps
         band = self.config.tuning.load_change_pct / 100
         if tuned > 0 and abs(m.offered_qps - tuned) > band * tuned:
@@ -696,23 +694,24 @@ class Daemon:
                 self.state.counters.setdefault("windows", 0)
                 self.state.counters["windows"] += 1
 
-    def _note_good(self, m: Measurement, when: float) -> None:
-        pol = self.policy()
-        lat = m.latency_us.get(pol.percentile)
-        if m.point is None or lat is None or lat > pol.sla_us:
+    def _note_window(self, m: Measurement, when: float) -> None:
+        """Keep a holding window (met the SLA or not) for `GetOperatingPoint` and the guardrail."""
+        if m.point is None:
             return
         with self._lock:
-            self.state.good_points.append({"point": point_list(m.point), "qps": m.offered_qps,
-                                           "sla_us": pol.sla_us, "percentile": pol.percentile,
-                                           "measurement": measurement_dict(m, when), "time": when})
-            if len(self.state.good_points) % 20 == 0:
+            self.state.windows.append({"point": point_list(m.point), "qps": m.offered_qps,
+                                       "measurement": measurement_dict(m, when), "time": when})
+            if len(self.state.windows) % 20 == 0:
                 self._save()
 
     def fallback_point(self, qps: float, exclude: OperatingPoint | None) -> tuple[OperatingPoint, str]:
         """The most recent point measured meeting the SLA at a load >= `qps` (−5 %), else the safe corner."""
         pol = self.policy()
         with self._lock:
-            goods = list(self.state.good_points)
+            seen = [{"point": t["point"], "qps": t["measurement"]["offered_qps"], "measurement": t["measurement"],
+                     "time": t["time"]} for t in self.state.trials
+                    if t.get("status") == "completed" and t.get("measurement")] + list(self.state.windows)
+        goods = sorted(seen, key=lambda g: g["time"])
         for g in reversed(goods):
             p = point_from(g["point"])
             lat = latency_at(g.get("measurement") or {}, pol.percentile)

@@ -25,7 +25,7 @@ from tuner.errors import TunerError
 STATE_VERSION = 1
 KEEP_TRIALS = 5000
 KEEP_DECISIONS = 500
-KEEP_GOOD_POINTS = 200
+KEEP_WINDOWS = 300
 KEEP_EXPERIMENTS = 8
 
 
@@ -68,8 +68,8 @@ class DaemonState:
     last_retune_time: float = 0.0
     trials: list[dict[str, Any]] = field(default_factory=list)
     decisions: list[dict[str, Any]] = field(default_factory=list)
-    #: Points measured meeting the SLA: {"point": [itr, ghz], "qps", "power_w", "sla_us", "percentile", "time"}.
-    good_points: list[dict[str, Any]] = field(default_factory=list)
+    #: Recent holding windows, met the SLA or not: {"point": [itr, ghz], "qps", "measurement", "time"}.
+    windows: list[dict[str, Any]] = field(default_factory=list)
     #: Run-time policy from SetPolicy (overrides the config until the config's policy changes).
     policy_override: dict[str, Any] | None = None
     #: The config's policy when the override was set, to notice an edited config on reload.
@@ -80,7 +80,7 @@ class DaemonState:
     def trim(self) -> None:
         del self.trials[:-KEEP_TRIALS]
         del self.decisions[:-KEEP_DECISIONS]
-        del self.good_points[:-KEEP_GOOD_POINTS]
+        del self.windows[:-KEEP_WINDOWS]
 
 
 class StateStore:
