@@ -196,7 +196,8 @@ class FakeOptimizer:
     def to_json(self) -> str:
         return json.dumps({"space": [list(self.space.itr_us), list(self.space.dvfs_ghz)], "sla": self.sla_us,
                            "pct": self.percentile, "n": self.n, "seed": self.seed, "name": self.name,
-                           "rows": self._rows, "next": self._next})
+                           "rows": self._rows, "next": self._next,
+                           "omp_threads": os.environ.get("OMP_NUM_THREADS")})  # where it ran
 
     @classmethod
     def from_json(cls, text: str) -> FakeOptimizer:

@@ -66,3 +66,20 @@ def test_missing_optimizer_module_is_a_clear_error_not_a_dead_pipe():
     with pytest.raises(TunerError, match="cannot import the optimiser 'no_such_optimizer_module'"):
         opts.create(FakeHost().knobs(), PolicyConfig(), TuningConfig(), "r1", 0)
     assert opts.live_pids() == []
+
+
+def test_worker_runs_niced_with_few_threads(tmp_path, monkeypatch):
+    import psutil
+
+    monkeypatch.setenv("TUNER_FAKE_SUGGEST_S", "30")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    opts = ProcessOptimizers(module="tests.daemon_fakes")
+    r = Running(write_config(tmp_path), optimizers=opts)
+    try:
+        wait_for(lambda: opts.live_pids(), timeout=30)
+        w = psutil.Process(opts.live_pids()[0])
+        assert w.nice() >= psutil.Process().nice() + 10
+        wait_for(lambda: _state(tmp_path).get("current_retune"), timeout=10)
+        assert json.loads(_state(tmp_path)["current_retune"]["optimizer"])["omp_threads"] == "2"
+    finally:
+        assert r.stop() == 0

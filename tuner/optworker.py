@@ -20,6 +20,9 @@ from tuner.errors import TunerError
 
 #: Longest a single optimiser call may take before the worker is considered hung.
 CALL_TIMEOUT_S = 900.0
+#: Niceness increment and BLAS/PyTorch threads of the worker, so model fits do not compete with the server.
+WORKER_NICE = 10
+WORKER_THREADS = 2
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,16 @@ def _rec(r: Any) -> tuple:
 
 def _serve(conn: Any, module: str) -> None:  # pragma: no cover - runs in the child (end-to-end tests)
     import importlib
+    import os
 
+    # The tuned server keeps priority over model fits: lower priority, and few BLAS/PyTorch threads
+    # (set before the optimiser imports torch).
+    try:
+        os.nice(WORKER_NICE)
+    except OSError:
+        pass
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(var, str(WORKER_THREADS))
     try:
         mod = importlib.import_module(module)
         Objective, Optimizer, TunerSettings = mod.Objective, mod.Optimizer, mod.TunerSettings
