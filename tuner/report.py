@@ -105,7 +105,6 @@ def write_plots(result: ReplayResult, out: Path) -> list[Path]:
 
     pct = result.objective.percentile
     sla = result.objective.sla_us
-    hours = [w.start_s / 3600.0 for w in result.windows]
     qps = [w.qps / 1000.0 for w in result.windows]
     width = result.windows[0].seconds / 3600.0 if result.windows else 1.0
     policies = [p for p, pr in result.policies.items() if pr.available and pr.windows]
@@ -118,12 +117,16 @@ def write_plots(result: ReplayResult, out: Path) -> list[Path]:
         fig.savefig(path, dpi=110)
         written.append(path)
 
-    def xs(pr_windows: list[Any]) -> list[float]:
-        return [w.start_s / 3600.0 for w in pr_windows]
+    def step(ax: Any, ws: list[Any], values: list[float], **kw: Any) -> None:
+        """A post-step line over the windows, the last one drawn to its end."""
+        if not ws:
+            return
+        x = [w.start_s / 3600.0 for w in ws] + [(ws[-1].start_s + ws[-1].seconds) / 3600.0]
+        ax.step(x, list(values) + [values[-1]], where="post", **kw)
 
     def qps_axis(ax: Any) -> None:
         ax2 = ax.twinx()
-        ax2.step(hours, qps, where="post", color="0.6", linestyle=":", label="offered load")
+        step(ax2, list(result.windows), qps, color="0.6", linestyle=":", label="offered load")
         ax2.set_ylabel("offered load (kQPS)", color="0.4")
         ax2.set_ylim(bottom=0)
 
@@ -131,12 +134,12 @@ def write_plots(result: ReplayResult, out: Path) -> list[Path]:
     ax = fig.add_subplot(1, 1, 1)
     for p in policies:
         ws = result.policies[p].windows
-        ax.step(xs(ws), [w.power_w for w in ws], where="post", label=p, color=_COLOURS.get(p))
-    ax.set_xlabel(f"window start (h); windows of {width:g} h")
+        step(ax, ws, [w.power_w for w in ws], label=p, color=_COLOURS.get(p))
+    ax.set_xlabel(f"window start (h); windows of {width:.3g} h")
     ax.set_ylabel("mean power incl. exploration (W)")
     ax.set_ylim(bottom=0)
     ax.set_title(f"Power per window -- {result.objective.describe()}")
-    ax.legend(loc="upper left", fontsize=8)
+    ax.legend(loc="lower left", fontsize=8, framealpha=0.8)
     qps_axis(ax)
     save(fig, "power.png")
 
@@ -144,9 +147,9 @@ def write_plots(result: ReplayResult, out: Path) -> list[Path]:
     ax = fig.add_subplot(1, 1, 1)
     for p in policies:
         ws = result.policies[p].windows
-        ax.step(xs(ws), [w.latency_us(pct) for w in ws], where="post", label=p, color=_COLOURS.get(p))
+        step(ax, ws, [w.latency_us(pct) for w in ws], label=p, color=_COLOURS.get(p))
     ax.axhline(sla, color="black", linestyle="--", linewidth=1, label=f"SLA {sla:g} µs")
-    ax.set_xlabel(f"window start (h); windows of {width:g} h")
+    ax.set_xlabel(f"window start (h); windows of {width:.3g} h")
     ax.set_ylabel(f"steady-state p{pct:g} latency (µs)")
     finite = [w.latency_us(pct) for p in policies for w in result.policies[p].windows
               if math.isfinite(w.latency_us(pct))]
@@ -155,7 +158,7 @@ def write_plots(result: ReplayResult, out: Path) -> list[Path]:
     else:
         ax.set_ylim(bottom=0)
     ax.set_title(f"Steady-state p{pct:g} per window")
-    ax.legend(loc="upper left", fontsize=8)
+    ax.legend(loc="lower left", fontsize=8, framealpha=0.8)
     qps_axis(ax)
     save(fig, "latency.png")
 
@@ -166,13 +169,13 @@ def write_plots(result: ReplayResult, out: Path) -> list[Path]:
         ws = [w for w in result.policies[p].windows if w.point is not None]
         if not ws:
             continue
-        ax_itr.step(xs(ws), [w.point.itr_us for w in ws], where="post", label=p, color=_COLOURS.get(p))
-        ax_f.step(xs(ws), [w.point.dvfs_ghz for w in ws], where="post", label=p, color=_COLOURS.get(p))
+        step(ax_itr, ws, [w.point.itr_us for w in ws], label=p, color=_COLOURS.get(p))
+        step(ax_f, ws, [w.point.dvfs_ghz for w in ws], label=p, color=_COLOURS.get(p))
     ax_itr.set_ylabel("ITR (µs)")
     ax_itr.set_title("Chosen (held) ITR and DVFS per window (linux-default: OS policies, not shown)")
     ax_itr.legend(loc="upper left", fontsize=8)
     ax_f.set_ylabel("DVFS (GHz)")
-    ax_f.set_xlabel(f"window start (h); windows of {width:g} h")
+    ax_f.set_xlabel(f"window start (h); windows of {width:.3g} h")
     save(fig, "knobs.png")
     return written
 
