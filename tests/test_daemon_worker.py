@@ -78,8 +78,8 @@ def test_worker_runs_niced_with_few_threads(tmp_path, monkeypatch):
     try:
         wait_for(lambda: opts.live_pids(), timeout=30)
         w = psutil.Process(opts.live_pids()[0])
+        wait_for(lambda: _state(tmp_path).get("current_retune"), timeout=10)  # the worker is serving
         assert w.nice() >= psutil.Process().nice() + 10
-        wait_for(lambda: _state(tmp_path).get("current_retune"), timeout=10)
         assert json.loads(_state(tmp_path)["current_retune"]["optimizer"])["omp_threads"] == "2"
     finally:
         assert r.stop() == 0
