@@ -24,6 +24,7 @@ fixed random stream and never disturb it.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -36,6 +37,7 @@ from actuators.host import PERCENTILES, KnobSpace, Measurement, OperatingPoint
 from actuators.sim_model import (
     SimParams,
     adaptive_itr_us,
+    lock_utilisation,
     ondemand_occupancy,
     package_power_w,
     simulate,
@@ -61,6 +63,21 @@ class Expected:
 
     latency_us: dict[float, float]
     power_w: float
+
+
+#: ITR values (µs) at which `expected()` simulates; other values are interpolated linearly between them.
+ITR_ANCHORS: tuple[int, ...] = (2, 4, 6, 8, 10, 12, 16, 20, 26, 32, 40, 50, 60, 70, 80, 100) + tuple(
+    range(120, 1000, 24)) + (1022,)
+
+
+def _bracket(itr: int) -> tuple[int, int, float]:
+    """Anchors around `itr` and the interpolation weight of the upper one."""
+    i = bisect.bisect_left(ITR_ANCHORS, itr)
+    if i < len(ITR_ANCHORS) and ITR_ANCHORS[i] == itr:
+        return itr, itr, 0.0
+    i = min(max(i, 1), len(ITR_ANCHORS) - 1)
+    lo, hi = ITR_ANCHORS[i - 1], ITR_ANCHORS[i]
+    return lo, hi, (itr - lo) / (hi - lo)
 
 
 def dvfs_steps(lo: float = 1.2, hi: float = 2.9, step: float = 0.1) -> tuple[float, ...]:
@@ -158,7 +175,7 @@ class SimHost:
             keep = occ_all > 0
             freqs, occ = self._freqs[keep], occ_all[keep]
         n_sample = int(min(max(offered, SAMPLE_MIN), SAMPLE_CAP))
-        sim = simulate(self._p, lam, itr, freqs, n_sample, CHAINS, rng)
+        sim = simulate(self._p, lam, itr, freqs, n_sample, CHAINS, rng, self._cores)
         power = package_power_w(self._p, sim, self._cores, qps_eff)
         if freqs.size == 1:
             lat = sim.latency_us[0]
@@ -167,7 +184,8 @@ class SimHost:
             lat = sim.latency_us[rows, np.arange(sim.latency_us.shape[1])]
         mean_power = float(np.dot(occ, power))
         util = float(np.dot(occ, sim.busy))
-        served = offered if util < 0.999 else offered * self._capacity_factor(sim, occ)
+        lock_u = lock_utilisation(self._p, qps_eff / 1e6)
+        served = offered * min(1.0, 1.0 / max(util + 1e-3, lock_u, 1.0)) if max(util, lock_u) >= 0.999 else offered
         energy_j, by_zone = self._advance_counters(mean_power, seconds)
         self._clock_s += seconds
         lat.sort()
@@ -183,20 +201,26 @@ class SimHost:
         )
 
     def expected(self, points: Sequence[OperatingPoint], qps: float) -> list[Expected]:
-        """Noise-free long-run values at `points` under `qps` (what `measure` converges to)."""
+        """Noise-free long-run values at `points` under `qps` (what `measure` converges to).
+
+        Computed from one large common-random-numbers run per ITR anchor (all 18 frequencies at once) and
+        interpolated linearly in ITR between anchors (`ITR_ANCHORS`: every value up to 12 µs, then coarser),
+        cached per (anchor, qps) -- so a whole 511 x 18 grid costs about 50 runs.
+        """
         qps = self._check_qps(qps)
-        out = []
-        by_itr: dict[int, list[int]] = {}
         pts = [self._knobs.check(pt) for pt in points]
-        for i, pt in enumerate(pts):
-            by_itr.setdefault(pt.itr_us, []).append(i)
-        res: list[Expected | None] = [None] * len(pts)
-        for itr, idxs in by_itr.items():
-            lat, power = self._expected_itr(float(itr), qps)
-            for i in idxs:
-                fi = int(np.searchsorted(self._freqs, pts[i].dvfs_ghz - 1e-6))
-                res[i] = Expected({pct: float(lat[k, fi]) for k, pct in enumerate(PERCENTILES)}, float(power[fi]))
-        out = [r for r in res if r is not None]
+        out: list[Expected] = []
+        for pt in pts:
+            lo, hi, w = _bracket(pt.itr_us)
+            fi = int(np.searchsorted(self._freqs, pt.dvfs_ghz - 1e-6))
+            lat_lo, pw_lo = self._expected_itr(lo, qps)
+            if w > 0.0:
+                lat_hi, pw_hi = self._expected_itr(hi, qps)
+                lat = (1.0 - w) * lat_lo[:, fi] + w * lat_hi[:, fi]
+                power = (1.0 - w) * pw_lo[fi] + w * pw_hi[fi]
+            else:
+                lat, power = lat_lo[:, fi], pw_lo[fi]
+            out.append(Expected({pct: float(lat[k]) for k, pct in enumerate(PERCENTILES)}, float(power)))
         return out
 
     def expected_default(self, qps: float) -> Expected:
@@ -206,7 +230,7 @@ class SimHost:
         itr = adaptive_itr_us(self._p, qps, self._cores)
         occ = ondemand_occupancy(self._p, lam, itr, self._freqs, 20_000, np.random.default_rng(EXPECTED_SEED))
         sim = simulate(self._p, lam, itr, self._freqs, EXPECTED_REQUESTS, CHAINS,
-                       np.random.default_rng(EXPECTED_SEED))
+                       np.random.default_rng(EXPECTED_SEED), self._cores)
         power = package_power_w(self._p, sim, self._cores, qps)
         lat = sim.latency_us
         # mixture over frequencies: the pooled latency distribution weighted by occupancy
@@ -227,17 +251,13 @@ class SimHost:
             return hit
         lam = qps / self._cores / 1e6
         sim = simulate(self._p, lam, itr, self._freqs, EXPECTED_REQUESTS, CHAINS,
-                       np.random.default_rng(EXPECTED_SEED))
+                       np.random.default_rng(EXPECTED_SEED), self._cores)
         lat = np.percentile(sim.latency_us, PERCENTILES, axis=1)  # (P, F)
         power = package_power_w(self._p, sim, self._cores, qps)
         self._cache[key] = (lat, power)
         if len(self._cache) > 4096:
             self._cache.popitem(last=False)
         return lat, power
-
-    def _capacity_factor(self, sim, occ) -> float:
-        # saturated: the core serves what its busy time allows; approximate by the simulated service rate
-        return float(min(1.0, 1.0 / max(np.dot(occ, sim.busy) + 1e-3, 1.0)))
 
     def _advance_counters(self, power_w: float, seconds: float) -> tuple[float, dict[str, float]]:
         """Advance each zone's wrapping counter, reading it every COUNTER_READ_S; return the energy read."""

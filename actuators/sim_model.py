@@ -59,20 +59,26 @@ class SimParams:
     uncore_active_w: float = 6.0  # uncore/LLC/ring while any core is awake (W)
     request_j: float = 4e-6  # package energy per request outside the cores (LLC, IMC) (J)
     # work: cycles in µs*GHz (time = cyc / f) + memory-bound µs (does not scale with f)
-    irq_cyc: float = 12.0
-    irq_mem: float = 0.8
+    irq_cyc: float = 4.5
+    irq_mem: float = 0.06
     stack_cyc: float = 11.0
-    stack_mem: float = 0.6
-    app_cyc: float = 18.0
-    app_mem: float = 1.2
-    app_shape: float = 2.0  # gamma shape of per-request app work (CV = 1/sqrt(shape))
-    net_us: float = 22.0  # wire + client + TX path, constant
+    stack_mem: float = 0.02
+    app_cyc: float = 10.6
+    app_mem: float = 3.07
+    poll_cyc: float = 2.0  # per poll round when the batch found the core busy (softirq + epoll round)
+    idle_cyc: float = 9.0  # OS bookkeeping to enter/leave idle after a batch (nohz tick, governor, NAPI re-arm)
+    menu_history: int = 4
+    app_shape: float = 1.23  # gamma shape of per-request app work (CV = 1/sqrt(shape))
+    net_us: float = 2.0  # wire + client + TX path, constant
     cstates: tuple[CState, ...] = SNB_CSTATES
     # Linux default mode
     rx_bytes: float = 120.0  # per request packet (ETC keys 20-70 B + headers)
     tx_bytes: float = 420.0  # per reply (75 % GETs, values up to 1 KB)
     ondemand_up: float = 0.80
     ondemand_period_s: float = 0.010
+    burst_mean: float = 1.0  # requests per arrival event (mutilate pipelines up to 4 per connection)
+    lock_us: float = 0.9  # global critical section per request (cache-line bound, not f-scaled), all cores
+    rss_spread: float = 0.125  # RSS imbalance: simulated cores carry (1 -/+ spread) x the mean load
 
     def volt(self, f: np.ndarray | float) -> np.ndarray:
         return self.v_min + (np.asarray(f, float) - self.f_min) * (self.v_max - self.v_min) / (self.f_max - self.f_min)
@@ -119,6 +125,31 @@ class SimResult:
     any_awake: np.ndarray = field(default_factory=lambda: np.ones(1))
 
 
+def rss_multipliers(spread: float, chains: int) -> np.ndarray:
+    """Per-core load multipliers (mean 1) spanning 1 - spread .. 1 + spread: RSS hashes a finite number of
+    client connections onto the queues, so some cores carry more than the mean and set the tail."""
+    if chains == 1:
+        return np.ones(1)
+    return 1.0 + spread * np.linspace(-1.0, 1.0, chains)
+
+
+def lock_utilisation(p: SimParams, total_per_us: float) -> float:
+    """Utilisation of the global critical section at `total_per_us` requests/µs over all cores."""
+    return total_per_us * p.lock_us
+
+
+def lock_time_us(p: SimParams, total_per_us: float, rng: np.random.Generator, size: int) -> np.ndarray:
+    """Hold + wait per request at the global critical section (memcached's shared LRU/stats cache lines).
+
+    Its hold time is coherence traffic, not core cycles, so it does not scale with f; the wait is the
+    M/M/1 waiting time at utilisation U (0 w.p. 1-U, else Exp(hold / (1 - U))).  It caps the whole
+    server's throughput at 1 / hold whatever the per-core knobs (Linux's ~800K QPS peak, sec. 5.3.1.1).
+    """
+    u = min(lock_utilisation(p, total_per_us), 0.999)
+    waits = np.where(rng.random(size) < u, rng.exponential(p.lock_us / (1.0 - u), size=size), 0.0)
+    return p.lock_us + waits
+
+
 def _seg_cumsum(x: np.ndarray, starts: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """Inclusive cumulative sum of `x` restarted at each segment start."""
     c = np.cumsum(x)
@@ -134,42 +165,54 @@ def _lindley(t: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 def simulate(p: SimParams, lam: float, itr_us: float, f: np.ndarray, requests: int, chains: int,
-             rng: np.random.Generator) -> SimResult:
+             rng: np.random.Generator, cores: int = 16) -> SimResult:
     """Simulate about `requests` requests on `chains` cores at per-core rate `lam` (1/µs).
 
     The same random draws serve every frequency in `f` (common random numbers), so curves over f are smooth.
     """
     f = np.atleast_1d(np.asarray(f, float))
     itr = max(float(itr_us), 1e-3)
-    m = lam * itr
-    p0 = math.exp(-m)
-    per_period = m + p0
+    lam_c = lam * rss_multipliers(p.rss_spread, chains)[:, None]  # (C, 1) requests/µs per core
+    burst = max(p.burst_mean, 1.0)
+    ev_rate = lam_c / burst  # arrival events (a client's pipelined burst) per µs
+    m = ev_rate * itr
+    per_period = float(np.mean(m + np.exp(-m))) * burst
     k = max(int(math.ceil(requests / per_period / chains)), 2)
-    counts = rng.poisson(m, size=(chains, k))
-    empty = counts == 0
-    n = np.where(empty, 1, counts)
-    gaps = itr + np.where(empty, rng.exponential(1.0 / lam, size=(chains, k)), 0.0)
+    ev = rng.poisson(np.broadcast_to(m, (chains, k)))
+    empty = ev == 0
+    ev = np.where(empty, 1, ev)  # an empty period ends with the event that fires the next interrupt
+    gaps = itr + np.where(empty, rng.exponential(size=(chains, k)) / ev_rate, 0.0)
     t = np.cumsum(gaps, axis=1)
     total_time = t[:, -1]  # (C,)
-    nf = n.ravel()
-    kk = nf.size
-    r = int(nf.sum())
-    idx = np.repeat(np.arange(kk), nf)
-    starts = np.concatenate(([0], np.cumsum(nf)[:-1]))
-    # sorted uniform arrival positions per period via normalised exponential spacings
-    e = rng.exponential(size=r)
+    evf = ev.ravel()
+    kk = evf.size
+    n_ev = int(evf.sum())
+    ev_idx = np.repeat(np.arange(kk), evf)
+    ev_starts = np.concatenate(([0], np.cumsum(evf)[:-1]))
+    # sorted uniform event positions per period via normalised exponential spacings
+    e = rng.exponential(size=n_ev)
     extra = rng.exponential(size=kk)
-    ce = _seg_cumsum(e, starts, idx)
-    tot = np.add.reduceat(e, starts) + extra
-    u = ce / tot[idx]
+    ce = _seg_cumsum(e, ev_starts, ev_idx)
+    tot = np.add.reduceat(e, ev_starts) + extra
+    u_ev = ce / tot[ev_idx]
+    size = rng.geometric(1.0 / burst, size=n_ev) if burst > 1.0 else np.ones(n_ev, dtype=np.int64)
+    n = np.bincount(ev_idx, weights=size, minlength=kk).astype(np.int64).reshape(chains, k)
+    nf = n.ravel()
+    r = int(nf.sum())
+    idx = np.repeat(ev_idx, size)
+    starts = np.concatenate(([0], np.cumsum(nf)[:-1]))
+    u = np.repeat(u_ev, size)
     wait = np.where(empty.ravel()[idx], 0.0, itr * (1.0 - u))
     x = rng.gamma(p.app_shape, 1.0 / p.app_shape, size=r)
+    lock = lock_time_us(p, lam * cores, rng, r)  # per request, f-independent, part of its app work
+    clock = _seg_cumsum(lock, starts, idx)
+    slock = np.add.reduceat(lock, starts).reshape(chains, k)
     cx = _seg_cumsum(x, starts, idx)
     sx = np.add.reduceat(x, starts).reshape(chains, k)
 
     h, ss, sa = p.work_us(f)
     h3, ss3, sa3 = h[:, None, None], ss[:, None, None], sa[:, None, None]
-    base = n[None] * ss3 + sa3 * sx[None]  # (F, C, K)
+    base = n[None] * ss3 + sa3 * sx[None] + slock[None]  # (F, C, K)
     w1 = base + h3
     st1 = _lindley(t[None], w1)
     fin1 = st1 + w1
@@ -178,23 +221,28 @@ def simulate(p: SimParams, lam: float, itr_us: float, f: np.ndarray, requests: i
     idle1[..., 0] = 1e9
     idle1[..., 1:] = t[None, :, 1:] - fin1[..., :-1]
     idle1 = np.maximum(idle1, 0.0)
-    pred = np.empty_like(idle1)
-    pred[..., 0] = idle1[..., 0]
-    pred[..., 1:] = idle1[..., :-1]
+    # menu governor: predicted idle = the shortest of the last `menu_history` idle gaps (its typical-interval
+    # detection discards the long outliers of irregular traffic); regular (ITR-paced) gaps predict well
+    hist = np.where(busy1, 1e9, idle1)  # a batch that found the core busy left no idle period behind
+    pred = np.full_like(idle1, 1e9)
+    for lag in range(1, p.menu_history + 1):
+        pred[..., lag:] = np.minimum(pred[..., lag:], hist[..., :-lag])
     targets = np.array([c.target_residency_us for c in p.cstates])
     exits = np.array([c.exit_latency_us for c in p.cstates])
     state = np.searchsorted(targets, pred, side="right") - 1  # deepest state whose residency fits
     wake = np.where(busy1, 0.0, exits[state])
-    irq = np.where(busy1, 0.0, h3)
-    w2 = base + irq + wake
+    irq = np.where(busy1, (p.poll_cyc / f)[:, None, None], h3)  # busy: NAPI polls, no interrupt, one poll round
+    goes_idle = np.ones_like(busy1)
+    goes_idle[..., :-1] = ~busy1[..., 1:]  # the core goes idle after batch k unless batch k+1 found it busy
+    post = np.where(goes_idle, (p.idle_cyc / f)[:, None, None], 0.0)
+    w2 = base + irq + wake + post
     st2 = _lindley(t[None], w2)
     fin2 = st2 + w2
     offset = (st2 - t[None]) + wake + irq + n[None] * ss3  # (F, C, K): time from interrupt to app start
-    lat = wait[None] + offset.reshape(f.size, kk)[:, idx] + sa[:, None] * cx[None] + p.net_us
+    lat = wait[None] + offset.reshape(f.size, kk)[:, idx] + sa[:, None] * cx[None] + clock[None] + p.net_us
 
     idle2 = np.zeros_like(st2)
     idle2[..., 1:] = np.maximum(t[None, :, 1:] - fin2[..., :-1], 0.0)
-    idle2[..., 0] = gaps[None, :, 0] * 0.0 + np.maximum(t[None, :, 0] - gaps[None, :, 0], 0.0) + (gaps[None, :, 0])
     idle2[..., 0] = np.where(busy1[..., 0], 0.0, gaps[None, :, 0])
     span = total_time.sum()
     nstates = len(p.cstates)
@@ -240,31 +288,32 @@ def analytic_busy(p: SimParams, lam: float, itr_us: float, f: np.ndarray) -> np.
     m = lam * itr_us
     intr = lam / (m + math.exp(-m))  # interrupts per µs
     wake = p.cstates[2].exit_latency_us  # typical shallow wake-up at short ITR
-    return np.minimum(lam * (ss + sa) + intr * (h + wake), 1.0)
+    return np.minimum(lam * (ss + sa + p.lock_us) + intr * (h + wake + p.idle_cyc / np.asarray(f, float)), 1.0)
 
 
 def ondemand_occupancy(p: SimParams, lam: float, itr_us: float, freqs: np.ndarray, steps: int,
-                       rng: np.random.Generator) -> np.ndarray:
-    """Fraction of `steps` ondemand sampling periods spent at each of `freqs`.
+                       rng: np.random.Generator, cores_per_package: int = 8) -> np.ndarray:
+    """Fraction of `steps` ondemand sampling periods the package spends at each of `freqs`.
 
-    Each period the governor reads the busy fraction at the current frequency (with the sampling noise of
-    the requests that period holds) and moves to f_max above `ondemand_up`, else to the lowest available
-    frequency >= f_min + load * (f_max - f_min) (the kernel's ondemand, CPUFREQ_RELATION_L).
+    Every period each core's governor reads its busy fraction at the current frequency (with the sampling
+    noise of the requests that period holds) and requests f_max above `ondemand_up`, else the lowest
+    available frequency >= f_min + load * (f_max - f_min) (kernel ondemand, CPUFREQ_RELATION_L).  Sandy
+    Bridge-EP cores share one P-state per package, so the package runs at the highest request of its cores.
     """
     busy = analytic_busy(p, lam, itr_us, freqs)
     per_period = max(lam * p.ondemand_period_s * 1e6, 1.0)
-    noise = rng.standard_normal(steps) / math.sqrt(per_period)
+    noise = rng.standard_normal((steps, cores_per_package)) / math.sqrt(per_period)
     occ = np.zeros(freqs.size)
     i = freqs.size - 1
     fmin, fmax = freqs[0], freqs[-1]
+    top = freqs.size - 1
     for z in noise:
         occ[i] += 1
-        load = min(max(busy[i] * (1.0 + z), 0.0), 1.0)
+        load = np.clip(busy[i] * (1.0 + z), 0.0, 1.0).max()
         if load > p.ondemand_up:
-            i = freqs.size - 1
+            i = top
         else:
-            target = fmin + load * (fmax - fmin)
-            i = min(int(np.searchsorted(freqs, target - 1e-9)), freqs.size - 1)
+            i = min(int(np.searchsorted(freqs, fmin + load * (fmax - fmin) - 1e-9)), top)
     return occ / occ.sum()
 
 

@@ -1,0 +1,81 @@
+"""Benchmark of the simulated host; prints JSON.
+
+    python bench/sim.py                 # speeds + calibration values (JSON)
+    python bench/sim.py --calibration   # also print the simulator-vs-dissertation table (markdown) to stderr
+    python bench/sim.py --quick         # speeds only
+
+Targets (issue 2): a 20 s window at 600K QPS <= 100 ms; a 3600 s hold window <= ~200 ms; expected() >= 2000
+points/s amortised over a full ITR x DVFS grid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from actuators.host import OperatingPoint, apply_point  # noqa: E402
+from actuators.sim import SimHost  # noqa: E402
+
+
+def _ms(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t) * 1000)
+    return round(statistics.median(times), 2)
+
+
+def speeds(repeat: int = 5) -> dict:
+    host = SimHost(seed=1)
+    host.measure(0.1)  # warm imports (scipy for the CIs)
+    out: dict = {"window_20s_ms": {}, "window_20s_default_mode_ms": {}}
+    for qps in (200_000, 400_000, 600_000):
+        host.set_offered_qps(qps)
+        host.restore()
+        out["window_20s_default_mode_ms"][str(qps)] = _ms(lambda: host.measure(20.0), repeat)
+        apply_point(host, OperatingPoint(300, 1.7))
+        out["window_20s_ms"][str(qps)] = _ms(lambda: host.measure(20.0), repeat)
+    host.set_offered_qps(600_000)
+    out["hold_3600s_ms"] = _ms(lambda: host.measure(3600.0), 3)
+    grid = [OperatingPoint(i, f) for i in host.knobs().itr_us for f in host.knobs().dvfs_ghz]
+    cold = SimHost(seed=1)
+    t = time.perf_counter()
+    cold.expected(grid, 400_000)
+    dt = time.perf_counter() - t
+    out["expected_full_grid_points"] = len(grid)
+    out["expected_points_per_s_cold"] = round(len(grid) / dt)
+    t = time.perf_counter()
+    cold.expected(grid, 400_000)
+    out["expected_points_per_s_cached"] = round(len(grid) / (time.perf_counter() - t))
+    out["expected_default_ms"] = _ms(lambda: cold.expected_default(400_000), 3)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--calibration", action="store_true", help="print the calibration table (markdown) to stderr")
+    ap.add_argument("--quick", action="store_true", help="speeds only")
+    args = ap.parse_args(argv)
+    result = {"speed": speeds()}
+    if not args.quick:
+        from actuators.sim_calibration import calibration, format_table
+
+        t = time.perf_counter()
+        cal = calibration(SimHost())
+        result["calibration"] = cal
+        result["calibration_s"] = round(time.perf_counter() - t, 2)
+        if args.calibration:
+            print(format_table(cal), file=sys.stderr)
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,72 @@
+"""SimHost against the dissertation's measurements (issue 2, sec. 4); each tolerance is written next to its
+assert and defined in `actuators.sim_calibration`.  Uses noise-free `expected()` (the replay oracle's view)."""
+
+from __future__ import annotations
+
+import pytest
+
+from actuators.host import OperatingPoint
+from actuators.sim import SimHost
+from actuators import sim_calibration as cal
+
+
+@pytest.fixture(scope="module")
+def host() -> SimHost:
+    return SimHost()
+
+
+@pytest.fixture(scope="module")
+def optima(host):
+    return {qps: cal.optimal_static(host, qps) for qps in (200_000.0, 400_000.0, 600_000.0)}
+
+
+def test_eq63_units_reading():
+    # DVFS in GHz, Z in µs: table 5.1's (350, 1.3) at 200K sits just under the 500 µs SLA
+    assert cal.eq63_p99_us(200_000, 350, 1.3) == pytest.approx(456.8, abs=0.5)
+    assert cal.eq63_p99_us(600_000, 300, 1.7) == pytest.approx(504.8, abs=0.5)
+
+
+@pytest.mark.parametrize("qps", [200_000.0, 400_000.0])
+def test_energy_optimal_point_low_and_mid_load(optima, qps):
+    pt, e = optima[qps]
+    assert 250 <= pt.itr_us <= 450  # tolerance: ITR 250-450 µs (table 5.1: 350 / 300)
+    assert pt.dvfs_ghz <= 1.4 + 1e-9  # tolerance: DVFS <= 1.4 GHz (table 5.1: 1.3)
+    assert e.latency_us[99.0] <= cal.SLA_US
+
+
+def test_energy_optimal_point_600k(optima):
+    pt, e = optima[600_000.0]
+    assert 200 <= pt.itr_us <= 400  # tolerance: ITR 200-400 µs (table 5.1: 300)
+    assert 1.5 - 1e-9 <= pt.dvfs_ghz <= 1.9 + 1e-9  # tolerance: DVFS 1.5-1.9 GHz (table 5.1: 1.7)
+    assert e.latency_us[99.0] <= cal.SLA_US
+
+
+@pytest.mark.parametrize("qps", [200_000.0, 400_000.0, 600_000.0])
+def test_power_at_the_energy_optimal_points(optima, qps):
+    _, e = optima[qps]
+    assert 45.0 <= e.power_w <= 80.0  # tolerance: 45-80 W (table 5.1: 1050-1471 J per 20 s = 52-74 W)
+
+
+def test_idle_power(host):
+    assert 20.0 <= cal.idle_power_w(host) <= 35.0  # tolerance: idle package power ~20-35 W
+
+
+@pytest.mark.parametrize("qps", [200_000.0, 400_000.0])
+def test_linux_default_wastes_energy(host, optima, qps):
+    _, e = optima[qps]
+    ratio = host.expected_default(qps).power_w / e.power_w
+    assert 1.4 <= ratio <= 2.5  # tolerance: Linux default 1.4-2.5x the optimal static energy
+
+
+def test_max_qps_at_fastest_settings(host):
+    q = cal.max_qps_meeting_sla(host, OperatingPoint(2, 2.9), step=10_000)
+    assert 700_000 <= q <= 900_000  # tolerance: 700K-900K QPS (dissertation: Linux peaks near 800K)
+
+
+@pytest.mark.parametrize("qps", [200_000.0, 400_000.0, 600_000.0])
+def test_p99_follows_eq63(host, qps):
+    rows = cal.eq63_rows(host, qps)  # sampled ITR x DVFS points where the fit predicts <= 600 µs
+    assert len(rows) >= 30
+    bad = [(r.itr_us, r.dvfs_ghz, round(r.sim_p99_us), round(r.fit_p99_us)) for r in rows
+           if abs(r.rel_error) > cal.EQ63_TOLERANCE]
+    assert not bad  # tolerance: ±20 % of eq. 6.3 with table 6.1's Linux parameters
