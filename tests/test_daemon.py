@@ -297,3 +297,20 @@ def test_operating_point_counts_every_window_not_only_good_ones(tmp_path):
         assert (a.point.itr_us, a.point.dvfs_ghz) == steady and a.from_measured
         assert a.latency_us == 500 and a.power_w == 30.0 and a.source == "10 measured window(s)"
         assert r.daemon.operating_point(300_000.0, sla_us=1000.0, percentile=99).point.itr_us == 100
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+_ANY = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True, allow_infinity=True),
+                 st.text(max_size=20), st.lists(st.integers(), max_size=2))
+
+
+@settings(max_examples=300, deadline=None)
+@given(sla=_ANY, pct=_ANY, reward=_ANY)
+def test_fuzz_validate_policy_only_raises_input_error(sla, pct, reward):
+    try:
+        p = validate_policy(sla, pct, reward)
+    except InputError as exc:
+        assert "\n" not in str(exc) and str(exc).split(":")[0] in ("sla_us", "percentile", "reward")
+    else:
+        assert 0 < p.sla_us <= 1e9 and p.percentile in (50.0, 90.0, 95.0, 99.0, 99.9) and isinstance(p.reward, str)
