@@ -102,7 +102,10 @@ def main(argv: list[str] | None = None) -> int:
                        "ratio_to_oracle": s["ratio_to_oracle"],
                        "oracle_saved_vs_linux_default_pct": policy_summary(res, "oracle")["saved_vs_linux_default_pct"],
                        "sla_violating_windows": s["sla_violating_windows"],
+                       "sla_violating_windows_significant": s["sla_violating_windows_significant"],
                        "oracle_sla_violating_windows": policy_summary(res, "oracle")["sla_violating_windows"],
+                       "oracle_sla_violating_windows_significant":
+                           policy_summary(res, "oracle")["sla_violating_windows_significant"],
                        "linux_default_sla_violating_windows": policy_summary(res, "linux-default")["sla_violating_windows"],
                        "explore_above_sla_s": s["explore_above_sla_s"],
                        "explore_s": s["explore_s"],
@@ -115,7 +118,9 @@ def main(argv: list[str] | None = None) -> int:
             out["aggregate"][key] = {
                 k: _stats([r[k] for r in rows])
                 for k in ("saved_vs_linux_default_pct", "ratio_to_oracle", "oracle_saved_vs_linux_default_pct",
-                          "sla_violating_windows", "explore_above_sla_s", "median_suggest_s", "tuner_wall_s",
+                          "sla_violating_windows", "sla_violating_windows_significant",
+                          "oracle_sla_violating_windows", "oracle_sla_violating_windows_significant",
+                          "explore_above_sla_s", "median_suggest_s", "tuner_wall_s",
                           "replay_wall_s")
             }
     print(json.dumps(out, indent=2))

@@ -173,3 +173,12 @@ def test_reporting_unknown_or_repeated_trials_is_refused() -> None:
     opt.complete(i, meas(100, 10), 1e5)
     with pytest.raises(TunerError, match="already reported"):
         opt.fail(i, "late")
+
+
+def test_confident_and_significant_sla_judgements() -> None:
+    obj = Objective("constrained", 99, 500)
+    assert obj.met_confidently(meas(480.0, 1.0))          # CI high 494.4
+    assert not obj.met_confidently(meas(490.0, 1.0))      # CI high 504.7
+    assert obj.violated_confidently(meas(520.0, 1.0))     # CI low 504.4
+    assert not obj.violated_confidently(meas(510.0, 1.0))  # CI low 494.7
+    assert not obj.met(meas(510.0, 1.0))

@@ -89,6 +89,12 @@ class Objective:
         """Whether the measured percentile (point estimate) is within the SLA."""
         return m.percentile(self.percentile) <= self.sla_us
 
+    def violated_confidently(self, m: Measurement) -> bool:
+        """Whether even the lower end of the percentile's 95 % CI is above the SLA (a significant violation)."""
+        ci = m.latency_ci_us.get(self.percentile)
+        low = ci[0] if ci is not None else m.percentile(self.percentile)
+        return min(low, m.percentile(self.percentile)) > self.sla_us
+
     def met_confidently(self, m: Measurement) -> bool:
         """Whether the upper end of the percentile's 95 % CI is within the SLA."""
         ci = m.latency_ci_us.get(self.percentile)

@@ -334,6 +334,8 @@ def policy_summary(result: ReplayResult, policy: str) -> dict[str, Any]:
         "saved_vs_linux_default_pct": (100.0 * (1 - energy / base_e)) if base_e else None,
         "ratio_to_oracle": (energy / oracle_e) if oracle_e else None,
         "sla_violating_windows": sum(1 for w in ws if w.met_sla is False),
+        "sla_violating_windows_significant": sum(
+            1 for w in ws if w.steady is not None and result.objective.violated_confidently(w.steady)),
         "windows_without_steady_state": sum(1 for w in ws if w.steady is None),
         "explore_s": sum(w.explore_s for w in ws),
         "explore_above_sla_s": sum(w.explore_above_sla_s for w in ws),

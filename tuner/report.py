@@ -213,7 +213,7 @@ def print_report(result: ReplayResult, console: Any, *, per_window: bool = True)
         console.print(t)
     s = summary(result)
     t = Table(title=f"summary: {len(result.windows)} windows, {result.objective.describe()}, host {result.host}")
-    for col in ("policy", "energy kJ", "saved vs linux", "x oracle", "SLA-violating windows",
+    for col in ("policy", "energy kJ", "saved vs linux", "x oracle", "SLA-violating windows (significant)",
                 "explore s > SLA", "trials (failed)", "median suggest s", "wall s"):
         t.add_column(col, justify="right")
     for p, ps in s["policies"].items():
@@ -221,7 +221,7 @@ def print_report(result: ReplayResult, console: Any, *, per_window: bool = True)
             t.add_row(p, "[dim]unavailable[/]", "", "", "", "", "", "", "")
             continue
         t.add_row(p, f"{ps['energy_j'] / 1000:.1f}", _fmt(ps["saved_vs_linux_default_pct"], ".1f") + ("%" if ps["saved_vs_linux_default_pct"] is not None else ""),
-                  _fmt(ps["ratio_to_oracle"], ".3f"), f"{ps['sla_violating_windows']}/{ps['windows']}",
+                  _fmt(ps["ratio_to_oracle"], ".3f"), f"{ps['sla_violating_windows']}/{ps['windows']} ({ps['sla_violating_windows_significant']})",
                   f"{ps['explore_above_sla_s']:.0f}", f"{ps['trials']} ({ps['failed_trials']})",
                   _fmt(ps["median_suggest_s"], ".2f"), f"{ps['wall_s']:.1f}")
     console.print(t)
