@@ -9,6 +9,7 @@ full 24-window replay <= 300 s.
 
     .venv/bin/python bench/replay.py [--seeds 5] [--hours 24] [--rewards constrained] [--slas 99:500,90:500,99:200]
     .venv/bin/python bench/replay.py --quick      # 6 windows (hours 12-17), 2 seeds: for iteration
+    .venv/bin/python bench/replay.py --every 3    # windows 0, 3, ..., 21 of the day
 
 The oracle's point per (window load, SLA) does not depend on the seed and is computed once (coarse-to-fine;
 `--check-oracle` also compares it with the exhaustive grid on the first SLA's windows).
@@ -44,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed0", type=int, default=0)
     ap.add_argument("--hours", type=float, default=24.0)
     ap.add_argument("--start-hour", type=int, default=0, help="first window to replay (with --hours)")
+    ap.add_argument("--every", type=int, default=1,
+                    help="replay every N-th window only (each retune is a fresh experiment, so a subsample of "
+                         "windows is a fair sample of the day at 1/N of the cost)")
     ap.add_argument("--rewards", default="constrained")
     ap.add_argument("--slas", default="99:500,90:500,99:200")
     ap.add_argument("--trials", type=int, default=30)
@@ -63,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
 
     sched = load_schedule(sample_trace_path(), peak_qps=args.peak_qps)
     windows = [ReplayWindow(w.index, w.start_s, w.seconds, w.qps) for w in sched.windows]
-    windows = windows[args.start_hour:args.start_hour + int(args.hours)]
+    windows = windows[args.start_hour:args.start_hour + int(args.hours)][::args.every]
     slas = [(float(a), float(b)) for a, b in (x.split(":") for x in args.slas.split(","))]
     out: dict = {"command": " ".join(sys.argv), "windows": len(windows),
                  "qps": [round(w.qps) for w in windows], "targets": TARGETS, "runs": [], "aggregate": {}}
