@@ -11,13 +11,17 @@ both are.  `restore()` goes back to Linux default mode.
 
 Noise and cost (honest about the bounding): `measure(seconds)` never sleeps and never simulates every
 request of a long window.  It draws the window's request count (Poisson), then simulates a bounded sample
-of min(requests, `SAMPLE_CAP`) requests (at least `SAMPLE_MIN`) on 4 independent cores and scales busy
-time and C-state residency to the whole window.  Latency percentiles and their order-statistic CIs come from
+of min(requests, `SAMPLE_CAP`) requests (at least `SAMPLE_MIN`) on 4 independent cores (carrying 1 -/+ the
+RSS imbalance of the mean load) and scales their busy time and C-state residency to all cores and the whole
+window (energy therefore carries the sample's small noise too, ~1 % at the cap).  Latency percentiles and their order-statistic CIs come from
 that sample, so their noise falls like 1/sqrt(requests) until the cap (≈ 0.3 s at 200K QPS, 0.1 s at 600K)
 and stays at the cap's level for longer windows.  On top of that the offered load of each window carries
 client burstiness: a relative error of `BURST_SIGMA` / sqrt(seconds) (independent 1 s epochs averaged),
 which keeps shrinking with window length and also moves energy.  Overloaded points (utilisation >= 1)
 report the latency of the simulated sample, a lower bound of what an unbounded queue would reach.
+In Linux default mode the ondemand governor is stepped every 10 ms for at most 2000 periods (longer windows
+use those 2000 as a sample of their frequency occupancy).  The RAPL-like 32-bit counters (one per package,
+15.3 µJ units) are read every `COUNTER_READ_S` simulated seconds so an hour-long window sees every wrap.
 Deterministic: the same seed and the same call sequence give the same results; `expected*()` use their own
 fixed random stream and never disturb it.
 """
@@ -109,6 +113,7 @@ class SimHost:
         # counters start at arbitrary (seeded) values, like a machine that has been up for a while
         self._counters = {z: int(self._rng.integers(0, ENERGY_WRAP)) for z in self._zones}
         self._cache: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._default_cache: dict[tuple, Expected] = {}
 
     # --- Host protocol -----------------------------------------------------------------------------------
     def knobs(self) -> KnobSpace:
@@ -226,6 +231,10 @@ class SimHost:
     def expected_default(self, qps: float) -> Expected:
         """Noise-free long-run values in Linux default mode (adaptive ITR + ondemand) at `qps`."""
         qps = self._check_qps(qps)
+        key = ("default", round(qps, 3))
+        hit = self._default_cache.get(key)
+        if hit is not None:
+            return hit
         lam = qps / self._cores / 1e6
         itr = adaptive_itr_us(self._p, qps, self._cores)
         occ = ondemand_occupancy(self._p, lam, itr, self._freqs, 20_000, np.random.default_rng(EXPECTED_SEED))
@@ -240,7 +249,9 @@ class SimHost:
         cw /= cw[-1]
         flat = lat.ravel()[order]
         latency = {pct: float(flat[min(np.searchsorted(cw, pct / 100.0), flat.size - 1)]) for pct in PERCENTILES}
-        return Expected(latency, float(np.dot(occ, power)))
+        result = Expected(latency, float(np.dot(occ, power)))
+        self._default_cache[key] = result
+        return result
 
     # --- internals ------------------------------------------------------------------------------------------
     def _expected_itr(self, itr: float, qps: float) -> tuple[np.ndarray, np.ndarray]:
