@@ -53,6 +53,7 @@ SAMPLE_CAP = 60_000  # simulated requests per measure() at most
 SAMPLE_MIN = 200  # and at least (tiny windows still get a latency estimate; `requests` stays the true count)
 CHAINS = 4  # independent cores simulated per run
 BURST_SIGMA = 0.02  # relative offered-load fluctuation of a 1 s epoch
+MIN_MODEL_QPS = 1.0  # the model runs an idle (0 QPS) server at this rate
 QPS_READ_SIGMA = 0.002  # relative noise of offered_qps() readings
 ENERGY_UNIT_J = 1.0 / 2**16  # RAPL energy-status unit of the E5-2690 (15.3 µJ)
 ENERGY_WRAP = 2**32  # 32-bit MSR_PKG_ENERGY_STATUS
@@ -169,6 +170,7 @@ class SimHost:
         burst = BURST_SIGMA / math.sqrt(max(seconds, 1e-3))
         qps_eff = self._qps * max(1.0 + burst * rng.standard_normal(), 0.05)
         offered = float(rng.poisson(qps_eff * seconds))
+        qps_eff = max(qps_eff, MIN_MODEL_QPS)  # an idle server still wakes now and then
         lam = qps_eff / self._cores / 1e6
         itr = float(self._itr) if self._itr is not None else adaptive_itr_us(self._p, qps_eff, self._cores)
         if self._dvfs is not None:
@@ -212,7 +214,7 @@ class SimHost:
         interpolated linearly in ITR between anchors (`ITR_ANCHORS`: every value up to 12 µs, then coarser),
         cached per (anchor, qps) -- so a whole 511 x 18 grid costs about 50 runs.
         """
-        qps = self._check_qps(qps)
+        qps = max(self._check_qps(qps), MIN_MODEL_QPS)
         pts = [self._knobs.check(pt) for pt in points]
         out: list[Expected] = []
         for pt in pts:
@@ -230,7 +232,7 @@ class SimHost:
 
     def expected_default(self, qps: float) -> Expected:
         """Noise-free long-run values in Linux default mode (adaptive ITR + ondemand) at `qps`."""
-        qps = self._check_qps(qps)
+        qps = max(self._check_qps(qps), MIN_MODEL_QPS)
         key = ("default", round(qps, 3))
         hit = self._default_cache.get(key)
         if hit is not None:
@@ -296,9 +298,9 @@ class SimHost:
         try:
             value = float(qps)
         except (TypeError, ValueError):
-            raise TunerError(f"sim: offered load {qps!r}: expected requests/s > 0") from None
-        if not math.isfinite(value) or value <= 0:
-            raise TunerError(f"sim: offered load {qps!r}: expected requests/s > 0")
+            raise TunerError(f"sim: offered load {qps!r}: expected requests/s >= 0") from None
+        if not math.isfinite(value) or value < 0:
+            raise TunerError(f"sim: offered load {qps!r}: expected requests/s >= 0")
         return value
 
 

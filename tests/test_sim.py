@@ -122,6 +122,14 @@ def test_overload_serves_less_than_offered_and_blows_the_tail():
     assert m.latency_us[99.0] > 1000
 
 
+def test_idle_server_measures_zero_requests_at_idle_power():
+    host = SimHost(seed=4, qps=0)
+    m = host.measure(1.0)
+    assert m.requests == 0 and m.achieved_qps == 0.0
+    assert 20.0 <= m.power_w <= 35.0
+    assert all(v > 0 for v in m.latency_us.values())  # the model's sample of a near-idle core
+
+
 def test_bad_window_refused():
     host = SimHost()
     for bad in (0, -1, float("inf"), float("nan"), "x"):
