@@ -190,9 +190,8 @@ class SimHost:
             rows = rng.choice(freqs.size, size=sim.latency_us.shape[1], p=occ)
             lat = sim.latency_us[rows, np.arange(sim.latency_us.shape[1])]
         mean_power = float(np.dot(occ, power))
-        util = float(np.dot(occ, sim.busy))
         lock_u = lock_utilisation(self._p, qps_eff / 1e6)
-        served = offered * min(1.0, 1.0 / max(util + 1e-3, lock_u, 1.0)) if max(util, lock_u) >= 0.999 else offered
+        served = float(round(offered * min(float(np.dot(occ, sim.served)), 1.0 / max(lock_u, 1.0))))
         energy_j, by_zone = self._advance_counters(mean_power, seconds)
         self._clock_s += seconds
         lat.sort()

@@ -123,6 +123,7 @@ class SimResult:
     busy: np.ndarray  # (F,) fraction of time executing (incl. wake-up transitions)
     residency: np.ndarray  # (F, S) fraction of time in each C-state
     interrupts_per_us: np.ndarray  # (F,) per core
+    served: np.ndarray  # (F,) fraction of the offered requests the cores keep up with (< 1 when saturated)
     requests_per_us: float  # per core
     any_awake: np.ndarray = field(default_factory=lambda: np.ones(1))
 
@@ -262,7 +263,11 @@ def simulate(p: SimParams, lam: float, itr_us: float, f: np.ndarray, requests: i
     busy = work_time / span_f
     res = res / span_f[:, None]
     intr = (~busy1).sum(axis=(1, 2)) / span_f
-    return SimResult(f=f, latency_us=lat, busy=busy, residency=res, interrupts_per_us=intr,
+    # share of the offered requests a saturated core can serve (work demanded per unit time > 1)
+    demand = w2.sum(axis=2) / total_time[None, :]  # (F, C)
+    rates = lam_c[:, 0]
+    served = (np.minimum(1.0, 1.0 / np.maximum(demand, 1e-12)) * rates[None, :]).sum(axis=1) / rates.sum()
+    return SimResult(f=f, latency_us=lat, busy=busy, residency=res, interrupts_per_us=intr, served=served,
                      requests_per_us=float(nf.sum() / span))
 
 

@@ -130,6 +130,14 @@ def test_idle_server_measures_zero_requests_at_idle_power():
     assert all(v > 0 for v in m.latency_us.values())  # the model's sample of a near-idle core
 
 
+def test_core_saturation_at_low_clock_serves_less_than_offered():
+    host = SimHost(seed=2, qps=700_000)
+    apply_point(host, OperatingPoint(300, 1.2))
+    m = host.measure(1.0)
+    assert m.achieved_qps < 0.97 * m.offered_qps
+    assert m.latency_us[99.0] > 1000
+
+
 def test_bad_window_refused():
     host = SimHost()
     for bad in (0, -1, float("inf"), float("nan"), "x"):
