@@ -20,7 +20,7 @@ C f V(f)^2 + leakage V; idle: C-state power) + per-request package energy.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -58,7 +58,7 @@ class SimParams:
     c_dyn: float = 2.3  # W / (GHz V^2) per busy core
     leak_w_per_v: float = 1.8  # per-core leakage while in C0 (W / V)
     static_w: float = 16.0  # both packages, everything that is on whatever the load (W)
-    uncore_active_w: float = 5.0  # uncore/LLC/ring while any core is awake (W)
+    uncore_active_w: float = 5.0  # uncore/LLC/ring (W); package C-states are not modelled, so always on
     request_j: float = 4e-6  # package energy per request outside the cores (LLC, IMC) (J)
     # work: cycles in µs*GHz (time = cyc / f) + memory-bound µs (does not scale with f)
     irq_cyc: float = 7.26
@@ -125,7 +125,6 @@ class SimResult:
     interrupts_per_us: np.ndarray  # (F,) per core
     served: np.ndarray  # (F,) fraction of the offered requests the cores keep up with (< 1 when saturated)
     requests_per_us: float  # per core
-    any_awake: np.ndarray = field(default_factory=lambda: np.ones(1))
 
 
 def rss_multipliers(spread: float, chains: int) -> np.ndarray:
