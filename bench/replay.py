@@ -53,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trials", type=int, default=30)
     ap.add_argument("--sobol-trials", type=int, default=8)
     ap.add_argument("--itr-resolution", type=int, default=8)
+    ap.add_argument("--sla-margins", default=None,
+                    help="comma list of TunerSettings.sla_margin_pct values to compare (default: the default)")
     ap.add_argument("--peak-qps", type=float, default=600_000.0)
     ap.add_argument("--quick", action="store_true", help="6 windows from hour 12, 2 seeds")
     ap.add_argument("--check-oracle", action="store_true")
@@ -87,21 +89,24 @@ def main(argv: list[str] | None = None) -> int:
             agree.append(full == memo[(round(w.qps, 6), pct, sla)][0])
         out["oracle_coarse_equals_exhaustive"] = f"{sum(agree)}/{len(agree)} windows"
 
-    for reward in args.rewards.split(","):
+    from tuner.optimizer import TunerSettings as _TS
+
+    margins = [float(x) for x in args.sla_margins.split(",")] if args.sla_margins else [_TS().sla_margin_pct]
+    for reward, margin in ((r, m) for r in args.rewards.split(",") for m in margins):
         for pct, sla in slas:
-            key = f"{reward} p{pct:g}<{sla:g}"
+            key = f"{reward} p{pct:g}<{sla:g}" + (f" margin {margin:g}%" if args.sla_margins else "")
             rows = []
             for seed in range(args.seed0, args.seed0 + args.seeds):
                 obj = Objective(reward, pct, sla)
                 settings = TunerSettings(trials=args.trials, sobol_trials=args.sobol_trials, seed=seed,
-                                         itr_resolution_us=args.itr_resolution)
+                                         itr_resolution_us=args.itr_resolution, sla_margin_pct=margin)
                 t0 = time.perf_counter()
                 res = replay(lambda seed=seed: make_host("sim", seed=seed), windows, obj, settings,
                              policies=("tuner", "linux-default", "oracle"), host_label="sim",
                              oracle_memo=memo)
                 wall = time.perf_counter() - t0
                 s = policy_summary(res, "tuner")
-                row = {"reward": reward, "percentile": pct, "sla_us": sla, "seed": seed,
+                row = {"reward": reward, "sla_margin_pct": margin, "percentile": pct, "sla_us": sla, "seed": seed,
                        "saved_vs_linux_default_pct": s["saved_vs_linux_default_pct"],
                        "ratio_to_oracle": s["ratio_to_oracle"],
                        "oracle_saved_vs_linux_default_pct": policy_summary(res, "oracle")["saved_vs_linux_default_pct"],

@@ -25,7 +25,7 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Iterator
 
 from actuators.host import PERCENTILES, Host, KnobSpace, Measurement, OperatingPoint, apply_point
@@ -114,6 +114,7 @@ class TunerSettings:
     itr_resolution_us: int = 8
     torch_threads: int = 1
     sla_check: str = "ci"
+    sla_margin_pct: float = 0.0
 
     def __post_init__(self) -> None:
         if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 1:
@@ -131,6 +132,8 @@ class TunerSettings:
             raise TunerError(f"itr_resolution_us must be an integer >= 1, got {self.itr_resolution_us!r}")
         if isinstance(self.torch_threads, bool) or not isinstance(self.torch_threads, int) or self.torch_threads < 1:
             raise TunerError(f"torch_threads must be an integer >= 1, got {self.torch_threads!r}")
+        if not (0.0 <= self.sla_margin_pct < 100.0):
+            raise TunerError(f"sla_margin_pct must be in [0, 100), got {self.sla_margin_pct!r}")
         if self.sla_check not in SLA_CHECKS:
             raise TunerError(f"sla_check {self.sla_check!r}: expected one of {', '.join(SLA_CHECKS)}")
 
@@ -464,10 +467,12 @@ class Optimizer:
         pct = obj.percentile
         label = f"{_pct_text(pct)} <= {obj.sla_us:g} µs"
         met = [r for r in done if obj.met(r.measurement)]  # type: ignore[arg-type]
-        sure = [r for r in met if obj.met_confidently(r.measurement)]  # type: ignore[arg-type]
-        pool, how = (sure, "with its 95 % CI") if self.settings.sla_check == "ci" and sure else (met, "")
+        strict = replace(obj, sla_us=obj.sla_us * (1 - self.settings.sla_margin_pct / 100.0))
+        margin = f" less {self.settings.sla_margin_pct:g} %" if self.settings.sla_margin_pct else ""
+        sure = [r for r in met if strict.met_confidently(r.measurement)]  # type: ignore[arg-type]
+        pool, how = (sure, f"with its 95 % CI{margin}") if self.settings.sla_check == "ci" and sure else (met, "")
         if self.settings.sla_check == "ci" and not sure and met:
-            how = "by its estimate only: no trial's CI was within the SLA"
+            how = f"by its estimate only: no trial's CI was within the SLA{margin}"
         if pool:
             r = min(pool, key=lambda r: (r.reward, r.measurement.percentile(pct), r.index))  # type: ignore[union-attr]
             m = r.measurement
