@@ -182,3 +182,20 @@ def test_confident_and_significant_sla_judgements() -> None:
     assert obj.violated_confidently(meas(520.0, 1.0))     # CI low 504.4
     assert not obj.violated_confidently(meas(510.0, 1.0))  # CI low 494.7
     assert not obj.met(meas(510.0, 1.0))
+
+
+def test_sla_margin_tightens_the_final_choice() -> None:
+    def best(margin: float) -> float:
+        opt = Optimizer(SPACE, Objective("constrained", 99, 500),
+                        TunerSettings(trials=2, sobol_trials=2, seed=1, sla_margin_pct=margin))
+        for p99, power in [(450, 30.0), (480, 25.0)]:
+            i, _ = opt.suggest()
+            opt.complete(i, meas(p99, power), 1e5)
+        d = opt.best()
+        assert d.met_sla
+        return d.measurement.power_w
+
+    assert best(0.0) == pytest.approx(25.0)    # CI high 494 µs <= 500
+    assert best(5.0) == pytest.approx(30.0)    # 494 > 475: only the 450 µs point (CI high 464) qualifies
+    with pytest.raises(TunerError, match="sla_margin_pct"):
+        TunerSettings(sla_margin_pct=100)
