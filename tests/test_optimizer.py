@@ -67,7 +67,7 @@ def test_best_is_lowest_reward_among_points_meeting_the_sla() -> None:
     # ci (default): 499 µs has a CI reaching 514 µs, so the 450 µs / 30 W point is chosen
     d = _fed(Objective("constrained", 99, 500), values).best()
     assert d.met_sla and d.measurement.power_w == pytest.approx(30.0)
-    assert "with its 95 % CI (2 of 4 trials did)" in d.reason
+    assert "with its 95 % CI less 5 % (2 of 4 trials did)" in d.reason
 
 
 def test_ci_check_falls_back_to_estimate_when_no_ci_is_within() -> None:
@@ -195,6 +195,7 @@ def test_sla_margin_tightens_the_final_choice() -> None:
         assert d.met_sla
         return d.measurement.power_w
 
+    assert TunerSettings().sla_margin_pct == 5.0
     assert best(0.0) == pytest.approx(25.0)    # CI high 494 µs <= 500
     assert best(5.0) == pytest.approx(30.0)    # 494 > 475: only the 450 µs point (CI high 464) qualifies
     with pytest.raises(TunerError, match="sla_margin_pct"):
