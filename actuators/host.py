@@ -89,7 +89,9 @@ class Measurement:
     `latency_us` maps each percentile in `PERCENTILES` to its value; `latency_ci_us` maps it to a
     (low, high) 95 % confidence interval from order statistics (see `tuner.stats`) -- a p99 of a
     finite sample is noisy, and the optimiser is told how noisy. `point` is None while the OS's own
-    policies (adaptive ITR, cpufreq governor) are in charge.
+    policies (adaptive ITR, cpufreq governor) are in charge. `ci_known` is False when the latency source
+    gives no CI (an external Prometheus query, a hook): `latency_ci_us` is then a placeholder (v, v) and
+    `percentile_sem` returns None ("noise unknown") rather than a fake zero.
     """
 
     seconds: float
@@ -101,6 +103,7 @@ class Measurement:
     energy_j: float
     point: OperatingPoint | None
     energy_by_zone_j: dict[str, float] = field(default_factory=dict)
+    ci_known: bool = True
 
     @property
     def power_w(self) -> float:
@@ -111,8 +114,10 @@ class Measurement:
         """Latency at percentile `pct` (one of `PERCENTILES`)."""
         return self.latency_us[float(pct)]
 
-    def percentile_sem(self, pct: float) -> float:
-        """Standard error of the percentile, from its 95 % CI half-width (half-width / 1.96)."""
+    def percentile_sem(self, pct: float) -> float | None:
+        """Standard error of the percentile, from its 95 % CI half-width (half-width / 1.96); None if unknown."""
+        if not self.ci_known:
+            return None
         lo, hi = self.latency_ci_us[float(pct)]
         return max(hi - lo, 0.0) / (2 * 1.96)
 
@@ -166,8 +171,16 @@ class LoadControl(Protocol):
 
 
 def apply_point(host: Host, point: OperatingPoint) -> OperatingPoint:
-    """Validate `point` against the host's knobs, then set ITR and DVFS."""
+    """Validate `point` against the host's knobs, then set ITR and DVFS.
+
+    A host that offers `apply(itr_us=, dvfs_ghz=)` gets both knobs in one call, so it can make the pair
+    all-or-nothing (`RealHost` rolls DVFS back if the ITR write fails).
+    """
     checked = host.knobs().check(point)
+    apply = getattr(host, "apply", None)
+    if callable(apply):
+        apply(itr_us=checked.itr_us, dvfs_ghz=checked.dvfs_ghz)
+        return checked
     host.set_itr(checked.itr_us)
     host.set_dvfs(checked.dvfs_ghz)
     return checked

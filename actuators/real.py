@@ -147,7 +147,8 @@ class RealHost:
         return Measurement(
             seconds=elapsed, offered_qps=rate, achieved_qps=rate, requests=window.requests,
             latency_us=dict(window.latency_us), latency_ci_us=dict(window.latency_ci_us),
-            energy_j=reading.energy_j, point=point, energy_by_zone_j=dict(reading.by_zone_j))
+            energy_j=reading.energy_j, point=point, energy_by_zone_j=dict(reading.by_zone_j),
+            ci_known=bool(getattr(window, "ci_known", True)))
 
     def close(self) -> None:
         """Release sockets and the ethtool layer (does not restore: call `restore()` for that)."""

@@ -8,11 +8,15 @@ from typing import Protocol, runtime_checkable
 
 @dataclass(frozen=True)
 class LatencyWindow:
-    """Latency observed over one window: per-percentile values and 95 % order-statistic CIs (µs)."""
+    """Latency observed over one window: per-percentile values and 95 % order-statistic CIs (µs).
+
+    `ci_known` is False when the source cannot bound its percentiles (the CIs are then placeholders).
+    """
 
     requests: int
     latency_us: dict[float, float]
     latency_ci_us: dict[float, tuple[float, float]]
+    ci_known: bool = True
 
 
 @runtime_checkable

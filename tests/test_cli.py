@@ -105,8 +105,6 @@ def test_make_host_factory_failure_and_bad_options():
     assert "factory failed: TypeError" in _one_line_error("tests.fakes:make_fake_host", turbo=True)
 
 
-@pytest.mark.xfail(strict=True, reason="tuner/hosts.py puts the exception text into the message verbatim; "
-                   "a multi-line one breaks the one-line rule (fix there: collapse whitespace)")
 def test_make_host_multiline_exception_text_stays_one_line(tmp_path, monkeypatch):
     (tmp_path / "multiline_host_mod.py").write_text("raise RuntimeError('boom\\nat import')\n")
     monkeypatch.syspath_prepend(str(tmp_path))

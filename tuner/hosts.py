@@ -5,6 +5,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+import os
+import sys
+
 from actuators.host import Host
 from tuner.errors import TunerError
 
@@ -14,20 +17,27 @@ BUILTIN = {
 }
 
 
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 def make_host(spec: str, **options: Any) -> Host:
     """Build the host named by `spec`, passing `options` to its factory.
 
     Raises `TunerError` (one line) when the module does not import, the factory is missing, or the
-    object it returns does not implement the `Host` protocol.
+    object it returns does not implement the `Host` protocol. Like `python -m`, a `module:factory` spec
+    also finds modules in the current directory.
     """
     target = BUILTIN.get(spec, spec)
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise TunerError(f"--host {spec!r}: expected 'sim', 'real' or 'module:factory'")
+    if spec not in BUILTIN and os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:  # noqa: BLE001 - any import failure is the user's host module
-        raise TunerError(f"--host {spec!r}: cannot import {module_name!r}: {exc}") from None
+        raise TunerError(f"--host {spec!r}: cannot import {module_name!r}: {_one_line(exc)}") from None
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise TunerError(f"--host {spec!r}: {module_name!r} has no callable {attr!r}")
@@ -36,7 +46,7 @@ def make_host(spec: str, **options: Any) -> Host:
     except TunerError:
         raise
     except Exception as exc:  # noqa: BLE001
-        raise TunerError(f"--host {spec!r}: factory failed: {type(exc).__name__}: {exc}") from None
+        raise TunerError(f"--host {spec!r}: factory failed: {type(exc).__name__}: {_one_line(exc)}") from None
     missing = [m for m in ("knobs", "set_itr", "set_dvfs", "point", "restore", "offered_qps", "measure")
                if not callable(getattr(host, m, None))]
     if missing or not isinstance(host, Host):
