@@ -22,7 +22,6 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -133,7 +132,6 @@ def main(argv: list[str] | None = None) -> int:
                           "replay_wall_s")
             }
     print(json.dumps(out, indent=2))
-    del replace
     return 0
 
 

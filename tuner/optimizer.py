@@ -29,10 +29,9 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Iterator
 
 from actuators.host import PERCENTILES, Host, KnobSpace, Measurement, OperatingPoint, apply_point
+from reward import DEFAULT_REWARD  # chosen by bench/replay.py (README section "replay")
 from tuner.errors import HostError, TunerError
 
-#: Default reward (chosen by `bench/replay.py`; see README section "replay").
-DEFAULT_REWARD = "constrained"
 #: Relative standard error assumed for a window's mean power when the host does not report one: RAPL
 #: counts energy exactly, what varies is the process; 1 % of power over a 20 s window is an upper estimate
 #: of what the simulated host and the dissertation's 20 s windows show.
