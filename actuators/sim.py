@@ -190,7 +190,7 @@ class SimHost:
             rows = rng.choice(freqs.size, size=sim.latency_us.shape[1], p=occ)
             lat = sim.latency_us[rows, np.arange(sim.latency_us.shape[1])]
         mean_power = float(np.dot(occ, power))
-        lock_u = lock_utilisation(self._p, qps_eff / 1e6)
+        lock_u = float(np.dot(occ, lock_utilisation(self._p, qps_eff / 1e6, freqs)))
         served = float(round(offered * min(float(np.dot(occ, sim.served)), 1.0 / max(lock_u, 1.0))))
         energy_j, by_zone = self._advance_counters(mean_power, seconds)
         self._clock_s += seconds

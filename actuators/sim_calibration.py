@@ -66,12 +66,27 @@ class Eq63Row:
 
 
 def eq63_rows(host: SimHost, qps: float, itrs=EQ63_ITRS, dvfs=EQ63_DVFS,
-              limit_us: float = EQ63_LIMIT_US) -> list[Eq63Row]:
-    """Simulated vs eq. 6.3 p99 at the sampled points where the fit predicts <= `limit_us`."""
+              limit_us: float = EQ63_LIMIT_US, sla_us: float | None = None) -> list[Eq63Row]:
+    """Simulated vs eq. 6.3 p99 at the sampled points where the fit predicts <= `limit_us`.
+
+    With `sla_us`, only the points whose simulated p99 meets it: the dissertation fitted eq. 6.3 on
+    SLA-meeting configurations only ("we filter out ITR and DVFS settings which violate the SLA in our data
+    set", ch. 6.1), so the fit makes no claim about the others.
+    """
     pts = [OperatingPoint(i, f) for i in itrs for f in dvfs if eq63_p99_us(qps, i, f) <= limit_us]
     exp = host.expected(pts, qps)
-    return [Eq63Row(qps, p.itr_us, p.dvfs_ghz, e.latency_us[99.0], eq63_p99_us(qps, p.itr_us, p.dvfs_ghz))
+    rows = [Eq63Row(qps, p.itr_us, p.dvfs_ghz, e.latency_us[99.0], eq63_p99_us(qps, p.itr_us, p.dvfs_ghz))
             for p, e in zip(pts, exp)]
+    return rows if sla_us is None else [r for r in rows if r.sim_p99_us <= sla_us]
+
+
+def _eq63_summary(rows: list[Eq63Row]) -> dict:
+    errs = [r.rel_error for r in rows]
+    return {"points": len(rows), "max_abs_rel_error": round(max(abs(x) for x in errs), 3),
+            "mean_rel_error": round(sum(errs) / len(errs), 3),
+            "within_tolerance": sum(abs(x) <= EQ63_TOLERANCE for x in errs),
+            "worst": [(r.itr_us, r.dvfs_ghz, round(r.sim_p99_us), round(r.fit_p99_us))
+                      for r in sorted(rows, key=lambda r: -abs(r.rel_error))[:3]]}
 
 
 def max_qps_meeting_sla(host: SimHost, point: OperatingPoint = OperatingPoint(2, 2.9), sla_us: float = SLA_US,
@@ -94,7 +109,7 @@ def idle_power_w(host: SimHost) -> float:
 
 def calibration(host: SimHost) -> dict:
     """Evaluate every calibration target; returns plain data (JSON-serialisable)."""
-    out: dict = {"optimum": {}, "default_ratio": {}, "eq63": {}}
+    out: dict = {"optimum": {}, "default_ratio": {}, "eq63": {}, "eq63_sla_meeting": {}}
     for qps, (ilo, ihi, flo, fhi) in OPTIMUM_RANGE.items():
         pt, e = optimal_static(host, qps)
         ok = ilo <= pt.itr_us <= ihi and flo - 1e-9 <= pt.dvfs_ghz <= fhi + 1e-9 and \
@@ -110,13 +125,13 @@ def calibration(host: SimHost) -> dict:
                 "default_power_w": round(d.power_w, 2), "default_p99_us": round(d.latency_us[99.0], 1),
                 "ratio": round(ratio, 3), "ok": DEFAULT_RATIO[0] <= ratio <= DEFAULT_RATIO[1]}
         rows = eq63_rows(host, qps)
-        errs = [r.rel_error for r in rows]
-        out["eq63"][int(qps)] = {
-            "points": len(rows), "max_abs_rel_error": round(max(abs(x) for x in errs), 3),
-            "mean_rel_error": round(sum(errs) / len(errs), 3),
-            "within_tolerance": sum(abs(x) <= EQ63_TOLERANCE for x in errs),
-            "worst": [(r.itr_us, r.dvfs_ghz, round(r.sim_p99_us), round(r.fit_p99_us))
-                      for r in sorted(rows, key=lambda r: -abs(r.rel_error))[:3]]}
+        out["eq63"][int(qps)] = _eq63_summary(rows)
+        meeting = [r for r in rows if r.sim_p99_us <= SLA_US]
+        out["eq63_sla_meeting"][int(qps)] = _eq63_summary(meeting)
+        # where the fit itself says the SLA is met but the simulator violates it (outside the fit's data set)
+        out["eq63_sla_meeting"][int(qps)]["fit_meets_sim_violates"] = [
+            (r.itr_us, r.dvfs_ghz, round(r.sim_p99_us), round(r.fit_p99_us)) for r in rows
+            if r.sim_p99_us > SLA_US and r.fit_p99_us <= SLA_US]
     idle = idle_power_w(host)
     out["idle_power_w"] = {"value": round(idle, 2), "ok": IDLE_POWER_W[0] <= idle <= IDLE_POWER_W[1]}
     mq = max_qps_meeting_sla(host)
@@ -143,6 +158,13 @@ def format_table(cal: dict) -> str:
         rows.append(f"| p99 vs eq. 6.3 (table 6.1), {qps // 1000}K, {e['points']} points | fit | max abs error "
                     f"{100 * e['max_abs_rel_error']:.0f} %, mean {100 * e['mean_rel_error']:+.0f} %, "
                     f"{e['within_tolerance']}/{e['points']} within ±20 % | ±20 % | "
+                    f"{'yes' if e['within_tolerance'] == e['points'] else 'NO'} |")
+    for qps, e in cal["eq63_sla_meeting"].items():
+        rows.append(f"| same, only where the simulated p99 meets the 500 µs SLA (the fit's data set, ch. 6.1), "
+                    f"{qps // 1000}K, {e['points']} points | fit | max abs error "
+                    f"{100 * e['max_abs_rel_error']:.0f} %, mean {100 * e['mean_rel_error']:+.0f} %, "
+                    f"{e['within_tolerance']}/{e['points']} within ±20 %; fit <= 500 µs but sim > 500 µs at "
+                    f"{len(e['fit_meets_sim_violates'])} points | ±20 % | "
                     f"{'yes' if e['within_tolerance'] == e['points'] else 'NO'} |")
     i = cal["idle_power_w"]
     rows.append(f"| idle package power | ~20-35 W | {i['value']} W | {IDLE_POWER_W[0]:g}-{IDLE_POWER_W[1]:g} W | "

@@ -8,8 +8,9 @@ period was empty), packet count Poisson(lam * ITR) (1 when empty), arrival posit
 K periods is one vectorised draw.  Each interrupt costs fixed work H(f); a batch that finds the core still
 busy raises no interrupt (NAPI keeps polling) but costs a poll round.  The driver/stack processes the whole
 batch (n * s_stack(f)), then memcached serves the requests run-to-completion in arrival order (gamma-
-distributed app work + a global critical section whose hold time is cache-line traffic, not f-scaled, and
-whose M/M/1 wait caps the server near 1 / hold).  Every work item is cycles / f + a memory-bound part.
+distributed app work + a global critical section whose hold time is cache-line traffic plus cycles under
+the lock, whose M/M/1 wait caps the server near 1 / hold and -- as the hold grows when f falls -- makes
+high load strongly DVFS-dependent; waiters block in C1).  Every work item is cycles / f + a memory-bound part.
 Batches queue FIFO per core (Lindley recursion, vectorised with a running maximum).  An idle gap puts the
 core in the C-state the menu governor picks (deepest state whose target residency fits the predicted idle
 = the shortest of the last few gaps); its exit latency delays the waking batch, and entering idle costs OS
@@ -79,7 +80,8 @@ class SimParams:
     ondemand_up: float = 0.80
     ondemand_period_s: float = 0.010
     burst_mean: float = 1.0  # requests per arrival event (mutilate pipelines up to 4 per connection)
-    lock_us: float = 0.88  # global critical section per request (cache-line bound, not f-scaled), all cores
+    lock_us: float = 0.60  # global critical section per request: cache-line bound part (not f-scaled), all cores
+    lock_cyc: float = 0.85  # and the cycles executed while holding it (µs*GHz): the hold, so the wait, grows at low f
     rss_spread: float = 0.142  # RSS imbalance: simulated cores carry (1 -/+ spread) x the mean load
 
     def volt(self, f: np.ndarray | float) -> np.ndarray:
@@ -135,21 +137,34 @@ def rss_multipliers(spread: float, chains: int) -> np.ndarray:
     return 1.0 + spread * np.linspace(-1.0, 1.0, chains)
 
 
-def lock_utilisation(p: SimParams, total_per_us: float) -> float:
-    """Utilisation of the global critical section at `total_per_us` requests/µs over all cores."""
-    return total_per_us * p.lock_us
+def lock_hold_us(p: SimParams, f: np.ndarray | float) -> np.ndarray:
+    """Hold time (µs) of the global critical section at `f` GHz: cache-line traffic + cycles under the lock."""
+    return p.lock_us + p.lock_cyc / np.asarray(f, float)
 
 
-def lock_time_us(p: SimParams, total_per_us: float, rng: np.random.Generator, size: int) -> np.ndarray:
-    """Hold + wait per request at the global critical section (memcached's shared LRU/stats cache lines).
+def lock_utilisation(p: SimParams, total_per_us: float, f: np.ndarray | float | None = None) -> np.ndarray:
+    """Utilisation of the global critical section at `total_per_us` requests/µs over all cores, at `f` GHz
+    (default f_max)."""
+    return total_per_us * lock_hold_us(p, p.f_max if f is None else f)
 
-    Its hold time is coherence traffic, not core cycles, so it does not scale with f; the wait is the
-    M/M/1 waiting time at utilisation U (0 w.p. 1-U, else Exp(hold / (1 - U))).  It caps the whole
-    server's throughput at 1 / hold whatever the per-core knobs (Linux's ~800K QPS peak, sec. 5.3.1.1).
+
+def lock_time_us(p: SimParams, total_per_us: float, f: np.ndarray, rng: np.random.Generator,
+                 size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(F, size) hold + wait, and the wait alone, per request at the global critical section (memcached's shared LRU/stats lines).
+
+    The hold is coherence traffic plus the cycles executed under the lock, so it grows as f falls; the wait
+    is the M/M/1 waiting time at utilisation U(f) (0 w.p. 1-U, else Exp(hold / (1 - U))), drawn with common
+    random numbers across `f`.  A waiter blocks (futex) rather than spins, so the wait delays its core's
+    queue but is spent in C1, not executing.  It caps the whole server's throughput at 1 / hold (Linux's ~800K QPS peak at
+    f_max, sec. 5.3.1.1) and, because U rises as the clock slows, makes high load strongly DVFS-dependent
+    (table 6.1: alpha 1.34 at 600K QPS).
     """
-    u = min(lock_utilisation(p, total_per_us), 0.999)
-    waits = np.where(rng.random(size) < u, rng.exponential(p.lock_us / (1.0 - u), size=size), 0.0)
-    return p.lock_us + waits
+    hold = np.atleast_1d(lock_hold_us(p, f))[:, None]  # (F, 1)
+    u = np.minimum(total_per_us * hold, 0.999)
+    coin = rng.random(size)[None, :]
+    e = rng.exponential(size=size)[None, :]
+    wait = np.where(coin < u, e * hold / (1.0 - u), 0.0)
+    return hold + wait, wait
 
 
 def _seg_cumsum(x: np.ndarray, starts: np.ndarray, idx: np.ndarray) -> np.ndarray:
@@ -157,6 +172,13 @@ def _seg_cumsum(x: np.ndarray, starts: np.ndarray, idx: np.ndarray) -> np.ndarra
     c = np.cumsum(x)
     base = np.concatenate(([0.0], c))[starts]
     return c - base[idx]
+
+
+def _seg_cumsum_rows(x: np.ndarray, starts: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """`_seg_cumsum` along the last axis of a 2-D array."""
+    c = np.cumsum(x, axis=1)
+    base = np.concatenate((np.zeros((x.shape[0], 1)), c), axis=1)[:, starts]
+    return c - base[:, idx]
 
 
 def _lindley(t: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -206,15 +228,15 @@ def simulate(p: SimParams, lam: float, itr_us: float, f: np.ndarray, requests: i
     u = np.repeat(u_ev, size)
     wait = np.where(empty.ravel()[idx], 0.0, itr * (1.0 - u))
     x = rng.gamma(p.app_shape, 1.0 / p.app_shape, size=r)
-    lock = lock_time_us(p, lam * cores, rng, r)  # per request, f-independent, part of its app work
-    clock = _seg_cumsum(lock, starts, idx)
-    slock = np.add.reduceat(lock, starts).reshape(chains, k)
+    lock, lock_wait = lock_time_us(p, lam * cores, f, rng, r)  # (F, R) per request, part of its app work
+    clock = _seg_cumsum_rows(lock, starts, idx)
+    slock = np.add.reduceat(lock, starts, axis=1).reshape(f.size, chains, k)
     cx = _seg_cumsum(x, starts, idx)
     sx = np.add.reduceat(x, starts).reshape(chains, k)
 
     h, ss, sa = p.work_us(f)
     h3, ss3, sa3 = h[:, None, None], ss[:, None, None], sa[:, None, None]
-    base = n[None] * ss3 + sa3 * sx[None] + slock[None]  # (F, C, K)
+    base = n[None] * ss3 + sa3 * sx[None] + slock  # (F, C, K)
     w1 = base + h3
     st1 = _lindley(t[None], w1)
     fin1 = st1 + w1
@@ -242,7 +264,7 @@ def simulate(p: SimParams, lam: float, itr_us: float, f: np.ndarray, requests: i
     st2 = _lindley(t[None], w2)
     fin2 = st2 + w2
     offset = (st2 - t[None]) + wake + irq + n[None] * ss3  # (F, C, K): time from interrupt to app start
-    lat = wait[None] + offset.reshape(f.size, kk)[:, idx] + sa[:, None] * cx[None] + clock[None] + p.net_us
+    lat = wait[None] + offset.reshape(f.size, kk)[:, idx] + sa[:, None] * cx[None] + clock + p.net_us
 
     idle2 = np.zeros_like(st2)
     idle2[..., 1:] = np.maximum(t[None, :, 1:] - fin2[..., :-1], 0.0)
@@ -256,7 +278,9 @@ def simulate(p: SimParams, lam: float, itr_us: float, f: np.ndarray, requests: i
     flat_idle = idle2.reshape(f.size, -1)
     for fi in range(f.size):
         res[fi] = np.bincount(flat_state[fi], weights=flat_idle[fi], minlength=nstates)[:nstates]
-    work_time = w2.sum(axis=(1, 2)) + bookkeeping.sum(axis=(1, 2))
+    blocked = lock_wait.sum(axis=1)  # (F,) blocked on the lock: C1, not executing
+    res[:, [c.name for c in p.cstates].index("C1")] += blocked
+    work_time = w2.sum(axis=(1, 2)) + bookkeeping.sum(axis=(1, 2)) - blocked
     idle_time = res.sum(axis=1)
     span_f = np.maximum(span, work_time + idle_time)
     busy = work_time / span_f
@@ -297,7 +321,7 @@ def analytic_busy(p: SimParams, lam: float, itr_us: float, f: np.ndarray) -> np.
     m = lam * itr_us
     intr = lam / (m + math.exp(-m))  # interrupts per µs
     wake = p.cstates[2].exit_latency_us  # typical shallow wake-up at short ITR
-    return np.minimum(lam * (ss + sa + p.lock_us) + intr * (h + wake + p.idle_cyc / np.asarray(f, float)), 1.0)
+    return np.minimum(lam * (ss + sa + lock_hold_us(p, f)) + intr * (h + wake + p.idle_cyc / np.asarray(f, float)), 1.0)
 
 
 def ondemand_occupancy(p: SimParams, lam: float, itr_us: float, freqs: np.ndarray, steps: int,

@@ -34,8 +34,6 @@ def test_energy_optimal_point_low_and_mid_load(optima, qps):
     assert e.latency_us[99.0] <= cal.SLA_US
 
 
-@pytest.mark.xfail(strict=True, reason="known miss: the simulator's 600K optimum is (238 µs, 1.4 GHz), 0.1 GHz below "
-                   "the target band; lower clocks stay feasible because batching amortises the per-request work")
 def test_energy_optimal_point_600k(optima):
     pt, e = optima[600_000.0]
     assert 200 <= pt.itr_us <= 400  # tolerance: ITR 200-400 µs (table 5.1: 300)
@@ -65,9 +63,9 @@ def test_max_qps_at_fastest_settings(host):
     assert 700_000 <= q <= 900_000  # tolerance: 700K-900K QPS (dissertation: Linux peaks near 800K)
 
 
-@pytest.mark.xfail(strict=True, reason="known miss (README sim table): at small ITR the simulator's p99 is too high at "
-                   "fast clocks (400K/600K, up to +60 %) and saturates at 600K <= 1.5 GHz; some 200K/400K mid-ITR "
-                   "points are 20-25 % low")
+@pytest.mark.xfail(strict=True, reason="known miss (README sim table): at ITR 2-10 the simulator's p99 is too high at "
+                   "400K (+20..+58 %) and 600K >= 1.7 GHz (up to +92 %); 600K <= 1.5 GHz violates the SLA where the "
+                   "fit does not; 200K ITR 2 @ 1.3 GHz +27 %, ITR 10-50 @ >= 2.5 GHz 21-25 % low")
 @pytest.mark.parametrize("qps", [200_000.0, 400_000.0, 600_000.0])
 def test_p99_follows_eq63(host, qps):
     rows = cal.eq63_rows(host, qps)  # sampled ITR x DVFS points where the fit predicts <= 600 µs
@@ -77,10 +75,34 @@ def test_p99_follows_eq63(host, qps):
     assert not bad  # tolerance: ±20 % of eq. 6.3 with table 6.1's Linux parameters
 
 
+@pytest.mark.xfail(strict=True, reason="known miss (README sim table): even on SLA-meeting points, ITR 2-10 at 400K "
+                   "and at 600K >= 1.7 GHz are too high; 200K (2, 1.3) too high, (10-50, >= 2.5 GHz) too low")
+@pytest.mark.parametrize("qps", [200_000.0, 400_000.0, 600_000.0])
+def test_p99_follows_eq63_on_sla_meeting_points(host, qps):
+    # Comparison domain restricted to the fit's own data set: the dissertation fitted eq. 6.3 only on
+    # configurations that met the SLA ("we filter out ITR and DVFS settings which violate the SLA in our data
+    # set", ch. 6.1), so points where the simulated p99 exceeds 500 µs are outside what the fit describes.
+    rows = cal.eq63_rows(host, qps, sla_us=cal.SLA_US)
+    assert len(rows) >= 20
+    bad = [(r.itr_us, r.dvfs_ghz, round(r.sim_p99_us), round(r.fit_p99_us)) for r in rows
+           if abs(r.rel_error) > cal.EQ63_TOLERANCE]
+    assert not bad  # tolerance: ±20 % of eq. 6.3 with table 6.1's Linux parameters
+
+
 @pytest.mark.parametrize("qps", [200_000.0, 400_000.0, 600_000.0])
 def test_p99_follows_eq63_where_batching_dominates(host, qps):
-    # regression guard for what the model does reproduce (NOT the issue's full target, see the xfail above):
-    # wherever ITR >= 200 µs the p99 stays within ±20 % of eq. 6.3
-    rows = [r for r in cal.eq63_rows(host, qps) if r.itr_us >= 200]
+    # regression guard for what the model does reproduce (NOT the issue's full target, see the xfails above):
+    # wherever ITR >= 200 µs and the simulated p99 meets the SLA (the fit's data set, ch. 6.1), the p99 stays
+    # within ±20 % of eq. 6.3.  Excluded at 600K: (200, 1.3) and (300, 1.5), where the fit itself predicts
+    # 576 / 572 µs, i.e. SLA violations too.
+    rows = [r for r in cal.eq63_rows(host, qps, sla_us=cal.SLA_US) if r.itr_us >= 200]
     assert len(rows) >= 8
     assert max(abs(r.rel_error) for r in rows) <= 0.20  # tolerance: ±20 % of eq. 6.3
+
+
+@pytest.mark.parametrize("qps", [200_000.0, 400_000.0])
+def test_sla_filter_only_drops_points_the_fit_also_puts_near_the_sla(host, qps):
+    # the SLA filter must not hide disagreements at 200K/400K: every point it drops is one where the fit
+    # itself predicts >= 450 µs
+    dropped = [r for r in cal.eq63_rows(host, qps) if r.sim_p99_us > cal.SLA_US]
+    assert all(r.fit_p99_us >= 450.0 for r in dropped)
