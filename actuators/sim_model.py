@@ -13,7 +13,7 @@ the lock, whose M/M/1 wait caps the server near 1 / hold and -- as the hold grow
 high load strongly DVFS-dependent; waiters block in C1).  Every work item is cycles / f + a memory-bound part.
 Batches queue FIFO per core (Lindley recursion, vectorised with a running maximum).  An idle gap puts the
 core in the C-state the menu governor picks (deepest state whose target residency fits the predicted idle
-= the shortest of the last few gaps); its exit latency delays the waking batch, and entering idle costs OS
+= the shortest of the last few gaps it really slept); its exit latency delays the waking batch, and entering idle costs OS
 bookkeeping (energy only: a pending interrupt aborts it).  Power = static + uncore + per core (busy:
 C f V(f)^2 + leakage V; idle: C-state power) + per-request package energy.
 """
@@ -80,8 +80,8 @@ class SimParams:
     ondemand_up: float = 0.80
     ondemand_period_s: float = 0.010
     burst_mean: float = 1.0  # requests per arrival event (mutilate pipelines up to 4 per connection)
-    lock_us: float = 0.60  # global critical section per request: cache-line bound part (not f-scaled), all cores
-    lock_cyc: float = 0.85  # and the cycles executed while holding it (µs*GHz): the hold, so the wait, grows at low f
+    lock_us: float = 0.55  # global critical section per request: cache-line bound part (not f-scaled), all cores
+    lock_cyc: float = 0.95  # and the cycles executed while holding it (µs*GHz): the hold, so the wait, grows at low f
     rss_spread: float = 0.142  # RSS imbalance: simulated cores carry (1 -/+ spread) x the mean load
 
     def volt(self, f: np.ndarray | float) -> np.ndarray:
@@ -181,6 +181,28 @@ def _seg_cumsum_rows(x: np.ndarray, starts: np.ndarray, idx: np.ndarray) -> np.n
     return c - base[:, idx]
 
 
+def _menu_prediction(gaps: np.ndarray, idled: np.ndarray, history: int) -> np.ndarray:
+    """Predicted idle before each batch: the shortest of the last `history` *actual* idle gaps before it.
+
+    The menu governor records an interval only when the core really idled (its history is updated on idle
+    exit), so batches that found the core busy leave the history untouched rather than counting as long
+    gaps.  `gaps`, `idled`: (..., K); 1e9 (deepest state) until any history exists.
+    """
+    k = gaps.shape[-1]
+    g2 = gaps.reshape(-1, k)
+    v2 = idled.reshape(-1, k)
+    flat = np.concatenate((g2[v2], [1e9]))  # each row's actual gaps, rows concatenated
+    counts = v2.sum(axis=1)
+    row_start = np.concatenate(([0], np.cumsum(counts)[:-1]))[:, None]
+    before = np.cumsum(v2, axis=1) - v2  # actual gaps strictly before batch k
+    pred = np.full(g2.shape, 1e9)
+    for lag in range(1, history + 1):
+        pos = before - lag
+        val = flat[row_start + np.maximum(pos, 0)]
+        pred = np.minimum(pred, np.where(pos >= 0, val, 1e9))
+    return pred.reshape(gaps.shape)
+
+
 def _lindley(t: np.ndarray, w: np.ndarray) -> np.ndarray:
     """Start times of FIFO work items arriving at `t` (ascending, last axis) with durations `w`."""
     cw = np.cumsum(w, axis=-1)
@@ -247,10 +269,7 @@ def simulate(p: SimParams, lam: float, itr_us: float, f: np.ndarray, requests: i
     idle1 = np.maximum(idle1, 0.0)
     # menu governor: predicted idle = the shortest of the last `menu_history` idle gaps (its typical-interval
     # detection discards the long outliers of irregular traffic); regular (ITR-paced) gaps predict well
-    hist = np.where(busy1, 1e9, idle1)  # a batch that found the core busy left no idle period behind
-    pred = np.full_like(idle1, 1e9)
-    for lag in range(1, p.menu_history + 1):
-        pred[..., lag:] = np.minimum(pred[..., lag:], hist[..., :-lag])
+    pred = _menu_prediction(idle1, ~busy1, p.menu_history)
     targets = np.array([c.target_residency_us for c in p.cstates])
     exits = np.array([c.exit_latency_us for c in p.cstates])
     state = np.searchsorted(targets, pred, side="right") - 1  # deepest state whose residency fits
