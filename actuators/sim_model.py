@@ -13,8 +13,8 @@ the lock, whose M/M/1 wait caps the server near 1 / hold and -- as the hold grow
 high load strongly DVFS-dependent; waiters block in C1).  Every work item is cycles / f + a memory-bound part.
 Batches queue FIFO per core (Lindley recursion, vectorised with a running maximum).  An idle gap puts the
 core in the C-state the menu governor picks (deepest state whose target residency fits the predicted idle
-= the shortest of the last few gaps it really slept); its exit latency delays the waking batch, and entering idle costs OS
-bookkeeping (energy only: a pending interrupt aborts it).  Power = static + uncore + per core (busy:
+= the shortest of the last few gaps it really slept); its exit latency delays the waking batch, and entering
+idle costs OS bookkeeping (energy only: a pending interrupt aborts it).  Power = static + uncore + per core (busy:
 C f V(f)^2 + leakage V; idle: C-state power) + per-request package energy.
 """
 
@@ -150,14 +150,14 @@ def lock_utilisation(p: SimParams, total_per_us: float, f: np.ndarray | float | 
 
 def lock_time_us(p: SimParams, total_per_us: float, f: np.ndarray, rng: np.random.Generator,
                  size: int) -> tuple[np.ndarray, np.ndarray]:
-    """(F, size) hold + wait, and the wait alone, per request at the global critical section (memcached's shared LRU/stats lines).
+    """(F, size) hold + wait, and the wait alone, per request at the global critical section.
 
-    The hold is coherence traffic plus the cycles executed under the lock, so it grows as f falls; the wait
-    is the M/M/1 waiting time at utilisation U(f) (0 w.p. 1-U, else Exp(hold / (1 - U))), drawn with common
-    random numbers across `f`.  A waiter blocks (futex) rather than spins, so the wait delays its core's
-    queue but is spent in C1, not executing.  It caps the whole server's throughput at 1 / hold (Linux's ~800K QPS peak at
-    f_max, sec. 5.3.1.1) and, because U rises as the clock slows, makes high load strongly DVFS-dependent
-    (table 6.1: alpha 1.34 at 600K QPS).
+    memcached's shared LRU/stats cache lines: the hold is coherence traffic plus the cycles executed under
+    the lock, so it grows as f falls; the wait is the M/M/1 waiting time at utilisation U(f) (0 w.p. 1-U,
+    else Exp(hold / (1 - U))), drawn with common random numbers across `f`.  A waiter blocks (futex) rather
+    than spins, so the wait delays its core's queue but is spent in C1, not executing.  It caps the whole
+    server's throughput at 1 / hold (Linux's ~800K QPS peak at f_max, sec. 5.3.1.1) and, because U rises as
+    the clock slows, makes high load strongly DVFS-dependent (table 6.1: alpha 1.34 at 600K QPS).
     """
     hold = np.atleast_1d(lock_hold_us(p, f))[:, None]  # (F, 1)
     u = np.minimum(total_per_us * hold, 0.999)
