@@ -23,6 +23,7 @@ from typing import Any
 
 from actuators.hwio import Setting, describe
 from tuner.errors import HostError
+from tuner.fsutil import atomic_write, fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -36,28 +37,9 @@ def default_state_dir(root: Path) -> Path:
     return Path(root) / "var" / "lib" / "tuner"
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def atomic_write_text(path: Path, text: str, mode: int = 0o600) -> None:
-    """Replace `path` with `text` atomically: readers see the old file or the new one, never a torn one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
+    """Replace `path` with `text` atomically (see `tuner.fsutil.atomic_write`)."""
+    atomic_write(path, text.encode(), mode)
 
 
 class OriginalsStore:
@@ -133,7 +115,7 @@ class OriginalsStore:
                     self._persist()
                 elif self.path.exists():
                     self.path.unlink()
-                    _fsync_dir(self.state_dir)
+                    fsync_dir(self.state_dir)
         except OSError as exc:
             raise HostError(f"cannot update {self.path}: {os.strerror(exc.errno or 0)} (the values were "
                             f"restored; the file still lists them)") from None

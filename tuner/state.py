@@ -15,41 +15,18 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tuner.errors import TunerError
+from tuner.fsutil import atomic_write
 
 STATE_VERSION = 1
 KEEP_TRIALS = 5000
 KEEP_DECISIONS = 500
 KEEP_WINDOWS = 300
 KEEP_EXPERIMENTS = 8
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` so that readers (and a crash) see either the old or the new content."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 @dataclass
