@@ -18,6 +18,7 @@ from typing import Any
 
 from actuators.host import KnobSpace, Measurement, OperatingPoint
 from tests.fakes import FakeHost
+from tuner.optimizer import Decision, Prediction, TrialRecord
 
 ORIGINAL = {"itr": "adaptive", "dvfs": "schedutil"}
 
@@ -105,34 +106,6 @@ def make_file_host(knob_file: str, qps: float = 100_000.0, qps_file: str | None 
 
 
 # ------------------------------------------------------------------------------------------------ optimiser
-
-
-@dataclass(frozen=True)
-class TrialRecord:
-    index: int
-    point: OperatingPoint
-    qps: float
-    status: str
-    measurement: Measurement | None
-    reward: float | None
-    error: str | None
-
-
-@dataclass(frozen=True)
-class Decision:
-    point: OperatingPoint
-    measurement: Measurement | None
-    met_sla: bool
-    reason: str
-
-
-@dataclass(frozen=True)
-class Prediction:
-    latency_us: float
-    latency_sem: float
-    power_w: float
-    power_sem: float
-    from_measured: bool
 
 
 class FakeOptimizer:
