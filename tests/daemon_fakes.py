@@ -12,13 +12,12 @@ import json
 import os
 import random
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from actuators.host import KnobSpace, Measurement, OperatingPoint
 from tests.fakes import FakeHost
-from tuner.optimizer import Decision, Prediction, TrialRecord
+from tuner.optimizer import Decision, Objective, Prediction, TrialRecord, TunerSettings  # noqa: F401
 
 ORIGINAL = {"itr": "adaptive", "dvfs": "schedutil"}
 
@@ -180,22 +179,6 @@ class FakeOptimizer:
         o._rows = d["rows"]
         o._next = max([r["index"] + 1 for r in o._rows], default=0)
         return o
-
-
-@dataclass(frozen=True)
-class Objective:
-    reward: str
-    percentile: float = 99.0
-    sla_us: float = 500.0
-
-
-@dataclass(frozen=True)
-class TunerSettings:
-    trials: int = 30
-    sobol_trials: int = 8
-    settle_s: float = 1.0
-    window_s: float = 20.0
-    seed: int = 0
 
 
 class Optimizer(FakeOptimizer):
