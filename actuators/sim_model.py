@@ -36,12 +36,13 @@ class CState:
     power_w: float  # per-core power while resident (C1 scales with V, see `idle_power_w`)
 
 
-# intel_idle's Sandy Bridge table (target residency 2/20/211/345/345 µs); effective exit latencies are
-# below the table's worst-case values (2/10/80/104/109 µs), as measured on SNB-EP parts.
+# intel_idle's Sandy Bridge table (target residency 2/20/211/345/345 µs, exit latency 2/10/80/104/109 µs);
+# C1E takes the table's 10 µs, the deep states' effective exits are below their worst-case values, as
+# measured on SNB-EP parts.
 SNB_CSTATES: tuple[CState, ...] = (
     CState("POLL", 0.0, 0.0, -1.0),  # power = leakage + a little dynamic (idle loop); see idle_power_w
     CState("C1", 2.0, 1.0, -2.0),  # clock gated at current voltage; see idle_power_w
-    CState("C1E", 20.0, 5.0, 0.75),
+    CState("C1E", 20.0, 10.0, 0.75),
     CState("C3", 211.0, 25.0, 0.35),
     CState("C6", 345.0, 35.0, 0.08),
     CState("C7", 345.0, 40.0, 0.06),
