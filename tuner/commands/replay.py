@@ -47,7 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--policies", default="tuner,linux-default,static-performance,oracle",
                    help="comma list of tuner, linux-default, static-performance, oracle (default: all)")
     p.add_argument("--out", type=Path, default=Path("out"), help="output directory (default ./out)")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no per-window table")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no per-window table (the summary is still printed)")
     p.set_defaults(func=run)
 
 
@@ -148,7 +148,6 @@ def execute(host_spec: str, schedule: object, objective: object, settings: objec
     result.meta["trace_scale"] = schedule.scale  # type: ignore[attr-defined]
     result.meta["total_wall_s"] = time.perf_counter() - t0
     paths = write_files(result, out)
-    if not quiet:
-        print_report(result, out_console)
+    print_report(result, out_console, per_window=not quiet)
     print(f"wrote {', '.join(str(p) for p in paths)}", file=sys.stdout)
     return 0
