@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 from functools import cached_property
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from tuner.errors import KnobRangeError
 
@@ -109,6 +109,42 @@ class Measurement:
     def power_w(self) -> float:
         """Mean package power over the window."""
         return self.energy_j / self.seconds if self.seconds > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict (percentile keys as strings such as "99.9"); `from_dict` reads it back."""
+        return {
+            "seconds": self.seconds,
+            "offered_qps": self.offered_qps,
+            "achieved_qps": self.achieved_qps,
+            "requests": self.requests,
+            "latency_us": {f"{k:g}": v for k, v in self.latency_us.items()},
+            "latency_ci_us": {f"{k:g}": list(v) for k, v in self.latency_ci_us.items()},
+            "ci_known": self.ci_known,
+            "energy_j": self.energy_j,
+            "point": None if self.point is None else {"itr_us": self.point.itr_us, "dvfs_ghz": self.point.dvfs_ghz},
+            "energy_by_zone_j": dict(self.energy_by_zone_j),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Measurement:
+        """Inverse of `to_dict` (a point may also be given as [itr_us, dvfs_ghz])."""
+        point = d.get("point")
+        if isinstance(point, dict):
+            point = OperatingPoint(int(point["itr_us"]), float(point["dvfs_ghz"]))
+        elif point is not None:
+            point = OperatingPoint(int(point[0]), float(point[1]))
+        return cls(
+            seconds=float(d["seconds"]),
+            offered_qps=float(d["offered_qps"]),
+            achieved_qps=float(d["achieved_qps"]),
+            requests=int(d["requests"]),
+            latency_us={float(k): float(v) for k, v in d["latency_us"].items()},
+            latency_ci_us={float(k): (float(v[0]), float(v[1])) for k, v in d["latency_ci_us"].items()},
+            energy_j=float(d["energy_j"]),
+            point=point,
+            energy_by_zone_j={str(k): float(v) for k, v in d.get("energy_by_zone_j", {}).items()},
+            ci_known=bool(d.get("ci_known", True)),
+        )
 
     def percentile(self, pct: float) -> float:
         """Latency at percentile `pct` (one of `PERCENTILES`)."""

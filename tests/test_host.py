@@ -77,3 +77,27 @@ def test_module_factory_found_in_current_directory(tmp_path, monkeypatch):
 def test_bad_spec_is_one_line():
     with pytest.raises(TunerError, match="expected 'sim', 'real' or 'module:factory'"):
         make_host("nonsense")
+
+
+def test_measurement_dict_round_trip_keeps_everything():
+    from actuators.host import Measurement as M
+    m = M(seconds=20.0, offered_qps=4e5, achieved_qps=3.99e5, requests=123, latency_us={99.0: 480.5, 99.9: 700.0},
+          latency_ci_us={99.0: (470.0, 490.0), 99.9: (650.0, 760.0)}, energy_j=1200.0,
+          point=OperatingPoint(300, 1.3), energy_by_zone_j={"package-0": 600.0}, ci_known=False)
+    assert M.from_dict(m.to_dict()) == m
+    as_list = {**m.to_dict(), "point": [300, 1.3]}
+    assert M.from_dict(as_list).point == OperatingPoint(300, 1.3)
+
+
+def test_optimizer_reports_unknown_latency_noise_as_a_bare_mean():
+    from tuner.optimizer import Objective, Optimizer, TunerSettings
+    opt = Optimizer(SPACE, Objective(reward="sla-linear"), TunerSettings(trials=2, sobol_trials=2))
+    m = _measurement(ci_known=False)
+    data = opt.metrics(m)
+    assert isinstance(data["log_latency"], float) and isinstance(data["log_reward"], float)
+    assert isinstance(data["power"], tuple)
+    known = opt.metrics(_measurement(ci_known=True))
+    assert isinstance(known["log_latency"], tuple) and known["log_latency"][1] > 0
+    index, point = opt.suggest()
+    record = opt.complete(index, m, qps=10.0)
+    assert record.status == "completed" and record.measurement.ci_known is False

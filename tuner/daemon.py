@@ -45,14 +45,8 @@ def point_from(v: Any) -> OperatingPoint | None:
 
 
 def measurement_dict(m: Measurement, when: float) -> dict[str, Any]:
-    return {
-        "seconds": m.seconds, "offered_qps": m.offered_qps, "achieved_qps": m.achieved_qps,
-        "requests": int(m.requests),
-        "latency_us": {f"{p:g}": v for p, v in m.latency_us.items()},
-        "latency_ci_us": {f"{p:g}": [lo, hi] for p, (lo, hi) in m.latency_ci_us.items()},
-        "energy_j": m.energy_j, "energy_by_zone_j": dict(m.energy_by_zone_j),
-        "power_w": m.power_w, "point": point_list(m.point), "time": when,
-    }
+    """`Measurement.to_dict` plus power and time, with the point as [itr_us, dvfs_ghz] (the state format)."""
+    return {**m.to_dict(), "power_w": m.power_w, "point": point_list(m.point), "time": when}
 
 
 def latency_at(md: dict[str, Any], pct: float) -> float | None:

@@ -240,44 +240,17 @@ def power_sem(m: Measurement) -> float:
     return max(POWER_REL_SEM * m.power_w, 1e-6)
 
 
-def latency_sem(m: Measurement, pct: float) -> float:
-    """SEM of the window's percentile from its order-statistic CI, floored at `LATENCY_REL_SEM_FLOOR`."""
+def latency_sem(m: Measurement, pct: float) -> float | None:
+    """SEM of the window's percentile from its order-statistic CI, floored at `LATENCY_REL_SEM_FLOOR`;
+    None when the latency source gives no CI (`Measurement.ci_known` False: Ax then infers the noise)."""
     value = m.percentile(pct)
     try:
         sem = m.percentile_sem(pct)
     except KeyError:
         sem = 0.0
+    if sem is None:
+        return None
     return max(sem, LATENCY_REL_SEM_FLOOR * abs(value), 1e-9)
-
-
-def measurement_to_dict(m: Measurement) -> dict[str, Any]:
-    """JSON-safe dict of a `Measurement` (percentile keys as strings)."""
-    return {
-        "seconds": m.seconds,
-        "offered_qps": m.offered_qps,
-        "achieved_qps": m.achieved_qps,
-        "requests": m.requests,
-        "latency_us": {f"{k:g}": v for k, v in m.latency_us.items()},
-        "latency_ci_us": {f"{k:g}": list(v) for k, v in m.latency_ci_us.items()},
-        "energy_j": m.energy_j,
-        "point": None if m.point is None else {"itr_us": m.point.itr_us, "dvfs_ghz": m.point.dvfs_ghz},
-        "energy_by_zone_j": dict(m.energy_by_zone_j),
-    }
-
-
-def measurement_from_dict(d: dict[str, Any]) -> Measurement:
-    point = d.get("point")
-    return Measurement(
-        seconds=float(d["seconds"]),
-        offered_qps=float(d["offered_qps"]),
-        achieved_qps=float(d["achieved_qps"]),
-        requests=int(d["requests"]),
-        latency_us={float(k): float(v) for k, v in d["latency_us"].items()},
-        latency_ci_us={float(k): (float(v[0]), float(v[1])) for k, v in d["latency_ci_us"].items()},
-        energy_j=float(d["energy_j"]),
-        point=None if point is None else OperatingPoint(int(point["itr_us"]), float(point["dvfs_ghz"])),
-        energy_by_zone_j={str(k): float(v) for k, v in d.get("energy_by_zone_j", {}).items()},
-    )
 
 
 def _record_to_dict(r: TrialRecord) -> dict[str, Any]:
@@ -286,10 +259,10 @@ def _record_to_dict(r: TrialRecord) -> dict[str, Any]:
         "point": {"itr_us": r.point.itr_us, "dvfs_ghz": r.point.dvfs_ghz},
         "qps": r.qps,
         "status": r.status,
-        "measurement": None if r.measurement is None else measurement_to_dict(r.measurement),
+        "measurement": None if r.measurement is None else r.measurement.to_dict(),
         "reward": r.reward,
         "error": r.error,
-        "settle": None if r.settle is None else measurement_to_dict(r.settle),
+        "settle": None if r.settle is None else r.settle.to_dict(),
         "compute_s": r.compute_s,
     }
 
@@ -300,10 +273,10 @@ def _record_from_dict(d: dict[str, Any]) -> TrialRecord:
         point=OperatingPoint(int(d["point"]["itr_us"]), float(d["point"]["dvfs_ghz"])),
         qps=float(d["qps"]),
         status=str(d["status"]),
-        measurement=None if d.get("measurement") is None else measurement_from_dict(d["measurement"]),
+        measurement=None if d.get("measurement") is None else Measurement.from_dict(d["measurement"]),
         reward=None if d.get("reward") is None else float(d["reward"]),
         error=d.get("error"),
-        settle=None if d.get("settle") is None else measurement_from_dict(d["settle"]),
+        settle=None if d.get("settle") is None else Measurement.from_dict(d["settle"]),
         compute_s=float(d.get("compute_s", 0.0)),
     )
 
@@ -404,8 +377,9 @@ class Optimizer:
         except KeyError:
             raise TunerError(f"trial {index} was never suggested") from None
 
-    def metrics(self, m: Measurement) -> dict[str, tuple[float, float]]:
-        """The (mean, SEM) per Ax metric for a measured window (see the module docstring)."""
+    def metrics(self, m: Measurement) -> dict[str, float | tuple[float, float]]:
+        """The (mean, SEM) per Ax metric for a measured window (see the module docstring); a bare mean
+        where the SEM is unknown (a latency source without CIs), so Ax infers that noise itself."""
         pct = self.objective.percentile
         p = m.percentile(pct)
         p_sem = latency_sem(m, pct)
@@ -413,11 +387,15 @@ class Optimizer:
         j_sem = power_sem(m)
         if not (math.isfinite(p) and p > 0 and math.isfinite(j) and j > 0):
             raise ValueError(f"non-finite or non-positive measurement: {_pct_text(pct)} {p!r} µs, power {j!r} W")
-        data = {"power": (j, j_sem), "log_latency": (math.log(p), p_sem / p)}
+        data: dict[str, float | tuple[float, float]] = {
+            "power": (j, j_sem), "log_latency": math.log(p) if p_sem is None else (math.log(p), p_sem / p)}
         if not self._reward.constrained:
             r = self._reward(j, p, self.objective.sla_us)
-            r_sem = self._reward.sem(j, j_sem, p, p_sem, self.objective.sla_us)
-            data["log_reward"] = (math.log(r), max(r_sem / r, 1e-9))
+            if p_sem is None:
+                data["log_reward"] = math.log(r)
+            else:
+                r_sem = self._reward.sem(j, j_sem, p, p_sem, self.objective.sla_us)
+                data["log_reward"] = (math.log(r), max(r_sem / r, 1e-9))
         return data
 
     def complete(self, index: int, measurement: Measurement, qps: float, *,
@@ -520,8 +498,9 @@ class Optimizer:
             elif point in measured:
                 m = measured[point]
                 assert m is not None
+                sem = latency_sem(m, self.objective.percentile)
                 out.append(Prediction(m.percentile(self.objective.percentile),
-                                      latency_sem(m, self.objective.percentile), m.power_w, power_sem(m), True))
+                                      math.nan if sem is None else sem, m.power_w, power_sem(m), True))
             else:
                 out.append(Prediction(math.nan, math.nan, math.nan, math.nan, False))
         return out
