@@ -12,10 +12,13 @@ from __future__ import annotations
 import errno
 import os
 import struct
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from actuators import hwio
+from actuators.rapl import EnergyCounter, EnergyMeter
+from actuators.sensors import LatencyWindow
 
 MSR_FILE_BYTES = 0x1000
 STRIDE = 8
@@ -275,3 +278,40 @@ class KernelLikeIO(StatusFollowsCtl):
             if governor != "userspace":
                 return "<unsupported>"
         return super().read_text(rel)
+
+
+class FakeQps:
+    """A request counter growing at `rate` per second of `clock`."""
+
+    def __init__(self, clock, rate):
+        self.clock, self.rate = clock, rate
+
+    def total_requests(self):
+        return self.rate * self.clock()
+
+
+class FakeLatency:
+    """A latency source that returns one fixed window of `requests` requests."""
+
+    def __init__(self, requests: int = 42):
+        self.begun = threading.Event()
+        self.ended = 0
+        self.requests = requests
+
+    def begin(self):
+        self.begun.set()
+
+    def end(self):
+        self.ended += 1
+        return LatencyWindow(self.requests, {99.0: 120.0}, {99.0: (100.0, 150.0)})
+
+    def close(self):
+        pass
+
+
+def power_meter(clock, watts):
+    """An `EnergyMeter` over one fake powercap-style counter drawing `watts`."""
+    unit = 1e-6
+    counter = EnergyCounter("package-0", True, 1 << 40, unit,
+                            lambda: int(clock() * watts / unit) % (1 << 40), "fake")
+    return EnergyMeter([counter], 400.0, clock)

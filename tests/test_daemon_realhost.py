@@ -4,15 +4,12 @@ before anything else at start. Energy/QPS/latency are canned sensors; no real ha
 
 from __future__ import annotations
 
-import threading
 
 import pytest
 
 from actuators.dvfs import IA32_PERF_CTL, IA32_PERF_STATUS, IA32_PM_ENABLE, MSR_PLATFORM_INFO
 from actuators.itr import RX_USECS
-from actuators.rapl import EnergyCounter, EnergyMeter
 from actuators.real import make_real_host
-from actuators.sensors import LatencyWindow
 from tests import fakefs
 from tests.daemon_fakes import Running, wait_for, write_config
 
@@ -24,28 +21,6 @@ CTL0 = 20 << 8
 def _guard(monkeypatch, tmp_path):
     fakefs.guard_writes(monkeypatch, tmp_path)
     fakefs.msr_device_semantics(monkeypatch)
-
-
-class _Qps:
-    def __init__(self, clock, rate):
-        self.clock, self.rate = clock, rate
-
-    def total_requests(self):
-        return self.rate * self.clock()
-
-
-class _Latency:
-    def __init__(self):
-        self.begun = threading.Event()
-
-    def begin(self):
-        self.begun.set()
-
-    def end(self):
-        return LatencyWindow(1000, {99.0: 120.0}, {99.0: (100.0, 150.0)})
-
-    def close(self):
-        pass
 
 
 @pytest.fixture
@@ -67,9 +42,8 @@ def _host(root, nic):
 
     host = make_real_host(root=root, nic=nic, backend="msr", parts=("itr", "dvfs"))
     clock = time.monotonic
-    unit = 1e-6
-    counter = EnergyCounter("package-0", True, 1 << 40, unit, lambda: int(clock() * 60.0 / unit) % (1 << 40), "fake")
-    host.energy, host.qps, host.latency = EnergyMeter([counter], 400.0, clock), _Qps(clock, 50_000.0), _Latency()
+    host.energy, host.qps, host.latency = (fakefs.power_meter(clock, 60.0), fakefs.FakeQps(clock, 50_000.0),
+                                           fakefs.FakeLatency(requests=1000))
     return host
 
 

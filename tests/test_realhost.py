@@ -13,11 +13,10 @@ from actuators.host import Host, OperatingPoint, apply_point
 from actuators.hwio import UnavailableNic
 from actuators.itr import RX_USECS
 from actuators.originals import OriginalsStore
-from actuators.rapl import EnergyCounter, EnergyMeter
 from actuators.real import RealHost, default_nic, make_real_host
-from actuators.sensors import LatencyWindow
 from memcached_server import memcached  # noqa: F401  (fixture)
 from tests import fakefs
+from tests.fakefs import FakeLatency, FakeQps, power_meter
 from tuner import cli
 from tuner.errors import HostError, KnobRangeError
 
@@ -126,37 +125,6 @@ def test_originals_survive_a_dead_process_and_first_write_wins(tree):
 
     restore_originals(HardwareIO(root, nic), third_store)
     assert untouched(root, nic) and not third_store.path.exists()
-
-
-class FakeQps:
-    def __init__(self, clock, rate):
-        self.clock, self.rate = clock, rate
-
-    def total_requests(self):
-        return self.rate * self.clock()
-
-
-class FakeLatency:
-    def __init__(self):
-        self.begun = threading.Event()
-        self.ended = 0
-
-    def begin(self):
-        self.begun.set()
-
-    def end(self):
-        self.ended += 1
-        return LatencyWindow(42, {99.0: 120.0}, {99.0: (100.0, 150.0)})
-
-    def close(self):
-        pass
-
-
-def power_meter(clock, watts):
-    unit = 1e-6
-    counter = EnergyCounter("package-0", True, 1 << 40, unit,
-                            lambda: int(clock() * watts / unit) % (1 << 40), "fake")
-    return EnergyMeter([counter], 400.0, clock)
 
 
 def measuring_host(tree):
