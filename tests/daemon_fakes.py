@@ -312,3 +312,16 @@ class Running:
     def __exit__(self, *exc: Any) -> None:
         if self.thread.is_alive():
             self.stop()
+
+
+def read_state(tmp: Path) -> dict:
+    """The daemon's state.json under `tmp/state` ({} while it does not exist or is being replaced)."""
+    try:
+        return json.loads((tmp / "state" / "state.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+def read_knobs(tmp: Path) -> dict:
+    """What a `FileHost` wrote to `tmp/knobs.json`."""
+    return json.loads((tmp / "knobs.json").read_text())

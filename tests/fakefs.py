@@ -315,3 +315,21 @@ def power_meter(clock, watts):
     counter = EnergyCounter("package-0", True, 1 << 40, unit,
                             lambda: int(clock() * watts / unit) % (1 << 40), "fake")
     return EnergyMeter([counter], 400.0, clock)
+
+
+def realhost_tree(root: Path, ncpu: int, ctl0: int, extra_ifaces: tuple[str, ...] = ()) -> FakeNic:
+    """A fake Sandy Bridge host under `root`: `ncpu` CPUs with MSRs (no HWP, PERF_CTL = `ctl0`), cpufreq
+    (ondemand), one RAPL package zone and an ixgbe `eth1` (rx-usecs 1); returns its mocked NIC layer."""
+    from actuators.dvfs import IA32_PERF_CTL, IA32_PERF_STATUS, IA32_PM_ENABLE, MSR_PLATFORM_INFO
+
+    cpu_online(root, ncpu)
+    msr_files(root, ncpu, {MSR_PLATFORM_INFO: (12 << 40) | (29 << 8), IA32_PM_ENABLE: 0,
+                           IA32_PERF_CTL: ctl0, IA32_PERF_STATUS: ctl0})
+    cpufreq(root, ncpu, governor="ondemand")
+    powercap_zone(root, "package-0", "intel-rapl:0", 0, 262_143_328_850, max_power_uw=150_000_000)
+    net_iface(root, "eth1", "ixgbe")
+    for name in extra_ifaces:
+        net_iface(root, name, None)
+    nic = FakeNic()
+    nic.add("eth1", rx_usecs=1)
+    return nic

@@ -16,7 +16,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests.daemon_fakes import wait_for, write_config
+from tests.daemon_fakes import read_knobs, read_state, wait_for, write_config
 
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -41,15 +41,6 @@ def _serving(sock: Path) -> bool:
         return False
 
 
-def _state(tmp: Path) -> dict:
-    try:
-        return json.loads((tmp / "state" / "state.json").read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return {}
-
-
-def _knobs(tmp: Path) -> dict:
-    return json.loads((tmp / "knobs.json").read_text())
 
 
 def _ctl(tmp: Path, *args: str) -> subprocess.CompletedProcess:
@@ -68,12 +59,12 @@ def test_ctl_every_command_then_sigterm_restores_knobs(tmp_path):
     p = _start(cfg)
     try:
         wait_for(lambda: _serving(tmp_path / "t.sock"), timeout=20)
-        wait_for(lambda: (_state(tmp_path).get("held") or {}).get("reason") == "startup", timeout=20)
+        wait_for(lambda: (read_state(tmp_path).get("held") or {}).get("reason") == "startup", timeout=20)
         r = _ctl(tmp_path, "--json", "status")
         assert r.returncode == 0, r.stderr
         s = json.loads(r.stdout)
         assert s["state"] == "holding" and s["policy"]["slaUs"] == 900.0
-        assert _knobs(tmp_path)["itr"] == s["point"]["itrUs"]        # the knobs really are set
+        assert read_knobs(tmp_path)["itr"] == s["point"]["itrUs"]        # the knobs really are set
         r = _ctl(tmp_path, "point", "--qps", "100000")
         assert r.returncode == 0 and "meets SLA: True" in r.stdout and "measured" in r.stdout, r.stdout + r.stderr
         r = _ctl(tmp_path, "point", "--qps", "-1")
@@ -85,19 +76,19 @@ def test_ctl_every_command_then_sigterm_restores_knobs(tmp_path):
         assert r.returncode == 0 and "p99.9 <= 950 µs" in r.stdout
         r = _ctl(tmp_path, "policy", "--reward", "money")
         assert r.returncode == 2 and "reward: expected one of" in r.stderr
-        wait_for(lambda: (_state(tmp_path).get("held") or {}).get("reason") == "policy", timeout=20)
+        wait_for(lambda: (read_state(tmp_path).get("held") or {}).get("reason") == "policy", timeout=20)
         r = _ctl(tmp_path, "retune", "--reason", "test")
         assert r.returncode == 0 and r.stdout.startswith("accepted")
-        wait_for(lambda: (_state(tmp_path).get("held") or {}).get("reason") == "rpc", timeout=20)
+        wait_for(lambda: (read_state(tmp_path).get("held") or {}).get("reason") == "rpc", timeout=20)
         r = _ctl(tmp_path, "watch", "--count", "1")
         assert r.returncode == 0 and " rpc: ITR " in r.stdout
     finally:
         code, out = _stop(p)
     assert code == 0, out
     assert "original ITR/DVFS restored" in out
-    k = _knobs(tmp_path)
+    k = read_knobs(tmp_path)
     assert (k["itr"], k["dvfs"], k["originals"]) == ("adaptive", "schedutil", None) and k["writes"] > 0
-    assert _state(tmp_path)["knobs_dirty"] is False
+    assert read_state(tmp_path)["knobs_dirty"] is False
 
 
 def test_ctl_unreachable_daemon_is_one_line(tmp_path):
@@ -109,25 +100,25 @@ def test_sigkill_then_restart_resumes_without_losing_a_trial_and_restores_knobs(
     cfg = write_config(tmp_path, trials=40, sobol=2, window_s=0.05)
     p = _start(cfg)
     try:
-        wait_for(lambda: len(_state(tmp_path).get("trials", [])) >= 4, timeout=20)
+        wait_for(lambda: len(read_state(tmp_path).get("trials", [])) >= 4, timeout=20)
     finally:
         p.kill()
         p.wait(10)
-    st = _state(tmp_path)
+    st = read_state(tmp_path)
     done = [(t["index"], t["point"]) for t in st["trials"]]
-    assert st["knobs_dirty"] is True and _knobs(tmp_path)["originals"] is not None  # died with knobs changed
+    assert st["knobs_dirty"] is True and read_knobs(tmp_path)["originals"] is not None  # died with knobs changed
     p = _start(cfg)
     try:
-        wait_for(lambda: len(_state(tmp_path).get("trials", [])) >= len(done) + 2, timeout=20)
-        st2 = _state(tmp_path)
+        wait_for(lambda: len(read_state(tmp_path).get("trials", [])) >= len(done) + 2, timeout=20)
+        st2 = read_state(tmp_path)
         assert [(t["index"], t["point"]) for t in st2["trials"]][: len(done)] == done
         assert st2["current_retune"]["id"] == st["current_retune"]["id"]
-        assert _knobs(tmp_path)["restores"] >= 1  # the dead run's writes were undone at start
+        assert read_knobs(tmp_path)["restores"] >= 1  # the dead run's writes were undone at start
     finally:
         code, out = _stop(p)
     assert code == 0, out
     assert "restoring the original ITR/DVFS first" in out
-    assert _knobs(tmp_path)["originals"] is None
+    assert read_knobs(tmp_path)["originals"] is None
 
 
 def test_invalid_config_lists_every_problem_and_exits_2(tmp_path):
@@ -183,7 +174,7 @@ def test_sighup_reload_rejects_bad_file_and_applies_good_one(tmp_path):
         p = subprocess.Popen([PY, "-m", "tests.daemon_fakes", str(cfg)], cwd=REPO,
                              env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=out, stderr=subprocess.STDOUT)
     try:
-        wait_for(lambda: (_state(tmp_path).get("held") or {}).get("reason") == "startup", timeout=20)
+        wait_for(lambda: (read_state(tmp_path).get("held") or {}).get("reason") == "startup", timeout=20)
         good = cfg.read_text()
         cfg.write_text(good.replace("percentile = 99", "percentile = 42"))
         p.send_signal(signal.SIGHUP)
@@ -191,7 +182,7 @@ def test_sighup_reload_rejects_bad_file_and_applies_good_one(tmp_path):
         assert "tuner.toml:8: policy.percentile: expected one of 50, 90, 95, 99, 99.9, got 42" in log.read_text()
         cfg.write_text(good.replace("sla_us = 900.0", "sla_us = 1200.0"))
         p.send_signal(signal.SIGHUP)
-        wait_for(lambda: (_state(tmp_path).get("held") or {}).get("reason") == "config", timeout=20)
+        wait_for(lambda: (read_state(tmp_path).get("held") or {}).get("reason") == "config", timeout=20)
         r = _ctl(tmp_path, "--json", "status")
         assert json.loads(r.stdout)["policy"]["slaUs"] == 1200.0
     finally:

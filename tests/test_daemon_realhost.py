@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from actuators.dvfs import IA32_PERF_CTL, IA32_PERF_STATUS, IA32_PM_ENABLE, MSR_PLATFORM_INFO
+from actuators.dvfs import IA32_PERF_CTL
 from actuators.itr import RX_USECS
 from actuators.real import make_real_host
 from tests import fakefs
@@ -26,15 +26,7 @@ def _guard(monkeypatch, tmp_path):
 @pytest.fixture
 def tree(tmp_path):
     root = tmp_path / "root"
-    fakefs.cpu_online(root, NCPU)
-    fakefs.msr_files(root, NCPU, {MSR_PLATFORM_INFO: (12 << 40) | (29 << 8), IA32_PM_ENABLE: 0,
-                                  IA32_PERF_CTL: CTL0, IA32_PERF_STATUS: CTL0})
-    fakefs.cpufreq(root, NCPU, governor="ondemand")
-    fakefs.powercap_zone(root, "package-0", "intel-rapl:0", 0, 262_143_328_850, max_power_uw=150_000_000)
-    fakefs.net_iface(root, "eth1", "ixgbe")
-    nic = fakefs.FakeNic()
-    nic.add("eth1", rx_usecs=1)
-    return root, nic
+    return root, fakefs.realhost_tree(root, NCPU, CTL0)
 
 
 def _host(root, nic):

@@ -3,7 +3,6 @@ exists, the simulated host (`host = "sim"`). Few trials (4-5, 2 quasi-random) an
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -15,22 +14,13 @@ import pytest
 
 pytest.importorskip("tuner.optimizer")
 
-from tests.daemon_fakes import Running, wait_for, write_config  # noqa: E402
+from tests.daemon_fakes import Running, read_knobs, read_state, wait_for, write_config  # noqa: E402
 from tuner.optworker import ProcessOptimizers  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SIM = {"seed": 1, "cores": 4, "qps": 100000}
 
 
-def _state(tmp: Path) -> dict:
-    try:
-        return json.loads((tmp / "state" / "state.json").read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return {}
-
-
-def _knobs(tmp: Path) -> dict:
-    return json.loads((tmp / "knobs.json").read_text())
 
 
 def test_tuner_daemon_with_ax_sigkill_restart_resumes_and_sigterm_restores(tmp_path):
@@ -40,7 +30,7 @@ def test_tuner_daemon_with_ax_sigkill_restart_resumes_and_sigterm_restores(tmp_p
     cmd = [sys.executable, "-m", "tuner.cli", "daemon", "--config", str(cfg)]
     p = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        wait_for(lambda: len(_state(tmp_path).get("trials", [])) >= 3, timeout=120, interval=0.1)
+        wait_for(lambda: len(read_state(tmp_path).get("trials", [])) >= 3, timeout=120, interval=0.1)
         workers = [c for c in psutil.Process(p.pid).children() if "resource_tracker" not in " ".join(c.cmdline())]
     finally:
         p.kill()
@@ -48,12 +38,12 @@ def test_tuner_daemon_with_ax_sigkill_restart_resumes_and_sigterm_restores(tmp_p
     assert workers, "the optimiser runs in a worker process"
     psutil.wait_procs(workers, timeout=15)           # orphaned workers notice the closed pipe and exit
     assert not any(w.is_running() and w.status() != psutil.STATUS_ZOMBIE for w in workers)
-    done = [(t["index"], t["point"]) for t in _state(tmp_path)["trials"]]
-    assert _knobs(tmp_path)["originals"] is not None   # died with the knobs changed
+    done = [(t["index"], t["point"]) for t in read_state(tmp_path)["trials"]]
+    assert read_knobs(tmp_path)["originals"] is not None   # died with the knobs changed
     p = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        wait_for(lambda: len(_state(tmp_path).get("trials", [])) >= len(done) + 2, timeout=120, interval=0.1)
-        st = _state(tmp_path)
+        wait_for(lambda: len(read_state(tmp_path).get("trials", [])) >= len(done) + 2, timeout=120, interval=0.1)
+        st = read_state(tmp_path)
         assert [(t["index"], t["point"]) for t in st["trials"]][: len(done)] == done
         assert len({t["index"] for t in st["trials"]}) == len(st["trials"])   # no index measured twice
     finally:
@@ -61,7 +51,7 @@ def test_tuner_daemon_with_ax_sigkill_restart_resumes_and_sigterm_restores(tmp_p
         out, _ = p.communicate(timeout=60)
     assert p.returncode == 0, out
     assert "restoring the original ITR/DVFS first" in out and "original ITR/DVFS restored" in out
-    assert _knobs(tmp_path)["originals"] is None and _state(tmp_path)["knobs_dirty"] is False
+    assert read_knobs(tmp_path)["originals"] is None and read_state(tmp_path)["knobs_dirty"] is False
 
 
 def test_sim_host_with_ax_decides_and_guardrail_reverts_within_one_window_on_load_jump(tmp_path):
@@ -71,7 +61,7 @@ def test_sim_host_with_ax_decides_and_guardrail_reverts_within_one_window_on_loa
     cfg = write_config(tmp_path, host="sim", options=SIM, trials=3, sobol=2, window_s=0.05, sla_us=500.0)
     with Running(cfg, optimizers=ProcessOptimizers()) as r:
         wait_for(lambda: r.daemon.status()["state"] == "holding", timeout=120)
-        st = _state(tmp_path)
+        st = read_state(tmp_path)
         assert len(st["trials"]) == 3 and st["held"]["reason"] == "startup"
         assert (tmp_path / "state" / "experiments" / f"{st['held']['retune_id']}.table.json").is_file()
         held = r.host.point()
