@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
-from traces.schedule import Schedule, Window, load_schedule, sample_trace_path, scale_factor
+from traces.schedule import Schedule, Window, load_schedule, repeat_days, sample_trace_path, scale_factor
 from traces.series import bin_series, trace_stats
 from tuner.errors import InputError, TunerError
 
@@ -145,3 +147,72 @@ def test_trace_in_several_files(tmp_path):
     b = trace(tmp_path, [2] * 10, name="b.csv", origin=10)
     sch = load_schedule([a, b], bin_s=10)
     assert [w.qps for w in sch.windows] == [1.0, 2.0] and sch.source == f"{a} + {b}"
+
+
+def _day(qps=(100.0, 300.0, 600.0, 200.0), bin_s=10.0):
+    ws = tuple(Window(i, i * bin_s, bin_s, q) for i, q in enumerate(qps))
+    return Schedule(windows=ws, source="t.csv", scale=2.0, raw_peak_qps=300.0)
+
+
+def test_repeat_days_layout_and_day_zero_unchanged():
+    one = _day()
+    three = repeat_days(one, 3, noise=0.05, seed=1)
+    assert three.days == 3 and len(three.windows) == 12
+    assert [w.index for w in three.windows] == list(range(12))
+    assert [w.day for w in three.windows] == [0] * 4 + [1] * 4 + [2] * 4
+    assert [w.start_s for w in three.windows] == [10.0 * i for i in range(12)]
+    assert three.windows[:4] == one.windows  # day 0 is the schedule itself
+    assert repeat_days(one, 1) == replace(one, days=1)
+    assert (three.source, three.scale, three.raw_peak_qps) == ("t.csv", 2.0, 300.0)
+    # later days differ from day 0 and from each other, by a few per cent, and never exceed the peak
+    d1 = [w.qps for w in three.windows[4:8]]
+    d2 = [w.qps for w in three.windows[8:]]
+    assert d1 != d2 and d1 != [w.qps for w in one.windows]
+    for w in three.windows[4:]:
+        base = one.windows[w.index % 4].qps
+        assert 0.75 * base < w.qps <= min(base * 1.3, 600.0)
+
+
+def test_repeat_days_is_seeded_and_prefix_stable():
+    one = _day()
+    assert repeat_days(one, 3, seed=7) == repeat_days(one, 3, seed=7)
+    assert repeat_days(one, 3, seed=7) != repeat_days(one, 3, seed=8)
+    assert repeat_days(one, 3, seed=7).windows[:8] == repeat_days(one, 2, seed=7).windows
+    flat = repeat_days(one, 4, noise=0.0)
+    assert [w.qps for w in flat.windows] == [w.qps for w in one.windows] * 4
+
+
+def test_repeat_days_noise_statistics():
+    """Unclipped factors are lognormal with mean 1 and CV ~ noise."""
+    one = _day(qps=(100.0,) * 200 + (1e9,))  # a huge peak so nothing is clipped
+    many = repeat_days(one, 21, noise=0.05, seed=3)
+    f = np.array([w.qps / 100.0 for w in many.windows if w.day > 0 and w.qps < 1e8])
+    assert f.size == 4000
+    assert f.mean() == pytest.approx(1.0, abs=0.004)
+    assert np.log(f).std() == pytest.approx(0.05, rel=0.05)
+    assert f.std() / f.mean() == pytest.approx(0.05, rel=0.06)
+
+
+def test_repeat_days_clips_to_max_qps():
+    one = _day()
+    many = repeat_days(one, 30, noise=0.2, seed=0)
+    assert max(w.qps for w in many.windows) == pytest.approx(600.0)
+    capped = repeat_days(one, 5, noise=0.2, seed=0, max_qps=250.0)
+    assert all(w.qps <= 250.0 for w in capped.windows if w.day > 0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"days": 0}, "days must be an integer >= 1"), ({"days": 1.5}, "days must be an integer >= 1"),
+     ({"days": 2, "noise": -0.1}, r"day noise must be a fraction in \[0, 1\]"),
+     ({"days": 2, "noise": float("nan")}, "day noise"),
+     ({"days": 2, "max_qps": 0.0}, "max_qps must be finite and > 0")],
+)
+def test_repeat_days_bad_arguments(kwargs, message):
+    with pytest.raises(TunerError, match=message):
+        repeat_days(_day(), **kwargs)
+
+
+def test_repeat_days_refuses_a_multi_day_schedule():
+    with pytest.raises(TunerError, match="already spans 2 days"):
+        repeat_days(repeat_days(_day(), 2), 2)
