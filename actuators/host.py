@@ -9,11 +9,16 @@ drives `actuators.sim.SimHost` or `actuators.real.RealHost`; anyone can plug in 
 from __future__ import annotations
 
 import bisect
+import math
+from collections.abc import Sequence
 from functools import cached_property
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from tuner.errors import KnobRangeError
+from tuner.errors import KnobRangeError, TunerError
+
+if TYPE_CHECKING:
+    from actuators.latency_dist import LatencyDist
 
 #: Latency percentiles every measurement reports, in percent.
 PERCENTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0, 99.9)
@@ -92,6 +97,11 @@ class Measurement:
     policies (adaptive ITR, cpufreq governor) are in charge. `ci_known` is False when the latency source
     gives no CI (an external Prometheus query, a hook): `latency_ci_us` is then a placeholder (v, v) and
     `percentile_sem` returns None ("noise unknown") rather than a fake zero.
+
+    `latency_dist` (optional) is the window's whole latency distribution (`actuators.latency_dist`:
+    exact samples or an HdrHistogram), kept so windows can be pooled with `merge` / `merge_all`; it is
+    not serialised by `to_dict` and not compared by `==`. A 1-D array of samples (µs) is accepted and
+    wrapped as a `SampleDist`.
     """
 
     seconds: float
@@ -104,6 +114,14 @@ class Measurement:
     point: OperatingPoint | None
     energy_by_zone_j: dict[str, float] = field(default_factory=dict)
     ci_known: bool = True
+    latency_dist: LatencyDist | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        dist = self.latency_dist
+        if dist is not None and not hasattr(dist, "quantile_ci"):  # raw samples (µs)
+            from actuators.latency_dist import SampleDist
+
+            object.__setattr__(self, "latency_dist", SampleDist(dist))
 
     @property
     def power_w(self) -> float:
@@ -144,6 +162,61 @@ class Measurement:
             point=point,
             energy_by_zone_j={str(k): float(v) for k, v in d.get("energy_by_zone_j", {}).items()},
             ci_known=bool(d.get("ci_known", True)),
+        )
+
+    @classmethod
+    def merge(cls, a: Measurement, b: Measurement, confidence: float = 0.95) -> Measurement:
+        """`merge_all([a, b])`: one measurement of two consecutive windows at the same point."""
+        return cls.merge_all([a, b], confidence)
+
+    @classmethod
+    def merge_all(cls, measurements: Sequence[Measurement], confidence: float = 0.95) -> Measurement:
+        """One measurement covering all `measurements` (windows at the same operating point and load).
+
+        Seconds, energy (also per zone) and requests are summed; offered/achieved QPS are totals over
+        the total seconds; the latency percentiles and their order-statistic CIs are recomputed from
+        the pooled distribution. Refuses (TunerError) windows without `latency_dist`, windows whose CI
+        is unknown, and windows at different points (percentiles of a mixture would be meaningless).
+        """
+        from actuators.latency_dist import HdrDist, merge_dists, percentile_table
+
+        ms = list(measurements)
+        if not ms:
+            raise TunerError("Measurement.merge_all: no measurements to merge")
+        for i, m in enumerate(ms):
+            if m.latency_dist is None or not m.ci_known:
+                raise TunerError(f"Measurement.merge_all: window {i} has no latency distribution "
+                                 "(its host or latency source cannot be pooled; measure one window instead)")
+            if m.point != ms[0].point:
+                raise TunerError(f"Measurement.merge_all: window {i} is at {m.point}, window 0 at {ms[0].point}: "
+                                 "only windows at the same operating point can be merged")
+        if len(ms) == 1:
+            return ms[0]
+        seconds = sum(m.seconds for m in ms)
+        if not seconds > 0 or not math.isfinite(seconds):
+            raise TunerError(f"Measurement.merge_all: total window length {seconds!r} s: expected > 0")
+        dist = merge_dists([m.latency_dist for m in ms])  # type: ignore[misc]
+        pcts = list(ms[0].latency_us)
+        if isinstance(dist, HdrDist):
+            latency, ci = dist.percentiles(pcts, confidence)
+        else:
+            latency, ci = percentile_table(dist, pcts, confidence)
+        zones: dict[str, float] = {}
+        for m in ms:
+            for z, j in m.energy_by_zone_j.items():
+                zones[z] = zones.get(z, 0.0) + j
+        return cls(
+            seconds=seconds,
+            offered_qps=sum(m.offered_qps * m.seconds for m in ms) / seconds,
+            achieved_qps=sum(m.achieved_qps * m.seconds for m in ms) / seconds,
+            requests=sum(m.requests for m in ms),
+            latency_us=latency,
+            latency_ci_us=ci,
+            energy_j=sum(m.energy_j for m in ms),
+            point=ms[0].point,
+            energy_by_zone_j=zones,
+            ci_known=True,
+            latency_dist=dist,
         )
 
     def percentile(self, pct: float) -> float:

@@ -11,7 +11,10 @@ Hook JSON format (command stdout or file contents), latencies in microseconds::
      "p50": 41.5, "p90": 55.0, "p95": 61.2, "p99": 88.0, "p99.9": 140.0,   # all five, finite, >= 0,
                                              #   non-decreasing p50 <= p90 <= p95 <= p99 <= p99.9
      "ci": {"p99": [80.0, 97.5]},            # optional, per percentile: [lo, hi] with lo <= value <= hi
-     "window_end_unix": 1763890000.25}       # optional: when the window ended (staleness check)
+     "window_end_unix": 1763890000.25,       # optional: when the window ended (staleness check)
+     "hdr": "HISTFAAAA..."}                  # optional: the window's latencies as an encoded HdrHistogram
+                                             #   in ns (what `python -m actuators.prober` prints), so
+                                             #   windows can be pooled (`actuators.latency_dist.HdrDist`)
 
 `ci_known` is True only when `ci` gives all five percentiles. Other keys are ignored, except keys that
 look like percentiles (`p999`, `p99_9`), which are errors so a typo cannot silently drop a value.
@@ -29,11 +32,12 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from actuators.host import PERCENTILES
+from actuators.latency_dist import HdrDist
 from actuators.sensors import LatencyWindow
 from tuner.errors import HostError
 
@@ -50,6 +54,7 @@ class ExternalWindow(LatencyWindow):
     seconds: float = 0.0
     ci_known: bool = False
     warnings: tuple[str, ...] = ()
+    latency_dist: HdrDist | None = field(default=None, compare=False, repr=False)
 
 
 # -- hook JSON --------------------------------------------------------------------------------------
@@ -92,6 +97,14 @@ def parse_hook_json(text: str, origin: str, seconds: float = 0.0, not_before_uni
         if not lo <= values[pct] <= hi:
             raise HostError(f"{origin}: ci.{key} [{lo:g}, {hi:g}] does not contain {key}={values[pct]:g}")
         cis[pct] = (lo, hi)
+    dist = None
+    if "hdr" in data:
+        if not isinstance(data["hdr"], str):
+            raise HostError(f"{origin}: 'hdr' must be an encoded HdrHistogram string (ns), got {type(data['hdr']).__name__}")
+        try:
+            dist = HdrDist.from_encoded(data["hdr"])
+        except ValueError as exc:
+            raise HostError(f"{origin}: 'hdr': {exc}") from None
     if "window_end_unix" in data:
         end = _finite_nonneg(data["window_end_unix"], origin, "window_end_unix")
         if not_before_unix is not None and end < not_before_unix:
@@ -100,7 +113,7 @@ def parse_hook_json(text: str, origin: str, seconds: float = 0.0, not_before_uni
             )
     return ExternalWindow(
         requests=requests, latency_us=values, latency_ci_us=cis, source=origin, seconds=seconds,
-        ci_known=set(ci_raw) == set(HOOK_KEYS.values()),
+        ci_known=set(ci_raw) == set(HOOK_KEYS.values()), latency_dist=dist,
     )
 
 
@@ -111,6 +124,9 @@ def hook_json(window: LatencyWindow, window_end_unix: float | None = None) -> di
     doc["ci"] = {key: list(window.latency_ci_us[pct]) for pct, key in HOOK_KEYS.items()}
     if window_end_unix is not None:
         doc["window_end_unix"] = window_end_unix
+    dist = getattr(window, "latency_dist", None)
+    if isinstance(dist, HdrDist):
+        doc["hdr"] = dist.encoded()
     return doc
 
 

@@ -21,7 +21,6 @@ sysfs under a configurable root.
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys
@@ -35,6 +34,7 @@ import numpy as np
 from hdrh.histogram import HdrHistogram
 
 from actuators.host import PERCENTILES
+from actuators.latency_dist import HdrDist, histogram_quantiles
 from actuators.memcached_proto import MemcachedAddress, MemcachedClient, MemcachedTimeout, as_address, check_key
 from actuators.sensors import LatencyWindow
 from tuner.errors import HostError
@@ -53,43 +53,6 @@ def new_histogram() -> HdrHistogram:
 def record_ns(hist: HdrHistogram, value_ns: int) -> None:
     """Record a latency, clamped into the histogram's range (a 60 s+ latency is recorded as 60 s)."""
     hist.record_value(min(max(int(value_ns), HIST_LOWEST_NS), HIST_HIGHEST_NS))
-
-
-def histogram_quantiles(
-    hist: HdrHistogram,
-    percentiles: Iterable[float] = PERCENTILES,
-    confidence: float = 0.95,
-    unit_per_value: float = 1e-3,
-) -> tuple[int, dict[float, float], dict[float, tuple[float, float]]]:
-    """(n, value, CI) per percentile from a histogram, scaled by `unit_per_value` (ns -> µs by default).
-
-    The estimate is the sample quantile at 0-based rank ceil(q n) - 1 (as `tuner.stats.quantile_with_ci`),
-    read as the highest value equivalent to its bucket (the HdrHistogram convention); the CI ranks come
-    from `quantile_ci_ranks`, low end at its bucket's lowest value, high end at its bucket's highest.
-    """
-    from tuner.stats import quantile_ci_ranks
-
-    counts = np.ctypeslib.as_array(hist.counts)[: hist.counts_len].astype(np.int64)
-    cum = np.cumsum(counts)
-    n = int(cum[-1]) if cum.size else 0
-    if n == 0:
-        raise ValueError("empty histogram")
-
-    def bucket_low(rank: int) -> int:
-        return int(hist.get_value_from_index(int(np.searchsorted(cum, rank + 1))))
-
-    def bucket_high(rank: int) -> int:
-        return int(hist.get_highest_equivalent_value(bucket_low(rank)))
-
-    values: dict[float, float] = {}
-    cis: dict[float, tuple[float, float]] = {}
-    for pct in percentiles:
-        q = float(pct) / 100.0
-        rank = min(max(math.ceil(q * n) - 1, 0), n - 1)
-        lo, hi = quantile_ci_ranks(n, q, confidence)
-        values[float(pct)] = bucket_high(rank) * unit_per_value
-        cis[float(pct)] = (bucket_low(lo) * unit_per_value, bucket_high(hi) * unit_per_value)
-    return n, values, cis
 
 
 # -- client-side settings (read-only) ---------------------------------------------------------------
@@ -309,7 +272,8 @@ class ProbeWindow(LatencyWindow):
     `timeouts` are included in the samples (at their elapsed time, a lower bound); `incomplete` are
     requests intended before the window end whose reply had not arrived when `end()` gave up waiting
     (included at their elapsed time, a lower bound). `ci_achieved[p]` is False when n is too small for
-    a two-sided CI at that percentile (the interval is then the sample range).
+    a two-sided CI at that percentile (the interval is then the sample range). `latency_dist` is the
+    window's histogram as a mergeable `HdrDist` (pooled by `Measurement.merge_all` / `tuner.windowing`).
     """
 
     seconds: float = 0.0
@@ -321,6 +285,7 @@ class ProbeWindow(LatencyWindow):
     send_lag_max_us: float = 0.0
     ci_achieved: dict[float, bool] = field(default_factory=dict)
     ci_known: bool = True
+    latency_dist: HdrDist | None = field(default=None, compare=False, repr=False)
 
 
 class Prober:
@@ -637,6 +602,7 @@ class ThreadProber:
             send_lag_p99_us=lag.get_value_at_percentile(99.0) / 1e3 if lag_n else 0.0,
             send_lag_max_us=lag.get_max_value() / 1e3 if lag_n else 0.0,
             ci_achieved=achieved,
+            latency_dist=HdrDist(hist),
         )
 
     def _run(self) -> None:
