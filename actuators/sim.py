@@ -203,7 +203,7 @@ class SimHost:
         return Measurement(
             seconds=seconds, offered_qps=offered / seconds, achieved_qps=served / seconds,
             requests=int(served), latency_us=latency, latency_ci_us=ci, energy_j=energy_j, point=point,
-            energy_by_zone_j=by_zone,
+            energy_by_zone_j=by_zone, latency_dist=lat,
         )
 
     def expected(self, points: Sequence[OperatingPoint], qps: float) -> list[Expected]:
