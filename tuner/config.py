@@ -65,6 +65,35 @@ class TuningConfig:
     retune_period_s: float = 3600.0
     load_change_pct: float = 20.0
     guardrail_margin_pct: float = 10.0
+    # issue 6 (the optimiser's `TunerSettings` fields of the same names; all off by default)
+    context: bool = False
+    context_max_qps: float = 1e6
+    history_max_trials: int = 400
+    min_trials: int = 2
+    stop_ei_pct: float = 0.0
+    safe_delta: float = 0.0
+    window_mode: str = "fixed"
+    window_ci_pct: float = 5.0
+    window_min_s: float = 2.0
+
+
+#: `tuning.window_mode` values (see `tuner.windowing`).
+WINDOW_MODES: tuple[str, ...] = ("fixed", "adaptive")
+#: `TuningConfig` fields passed to the optimiser's `TunerSettings` under the same names (issue 6).
+SETTINGS_FIELDS: tuple[str, ...] = ("context", "context_max_qps", "history_max_trials", "min_trials",
+                                    "stop_ei_pct", "safe_delta", "window_mode", "window_ci_pct", "window_min_s")
+
+
+@dataclass(frozen=True)
+class HistoryConfig:
+    """The daemon's history store of completed trials (`tuner.history`) and warm start from it."""
+
+    #: Seed each retune's optimiser with the stored trials (always done when `tuning.context` is on).
+    warm_start: bool = False
+    #: The store; None = `<state.dir>/history.jsonl`.
+    file: Path | None = None
+    #: Newest trials kept in the store.
+    keep_trials: int = 2000
 
 
 @dataclass(frozen=True)
@@ -86,6 +115,17 @@ class Config:
     state_dir: Path = Path("/var/lib/tuner")
     grpc: GrpcConfig = field(default_factory=GrpcConfig)
     metrics_listen: str | None = "127.0.0.1:9464"
+    history: HistoryConfig = field(default_factory=HistoryConfig)
+
+    @property
+    def history_path(self) -> Path:
+        """The history store file (`history.file`, default `<state.dir>/history.jsonl`)."""
+        return self.history.file if self.history.file is not None else Path(self.state_dir) / "history.jsonl"
+
+    @property
+    def warm_start(self) -> bool:
+        """Whether retunes are seeded from the history store (warm start, or the contextual model)."""
+        return self.history.warm_start or self.tuning.context
 
 
 # --------------------------------------------------------------------------------------------------
@@ -162,6 +202,7 @@ _KIND_TEXT = {
     "str": "a string",
     "range_int": "[low, high] integers",
     "range_float": "[low, high] numbers",
+    "bool": "true or false",
     "table": "a table",
 }
 
@@ -175,6 +216,8 @@ def _convert(value: Any, kind: str) -> Any:
         return None
     if kind == "str":
         return value if isinstance(value, str) else None
+    if kind == "bool":
+        return value if isinstance(value, bool) else None
     if kind in ("range_int", "range_float"):
         inner = "int" if kind == "range_int" else "float"
         if isinstance(value, list) and len(value) == 2:
@@ -256,7 +299,7 @@ def parse_config(text: str, path: Path) -> Config:
     base = path.parent
     c = _Checker(path, text)
 
-    top_allowed = {"host", "knobs", "policy", "tuning", "state", "grpc", "metrics"}
+    top_allowed = {"host", "knobs", "policy", "tuning", "state", "grpc", "metrics", "history"}
     for key in sorted(set(data) - top_allowed):
         c.error("", key, f"unknown table: expected one of {', '.join(sorted(top_allowed))}")
 
@@ -298,7 +341,26 @@ def parse_config(text: str, path: Path) -> Config:
                               lambda v: None if 0 < v <= 1000 else "a percentage in (0, 1000]"),
         guardrail_margin_pct=c.get(t, "tuning", "guardrail_margin_pct", d.guardrail_margin_pct, "float",
                                    lambda v: None if 0 <= v <= 1000 else "a percentage in [0, 1000]"),
+        context=c.get(t, "tuning", "context", d.context, "bool"),
+        context_max_qps=c.get(t, "tuning", "context_max_qps", d.context_max_qps, "float", _positive),
+        history_max_trials=c.get(t, "tuning", "history_max_trials", d.history_max_trials, "int",
+                                 lambda v: None if 1 <= v <= 100_000 else "1..100000"),
+        min_trials=c.get(t, "tuning", "min_trials", d.min_trials, "int",
+                         lambda v: None if 1 <= v <= 1000 else "1..1000"),
+        stop_ei_pct=c.get(t, "tuning", "stop_ei_pct", d.stop_ei_pct, "float",
+                          lambda v: None if 0 <= v < 100 else "a percentage in [0, 100) (0 = off)"),
+        safe_delta=c.get(t, "tuning", "safe_delta", d.safe_delta, "float",
+                         lambda v: None if 0 <= v < 1 else "a probability in [0, 1) (0 = off)"),
+        window_mode=c.get(t, "tuning", "window_mode", d.window_mode, "str",
+                          lambda v: None if v in WINDOW_MODES else "one of " + ", ".join(map(repr, WINDOW_MODES))),
+        window_ci_pct=c.get(t, "tuning", "window_ci_pct", d.window_ci_pct, "float",
+                            lambda v: None if 0 < v < 100 else "a percentage in (0, 100)"),
+        window_min_s=c.get(t, "tuning", "window_min_s", d.window_min_s, "float",
+                           lambda v: None if 0.001 <= v <= 3600 else "0.001..3600 seconds"),
     )
+    if "window_min_s" in t and tuning.window_mode == "adaptive" and tuning.window_min_s > tuning.window_s:
+        c.error("tuning", "window_min_s", f"expected at most tuning.window_s ({tuning.window_s:g}), "
+                f"got {tuning.window_min_s:g}")
     if "trials" in t and "sobol_trials" in t and tuning.sobol_trials > tuning.trials:
         c.error("tuning", "sobol_trials", f"expected at most tuning.trials ({tuning.trials}), "
                 f"got {tuning.sobol_trials}")
@@ -335,6 +397,17 @@ def parse_config(text: str, path: Path) -> Config:
     metrics_listen = c.get(t, "metrics", "listen", "127.0.0.1:9464", "str",
                            lambda v: None if v in ("", "off") else check_host_port(v))
 
+    t = c.table(data, "history", set(HistoryConfig.__dataclass_fields__))
+    hd = HistoryConfig()
+    history_file = c.get(t, "history", "file", "", "str")
+    history = HistoryConfig(
+        warm_start=c.get(t, "history", "warm_start", hd.warm_start, "bool"),
+        file=((base / history_file).resolve() if not Path(history_file).is_absolute() else Path(history_file))
+        if history_file else None,
+        keep_trials=c.get(t, "history", "keep_trials", hd.keep_trials, "int",
+                          lambda v: None if 1 <= v <= 1_000_000 else "1..1000000"),
+    )
+
     if c.errors:
         raise InputError("\n".join(c.errors))
     state_path = Path(state_dir)
@@ -347,6 +420,7 @@ def parse_config(text: str, path: Path) -> Config:
         state_dir=state_path if state_path.is_absolute() else (base / state_path).resolve(),
         grpc=grpc_cfg,
         metrics_listen=None if metrics_listen in ("", "off") else metrics_listen,
+        history=history,
     )
 
 

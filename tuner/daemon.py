@@ -165,6 +165,7 @@ class Daemon:
         self._last_measurement: dict[str, Any] | None = None
         self._current_point: OperatingPoint | None = None
         self._retune_progress = (0, 0)
+        self._history_trials = 0         # history trials the current/last retune's optimiser was seeded with
         self._models: dict[str, ModelTable] = {}
         self._open_optimizer_close: Any = None
         self._subscribers: list[queue.Queue] = []
@@ -306,6 +307,7 @@ class Daemon:
                 "retune_id": cur.get("id") or held.get("retune_id", ""),
                 "retune_trials_done": self._retune_progress[0],
                 "retune_trials_planned": self._retune_progress[1],
+                "retune_history_trials": self._history_trials,
                 "last_retune_time": s.last_retune_time,
                 "next_retune_time": s.last_retune_time + period if s.last_retune_time else 0.0,
                 "trials_total": int(s.counters.get("trials", 0)),
@@ -540,23 +542,39 @@ class Daemon:
             opt = self._timed(self.optimizers.create, self.space, self.policy(), tuning, rid,
                               tuning.seed + self.state.retune_seq)
             self._open_optimizer_close = getattr(opt, "close", None)
+            qps = self._offered_qps()
+            seeded = self._seed_history(opt, rid, qps)  # before begin_retune: history is not this retune's
+            if _supports(opt, "begin_retune"):
+                self._timed(opt.begin_retune, qps)
             text = self._timed(opt.to_json)
             with self._lock:
                 self.state.current_retune = {"id": rid, "reason": reason, "started": time.time(),
-                                             "signature": self._signature(), "optimizer": text}
+                                             "signature": self._signature(), "optimizer": text,
+                                             "qps": qps, "history_trials": seeded}
+                self._history_trials = seeded
                 self._save()
+        else:
+            with self._lock:
+                self._history_trials = int(cur.get("history_trials", 0))
         self._open_optimizer_close = getattr(opt, "close", None)
         rid = self.state.current_retune["id"]
         self.metrics.retunes.labels(reason=reason).inc()
         self._count(f"retunes:{reason}")
         self._set_loop_state("retuning")
-        log.info("retune %s (%s): %d trials", rid, reason, tuning.trials)
+        log.info("retune %s (%s): up to %d trials", rid, reason, tuning.trials)
         while True:
-            done = len(opt.trials())
+            done = len(_retune_trials(opt))
             with self._lock:
                 self._retune_progress = (done, tuning.trials)
             if done >= tuning.trials:
                 break
+            if done >= tuning.min_trials and tuning.stop_ei_pct > 0 and _supports(opt, "should_stop"):
+                stop, why = self._timed(opt.should_stop)
+                if stop:
+                    log.info("retune %s stops after %d trials: %s", rid, done, why)
+                    with self._lock:
+                        self.state.current_retune["stopped"] = why
+                    break
             self._beat()
             if self._stop.is_set():
                 return opt
@@ -564,6 +582,7 @@ class Daemon:
                 self._apply_reload()
             if self._restart_retune:
                 log.info("retune %s dropped: policy or bounds changed", rid)
+                self._append_history(rid)  # its measured trials are still worth remembering
                 with self._lock:
                     self.state.current_retune = None
                     self._save()
@@ -572,6 +591,110 @@ class Daemon:
                 return opt  # stopping: the trial in flight is abandoned (never reported)
         self._decide(opt, rid, reason)
         return opt
+
+    # ------------------------------------------------------------------ history (warm start)
+
+    def _host_label(self) -> str:
+        from tuner.history import host_label
+
+        return host_label(str(getattr(self.host, "name", None) or self.config.host.spec))
+
+    def _history_store(self) -> Any:
+        from tuner.history import HistoryStore
+
+        return HistoryStore(self.config.history_path, self.config.history.keep_trials)
+
+    def _offered_qps(self) -> float:
+        """The load a retune starts at: the host's offered QPS, else the last window's."""
+        try:
+            qps = float(self.host.offered_qps())
+            if math.isfinite(qps) and qps >= 0:
+                return qps
+        except Exception as exc:  # noqa: BLE001 - a QPS source hiccup must not stop a retune
+            log.warning("offered QPS unavailable (%s); using the last window's", exc)
+        return float((self._last_measurement or {}).get("offered_qps") or self.state.tuned_qps or 0.0)
+
+    def _seed_history(self, opt: Any, rid: str, qps: float) -> int:
+        """Warm start: give a new retune's optimiser the stored trials it can use; returns how many it used.
+
+        In context mode every stored trial informs the model (load is an input); otherwise only trials
+        within the load band around `qps` (`tuning.load_change_pct`) do, as a model without the load as
+        input would mix up loads.
+        """
+        if not self.config.warm_start:
+            return 0
+        if not _supports(opt, "add_history"):
+            log.warning("retune %s: the optimiser has no add_history; starting cold", rid)
+            return 0
+        from tuner.history import in_space
+
+        store = self._history_store()
+        try:
+            entries = store.read()
+        except TunerError as exc:
+            log.warning("retune %s: history store unreadable (%s); starting cold", rid, exc)
+            return 0
+        usable = in_space(entries, self.space)
+        if not self.config.tuning.context:
+            band = self.config.tuning.load_change_pct / 100
+            usable = [e for e in usable if abs(e.record.qps - qps) <= band * qps]
+        if not usable:
+            log.info("retune %s: no usable history trial in %s (%d stored); starting cold", rid, store.path,
+                     len(entries))
+            return 0
+        records = [replace(e.record, index=i) for i, e in enumerate(usable)]
+        used = int(self._timed(opt.add_history, records))
+        log.info("retune %s: warm start from %d history trial(s) (%d offered, %d stored in %s)", rid, used,
+                 len(records), len(entries), store.path)
+        return used
+
+    def _append_history(self, rid: str) -> None:
+        """Add the completed trials of retune `rid` to the history store (errors are logged, not fatal)."""
+        from actuators.host import Measurement as _M
+        from tuner.history import HistoryEntry, _objective
+        from tuner.optimizer import TrialRecord
+
+        entries = []
+        with self._lock:
+            rows = [t for t in self.state.trials if t.get("retune_id") == rid and t.get("status") == "completed"
+                    and t.get("measurement")]
+        for t in rows:
+            try:
+                m = _M.from_dict(t["measurement"])
+                obj = _objective(t.get("objective") or dict(self.policy().__dict__))
+                rec = TrialRecord(int(t["index"]), point_from(t["point"]), float(t["measurement"]["offered_qps"]),
+                                  "completed", m, t.get("reward"), None)
+            except (KeyError, TypeError, ValueError, TunerError) as exc:
+                log.warning("trial %s/%s not added to the history: %s", rid, t.get("index"), exc)
+                continue
+            entries.append(HistoryEntry(rec, t.get("host") or self._host_label(), float(t["time"]), obj))
+        if not entries:
+            return
+        try:
+            added, _ = self._history_store().add(entries)
+        except TunerError as exc:
+            log.warning("history store not updated: %s", exc)
+            return
+        log.info("history: %d trial(s) of %s added to %s", added, rid, self.config.history_path)
+
+    def _measure_trial(self) -> tuple[Measurement, float]:
+        """A trial's window: `window_s` long, or with `tuning.window_mode = "adaptive"` grown until the
+        percentile's CI is within ±`window_ci_pct` % (`tuner.windowing.measure_window`), at most `window_s`."""
+        t = self.config.tuning
+        if t.window_mode != "adaptive":
+            return self._measure()
+        from tuner.windowing import WindowPolicy, measure_window
+
+        policy = WindowPolicy(mode="adaptive", percentile=self.policy().percentile, ci_pct=t.window_ci_pct,
+                              min_s=min(t.window_min_s, t.window_s), max_s=t.window_s)
+        t0 = time.monotonic()
+        m = measure_window(self.host, policy)
+        self._wait(m.seconds - (time.monotonic() - t0), interruptible=False)
+        now = time.time()
+        with self._lock:
+            self._last_measurement = measurement_dict(m, now)
+        self.metrics.observe(m)
+        return m, now
 
     def _trial(self, opt: Any, rid: str) -> bool:
         t0 = time.monotonic()
@@ -584,7 +707,7 @@ class Daemon:
             if self._stop.is_set():
                 self.metrics.trials.labels(status="abandoned").inc()
                 return False
-            m, when = self._measure()
+            m, when = self._measure_trial()
         except Exception as exc:  # noqa: BLE001 - any host failure fails this trial, not the daemon
             if self._stop.is_set():  # interrupted by a stop: abandon, never report
                 self.metrics.trials.labels(status="abandoned").inc()
@@ -608,7 +731,8 @@ class Daemon:
         qps = float(rec.qps) if rec.qps is not None and math.isfinite(rec.qps) else 0.0
         row = {"retune_id": rid, "index": int(rec.index), "point": point_list(rec.point), "qps": qps,
                "status": status, "measurement": measurement_dict(m, when) if m else None,
-               "reward": None if rec.reward is None else float(rec.reward), "error": rec.error, "time": when}
+               "reward": None if rec.reward is None else float(rec.reward), "error": rec.error, "time": when,
+               "objective": dict(self.policy().__dict__), "host": self._host_label()}
         text = self._timed(opt.to_json)
         with self._lock:
             self.state.trials.append(row)
@@ -627,12 +751,17 @@ class Daemon:
         except Exception as exc:  # noqa: BLE001 - e.g. every trial failed
             point, met, detail, mdict = safe_corner(self.space), False, f"no decision ({exc}); safe corner", None
         point = self._apply(point)
-        qps_values = [t.qps for t in opt.trials() if t.status == "completed"]
+        qps_values = [t.qps for t in _retune_trials(opt) if t.status == "completed"]
         tuned = sum(qps_values) / len(qps_values) if qps_values else 0.0
         pol = self.policy()
+        cur = self.state.current_retune or {}
         decision = {"retune_id": rid, "reason": reason, "point": point_list(point), "met_sla": met,
                     "detail": detail, "qps": tuned, "time": time.time(), "measurement": mdict,
-                    "percentile": pol.percentile, "sla_us": pol.sla_us}
+                    "percentile": pol.percentile, "sla_us": pol.sla_us, "reward": pol.reward,
+                    "trials": len(qps_values), "history_trials": int(cur.get("history_trials", 0))}
+        if cur.get("stopped"):
+            decision["stopped"] = cur["stopped"]
+        self._append_history(rid)
         text = self._timed(opt.to_json)
         with self._lock:
             self.store.save_experiment(self.state, rid, text)
@@ -856,6 +985,17 @@ class Daemon:
                 self._metrics_server.server_close()
             self.store.release()
             self._finished.set()
+
+
+def _supports(opt: Any, name: str) -> bool:
+    """Whether optimiser `opt` (in process, or a worker proxy) has the optional method `name`."""
+    check = getattr(opt, "supports", None)
+    return bool(check(name)) if callable(check) else callable(getattr(opt, name, None))
+
+
+def _retune_trials(opt: Any) -> list[Any]:
+    """The current retune's trials (history attached by warm start excluded)."""
+    return opt.retune_trials() if _supports(opt, "retune_trials") else opt.trials()
 
 
 def _mean_sem(values: list[float], sems: list[float] | None) -> tuple[float, float]:

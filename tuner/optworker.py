@@ -67,6 +67,31 @@ def _rec(r: Any) -> tuple:
             None if r.reward is None else float(r.reward), r.error)
 
 
+#: Optimiser methods of issue 6 the daemon uses when the optimiser has them (`OptimizerProxy.supports`).
+OPTIONAL_METHODS = ("add_history", "begin_retune", "retune_trials", "should_stop")
+
+
+def _capabilities(opt: Any) -> list[str]:
+    return [name for name in OPTIONAL_METHODS if callable(getattr(opt, name, None))]
+
+
+def _extra_settings(settings_cls: Any, tuning: dict[str, Any]) -> dict[str, Any]:
+    """The issue-6 `TunerSettings` fields present in `tuning`; one the optimiser lacks is an error only if it is
+    set to something other than its (off) default."""
+    from tuner.config import SETTINGS_FIELDS, TuningConfig
+
+    known = set(getattr(settings_cls, "__dataclass_fields__", {}))
+    out: dict[str, Any] = {}
+    for name in SETTINGS_FIELDS:
+        if name not in tuning:
+            continue
+        if name in known:
+            out[name] = tuning[name]
+        elif tuning[name] != getattr(TuningConfig, name):
+            raise RuntimeError(f"this optimiser does not support tuning.{name} (= {tuning[name]!r})")
+    return out
+
+
 def _serve(conn: Any, module: str) -> None:  # pragma: no cover - runs in the child (end-to-end tests)
     import importlib
     import os
@@ -100,10 +125,23 @@ def _serve(conn: Any, module: str) -> None:  # pragma: no cover - runs in the ch
                                       sla_us=policy["sla_us"])
                 settings = TunerSettings(trials=tuning["trials"],
                                          sobol_trials=min(tuning["sobol_trials"], tuning["trials"]),
-                                         settle_s=tuning["settle_s"], window_s=tuning["window_s"], seed=seed)
-                opt, result = Optimizer(space, objective, settings, name=name), None
+                                         settle_s=tuning["settle_s"], window_s=tuning["window_s"], seed=seed,
+                                         **_extra_settings(TunerSettings, tuning))
+                opt = Optimizer(space, objective, settings, name=name)
+                result = _capabilities(opt)
             elif op == "load":
-                opt, result = Optimizer.from_json(args[0]), None
+                opt = Optimizer.from_json(args[0])
+                result = _capabilities(opt)
+            elif op == "add_history":
+                result = int(opt.add_history(args[0]))
+            elif op == "begin_retune":
+                opt.begin_retune(float(args[0]))
+                result = None
+            elif op == "retune_trials":
+                result = [_rec(r) for r in opt.retune_trials()]
+            elif op == "should_stop":
+                stop, why = opt.should_stop()
+                result = (bool(stop), str(why))
             elif op == "suggest":
                 index, p = opt.suggest()
                 result = (int(index), (int(p.itr_us), float(p.dvfs_ghz)))
@@ -145,6 +183,7 @@ class OptimizerProxy:
         self._proc.start()
         child.close()
         self._lock = threading.Lock()
+        self._capabilities: frozenset[str] = frozenset()
 
     @property
     def pid(self) -> int | None:
@@ -164,6 +203,24 @@ class OptimizerProxy:
         if status != "ok":
             raise WorkerError(f"optimiser: {op}: {value}")
         return value
+
+    def supports(self, name: str) -> bool:
+        """Whether the optimiser in the worker has the optional method `name` (`OPTIONAL_METHODS`)."""
+        return name in self._capabilities
+
+    def add_history(self, records: list[Any]) -> int:
+        """Attach completed past trials (`tuner.optimizer.TrialRecord`s); returns how many the model used."""
+        return int(self._call("add_history", list(records)))
+
+    def begin_retune(self, qps: float) -> None:
+        self._call("begin_retune", float(qps))
+
+    def retune_trials(self) -> list[Record]:
+        return [_record(r, None) for r in self._call("retune_trials")]
+
+    def should_stop(self) -> tuple[bool, str]:
+        stop, why = self._call("should_stop")
+        return bool(stop), str(why)
 
     def suggest(self) -> tuple[int, OperatingPoint]:
         index, p = self._call("suggest")
@@ -232,7 +289,8 @@ class ProcessOptimizers:
     def create(self, space: KnobSpace, policy: Any, tuning: Any, name: str, seed: int) -> OptimizerProxy:
         proxy = self._new()
         try:
-            proxy._call("create", space, dict(policy.__dict__), dict(tuning.__dict__), name, seed)
+            caps = proxy._call("create", space, dict(policy.__dict__), dict(tuning.__dict__), name, seed)
+            proxy._capabilities = frozenset(caps or ())
         except BaseException:
             proxy.kill()
             raise
@@ -241,7 +299,8 @@ class ProcessOptimizers:
     def load(self, text: str) -> OptimizerProxy:
         proxy = self._new()
         try:
-            proxy._call("load", text)
+            caps = proxy._call("load", text)
+            proxy._capabilities = frozenset(caps or ())
         except BaseException:
             proxy.kill()
             raise
