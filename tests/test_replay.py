@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -12,6 +12,7 @@ import pytest
 from actuators.host import KnobSpace, OperatingPoint
 from tests.fakes import FailingHost, FakeHost
 from tuner.cli import main
+from tuner.errors import TunerError
 from tuner.optimizer import Objective, TunerSettings
 from tuner.replay import ReplayWindow, oracle_point, parse_policies, policy_summary, replay
 
@@ -139,6 +140,20 @@ def test_cli_short_replay_writes_report(tmp_path: Path, capsys: pytest.CaptureFi
         (["--host", "tests.fakes:make_not_a_host"], "does not implement the Host protocol"),
         (["--host", "tests.fakes:make_fixed_load_host"], "cannot set its offered load"),
         (["--bin", "600"], "shorter than one 600"),
+        (["--days", "0"], "--days '0': expected a number >= 1"),
+        (["--days", "1.5"], "--days '1.5': expected an integer"),
+        (["--day-noise", "2"], "--day-noise '2': expected a fraction in [0, 1]"),
+        (["--day-noise", "-0.1"], "--day-noise '-0.1': expected a number >= 0"),
+        (["--tuner", "hot"], "--tuner 'hot': expected one of cold, warm"),
+        (["--window-mode", "auto"], "--window-mode 'auto': expected one of fixed, adaptive"),
+        (["--safe-delta", "1"], "--safe-delta '1': expected a probability in [0, 1)"),
+        (["--stop-ei-pct", "x"], "--stop-ei-pct 'x': expected a number"),
+        (["--min-trials", "0"], "--min-trials '0': expected a number >= 1"),
+        (["--context-max-qps", "0"], "--context-max-qps '0': expected a number > 0"),
+        (["--window-ci-pct", "-1"], "--window-ci-pct '-1': expected a number > 0"),
+        (["--window-min-s", "30"], "window_min_s (30 s) must not exceed window_s"),
+        (["--history", "h.jsonl"], "--history needs the contextual tuner"),
+        (["--history", "nope.jsonl", "--context", ""], "--history nope.jsonl: no such file"),
     ],
 )
 def test_cli_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str],
@@ -146,8 +161,12 @@ def test_cli_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture
     trace = _tiny_trace(tmp_path / "t.csv", 180)
     argv = ["replay", str(trace), "--host", "tests.test_replay:make_model_host", "--hours", "0.05", "--bin", "60",
             "--trials", "2", "--out", str(tmp_path / "o")]
+    if "--window-min-s" in extra:
+        argv += ["--window-mode", "adaptive"]
     for i in range(0, len(extra), 2):
-        if extra[i] in argv:
+        if extra[i + 1] == "":
+            argv.append(extra[i])
+        elif extra[i] in argv:
             argv[argv.index(extra[i]) + 1] = extra[i + 1]
         else:
             argv += extra[i:i + 2]
@@ -173,3 +192,87 @@ def test_coarse_to_fine_oracle_matches_exhaustive(qps: float) -> None:
     full, _ = oracle_point(host, obj, qps, exhaustive=True)
     assert "coarse-to-fine" in how
     assert fine == full
+
+
+# ------------------------------------------------------------------------------------- multi-day, issue 6
+
+
+def _days(n: int, noise: float = 0.05) -> tuple[ReplayWindow, ...]:
+    from traces.schedule import Schedule, Window, repeat_days
+
+    one = Schedule(tuple(Window(w.index, w.start_s, w.seconds, w.qps) for w in WINDOWS), "t", 1.0, 1.0)
+    return tuple(ReplayWindow(w.index, w.start_s, w.seconds, w.qps, w.day)
+                 for w in repeat_days(one, n, noise=noise, seed=3).windows)
+
+
+def test_multi_day_cold_replay_reports_per_day(tmp_path: Path) -> None:
+    from tuner.report import summary, window_rows, write_files
+
+    cold = replace(SETTINGS, trials=2, sobol_trials=2)
+    res = replay(lambda: make_model_host(0), _days(2), Objective("constrained", 99, 500), cold,
+                 policies=("tuner", "linux-default", "oracle"))
+    tw = res.policies["tuner"].windows
+    assert [(w.index, w.day) for w in tw] == [(0, 0), (1, 0), (2, 1), (3, 1)]
+    assert len(res.policies["tuner"].trials) == 8
+    s = summary(res)
+    assert s["days"] == 2 and [d["day"] for d in s["per_day"]] == [0, 1]
+    total = s["policies"]["tuner"]
+    per = [d["policies"]["tuner"] for d in s["per_day"]]
+    assert sum(p["energy_j"] for p in per) == pytest.approx(total["energy_j"])
+    assert [p["windows"] for p in per] == [2, 2] and [p["trials_per_retune"] for p in per] == [2.0, 2.0]
+    for d, p in zip(s["per_day"], per):
+        o = sum(w.energy_j for w in res.policies["oracle"].windows if w.day == d["day"])
+        assert p["ratio_to_oracle"] == pytest.approx(p["energy_j"] / o)
+        explore = sum(w.explore_s for w in tw if w.day == d["day"])
+        assert p["explore_above_sla_pct"] == pytest.approx(100 * p["explore_above_sla_s"] / explore)
+        assert p["window_saved_s"] == 0.0 and p["window_saved_pct"] == pytest.approx(0.0)  # fixed windows
+    assert d["policies"]["oracle"]["trials_per_retune"] is None
+    rows = window_rows(res)
+    assert [r["day"] for r in rows if r["policy"] == "tuner"] == [0, 0, 1, 1]
+    paths = write_files(res, tmp_path)
+    assert tmp_path / "trials.jsonl" in paths
+    from tuner.history import read_trials
+
+    back = read_trials(tmp_path / "trials.jsonl", space=KNOBS)
+    assert [(r.point, r.qps) for r in back] == [(r.point, r.qps) for r in res.policies["tuner"].trials]
+
+
+def test_history_needs_context() -> None:
+    with pytest.raises(TunerError, match="needs the contextual tuner"):
+        replay(lambda: make_model_host(0), WINDOWS, Objective(), SETTINGS, policies=("tuner",),
+               history=[object()])  # type: ignore[list-item]
+
+
+def test_presets() -> None:
+    from tuner.replay import preset_settings
+
+    cold = preset_settings("cold", replace(SETTINGS, trials=4))
+    assert (cold.trials, cold.context, cold.stop_ei_pct, cold.safe_delta, cold.window_mode) == (
+        30, False, 0.0, 0.0, "fixed")
+    warm = preset_settings("warm", SETTINGS, safe_delta=0.0)
+    assert warm.context and warm.stop_ei_pct > 0 and warm.window_mode == "adaptive" and warm.safe_delta == 0.0
+    assert warm.window_s == SETTINGS.window_s and warm.seed == SETTINGS.seed
+    with pytest.raises(TunerError, match="unknown tuner preset 'hot'"):
+        preset_settings("hot")
+
+
+def test_cli_multi_day_replay_and_save_trials(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = _tiny_trace(tmp_path / "t.csv", 180)
+    out = tmp_path / "out"
+    rc = main(["replay", str(trace), "--host", "tests.test_replay:make_model_host", "--hours", str(2 / 60), "--bin", "60", "--peak-qps", "200000", "--tuner", "cold", "--trials", "2",
+        "--sobol-trials", "2", "--settle", "0.5", "--window", "5", "--days", "3", "--day-noise", "0.1",
+        "--policies", "tuner,oracle", "--out", str(out), "--save-trials", str(tmp_path / "t" / "trials.jsonl"),
+        "-q"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "tuner per day" in text and "saved 12 completed tuner trial(s)" in text
+    s = json.loads((out / "summary.json").read_text())
+    assert s["windows"] == 6 and s["days"] == 3 and s["day_noise"] == 0.1
+    assert s["settings"]["trials"] == 2 and s["settings"]["context"] is False
+    assert [d["policies"]["tuner"]["trials_per_retune"] for d in s["per_day"]] == [2.0, 2.0, 2.0]
+    rows = [r for r in csv.DictReader((out / "windows.csv").open()) if r["policy"] == "tuner"]
+    assert [r["day"] for r in rows] == ["0", "0", "1", "1", "2", "2"]
+    qps = [float(r["qps"]) for r in rows]
+    assert qps[:2] != qps[2:4] != qps[4:] and max(qps) <= 200_000.0 + 1e-6
+    assert (tmp_path / "t" / "trials.jsonl").read_text() == (out / "trials.jsonl").read_text()
+    assert len((out / "trials.jsonl").read_text().splitlines()) == 12

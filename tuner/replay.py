@@ -2,9 +2,12 @@
 
 Per window of the schedule, each policy sets the host's offered load to the window's QPS and then:
 
-* `tuner`: a cold Ax retune (`run_retune`, fresh experiment per window as in the dissertation) whose
-  trials -- settle and window -- count in the window's energy and time, then holds the chosen point for the
-  rest of the window (the steady state);
+* `tuner`: an Ax retune (`run_retune`) whose trials -- settle and window -- count in the window's energy and
+  time, then holds the chosen point for the rest of the window (the steady state). With
+  `settings.context` false (the dissertation's cold tuner) every window is a fresh experiment; with it true ONE
+  optimiser lives through the whole replay (all windows, all days), the offered QPS is a model input and
+  each window's retune starts from everything learnt before (`Optimizer.begin_retune` via `run_retune`),
+  optionally seeded with earlier trials (`history`, `Optimizer.add_history`);
 * `linux-default`: `host.restore()` (adaptive ITR + the OS governor) and measures the whole window;
 * `static-performance`: ITR = the host's lowest, DVFS = its highest, the whole window;
 * `oracle`: the exhaustive best static point under the SLA for the window's load over the FULL knob grid,
@@ -13,6 +16,7 @@ Per window of the schedule, each policy sets the host's offered load to the wind
   (a measured grid would cost hours per window and still be a noisy estimate, not an oracle).
 
 Every policy runs on its own host built from the same spec and seed, so each compares like with like.
+A multi-day schedule (`traces.schedule.repeat_days`) carries each window's `day`; summaries are per day too.
 """
 
 from __future__ import annotations
@@ -30,6 +34,26 @@ from tuner.optimizer import Objective, Optimizer, TrialRecord, TunerSettings, ru
 
 POLICIES: tuple[str, ...] = ("tuner", "linux-default", "static-performance", "oracle")
 
+#: `tuner replay --tuner NAME` / `bench/replay.py` variants: the TunerSettings fields each preset sets.
+#: `cold` is the dissertation's tuner (every issue-6 feature off, 30 trials, a fresh experiment per window);
+#: `warm` turns them all on: load as context (one experiment for the whole replay), the stopping rule,
+#: safe exploration (delta 5 %) and statistically sized (adaptive) trial windows.
+TUNER_PRESETS: dict[str, dict[str, Any]] = {
+    "cold": {"trials": 30, "context": False, "stop_ei_pct": 0.0, "safe_delta": 0.0, "window_mode": "fixed"},
+    "warm": {"trials": 30, "context": True, "stop_ei_pct": 1.0, "safe_delta": 0.05, "window_mode": "adaptive"},
+}
+
+
+def preset_settings(name: str, base: TunerSettings | None = None, **overrides: Any) -> TunerSettings:
+    """`base` (default `TunerSettings()`) with preset `name`'s fields, then `overrides`, applied."""
+    if name not in TUNER_PRESETS:
+        raise TunerError(f"unknown tuner preset {name!r}: expected one of {', '.join(TUNER_PRESETS)}")
+    fields = {**TUNER_PRESETS[name], **overrides}
+    try:
+        return replace(base if base is not None else TunerSettings(), **fields)
+    except TypeError as exc:  # a field this TunerSettings does not have
+        raise TunerError(f"tuner preset {name!r}: {exc}") from None
+
 
 @dataclass(frozen=True)
 class ReplayWindow:
@@ -39,6 +63,7 @@ class ReplayWindow:
     start_s: float
     seconds: float
     qps: float
+    day: int = 0
 
 
 @dataclass(frozen=True)
@@ -47,6 +72,8 @@ class WindowResult:
 
     `energy_j` counts everything in the window (exploration trials incl. settle, plus the hold);
     `steady` is the hold measurement (the rest of the window at the chosen point) and decides `met_sla`.
+    `trial_window_s` is the trials' measured windows (settle excluded) and `fixed_window_s` what they would
+    have taken at the fixed `settings.window_s` each (the adaptive windows' saving is the difference).
     """
 
     policy: str
@@ -67,6 +94,9 @@ class WindowResult:
     met_sla: bool | None = None
     note: str = ""
     error: str | None = None
+    day: int = 0
+    trial_window_s: float = 0.0
+    fixed_window_s: float = 0.0
 
     @property
     def power_w(self) -> float:
@@ -80,11 +110,15 @@ class WindowResult:
 
 @dataclass
 class PolicyResult:
+    """One policy's windows; for `tuner` also every trial it ran (`trials`, in order, for `--save-trials`)."""
+
     policy: str
     windows: list[WindowResult] = field(default_factory=list)
     wall_s: float = 0.0
     available: bool = True
     note: str = ""
+    trials: list[TrialRecord] = field(default_factory=list)
+    history_used: int = 0
 
 
 @dataclass
@@ -189,11 +223,17 @@ def _set_load(host: Host, qps: float) -> None:
 
 
 def _run_tuner_window(host: Host, w: ReplayWindow, objective: Objective, settings: TunerSettings,
-                      progress: Progress | None, name: str) -> WindowResult:
-    opt = Optimizer(host.knobs(), objective, replace(settings, seed=settings.seed + w.index), name=name)
+                      progress: Progress | None, opt: Optimizer) -> tuple[WindowResult, list[TrialRecord]]:
+    """One window of the `tuner` policy with optimiser `opt` (fresh or persistent): retune, then hold.
+
+    The retune also stops when its trials have used up the window (`should_stop`); `run_retune` calls
+    `opt.begin_retune(qps)`, so in context mode only this window's trials count here.
+    """
     used = {"s": 0.0}
+    recs: list[TrialRecord] = []
 
     def on_trial(rec: TrialRecord) -> None:
+        recs.append(rec)
         for m in (rec.settle, rec.measurement):
             if m is not None:
                 used["s"] += m.seconds
@@ -201,10 +241,10 @@ def _run_tuner_window(host: Host, w: ReplayWindow, objective: Objective, setting
             progress("tuner", w.index, rec)
 
     decision = run_retune(host, opt, settings, on_trial=on_trial, should_stop=lambda: used["s"] >= w.seconds)
-    recs = opt.trials()
     explore_e = sum(m.energy_j for r in recs for m in (r.settle, r.measurement) if m is not None)
     explore_s = sum(m.seconds for r in recs for m in (r.settle, r.measurement) if m is not None)
     above = sum(_above_sla_s(objective, m) for r in recs for m in (r.settle, r.measurement))
+    measured = [r.measurement for r in recs if r.measurement is not None]
     remaining = w.seconds - explore_s
     steady = None
     error = None
@@ -220,8 +260,9 @@ def _run_tuner_window(host: Host, w: ReplayWindow, objective: Objective, setting
         steady=steady, energy_j=energy, elapsed_s=elapsed, trials=len(recs),
         failed_trials=sum(1 for r in recs if r.status == "failed"), explore_s=explore_s,
         explore_energy_j=explore_e, explore_above_sla_s=above, suggest_s=tuple(r.compute_s for r in recs),
-        met_sla=_met(objective, steady), note=decision.reason, error=error,
-    )
+        met_sla=_met(objective, steady), note=decision.reason, error=error, day=w.day,
+        trial_window_s=sum(m.seconds for m in measured), fixed_window_s=len(measured) * settings.window_s,
+    ), recs
 
 
 def _run_static_window(policy: str, host: Host, w: ReplayWindow, objective: Objective,
@@ -251,9 +292,9 @@ def _run_static_window(policy: str, host: Host, w: ReplayWindow, objective: Obje
         m = host.measure(w.seconds)
     except Exception as exc:  # noqa: BLE001
         return WindowResult(policy, w.index, w.start_s, w.seconds, w.qps, point, None, 0.0, 0.0,
-                            note=note, error=f"measurement failed: {type(exc).__name__}: {exc}")
+                            note=note, error=f"measurement failed: {type(exc).__name__}: {exc}", day=w.day)
     return WindowResult(policy, w.index, w.start_s, w.seconds, w.qps, point, m, m.energy_j, m.seconds,
-                        met_sla=objective.met(m), note=note)
+                        met_sla=objective.met(m), note=note, day=w.day)
 
 
 def replay(
@@ -268,17 +309,26 @@ def replay(
     source: str = "",
     oracle_exhaustive: bool = False,
     oracle_memo: dict | None = None,
+    history: Sequence[TrialRecord] = (),
 ) -> ReplayResult:
     """Replay `windows` under each policy, each on a fresh host from `make_host()`; hosts are restored after.
 
     `oracle_memo` (optional) caches oracle points by (window QPS, percentile, SLA) across replays of the same
-    host type -- they depend on the host's noise-free model only, not on the seed.
+    host type -- they depend on the host's noise-free model only, not on the seed. `history`: earlier trials
+    (e.g. `tuner.history.read_trials`) that seed the persistent contextual tuner; refused without
+    `settings.context` (a cold per-window experiment has no load input to place them at).
     """
     if not windows:
         raise TunerError("the schedule has no window to replay")
+    context = bool(getattr(settings, "context", False))
+    if history and not context:
+        raise TunerError("trial history needs the contextual tuner (settings.context / --context): the cold "
+                         "tuner starts a fresh experiment per window with no load input")
     t_all = time.perf_counter()
     result = ReplayResult(objective, settings, host_label, settings.seed, source,
-                          tuple(ReplayWindow(w.index, w.start_s, w.seconds, w.qps) for w in windows), {})
+                          tuple(ReplayWindow(w.index, w.start_s, w.seconds, w.qps, getattr(w, "day", 0))
+                                for w in windows), {})
+    result.meta["started_unix"] = time.time()
     for policy in policies:
         host = make_host()
         pr = PolicyResult(policy)
@@ -292,10 +342,21 @@ def replay(
             continue
         t0 = time.perf_counter()
         try:
+            persistent: Optimizer | None = None
+            if policy == "tuner" and context:
+                persistent = Optimizer(host.knobs(), objective, settings, name="replay")
+                if history:
+                    pr.history_used = persistent.add_history(history)
+                pr.note = (f"contextual tuner, one experiment for {len(result.windows)} windows"
+                           + (f", seeded with {pr.history_used} of {len(history)} history trials" if history else ""))
             for w in result.windows:
                 _set_load(host, w.qps)
                 if policy == "tuner":
-                    wr = _run_tuner_window(host, w, objective, settings, progress, f"replay-w{w.index}")
+                    opt = persistent or Optimizer(host.knobs(), objective,
+                                                  replace(settings, seed=settings.seed + w.index),
+                                                  name=f"replay-w{w.index}")
+                    wr, recs = _run_tuner_window(host, w, objective, settings, progress, opt)
+                    pr.trials.extend(recs)
                 else:
                     wr = _run_static_window(policy, host, w, objective, oracle_exhaustive, oracle_memo)
                 pr.windows.append(wr)
@@ -313,37 +374,81 @@ def replay(
 # ----------------------------------------------------------------------------------------------- summary
 
 
-def policy_summary(result: ReplayResult, policy: str) -> dict[str, Any]:
-    """Totals for one policy: energy, savings vs linux-default, ratio to oracle, SLA, trials, timings."""
+def days(result: ReplayResult) -> list[int]:
+    """The days present in the replayed schedule, in order ([0] for a single day)."""
+    return sorted({w.day for w in result.windows})
+
+
+def _pct(part: float, whole: float) -> float | None:
+    return 100.0 * part / whole if whole > 0 else None
+
+
+def policy_summary(result: ReplayResult, policy: str, day: int | None = None) -> dict[str, Any]:
+    """Totals for one policy (over one `day` if given): energy, savings vs linux-default, ratio to oracle, SLA,
+    trials (also per retune), exploration above the SLA (s and % of trial time), adaptive-window saving, timings.
+
+    `window_saved_s`: trial measurement time saved against fixed `settings.window_s` windows (0 when fixed);
+    `wall_s` is the policy's whole replay, not per day.
+    """
     pr = result.policies[policy]
     if not pr.available:
         return {"available": False, "note": pr.note}
-    ws = pr.windows
+
+    def pick(ws: list[WindowResult]) -> list[WindowResult]:
+        return ws if day is None else [w for w in ws if w.day == day]
+
+    ws = pick(pr.windows)
     energy = sum(w.energy_j for w in ws)
     base = result.policies.get("linux-default")
     oracle = result.policies.get("oracle")
-    base_e = sum(w.energy_j for w in base.windows) if base is not None and base.available and base.windows else None
-    oracle_e = (sum(w.energy_j for w in oracle.windows)
-                if oracle is not None and oracle.available and oracle.windows else None)
+    base_ws = pick(base.windows) if base is not None and base.available else []
+    oracle_ws = pick(oracle.windows) if oracle is not None and oracle.available else []
+    base_e = sum(w.energy_j for w in base_ws) if base_ws else None
+    oracle_e = sum(w.energy_j for w in oracle_ws) if oracle_ws else None
     suggest = [s for w in ws for s in w.suggest_s]
-    return {
+    elapsed = sum(w.elapsed_s for w in ws)
+    explore_s = sum(w.explore_s for w in ws)
+    above = sum(w.explore_above_sla_s for w in ws)
+    fixed = sum(w.fixed_window_s for w in ws)
+    saved = sum(max(w.fixed_window_s - w.trial_window_s, 0.0) for w in ws)
+    trials = sum(w.trials for w in ws)
+    out: dict[str, Any] = {
         "available": True,
         "windows": len(ws),
         "energy_j": energy,
-        "mean_power_w": energy / sum(w.elapsed_s for w in ws) if ws and sum(w.elapsed_s for w in ws) > 0 else None,
+        "mean_power_w": energy / elapsed if ws and elapsed > 0 else None,
         "saved_vs_linux_default_pct": (100.0 * (1 - energy / base_e)) if base_e else None,
         "ratio_to_oracle": (energy / oracle_e) if oracle_e else None,
         "sla_violating_windows": sum(1 for w in ws if w.met_sla is False),
         "sla_violating_windows_significant": sum(
             1 for w in ws if w.steady is not None and result.objective.violated_confidently(w.steady)),
         "windows_without_steady_state": sum(1 for w in ws if w.steady is None),
-        "explore_s": sum(w.explore_s for w in ws),
-        "explore_above_sla_s": sum(w.explore_above_sla_s for w in ws),
+        "explore_s": explore_s,
+        "explore_above_sla_s": above,
+        "explore_above_sla_pct": _pct(above, explore_s),
         "explore_energy_j": sum(w.explore_energy_j for w in ws),
-        "trials": sum(w.trials for w in ws),
+        "trials": trials,
+        "trials_per_retune": trials / len(ws) if policy == "tuner" and ws else None,
         "failed_trials": sum(w.failed_trials for w in ws),
         "failed_windows": sum(1 for w in ws if w.error),
+        "trial_window_s": sum(w.trial_window_s for w in ws),
+        "window_saved_s": saved,
+        "window_saved_pct": _pct(saved, fixed),
         "median_suggest_s": statistics.median(suggest) if suggest else None,
         "wall_s": pr.wall_s,
         "note": pr.note,
     }
+    if day is not None:
+        out["day"] = day
+    elif policy == "tuner" and pr.history_used:
+        out["history_trials_used"] = pr.history_used
+    return out
+
+
+def day_summaries(result: ReplayResult) -> list[dict[str, Any]]:
+    """Per day of the schedule: `{"day", "windows", "policies": {policy: policy_summary(..., day)}}`."""
+    out = []
+    for d in days(result):
+        out.append({"day": d, "windows": sum(1 for w in result.windows if w.day == d),
+                    "policies": {p: policy_summary(result, p, day=d) for p in result.policies}})
+    return out

@@ -5,13 +5,15 @@ from __future__ import annotations
 import csv
 import json
 import math
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from tuner.replay import ReplayResult, policy_summary
+from tuner.replay import ReplayResult, day_summaries, days, policy_summary
 
 SUMMARY = "summary.json"
 WINDOWS = "windows.csv"
+TRIALS = "trials.jsonl"  # = tuner.history.REPLAY_TRIALS_FILE (read by `tuner trials export --from-replay`)
 PLOTS = ("power.png", "latency.png", "knobs.png")
 
 _COLOURS = {"tuner": "tab:blue", "linux-default": "tab:red", "static-performance": "tab:orange", "oracle": "tab:green"}
@@ -29,14 +31,15 @@ def summary(result: ReplayResult) -> dict[str, Any]:
         "seed": result.seed,
         "trace": result.source,
         "objective": {"reward": obj.reward, "percentile": obj.percentile, "sla_us": obj.sla_us},
-        "settings": {"trials": result.settings.trials, "sobol_trials": result.settings.sobol_trials,
-                     "settle_s": result.settings.settle_s, "window_s": result.settings.window_s},
+        "settings": asdict(result.settings),
         "windows": len(result.windows),
+        "days": len(days(result)),
         "window_s": result.windows[0].seconds if result.windows else None,
         "peak_qps": max(w.qps for w in result.windows) if result.windows else None,
         "min_qps": min(w.qps for w in result.windows) if result.windows else None,
         "wall_s": result.wall_s,
         "policies": {p: policy_summary(result, p) for p in result.policies},
+        "per_day": day_summaries(result),
         **result.meta,
     }
 
@@ -49,6 +52,7 @@ def window_rows(result: ReplayResult) -> list[dict[str, Any]]:
         for w in pr.windows:
             rows.append({
                 "policy": policy,
+                "day": w.day,
                 "window": w.index,
                 "start_s": w.start_s,
                 "qps": round(w.qps, 3),
@@ -65,6 +69,8 @@ def window_rows(result: ReplayResult) -> list[dict[str, Any]]:
                 "explore_s": round(w.explore_s, 3),
                 "explore_energy_j": round(w.explore_energy_j, 3),
                 "explore_above_sla_s": round(w.explore_above_sla_s, 3),
+                "trial_window_s": round(w.trial_window_s, 3),
+                "fixed_window_s": round(w.fixed_window_s, 3),
                 "sla_met": "" if w.met_sla is None else int(w.met_sla),
                 "note": w.note,
                 "error": w.error or "",
@@ -87,8 +93,42 @@ def write_files(result: ReplayResult, out: Path) -> list[Path]:
             writer.writeheader()
             writer.writerows(rows)
     paths.append(p)
+    if write_trials(result, out / TRIALS):
+        paths.append(out / TRIALS)
     paths.extend(write_plots(result, out))
     return paths
+
+
+def trial_times(result: ReplayResult, start: float) -> list[float]:
+    """Unix time of each tuner trial on the replay's own clock: `start` + its window's start + the trials
+    before it in that window (settle included)."""
+    pr = result.policies["tuner"]
+    times: list[float] = []
+    i = 0
+    for w in pr.windows:
+        t = start + w.start_s
+        for r in pr.trials[i:i + w.trials]:
+            times.append(t)
+            t += sum(m.seconds for m in (r.settle, r.measurement) if m is not None)
+        i += w.trials
+    return times
+
+
+def write_trials(result: ReplayResult, path: Path) -> int:
+    """Write the tuner policy's completed trials as `tuner.trial/v1` JSON lines (HIST's `tuner.history`),
+    timed on the replay's clock from `result.meta["started_unix"]` (default: now); returns how many (0 and
+    no file when the tuner did not run)."""
+    pr = result.policies.get("tuner")
+    if pr is None or not pr.trials:
+        return 0
+    import time
+
+    from tuner.history import host_label
+    from tuner.history import write_trials as write_history
+
+    start = float(result.meta.get("started_unix", time.time()))
+    return write_history(path, pr.trials, host=host_label(result.host or "replay"), objective=result.objective,
+                         times=trial_times(result, start))
 
 
 def _json_default(x: Any) -> Any:
@@ -184,15 +224,21 @@ def _fmt(x: float | None, spec: str, none: str = "-") -> str:
     return none if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
 
 
+def _pct_cell(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}%"
+
+
 def print_report(result: ReplayResult, console: Any, *, per_window: bool = True) -> None:
-    """Rich tables: per window (one row per window, columns per policy) and the per-policy summary."""
+    """Rich tables: per window (one row per window, columns per policy), per day for the tuner (multi-day
+    schedules) and the per-policy summary."""
     from rich.table import Table
 
     pct = result.objective.percentile
-    sla = result.objective.sla_us
+    multi = len(days(result)) > 1
     if per_window and "tuner" in result.policies:
         t = Table(title=f"tuner per window ({result.objective.describe()})", show_lines=False)
-        for col in ("win", "kQPS", "ITR µs", "GHz", f"p{pct:g} µs", "W", "kJ", "trials", "SLA"):
+        for col in (("day",) if multi else ()) + ("win", "kQPS", "ITR µs", "GHz", f"p{pct:g} µs", "W", "kJ",
+                                                    "trials", "SLA"):
             t.add_column(col, justify="right")
         others = [p for p in ("linux-default", "oracle") if p in result.policies and result.policies[p].windows]
         for p in others:
@@ -201,31 +247,51 @@ def print_report(result: ReplayResult, console: Any, *, per_window: bool = True)
         for w in result.policies["tuner"].windows:
             met = "-" if w.met_sla is None else ("[green]yes[/]" if w.met_sla else "[red]NO[/]")
             fails = f" ({w.failed_trials} failed)" if w.failed_trials else ""
-            row = [str(w.index), f"{w.qps / 1000:.0f}",
-                   "-" if w.point is None else str(w.point.itr_us),
-                   "-" if w.point is None else f"{w.point.dvfs_ghz:.1f}",
-                   _fmt(w.latency_us(pct), ".0f"), _fmt(w.power_w, ".1f"), f"{w.energy_j / 1000:.1f}",
-                   f"{w.trials}{fails}", met]
+            row = ([str(w.day)] if multi else []) + [
+                str(w.index), f"{w.qps / 1000:.0f}",
+                "-" if w.point is None else str(w.point.itr_us),
+                "-" if w.point is None else f"{w.point.dvfs_ghz:.1f}",
+                _fmt(w.latency_us(pct), ".0f"), _fmt(w.power_w, ".1f"), f"{w.energy_j / 1000:.1f}",
+                f"{w.trials}{fails}", met]
             for p in others:
                 ow = by_idx[p].get(w.index)
                 row.append("-" if ow is None else _fmt(ow.power_w, ".1f"))
             t.add_row(*row)
         console.print(t)
+    if "tuner" in result.policies and result.policies["tuner"].available:
+        t = Table(title="tuner per day" + (" (contextual, one experiment)" if getattr(result.settings, "context", False)
+                                           else " (cold: a fresh experiment per window)"))
+        for col in ("day", "windows", "trials/retune", "energy kJ", "x oracle", "saved vs linux",
+                    "SLA-violating windows (significant)", "explore s > SLA (% of trial time)",
+                    "trial window s saved vs fixed (%)"):
+            t.add_column(col, justify="right")
+        for d in day_summaries(result):
+            ps = d["policies"]["tuner"]
+            t.add_row(str(d["day"]), str(ps["windows"]), _fmt(ps["trials_per_retune"], ".1f"),
+                      f"{ps['energy_j'] / 1000:.1f}", _fmt(ps["ratio_to_oracle"], ".3f"),
+                      _pct_cell(ps["saved_vs_linux_default_pct"]),
+                      f"{ps['sla_violating_windows']}/{ps['windows']} ({ps['sla_violating_windows_significant']})",
+                      f"{ps['explore_above_sla_s']:.0f} ({_pct_cell(ps['explore_above_sla_pct'])})",
+                      f"{ps['window_saved_s']:.0f} ({_pct_cell(ps['window_saved_pct'])})")
+        console.print(t)
     s = summary(result)
-    t = Table(title=f"summary: {len(result.windows)} windows, {result.objective.describe()}, host {result.host}")
+    t = Table(title=f"summary: {len(result.windows)} windows"
+              + (f" over {s['days']} days" if multi else "") + f", {result.objective.describe()}, host {result.host}")
     for col in ("policy", "energy kJ", "saved vs linux", "x oracle", "SLA-violating windows (significant)",
-                "explore s > SLA", "trials (failed)", "median suggest s", "wall s"):
+                "explore s > SLA (%)", "trials (failed)", "trials/retune", "median suggest s", "wall s"):
         t.add_column(col, justify="right")
     for p, ps in s["policies"].items():
         if not ps.get("available", True):
-            t.add_row(p, "[dim]unavailable[/]", "", "", "", "", "", "", "")
+            t.add_row(p, "[dim]unavailable[/]", "", "", "", "", "", "", "", "")
             continue
-        t.add_row(p, f"{ps['energy_j'] / 1000:.1f}", _fmt(ps["saved_vs_linux_default_pct"], ".1f") + ("%" if ps["saved_vs_linux_default_pct"] is not None else ""),
-                  _fmt(ps["ratio_to_oracle"], ".3f"), f"{ps['sla_violating_windows']}/{ps['windows']} ({ps['sla_violating_windows_significant']})",
-                  f"{ps['explore_above_sla_s']:.0f}", f"{ps['trials']} ({ps['failed_trials']})",
+        t.add_row(p, f"{ps['energy_j'] / 1000:.1f}", _pct_cell(ps["saved_vs_linux_default_pct"]),
+                  _fmt(ps["ratio_to_oracle"], ".3f"),
+                  f"{ps['sla_violating_windows']}/{ps['windows']} ({ps['sla_violating_windows_significant']})",
+                  f"{ps['explore_above_sla_s']:.0f}" + (f" ({_pct_cell(ps['explore_above_sla_pct'])})"
+                                                        if ps["explore_s"] else ""),
+                  f"{ps['trials']} ({ps['failed_trials']})", _fmt(ps["trials_per_retune"], ".1f"),
                   _fmt(ps["median_suggest_s"], ".2f"), f"{ps['wall_s']:.1f}")
     console.print(t)
     for p, ps in s["policies"].items():
-        if ps.get("note") and not ps.get("available", True):
-            console.print(f"[yellow]{ps['note']}[/]")
-    del sla
+        if ps.get("note") and (not ps.get("available", True) or p == "tuner"):
+            console.print(f"[yellow]{ps['note']}[/]" if not ps.get("available", True) else f"{p}: {ps['note']}")

@@ -1,7 +1,9 @@
 """`tuner replay [TRACE]`: replay a day of load against a host under the tuner and the baselines, write a report.
 
 Defaults: the bundled synthetic 24 h sample trace, the simulated host, peak 600 kQPS (the dissertation's
-Twitter replay on a 16-core E5-2690 spans roughly 200-600 kQPS), hourly windows, 30 trials per retune.
+Twitter replay on a 16-core E5-2690 spans roughly 200-600 kQPS), hourly windows, 30 trials per retune, one day.
+`--days N` repeats the day with seeded day-to-day noise (`traces.schedule.repeat_days`); `--tuner cold|warm`
+and the issue-6 flags choose between the dissertation's cold tuner and the contextual one.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--reward", default=None, help="constrained (default), sla-linear, edp or latency")
     p.add_argument("--sla-us", type=str, default="500", help="tail-latency SLA in µs (default 500)")
     p.add_argument("--percentile", type=str, default="99", help="50, 90, 95, 99 (default) or 99.9")
-    p.add_argument("--trials", type=str, default="30", help="trials per retune (default 30)")
+    p.add_argument("--trials", type=str, default=None, help="(max) trials per retune (default 30)")
     p.add_argument("--sobol-trials", type=str, default="8", help="quasi-random trials before the GP (default 8)")
     p.add_argument("--settle", type=str, default="1", help="settle time per trial, s (default 1)")
     p.add_argument("--window", type=str, default="20", help="measurement window per trial, s (default 20)")
@@ -47,6 +49,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--policies", default="tuner,linux-default,static-performance,oracle",
                    help="comma list of tuner, linux-default, static-performance, oracle (default: all)")
     p.add_argument("--out", type=Path, default=Path("out"), help="output directory (default ./out)")
+    g = p.add_argument_group("multi-day schedule")
+    g.add_argument("--days", type=str, default="1",
+                   help="repeat the replayed day N times (default 1); day 0 is the trace, later days add noise")
+    g.add_argument("--day-noise", type=str, default=None,
+                   help="sigma of the per-window lognormal QPS factor on days >= 1, seeded by --seed "
+                        "(default 0.05 = 5 %%; clipped to the peak)")
+    t = p.add_argument_group("tuner (issue 6; a preset first, then each flag overrides it)")
+    t.add_argument("--tuner", dest="preset", default=None, metavar="cold|warm",
+                   help="cold: the dissertation's tuner (fresh experiment per window, 30 trials, every option "
+                        "below off); warm: context + stopping rule + safe exploration + adaptive windows")
+    t.add_argument("--context", action=argparse.BooleanOptionalAction, default=None,
+                   help="offered QPS as a model input; ONE experiment for the whole replay (all windows, days)")
+    t.add_argument("--context-max-qps", type=str, default=None, help="QPS normaliser of the load input (default 1e6)")
+    t.add_argument("--history-max-trials", type=str, default=None, help="trials the contextual model keeps (400)")
+    t.add_argument("--min-trials", type=str, default=None, help="trials per retune before it may stop (default 2)")
+    t.add_argument("--stop-ei-pct", type=str, default=None,
+                   help="stop a retune when one more trial's expected improvement < this %% of power (0 = off)")
+    t.add_argument("--safe-delta", type=str, default=None,
+                   help="only try points whose modelled P(percentile > SLA) <= this (0 = off, e.g. 0.05)")
+    t.add_argument("--window-mode", default=None, metavar="fixed|adaptive",
+                   help="fixed --window s per trial, or adaptive: grow until the percentile's CI is within "
+                        "+-window-ci-pct (max --window s)")
+    t.add_argument("--window-ci-pct", type=str, default=None, help="adaptive windows: CI half-width target, %% (5)")
+    t.add_argument("--window-min-s", type=str, default=None, help="adaptive windows: minimum seconds (2)")
+    t.add_argument("--history", type=Path, default=None, metavar="FILE",
+                   help="seed the contextual tuner with earlier trials (tuner.trial/v1 JSON lines)")
+    t.add_argument("--save-trials", type=Path, default=None, metavar="FILE",
+                   help="also write the tuner's trials to FILE (they always go to OUT/trials.jsonl)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no per-window table (the summary is still printed)")
     p.set_defaults(func=run)
 
@@ -61,9 +91,62 @@ def _num(text: str, flag: str, *, integer: bool = False, minimum: float | None =
     return value
 
 
+#: `--window-mode` values (TunerSettings.window_mode).
+WINDOW_MODES = ("fixed", "adaptive")
+
+
+def tuner_settings(args: argparse.Namespace) -> object:
+    """TunerSettings from the flags: defaults, then the `--tuner` preset, then every flag given explicitly."""
+    from tuner.optimizer import TunerSettings
+    from tuner.replay import TUNER_PRESETS, preset_settings
+
+    base: dict[str, object] = {
+        "sobol_trials": int(_num(args.sobol_trials, "--sobol-trials", integer=True, minimum=1, strict=False)),
+        "settle_s": _num(args.settle, "--settle", minimum=0, strict=False),
+        "window_s": _num(args.window, "--window", minimum=0),
+        "seed": args.seed,
+        "itr_resolution_us": int(_num(args.itr_resolution, "--itr-resolution", integer=True, minimum=1, strict=False)),
+    }
+    explicit: dict[str, object] = {}
+    if args.trials is not None:
+        explicit["trials"] = int(_num(args.trials, "--trials", integer=True, minimum=1, strict=False))
+    if args.context is not None:
+        explicit["context"] = bool(args.context)
+    if args.context_max_qps is not None:
+        explicit["context_max_qps"] = _num(args.context_max_qps, "--context-max-qps", minimum=0)
+    if args.history_max_trials is not None:
+        explicit["history_max_trials"] = int(_num(args.history_max_trials, "--history-max-trials", integer=True,
+                                                  minimum=1, strict=False))
+    if args.min_trials is not None:
+        explicit["min_trials"] = int(_num(args.min_trials, "--min-trials", integer=True, minimum=1, strict=False))
+    if args.stop_ei_pct is not None:
+        explicit["stop_ei_pct"] = _num(args.stop_ei_pct, "--stop-ei-pct", minimum=0, strict=False)
+    if args.safe_delta is not None:
+        delta = _num(args.safe_delta, "--safe-delta", minimum=0, strict=False)
+        if delta >= 1:
+            raise TunerError(f"--safe-delta {args.safe_delta!r}: expected a probability in [0, 1) (0 = off)")
+        explicit["safe_delta"] = delta
+    if args.window_mode is not None:
+        if args.window_mode not in WINDOW_MODES:
+            raise TunerError(f"--window-mode {args.window_mode!r}: expected one of {', '.join(WINDOW_MODES)}")
+        explicit["window_mode"] = args.window_mode
+    if args.window_ci_pct is not None:
+        explicit["window_ci_pct"] = _num(args.window_ci_pct, "--window-ci-pct", minimum=0)
+    if args.window_min_s is not None:
+        explicit["window_min_s"] = _num(args.window_min_s, "--window-min-s", minimum=0)
+    if args.preset is not None and args.preset not in TUNER_PRESETS:
+        raise TunerError(f"--tuner {args.preset!r}: expected one of {', '.join(TUNER_PRESETS)}")
+    try:
+        if args.preset is not None:
+            return preset_settings(args.preset, TunerSettings(**base), **explicit)
+        return TunerSettings(**{**base, **explicit})
+    except TypeError as exc:  # a flag for a TunerSettings field this build does not have
+        raise TunerError(f"tuner settings: {exc}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     from reward import DEFAULT_REWARD
-    from tuner.optimizer import Objective, TunerSettings
+    from tuner.optimizer import Objective
     from tuner.replay import parse_policies
 
     try:
@@ -75,39 +158,47 @@ def run(args: argparse.Namespace) -> int:
     except ValueError:
         pct = args.percentile
     objective = Objective(reward=args.reward or DEFAULT_REWARD, percentile=pct, sla_us=sla)
-    settings = TunerSettings(
-        trials=int(_num(args.trials, "--trials", integer=True, minimum=1, strict=False)),
-        sobol_trials=int(_num(args.sobol_trials, "--sobol-trials", integer=True, minimum=1, strict=False)),
-        settle_s=_num(args.settle, "--settle", minimum=0, strict=False),
-        window_s=_num(args.window, "--window", minimum=0),
-        seed=args.seed,
-        itr_resolution_us=int(_num(args.itr_resolution, "--itr-resolution", integer=True, minimum=1, strict=False)),
-    )
+    settings = tuner_settings(args)
     policies = parse_policies(args.policies)
     hours = _num(args.hours, "--hours", minimum=0)
     bin_s = _num(args.bin, "--bin", minimum=0)
     peak = DEFAULT_PEAK_QPS if args.peak_qps is None else _num(args.peak_qps, "--peak-qps", minimum=0)
+    n_days = int(_num(args.days, "--days", integer=True, minimum=1, strict=False))
+    from traces.schedule import DEFAULT_DAY_NOISE, load_schedule, repeat_days, sample_trace_path
 
-    from traces.schedule import load_schedule, sample_trace_path
+    noise = DEFAULT_DAY_NOISE if args.day_noise is None else _num(args.day_noise, "--day-noise", minimum=0,
+                                                                  strict=False)
+    if noise > 1:
+        raise TunerError(f"--day-noise {args.day_noise!r}: expected a fraction in [0, 1] (0.05 = 5 %)")
+    if args.history is not None and not getattr(settings, "context", False):
+        raise TunerError("--history needs the contextual tuner (--context or --tuner warm): the cold tuner starts "
+                         "a fresh experiment per window")
+    if args.history is not None and not args.history.is_file():
+        raise TunerError(f"--history {args.history}: no such file")
 
     trace = Path(args.trace) if args.trace else sample_trace_path()
     if not trace.exists():
         raise TunerError(f"{trace}: no such trace file")
     schedule = load_schedule(trace, bin_s=bin_s, hours=hours, peak_qps=peak)
+    if n_days > 1:
+        schedule = repeat_days(schedule, n_days, noise=noise, seed=args.seed)
     return execute(args.host, schedule, objective, settings, policies, args.out, quiet=args.quiet,
                    source=str(trace) if args.trace else f"{trace.name} (bundled sample)",
-                   oracle_exhaustive=args.oracle_exhaustive)
+                   oracle_exhaustive=args.oracle_exhaustive, history_path=args.history,
+                   save_trials=args.save_trials, day_noise=noise if n_days > 1 else None)
 
 
 def execute(host_spec: str, schedule: object, objective: object, settings: object, policies: tuple[str, ...],
-            out: Path, *, quiet: bool = False, source: str = "", oracle_exhaustive: bool = False) -> int:
-    """Run the replay with a progress bar, print the report and write the files."""
+            out: Path, *, quiet: bool = False, source: str = "", oracle_exhaustive: bool = False,
+            history_path: Path | None = None, save_trials: Path | None = None,
+            day_noise: float | None = None) -> int:
+    """Run the replay with a progress bar, print the report and write the files (and `save_trials`)."""
     from rich.console import Console
 
     from actuators.host import LoadControl
     from tuner.hosts import make_host
     from tuner.replay import replay
-    from tuner.report import print_report, write_files
+    from tuner.report import print_report, write_files, write_trials
 
     seed = settings.seed  # type: ignore[attr-defined]
     first = make_host(host_spec, seed=seed)
@@ -115,6 +206,11 @@ def execute(host_spec: str, schedule: object, objective: object, settings: objec
         raise TunerError(f"--host {host_spec!r}: the host cannot set its offered load (no set_offered_qps); "
                          "replay needs load control, e.g. --host sim")
     spare = [first]
+    history: list = []
+    if history_path is not None:
+        from tuner.history import read_trials
+
+        history = read_trials(history_path, space=first.knobs())
 
     def factory():  # type: ignore[no-untyped-def]
         return spare.pop() if spare else make_host(host_spec, seed=seed)
@@ -126,7 +222,7 @@ def execute(host_spec: str, schedule: object, objective: object, settings: objec
     if quiet or not console.is_terminal:
         result = replay(factory, windows, objective, settings, policies=policies,  # type: ignore[arg-type]
                         host_label=host_spec, source=source,
-                        oracle_exhaustive=oracle_exhaustive)
+                        oracle_exhaustive=oracle_exhaustive, history=history)
     else:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -143,11 +239,19 @@ def execute(host_spec: str, schedule: object, objective: object, settings: objec
 
             result = replay(factory, windows, objective, settings, policies=policies,  # type: ignore[arg-type]
                             progress=progress, host_label=host_spec, source=source,
-                        oracle_exhaustive=oracle_exhaustive)
+                            oracle_exhaustive=oracle_exhaustive, history=history)
     result.meta["peak_qps_target"] = schedule.peak_qps  # type: ignore[attr-defined]
     result.meta["trace_scale"] = schedule.scale  # type: ignore[attr-defined]
     result.meta["total_wall_s"] = time.perf_counter() - t0
+    if day_noise is not None:
+        result.meta["day_noise"] = day_noise
+    if history_path is not None:
+        result.meta["history"] = {"file": str(history_path), "trials": len(history)}
     paths = write_files(result, out)
+    if save_trials is not None:
+        save_trials.parent.mkdir(parents=True, exist_ok=True)
+        n = write_trials(result, save_trials)
+        print(f"saved {n} completed tuner trial(s) to {save_trials}", file=sys.stdout)
     print_report(result, out_console, per_window=not quiet)
     print(f"wrote {', '.join(str(p) for p in paths)}", file=sys.stdout)
     return 0
