@@ -47,6 +47,18 @@ LATENCY_REL_SEM_FLOOR = 0.005
 #: 95 % order-statistic CI is within the SLA (a point measured just under the SLA in a 20 s window is
 #: often over it in the hour that follows); "estimate" = the point estimate is.
 SLA_CHECKS = ("ci", "estimate")
+#: `TunerSettings.window_mode`: "fixed" = `window_s` per trial; "adaptive" = grow until the percentile's CI is
+#: within +-`window_ci_pct` % (at most `window_s`), via `tuner.windowing.measure_window`.
+WINDOW_MODES = ("fixed", "adaptive")
+#: A completed trial whose measured load differs from the load its suggestion was pinned at by more than this
+#: (normalised units) is re-filed in Ax at its measured load.
+LOAD_TOLERANCE = 1e-3
+
+
+def _finite_above(v: Any, lo: float, strict: bool = True) -> bool:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return False
+    return v > lo if strict else v >= lo
 
 _STATUS_COMPLETED = "completed"
 _STATUS_FAILED = "failed"
@@ -118,6 +130,15 @@ class TunerSettings:
     torch_threads: int = 1
     sla_check: str = "ci"
     sla_margin_pct: float = 5.0
+    context: bool = False
+    context_max_qps: float = 1e6
+    history_max_trials: int = 400
+    min_trials: int = 2
+    stop_ei_pct: float = 0.0
+    safe_delta: float = 0.0
+    window_mode: str = "fixed"
+    window_ci_pct: float = 5.0
+    window_min_s: float = 2.0
 
     def __post_init__(self) -> None:
         if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 1:
@@ -139,6 +160,31 @@ class TunerSettings:
             raise TunerError(f"sla_margin_pct must be in [0, 100), got {self.sla_margin_pct!r}")
         if self.sla_check not in SLA_CHECKS:
             raise TunerError(f"sla_check {self.sla_check!r}: expected one of {', '.join(SLA_CHECKS)}")
+        if not isinstance(self.context, bool):
+            raise TunerError(f"context must be true or false, got {self.context!r}")
+        if not _finite_above(self.context_max_qps, 0.0):
+            raise TunerError(f"context_max_qps must be a number > 0 (requests/s), got {self.context_max_qps!r}")
+        for name in ("history_max_trials", "min_trials"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise TunerError(f"{name} must be an integer >= 1, got {v!r}")
+        if not (_finite_above(self.stop_ei_pct, 0.0, strict=False) and self.stop_ei_pct < 100.0):
+            raise TunerError(f"stop_ei_pct must be in [0, 100) (0 = off), got {self.stop_ei_pct!r}")
+        if not (_finite_above(self.safe_delta, 0.0, strict=False) and self.safe_delta < 1.0):
+            raise TunerError(f"safe_delta must be a probability in [0, 1) (0 = off), got {self.safe_delta!r}")
+        if self.window_mode not in WINDOW_MODES:
+            raise TunerError(f"window_mode {self.window_mode!r}: expected one of {', '.join(WINDOW_MODES)}")
+        if not (_finite_above(self.window_ci_pct, 0.0) and self.window_ci_pct < 100.0):
+            raise TunerError(f"window_ci_pct must be in (0, 100), got {self.window_ci_pct!r}")
+        if not _finite_above(self.window_min_s, 0.0):
+            raise TunerError(f"window_min_s must be > 0 seconds, got {self.window_min_s!r}")
+        if self.window_mode == "adaptive" and self.window_min_s > self.window_s:
+            raise TunerError(f"window_min_s ({self.window_min_s:g} s) must not exceed window_s "
+                             f"({self.window_s:g} s, the adaptive window's maximum)")
+
+    def load_of(self, qps: float) -> float:
+        """The model's `load` input for an offered load: min(qps / context_max_qps, 1), at least 0."""
+        return min(max(float(qps), 0.0) / self.context_max_qps, 1.0)
 
 
 def itr_candidates(itr_us: Sequence[int], resolution_us: int) -> tuple[int, ...]:
@@ -160,6 +206,9 @@ class TrialRecord:
 
     `reward` is the reward's value (W for `constrained`); `settle` is the settle-period measurement (its
     energy and time count against the exploration), `compute_s` the time Ax took to suggest the point.
+    With safe exploration on, `p_violation` is the model's P(percentile > SLA) at this point and load when it
+    was chosen (None: no model yet, e.g. a safe-start step) and `note` says why the point was tried when it
+    is not Ax's own proposal.
     """
 
     index: int
@@ -171,6 +220,8 @@ class TrialRecord:
     error: str | None
     settle: Measurement | None = None
     compute_s: float = 0.0
+    p_violation: float | None = None
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -253,6 +304,10 @@ def latency_sem(m: Measurement, pct: float) -> float | None:
     return max(sem, LATENCY_REL_SEM_FLOOR * abs(value), 1e-9)
 
 
+def _opt_float(v: Any) -> float | None:
+    return None if v is None else float(v)
+
+
 def _record_to_dict(r: TrialRecord) -> dict[str, Any]:
     return {
         "index": r.index,
@@ -264,6 +319,8 @@ def _record_to_dict(r: TrialRecord) -> dict[str, Any]:
         "error": r.error,
         "settle": None if r.settle is None else r.settle.to_dict(),
         "compute_s": r.compute_s,
+        "p_violation": r.p_violation,
+        "note": r.note,
     }
 
 
@@ -278,14 +335,41 @@ def _record_from_dict(d: dict[str, Any]) -> TrialRecord:
         error=d.get("error"),
         settle=None if d.get("settle") is None else Measurement.from_dict(d["settle"]),
         compute_s=float(d.get("compute_s", 0.0)),
+        p_violation=None if d.get("p_violation") is None else float(d["p_violation"]),
+        note=str(d.get("note") or ""),
     )
 
 
 # --------------------------------------------------------------------------------------------- optimiser
 
 
+@dataclass
+class _Pending:
+    """A suggested trial awaiting its result: the point, the Ax trial behind it and why it was chosen."""
+
+    point: OperatingPoint
+    compute_s: float
+    ax_index: int
+    load: float | None = None
+    p_violation: float | None = None
+    note: str = ""
+    line_t: float | None = None
+
+
 class Optimizer:
-    """An Ax experiment over a host's knob space for one objective; records every trial it hands out."""
+    """An Ax experiment over a host's knob space for one objective; records every trial it hands out.
+
+    Default settings: one experiment per retune (create a fresh one each time), exactly the dissertation's
+    cold tuner. With `settings.context` the offered load is a third model input, `load` in [0, 1], pinned
+    at the retune's load on every suggestion: one optimiser then persists across retunes and every earlier
+    trial, at any load, informs the model (retunes after the first start from the GP, not Sobol, because
+    Ax counts existing trials toward its initialisation budget). `add_history` seeds it with past trials.
+    `settings.stop_ei_pct` turns on the stopping rule (`should_stop`), `settings.safe_delta` the safety
+    filter (see `suggest`).
+
+    Trial numbers (`TrialRecord.index`) are this optimiser's own, counted from 0 per `suggest`; they equal
+    Ax's trial indices unless history, safety substitutions or data pruning added Ax trials of their own.
+    """
 
     def __init__(self, space: KnobSpace, objective: Objective, settings: TunerSettings, name: str = "tuner") -> None:
         self.space = space
@@ -294,7 +378,11 @@ class Optimizer:
         self.name = name
         self._itr = itr_candidates(space.itr_us, settings.itr_resolution_us)
         self._records: dict[int, TrialRecord] = {}
-        self._pending: dict[int, tuple[OperatingPoint, float]] = {}
+        self._pending: dict[int, _Pending] = {}
+        self._line_t: dict[int, float] = {}       # safe-start trials: their position on the safe line
+        self._next_index = 0
+        self._retune_start: int | None = None
+        self._load: float | None = None
         self._client: Any = None
         self._client = self._new_client()
 
@@ -311,7 +399,12 @@ class Optimizer:
                                                 parameter_type="float", is_ordered=True))
         if not params:
             raise TunerError("the host offers a single ITR value and a single frequency: nothing to tune")
+        if self.settings.context:
+            params.append(RangeParameterConfig(name="load", bounds=(0.0, 1.0), parameter_type="float"))
         return params
+
+    def _init_budget(self) -> int:
+        return min(self.settings.sobol_trials, self.settings.trials)
 
     def _new_client(self) -> Any:
         from ax import Client
@@ -326,11 +419,14 @@ class Optimizer:
             else:
                 client.configure_optimization(objective="-log_reward")
                 client.configure_tracking_metrics(["power", "log_latency"])
+            # Existing (attached, earlier-retune) trials count toward the Sobol budget
+            # (use_existing_trials_for_initialization, Ax's default), so a warm experiment starts from the GP.
             client.configure_generation_strategy(
                 method="fast",
-                initialization_budget=min(self.settings.sobol_trials, self.settings.trials),
+                initialization_budget=self._init_budget(),
                 initialization_random_seed=self.settings.seed,
                 initialize_with_center=False,
+                use_existing_trials_for_initialization=True,
                 allow_exceeding_initialization_budget=True,
             )
         return client
@@ -346,30 +442,253 @@ class Optimizer:
         dvfs = self.space.check_dvfs(params["dvfs_ghz"]) if "dvfs_ghz" in params else self.space.dvfs_ghz[0]
         return OperatingPoint(itr, dvfs)
 
-    def _to_params(self, point: OperatingPoint) -> dict[str, Any]:
+    def _to_params(self, point: OperatingPoint, load: float | None = None) -> dict[str, Any]:
         checked = self.space.check(point)
         params: dict[str, Any] = {}
         if len(self._itr) > 1:  # off-grid ITR values are predicted at the nearest grid value
             params["itr_index"] = min(range(len(self._itr)), key=lambda i: (abs(self._itr[i] - checked.itr_us), i))
         if len(self.space.dvfs_ghz) > 1:
             params["dvfs_ghz"] = float(checked.dvfs_ghz)
+        if self.settings.context:
+            at = load if load is not None else self._load
+            params["load"] = float(at) if at is not None else 0.0
         return params
+
+    # -- grid (ITR candidates x frequencies) in normalised coordinates
+    def _grid(self) -> list[tuple[int, int]]:
+        return [(i, j) for i in range(len(self._itr)) for j in range(len(self.space.dvfs_ghz))]
+
+    def _grid_point(self, cell: tuple[int, int]) -> OperatingPoint:
+        return OperatingPoint(self._itr[cell[0]], self.space.dvfs_ghz[cell[1]])
+
+    def _coords(self, cells: Sequence[tuple[int, int]]) -> Any:
+        import numpy as np
+
+        ni, nj = max(len(self._itr) - 1, 1), max(len(self.space.dvfs_ghz) - 1, 1)
+        return np.array([(i / ni, j / nj) for i, j in cells], dtype=float).reshape(-1, 2)
+
+    def _cell_at(self, u: tuple[float, float]) -> tuple[int, int]:
+        ni, nj = len(self._itr) - 1, len(self.space.dvfs_ghz) - 1
+        return int(round(u[0] * ni)), int(round(u[1] * nj))
+
+    def _cell_of(self, point: OperatingPoint) -> tuple[int, int]:
+        i = min(range(len(self._itr)), key=lambda k: (abs(self._itr[k] - point.itr_us), k))
+        j = self.space.dvfs_ghz.index(self.space.check_dvfs(point.dvfs_ghz))
+        return i, j
+
+    def _grid_model(self, load: float | None, *, refit: bool) -> dict[str, Any] | None:
+        """Model predictions over the whole grid at `load`: arrays mu/sd of ln(percentile) and power, and
+        P(SLA violation); None while no predictive model is fitted (Sobol phase)."""
+        import numpy as np
+
+        from tuner import acquisition
+
+        gs = self._client._generation_strategy
+        with _no_warnings(self.settings.torch_threads):
+            if refit:
+                if gs.current_node_name != "MBM":
+                    return None
+                gs.fit(experiment=self._client._experiment)   # no-op when the data have not changed
+            cells = self._grid()
+            params = [self._cell_params(c, load) for c in cells]
+            try:
+                preds = self._client.predict(params)
+            except Exception:  # noqa: BLE001 - Ax raises until a predictive model is fitted
+                return None
+        if not preds or "log_latency" not in preds[0] or "power" not in preds[0]:
+            return None
+        mu = np.array([p["log_latency"][0] for p in preds], dtype=float)
+        sd = np.array([p["log_latency"][1] for p in preds], dtype=float)
+        pw = np.array([p["power"][0] for p in preds], dtype=float)
+        pw_sd = np.array([p["power"][1] for p in preds], dtype=float)
+        pv = acquisition.prob_violation(mu, np.nan_to_num(sd, nan=0.0), self.objective.sla_us)
+        return {"cells": cells, "mu": mu, "sd": sd, "power": pw, "power_sd": np.nan_to_num(pw_sd, nan=0.0),
+                "p_violation": pv}
+
+    def _cell_params(self, cell: tuple[int, int], load: float | None) -> dict[str, Any]:
+        params: dict[str, Any] = {}
+        if len(self._itr) > 1:
+            params["itr_index"] = cell[0]
+        if len(self.space.dvfs_ghz) > 1:
+            params["dvfs_ghz"] = float(self.space.dvfs_ghz[cell[1]])
+        if self.settings.context:
+            params["load"] = float(load if load is not None else 0.0)
+        return params
+
+    # -- retunes
+    def begin_retune(self, qps: float) -> None:
+        """Start a retune at offered load `qps`: `best`/`retune_trials`/`should_stop` consider only trials from
+        here on; in context mode every suggestion is pinned at load = min(qps / context_max_qps, 1)."""
+        try:
+            q = float(qps)
+        except (TypeError, ValueError):
+            q = math.nan
+        if self.settings.context and not (math.isfinite(q) and q >= 0):
+            raise TunerError(f"begin_retune needs the offered load in requests/s (>= 0), got {qps!r}")
+        self._retune_start = self._next_index
+        self._load = self.settings.load_of(q) if self.settings.context else None
+
+    def retune_trials(self) -> list[TrialRecord]:
+        """Trials reported since the last `begin_retune` (all of them if it was never called)."""
+        start = self._retune_start or 0
+        return [r for r in self.trials() if r.index >= start]
+
+    def add_history(self, records: Sequence[TrialRecord]) -> int:
+        """Attach completed past trials (each at its own load) to the experiment as data; returns how many were
+        used. Failed ones, ones without a measurement, points the host lacks, and windows Ax cannot model are
+        skipped; only the newest `history_max_trials` are kept. Metrics are recomputed for this objective."""
+        if self._pending:
+            raise TunerError("add_history: report the pending trials first")
+        usable: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        for r in records:
+            m = r.measurement
+            if r.status != _STATUS_COMPLETED or m is None:
+                continue
+            try:
+                point = self.space.check(r.point)
+                data = self.metrics(m)
+            except (TunerError, ValueError, KeyError):
+                continue
+            qps = r.qps if math.isfinite(r.qps) else m.offered_qps
+            if self.settings.context and not (math.isfinite(qps) and qps >= 0):
+                continue
+            usable.append((self._to_params(point, self.settings.load_of(qps) if self.settings.context else None),
+                           data))
+        usable = usable[-self.settings.history_max_trials:]
+        with _no_warnings():
+            for params, data in usable:
+                ax_index = self._client.attach_trial(parameters=params)
+                self._client.complete_trial(trial_index=ax_index, raw_data=data)
+        self._prune()
+        return len(usable)
+
+    def _observed(self) -> list[int]:
+        from ax.core.base_trial import TrialStatus
+
+        return sorted(self._client._experiment.trial_indices_by_status[TrialStatus.COMPLETED])
+
+    def _prune(self) -> None:
+        """Keep the model's data within `history_max_trials`: past the bound, rebuild the experiment from the
+        newest 3/4 of the bound (oldest dropped first; the slack amortises the rebuild)."""
+        bound = self.settings.history_max_trials
+        done = self._observed()
+        if len(done) <= bound or self._pending:
+            return
+        import pandas as pd  # noqa: F401 - Ax's Data is a DataFrame
+
+        keep = done[-max(1, (3 * bound) // 4):]
+        exp = self._client._experiment
+        df = exp.lookup_data(trial_indices=keep).df
+        client = self._new_client()
+        with _no_warnings():
+            for ti in keep:
+                rows = df[df["trial_index"] == ti]
+                raw: dict[str, float | tuple[float, float]] = {}
+                for _, row in rows.iterrows():
+                    sem = row["sem"]
+                    raw[str(row["metric_name"])] = float(row["mean"]) if sem is None or not math.isfinite(sem) \
+                        else (float(row["mean"]), float(sem))
+                ni = client.attach_trial(parameters=dict(exp.trials[ti].arm.parameters))
+                client.complete_trial(trial_index=ni, raw_data=raw)
+        self._client = client
 
     # -- trials
     def suggest(self) -> tuple[int, OperatingPoint]:
-        """Ask Ax for the next point; returns (trial index, point). The trial is pending until completed/failed."""
-        t0 = time.perf_counter()
-        with _no_warnings(self.settings.torch_threads):
-            trials = self._client.get_next_trials(max_trials=1)
-        compute_s = time.perf_counter() - t0
-        if not trials:
-            raise TunerError("Ax generated no trial (search space exhausted?)")
-        (index, params), = trials.items()
-        point = self._to_point(params)
-        self._pending[index] = (point, compute_s)
-        return index, point
+        """Ask Ax for the next point; returns (trial index, point). The trial is pending until completed/failed.
 
-    def _take_pending(self, index: int) -> tuple[OperatingPoint, float]:
+        Context mode pins `load` at the retune's load. With `safe_delta` > 0: before a model exists the point
+        is the next step on the safe line (from the lowest-ITR/highest-DVFS corner toward the centre, outward
+        while trials meet the SLA, bisecting once one broke it) instead of Sobol; afterwards, an Ax proposal
+        whose modelled P(percentile > SLA) exceeds `safe_delta` is abandoned in Ax and the closest safe grid
+        point (normalised knob coordinates) is attached and tried instead; the record says so.
+        """
+        if self.settings.context and self._load is None:
+            raise TunerError("context mode: call begin_retune(qps) before suggest()")
+        t0 = time.perf_counter()
+        self._prune()
+        safe = self.settings.safe_delta > 0
+        if safe and len(self._observed()) < self._init_budget():
+            pend = self._safe_start(t0)
+        else:
+            with _no_warnings(self.settings.torch_threads):
+                if self.settings.context:
+                    trials = self._client.get_next_trials(max_trials=1, fixed_parameters={"load": self._load})
+                else:
+                    trials = self._client.get_next_trials(max_trials=1)
+            if not trials:
+                raise TunerError("Ax generated no trial (search space exhausted?)")
+            (ax_index, params), = trials.items()
+            pend = _Pending(self._to_point(params), 0.0, ax_index, self._load)
+            if safe:
+                pend = self._safety_filter(pend, params, t0)
+        pend.compute_s = time.perf_counter() - t0
+        index = self._next_index
+        self._next_index += 1
+        self._pending[index] = pend
+        if pend.line_t is not None:
+            self._line_t[index] = pend.line_t
+        return index, pend.point
+
+    def _attach(self, cell: tuple[int, int]) -> int:
+        with _no_warnings():
+            return int(self._client.attach_trial(parameters=self._cell_params(cell, self._load)))
+
+    def _safe_start(self, t0: float) -> _Pending:
+        """The next safe-line point (no model yet), attached to Ax as a trial of its own."""
+        from tuner import acquisition
+
+        tried = []
+        for i, t in sorted(self._line_t.items()):
+            r = self._records.get(i)
+            if r is not None and r.status == _STATUS_COMPLETED and r.measurement is not None:
+                tried.append((t, self.objective.met(r.measurement)))
+        n = self._init_budget()
+        t = acquisition.next_line_t(tried, 1.0 / max(n - 1, 1))
+        cell = self._cell_at(acquisition.line_point(t))
+        ax_index = self._attach(cell)
+        note = (f"safe start (no model yet): step {len(tried) + 1} of {n} on the line from the safe corner "
+                f"toward the centre, t={t:.3f}")
+        return _Pending(self._grid_point(cell), 0.0, ax_index, self._load, None, note, t)
+
+    def _safety_filter(self, pend: _Pending, params: dict[str, Any], t0: float) -> _Pending:
+        """Keep Ax's proposal if its modelled P(violation) <= safe_delta, else substitute the closest safe cell."""
+        import numpy as np
+
+        from tuner import acquisition
+
+        delta = self.settings.safe_delta
+        grid = self._grid_model(self._load, refit=False)   # Ax just fitted the model on all data to propose
+        if grid is None:   # no predictive model (Ax still in its Sobol phase): do not try a random point
+            with _no_warnings():
+                self._client.mark_trial_abandoned(trial_index=pend.ax_index)
+            sub = self._safe_start(t0)
+            sub.note = "no model to check Ax's proposal; " + sub.note
+            return sub
+        cells = grid["cells"]
+        pv = grid["p_violation"]
+        prop = self._cell_of(pend.point)
+        k = cells.index(prop)
+        if pv[k] <= delta:
+            pend.p_violation = float(pv[k])
+            return pend
+        with _no_warnings():
+            self._client.mark_trial_abandoned(trial_index=pend.ax_index)
+        coords = self._coords(cells)
+        ok = pv <= delta
+        seen = {self._cell_of(r.point) for r in self.retune_trials() if r.status == _STATUS_COMPLETED}
+        fresh = ok & np.array([c not in seen for c in cells])
+        why = (f"Ax proposed {pend.point} with P({_pct_text(self.objective.percentile)} > "
+               f"{self.objective.sla_us:g} µs) {pv[k]:.3f} > δ {delta:g}")
+        if ok.any():
+            j = acquisition.nearest(coords, coords[k], fresh if fresh.any() else ok, tiebreak=pv)
+            note = f"{why}; tried the closest safe point instead"
+        else:
+            j = int(np.argmin(pv))
+            note = f"{why}; no point is within δ at this load, tried the safest by the model"
+        cell = cells[j]
+        return _Pending(self._grid_point(cell), 0.0, self._attach(cell), self._load, float(pv[j]), note)
+
+    def _take_pending(self, index: int) -> _Pending:
         if index in self._records:
             raise TunerError(f"trial {index} was already reported")
         try:
@@ -403,30 +722,39 @@ class Optimizer:
         """Report trial `index`'s measured window to Ax (metrics with SEMs) and record it.
 
         A window Ax cannot model (non-finite or zero latency/power) is marked failed instead, with the reason.
+        In context mode a trial whose measured load `qps` moved away from the load it was suggested at is
+        filed in Ax at its measured load (the suggested Ax trial is abandoned).
         """
-        point, compute_s = self._take_pending(index)
+        pend = self._take_pending(index)
         try:
             data = self.metrics(measurement)
         except ValueError as exc:
-            self._pending[index] = (point, compute_s)
+            self._pending[index] = pend
             return self.fail(index, str(exc), settle=settle, measurement=measurement, qps=qps)
+        ax_index = pend.ax_index
         with _no_warnings():
-            self._client.complete_trial(trial_index=index, raw_data=data)
+            if self.settings.context and math.isfinite(qps) and pend.load is not None \
+                    and abs(self.settings.load_of(qps) - pend.load) > LOAD_TOLERANCE:
+                self._client.mark_trial_abandoned(trial_index=ax_index)
+                ax_index = self._client.attach_trial(
+                    parameters=self._to_params(pend.point, self.settings.load_of(qps)))
+            self._client.complete_trial(trial_index=ax_index, raw_data=data)
         value = self._reward(measurement.power_w, measurement.percentile(self.objective.percentile),
                              self.objective.sla_us)
-        rec = TrialRecord(index, point, float(qps), _STATUS_COMPLETED, measurement, value, None, settle, compute_s)
+        rec = TrialRecord(index, pend.point, float(qps), _STATUS_COMPLETED, measurement, value, None, settle,
+                          pend.compute_s, pend.p_violation, pend.note)
         self._records[index] = rec
         return rec
 
     def fail(self, index: int, reason: str, *, settle: Measurement | None = None,
              measurement: Measurement | None = None, qps: float | None = None) -> TrialRecord:
         """Mark trial `index` failed in Ax (no value is made up for it) and record why."""
-        point, compute_s = self._take_pending(index)
+        pend = self._take_pending(index)
         reason = " ".join(str(reason).split()) or "failed"
         with _no_warnings():
-            self._client.mark_trial_failed(trial_index=index, failed_reason=reason)
-        rec = TrialRecord(index, point, math.nan if qps is None else float(qps), _STATUS_FAILED, measurement,
-                          None, reason, settle, compute_s)
+            self._client.mark_trial_failed(trial_index=pend.ax_index, failed_reason=reason)
+        rec = TrialRecord(index, pend.point, math.nan if qps is None else float(qps), _STATUS_FAILED, measurement,
+                          None, reason, settle, pend.compute_s, pend.p_violation, pend.note)
         self._records[index] = rec
         return rec
 
@@ -435,15 +763,50 @@ class Optimizer:
         return [self._records[i] for i in sorted(self._records)]
 
     # -- decisions
+    def should_stop(self) -> tuple[bool, str]:
+        """Whether the current retune should end, and why.
+
+        True once `settings.trials` trials of this retune were reported. With `stop_ei_pct` > 0, also after
+        `min_trials` when the largest constrained expected improvement of one more trial over the grid at
+        this load -- EI of power below the best SLA-meeting power measured in this retune (as `best` judges
+        it), times the model's P(SLA met) -- is below `stop_ei_pct` % of that power.
+        """
+        from tuner import acquisition
+
+        n = len(self.retune_trials())
+        s = self.settings
+        if n >= s.trials:
+            return True, f"trial budget reached ({n} of {s.trials})"
+        if s.stop_ei_pct <= 0:
+            return False, "stopping rule off"
+        if n < s.min_trials:
+            return False, f"{n} trial(s) of at least {s.min_trials}"
+        d = self.best()
+        if not d.met_sla or d.measurement is None:
+            return False, "no trial of this retune met the SLA yet"
+        best_w = d.measurement.power_w
+        grid = self._grid_model(self._load, refit=True)
+        if grid is None:
+            return False, "no model yet"
+        ei = acquisition.constrained_ei(grid["power"], grid["power_sd"], best_w, grid["p_violation"])
+        k = int(ei.argmax())
+        limit = s.stop_ei_pct / 100.0 * best_w
+        where = self._grid_point(grid["cells"][k])
+        if acquisition.should_stop_ei(float(ei[k]), best_w, s.stop_ei_pct):
+            return True, (f"expected improvement of one more trial {ei[k]:.3g} W (at {where}) < {s.stop_ei_pct:g} % "
+                          f"of the best {best_w:.1f} W")
+        return False, f"expected improvement {ei[k]:.3g} W at {where} >= {limit:.3g} W"
+
     def best(self) -> Decision:
-        """The best MEASURED point that met the SLA (lowest reward); if none did, the safest measured point.
+        """The best MEASURED point of the current retune that met the SLA (lowest reward); if none did, the
+        safest measured point.
 
         With `sla_check="ci"` (default) a trial meets the SLA when the upper end of its percentile's 95 % CI
         does; if no trial does but some have their point estimate within the SLA, the best of those is taken
         (and the reason says so). "Safest" = lowest measured percentile (ties: lower power). With no completed
         trial at all, the host's safe corner (lowest ITR, highest frequency) is returned, `measurement=None`.
         """
-        done = [r for r in self.trials() if r.status == _STATUS_COMPLETED and r.measurement is not None]
+        done = [r for r in self.retune_trials() if r.status == _STATUS_COMPLETED and r.measurement is not None]
         obj = self.objective
         pct = obj.percentile
         label = f"{_pct_text(pct)} <= {obj.sla_us:g} µs"
@@ -470,17 +833,19 @@ class Optimizer:
                             f"no measured point met {label} in {len(done)} trial(s); applying the safest measured "
                             f"point ({_pct_text(pct)} {m.percentile(pct):.0f} µs)")
         safe = OperatingPoint(self.space.itr_us[0], self.space.dvfs_ghz[-1])
-        n_failed = sum(1 for r in self.trials() if r.status == _STATUS_FAILED)
+        n_failed = sum(1 for r in self.retune_trials() if r.status == _STATUS_FAILED)
         return Decision(safe, None, False,
                         f"no trial completed ({n_failed} failed); applying the safe corner {safe}")
 
-    def predict(self, points: Sequence[OperatingPoint]) -> list[Prediction]:
+    def predict(self, points: Sequence[OperatingPoint], qps: float | None = None) -> list[Prediction]:
         """Model mean and SEM of the objective's percentile latency and power at `points`.
 
-        Before the GP is fitted (Sobol phase) a point that was measured returns its measurement
-        (`from_measured=True`); an unmeasured one returns NaNs.
+        Context mode predicts at offered load `qps` (default: the current retune's load). Before the GP is
+        fitted (Sobol phase) a point that was measured returns its measurement (`from_measured=True`); an
+        unmeasured one returns NaNs.
         """
-        params = [self._to_params(p) for p in points]
+        load = self.settings.load_of(qps) if (self.settings.context and qps is not None) else None
+        params = [self._to_params(p, load) for p in points]
         try:
             with _no_warnings(self.settings.torch_threads):
                 preds = self._client.predict(params)
@@ -517,8 +882,13 @@ class Optimizer:
             "settings": asdict(self.settings),
             "space": {"itr_us": list(self.space.itr_us), "dvfs_ghz": list(self.space.dvfs_ghz)},
             "trials": [_record_to_dict(r) for r in self.trials()],
-            "pending": {str(i): {"itr_us": p.itr_us, "dvfs_ghz": p.dvfs_ghz, "compute_s": c}
-                        for i, (p, c) in self._pending.items()},
+            "pending": {str(i): {"itr_us": p.point.itr_us, "dvfs_ghz": p.point.dvfs_ghz, "compute_s": p.compute_s,
+                                 "ax_index": p.ax_index, "load": p.load, "p_violation": p.p_violation,
+                                 "note": p.note, "line_t": p.line_t}
+                        for i, p in self._pending.items()},
+            "next_index": self._next_index,
+            "retune": {"start": self._retune_start, "load": self._load},
+            "line_t": {str(i): t for i, t in self._line_t.items()},
             "ax": snapshot,
         })
 
@@ -539,8 +909,17 @@ class Optimizer:
             self.space, self.objective, self.settings, self.name = space, obj, settings, str(d["name"])
             self._itr = itr_candidates(space.itr_us, settings.itr_resolution_us)
             self._records = {r.index: r for r in (_record_from_dict(x) for x in d["trials"])}
-            self._pending = {int(i): (OperatingPoint(int(p["itr_us"]), float(p["dvfs_ghz"])), float(p["compute_s"]))
-                             for i, p in d.get("pending", {}).items()}
+            self._pending = {
+                int(i): _Pending(OperatingPoint(int(p["itr_us"]), float(p["dvfs_ghz"])), float(p["compute_s"]),
+                                 int(p.get("ax_index", i)), _opt_float(p.get("load")), _opt_float(p.get("p_violation")),
+                                 str(p.get("note") or ""), _opt_float(p.get("line_t")))
+                for i, p in d.get("pending", {}).items()}
+            used = [*self._records, *self._pending]
+            self._next_index = int(d.get("next_index", max(used) + 1 if used else 0))
+            retune = d.get("retune") or {}
+            self._retune_start = None if retune.get("start") is None else int(retune["start"])
+            self._load = _opt_float(retune.get("load"))
+            self._line_t = {int(i): float(t) for i, t in (d.get("line_t") or {}).items()}
             with _no_warnings():
                 self._client = Client._from_json_snapshot(d["ax"])
             self._client._random_seed = settings.seed  # the snapshot does not carry the client's seed
@@ -555,7 +934,17 @@ class Optimizer:
 
 
 def run_trial(host: Host, optimizer: Optimizer, settings: TunerSettings) -> TrialRecord:
-    """Suggest a point, apply it, settle (measured), measure a window and report; host errors -> failed trial."""
+    """Suggest a point, apply it, settle (measured), measure a window and report; host errors -> failed trial.
+
+    The window is `settings.window_s` long, or with `window_mode="adaptive"` sized by
+    `tuner.windowing.measure_window` (grown until the percentile's CI is narrow enough, at most `window_s`).
+    """
+    measure: Callable[[], Measurement] = lambda: host.measure(settings.window_s)  # noqa: E731
+    if settings.window_mode == "adaptive":
+        from tuner.windowing import WindowPolicy, measure_window
+
+        policy = WindowPolicy.from_settings(settings, optimizer.objective.percentile)
+        measure = lambda: measure_window(host, policy)  # noqa: E731
     index, point = optimizer.suggest()
     settle: Measurement | None = None
     qps = math.nan
@@ -564,7 +953,7 @@ def run_trial(host: Host, optimizer: Optimizer, settings: TunerSettings) -> Tria
         apply_point(host, point)
         if settings.settle_s > 0:
             settle = host.measure(settings.settle_s)
-        m = host.measure(settings.window_s)
+        m = measure()
     except Exception as exc:  # noqa: BLE001 - any host failure fails this trial, not the run
         return optimizer.fail(index, f"{type(exc).__name__}: {exc}", settle=settle, qps=qps)
     return optimizer.complete(index, m, qps, settle=settle)
@@ -578,15 +967,25 @@ def run_retune(
     on_trial: Callable[[TrialRecord], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> Decision:
-    """Run up to `settings.trials` trials (fewer if `should_stop()` turns true), then apply `optimizer.best()`.
+    """Start a retune at the host's offered load (`optimizer.begin_retune`), run up to `settings.trials`
+    trials of it -- fewer if `should_stop()` or the optimiser's own stopping rule (`Optimizer.should_stop`)
+    says so -- then apply `optimizer.best()`.
 
     Each trial: apply point -> settle for `settle_s` (measured, so its energy is counted) -> measure
     `window_s` -> report. A host exception marks that trial failed in Ax and the retune goes on. The decision
     is applied at the end; if applying it fails, `HostError` is raised.
     """
-    done = len(optimizer.trials())
-    for _ in range(max(settings.trials - done, 0)):
+    try:
+        qps = float(host.offered_qps())
+    except Exception as exc:  # noqa: BLE001
+        if settings.context:
+            raise HostError(f"could not read the offered load: {type(exc).__name__}: {exc}") from None
+        qps = math.nan
+    optimizer.begin_retune(qps)
+    for _ in range(settings.trials):
         if should_stop is not None and should_stop():
+            break
+        if optimizer.should_stop()[0]:
             break
         rec = run_trial(host, optimizer, settings)
         if on_trial is not None:

@@ -1,0 +1,117 @@
+"""Pure acquisition math for the optimiser's safety filter and stopping rule (no Ax, no torch).
+
+The model gives, per candidate point, a Gaussian predictive of the log of the chosen latency percentile
+(mean `mu`, standard deviation `sd`: the percentile is lognormal) and of power (W). From those:
+
+* `prob_violation`:      P(percentile > SLA) = 1 - Phi((ln SLA - mu) / sd)
+* `expected_improvement`: EI of power below `best` (minimisation): (best - m) Phi(z) + s phi(z), z = (best - m) / s
+* `constrained_ei`:      EI x P(SLA met) -- the expected power saved by one more trial at a point that must also
+                         meet the SLA (Gardner et al. 2014, "Bayesian optimization with inequality constraints")
+* `should_stop_ei`:      stop when max constrained EI < pct % of the best measured SLA-meeting power
+
+plus the geometry of safe exploration in normalised knob coordinates (ITR index and DVFS index scaled to
+[0, 1]): the line from the safe corner (lowest ITR, highest DVFS) toward the centre, the next step along it,
+and the safe candidate nearest to a proposal.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+_SQRT2 = math.sqrt(2.0)
+_SD_FLOOR = 1e-12
+
+
+def norm_cdf(z: np.ndarray | float) -> np.ndarray:
+    """Standard normal CDF, elementwise."""
+    from scipy.special import ndtr
+
+    return np.asarray(ndtr(np.asarray(z, dtype=float)))
+
+
+def norm_pdf(z: np.ndarray | float) -> np.ndarray:
+    """Standard normal density, elementwise."""
+    z = np.asarray(z, dtype=float)
+    return np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
+
+
+def prob_violation(mu_log: np.ndarray | Sequence[float], sd_log: np.ndarray | Sequence[float],
+                   sla: float) -> np.ndarray:
+    """P(percentile > `sla`) when ln(percentile) ~ N(mu_log, sd_log^2); sd 0 gives a 0/1 step (1 on the SLA)."""
+    mu = np.asarray(mu_log, dtype=float)
+    sd = np.asarray(sd_log, dtype=float)
+    limit = math.log(sla)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = (limit - mu) / np.maximum(sd, _SD_FLOOR)
+    out = 1.0 - norm_cdf(z)
+    out = np.where(sd > _SD_FLOOR, out, (mu >= limit).astype(float))
+    return np.where(np.isfinite(mu), out, 1.0)   # no prediction: treat as unsafe
+
+
+def expected_improvement(mean: np.ndarray | Sequence[float], sd: np.ndarray | Sequence[float],
+                         best: float) -> np.ndarray:
+    """Expected improvement below `best` (minimisation) of a N(mean, sd^2) outcome; max(best - mean, 0) at sd 0."""
+    m = np.asarray(mean, dtype=float)
+    s = np.asarray(sd, dtype=float)
+    gap = best - m
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = gap / np.maximum(s, _SD_FLOOR)
+    ei = gap * norm_cdf(z) + s * norm_pdf(z)
+    ei = np.where(s > _SD_FLOOR, ei, np.maximum(gap, 0.0))
+    return np.where(np.isfinite(ei), np.maximum(ei, 0.0), 0.0)
+
+
+def constrained_ei(power_mean: np.ndarray | Sequence[float], power_sd: np.ndarray | Sequence[float],
+                   best_power: float, p_violation: np.ndarray | Sequence[float]) -> np.ndarray:
+    """EI of power below `best_power` times the probability the point meets the SLA."""
+    return expected_improvement(power_mean, power_sd, best_power) * (1.0 - np.asarray(p_violation, dtype=float))
+
+
+def should_stop_ei(max_ei: float, best_power: float, stop_pct: float) -> bool:
+    """True when the largest expected improvement of one more trial is below `stop_pct` % of `best_power`."""
+    return stop_pct > 0 and max_ei < stop_pct / 100.0 * best_power
+
+
+# ------------------------------------------------------------------------------- safe-exploration geometry
+
+
+def line_point(t: float) -> tuple[float, float]:
+    """Normalised (itr, dvfs) coordinates at `t` in [0, 1] on the line safe corner (0, 1) -> centre (0.5, 0.5)."""
+    t = min(max(t, 0.0), 1.0)
+    return 0.5 * t, 1.0 - 0.5 * t
+
+
+def next_line_t(tried: Sequence[tuple[float, bool]], step: float) -> float:
+    """Next position on the safe line given earlier (t, met SLA) results.
+
+    Start at the corner (t = 0); step outward by `step` past the farthest point that met the SLA; once a
+    point broke it, bisect between the farthest meeting point and the nearest breaking one. If even the
+    corner broke the SLA, stay at the corner (it is the safest point there is).
+    """
+    if not tried:
+        return 0.0
+    met = [t for t, ok in tried if ok]
+    broke = [t for t, ok in tried if not ok]
+    if not met:
+        return 0.0
+    lo = max(met)
+    above = [t for t in broke if t > lo]
+    if not above:
+        return min(lo + step, 1.0)
+    return 0.5 * (lo + min(above))
+
+
+def nearest(coords: np.ndarray, target: Sequence[float], allowed: np.ndarray,
+            tiebreak: np.ndarray | None = None) -> int:
+    """Index of the allowed row of `coords` (n x d) closest (Euclidean) to `target`; ties by `tiebreak` (lower
+    first), then by index. Raises ValueError when nothing is allowed."""
+    idx = np.flatnonzero(np.asarray(allowed, dtype=bool))
+    if idx.size == 0:
+        raise ValueError("no allowed candidate")
+    d = np.sqrt(((coords[idx] - np.asarray(target, dtype=float)) ** 2).sum(axis=1))
+    tb = np.zeros(idx.size) if tiebreak is None else np.asarray(tiebreak, dtype=float)[idx]
+    order = np.lexsort((idx, tb, np.round(d, 12)))
+    return int(idx[order[0]])
