@@ -66,7 +66,7 @@ def _store_path(args: argparse.Namespace, cfg: Any) -> tuple[Path, Path]:
 
     if args.state_dir is None and cfg is not None:
         return cfg.state_dir, cfg.history_path
-    state_dir = args.state_dir or DEFAULT_STATE_DIR
+    state_dir = Path(args.state_dir or DEFAULT_STATE_DIR)
     return state_dir, Path(state_dir) / HISTORY_FILE
 
 
@@ -96,9 +96,7 @@ def _state_entries(state_dir: Path) -> list[Any]:
     from tuner.state import StateStore
 
     store = StateStore(state_dir)
-    if not store.path.exists() and not store.exp_dir.is_dir():
-        raise InputError(f"{state_dir}: no daemon state here (expected state.json or experiments/)")
-    state = store.load()
+    state = store.load()  # a fresh (empty) state when there is no state.json
     me = socket.gethostname()
     out: list[HistoryEntry] = []
 
@@ -150,6 +148,9 @@ def run_export(args: argparse.Namespace) -> int:
     else:
         cfg = _config(args.config)
         state_dir, history_file = _store_path(args, cfg)
+        if not any(p.exists() for p in (state_dir / "state.json", state_dir / "experiments", history_file)):
+            raise InputError(f"{state_dir}: no daemon state here (expected state.json, experiments/ or "
+                             f"{history_file.name})")
         entries = HistoryStore(history_file).read() + _state_entries(state_dir)
         where = str(state_dir)
     entries = dedupe(entries)
