@@ -276,3 +276,69 @@ def test_cli_multi_day_replay_and_save_trials(tmp_path: Path, capsys: pytest.Cap
     assert qps[:2] != qps[2:4] != qps[4:] and max(qps) <= 200_000.0 + 1e-6
     assert (tmp_path / "t" / "trials.jsonl").read_text() == (out / "trials.jsonl").read_text()
     assert len((out / "trials.jsonl").read_text().splitlines()) == 12
+
+
+def test_context_mode_uses_one_optimizer_and_a_retune_per_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tuner.replay as tr
+
+    made: list = []
+    loads: list[float] = []
+
+    class Spy(tr.Optimizer):
+        def __init__(self, *a, **kw):  # type: ignore[no-untyped-def]
+            super().__init__(*a, **kw)
+            made.append(self)
+
+        def begin_retune(self, qps: float) -> None:
+            loads.append(qps)
+            super().begin_retune(qps)
+
+    monkeypatch.setattr(tr, "Optimizer", Spy)
+    warm = replace(SETTINGS, trials=3, sobol_trials=2, context=True, context_max_qps=400_000.0)
+    windows = _days(2)
+    res = replay(lambda: make_model_host(0), windows, Objective("constrained", 99, 500), warm, policies=("tuner",))
+    assert len(made) == 1  # one experiment for all windows of all days
+    assert loads == pytest.approx([w.qps for w in windows])
+    pr = res.policies["tuner"]
+    assert [r.index for r in pr.trials] == list(range(12))  # trial numbers continue across windows
+    assert [w.trials for w in pr.windows] == [3, 3, 3, 3]
+    for w, start in zip(pr.windows, range(0, 12, 3)):
+        assert [r.qps for r in pr.trials[start:start + 3]] == pytest.approx([w.qps] * 3)
+    assert "contextual tuner, one experiment for 4 windows" in pr.note
+    made.clear()
+    cold = replay(lambda: make_model_host(0), windows, Objective("constrained", 99, 500),
+                  replace(warm, context=False), policies=("tuner",))
+    assert len(made) == 4 and [r.index for r in cold.policies["tuner"].trials] == [0, 1, 2] * 4
+
+
+def test_context_mode_seeded_from_history(tmp_path: Path) -> None:
+    from tuner.history import read_trials
+    from tuner.report import write_files
+
+    obj = Objective("constrained", 99, 500)
+    first = replay(lambda: make_model_host(0), WINDOWS, obj, replace(SETTINGS, trials=3, sobol_trials=2),
+                   policies=("tuner",))
+    write_files(first, tmp_path)
+    history = read_trials(tmp_path / "trials.jsonl", space=KNOBS)
+    assert len(history) == 6
+    warm = replace(SETTINGS, trials=3, sobol_trials=2, context=True, context_max_qps=400_000.0)
+    res = replay(lambda: make_model_host(1), WINDOWS[:1], obj, warm, policies=("tuner",), history=history)
+    pr = res.policies["tuner"]
+    assert pr.history_used == 6 and "seeded with 6 of 6 history trials" in pr.note
+    assert pr.windows[0].trials == 3 and len(pr.trials) == 3  # history is data, not this replay's trials
+    from tuner.replay import policy_summary
+
+    assert policy_summary(res, "tuner")["history_trials_used"] == 6
+
+
+def test_adaptive_window_time_saved_is_accounted(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tuner.windowing as win
+
+    monkeypatch.setattr(win, "measure_window", lambda host, policy: host.measure(policy.min_s + 1.0))
+    s = replace(SETTINGS, trials=3, sobol_trials=2, window_mode="adaptive", window_min_s=2.0)
+    res = replay(lambda: make_model_host(0), WINDOWS, Objective("constrained", 99, 500), s, policies=("tuner",))
+    for w in res.policies["tuner"].windows:
+        assert w.trial_window_s == pytest.approx(3 * 3.0) and w.fixed_window_s == pytest.approx(3 * 10.0)
+        assert w.explore_s == pytest.approx(3 * (1.0 + 3.0))
+    ps = policy_summary(res, "tuner")
+    assert ps["window_saved_s"] == pytest.approx(2 * 3 * 7.0) and ps["window_saved_pct"] == pytest.approx(70.0)
