@@ -116,6 +116,23 @@ class FakeOptimizer:
             space, sla_us, percentile, trials, seed, name
         self._rows: list[dict] = []   # completed/failed, JSON-able
         self._next = 0
+        self.history: list[float] = []   # loads of the history trials given to `add_history`
+        self.begun_qps: float | None = None
+        self.stop_after = 0              # `should_stop` says stop once this many trials are done (0: never)
+
+    def add_history(self, records: list[TrialRecord]) -> int:
+        """Like the real optimiser: completed, measured trials on this knob space are used."""
+        used = [r for r in records if r.status == "completed" and r.measurement is not None
+                and r.point.itr_us in self.space.itr_us]
+        self.history += [float(r.qps) for r in used]
+        return len(used)
+
+    def begin_retune(self, qps: float) -> None:
+        self.begun_qps = float(qps)
+
+    def should_stop(self) -> tuple[bool, str]:
+        n = len(self._rows)
+        return (bool(self.stop_after) and n >= self.stop_after), f"fake rule after {self.stop_after} trials"
 
     def suggest(self) -> tuple[int, OperatingPoint]:
         rng = random.Random(self.seed * 1000 + self._next)
@@ -168,7 +185,8 @@ class FakeOptimizer:
     def to_json(self) -> str:
         return json.dumps({"space": [list(self.space.itr_us), list(self.space.dvfs_ghz)], "sla": self.sla_us,
                            "pct": self.percentile, "n": self.n, "seed": self.seed, "name": self.name,
-                           "rows": self._rows, "next": self._next,
+                           "rows": self._rows, "next": self._next, "history": self.history,
+                           "begun_qps": self.begun_qps, "stop_after": self.stop_after,
                            "omp_threads": os.environ.get("OMP_NUM_THREADS")})  # where it ran
 
     @classmethod
@@ -178,6 +196,7 @@ class FakeOptimizer:
                 d["name"])
         o._rows = d["rows"]
         o._next = max([r["index"] + 1 for r in o._rows], default=0)
+        o.history, o.begun_qps, o.stop_after = d.get("history", []), d.get("begun_qps"), d.get("stop_after", 0)
         return o
 
 
@@ -205,13 +224,18 @@ class Optimizer(FakeOptimizer):
 class FakeOptimizers:
     """The daemon's optimiser factory interface, building `FakeOptimizer`s."""
 
-    def __init__(self) -> None:
+    def __init__(self, stop_after: int = 0) -> None:
         self.created = 0
         self.loaded = 0
+        self.stop_after = stop_after
+        self.made: list[FakeOptimizer] = []
 
     def create(self, space: KnobSpace, policy: Any, tuning: Any, name: str, seed: int) -> FakeOptimizer:
         self.created += 1
-        return FakeOptimizer(space, policy.sla_us, policy.percentile, tuning.trials, seed, name)
+        opt = FakeOptimizer(space, policy.sla_us, policy.percentile, tuning.trials, seed, name)
+        opt.stop_after = self.stop_after
+        self.made.append(opt)
+        return opt
 
     def load(self, text: str) -> FakeOptimizer:
         self.loaded += 1

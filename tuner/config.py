@@ -358,9 +358,10 @@ def parse_config(text: str, path: Path) -> Config:
         window_min_s=c.get(t, "tuning", "window_min_s", d.window_min_s, "float",
                            lambda v: None if 0.001 <= v <= 3600 else "0.001..3600 seconds"),
     )
-    if "window_min_s" in t and tuning.window_mode == "adaptive" and tuning.window_min_s > tuning.window_s:
-        c.error("tuning", "window_min_s", f"expected at most tuning.window_s ({tuning.window_s:g}), "
-                f"got {tuning.window_min_s:g}")
+    if tuning.window_mode == "adaptive" and tuning.window_min_s > tuning.window_s:
+        c.error("tuning", "window_min_s" if "window_min_s" in t else "window_mode",
+                f"expected tuning.window_min_s ({tuning.window_min_s:g} s) at most tuning.window_s "
+                f"({tuning.window_s:g} s, the adaptive window's maximum)")
     if "trials" in t and "sobol_trials" in t and tuning.sobol_trials > tuning.trials:
         c.error("tuning", "sobol_trials", f"expected at most tuning.trials ({tuning.trials}), "
                 f"got {tuning.sobol_trials}")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import math
 import os
 import socket
@@ -42,6 +43,8 @@ REPLAY_TRIALS_FILE = "trials.jsonl"
 KEEP_TRIALS = 2000
 
 _COMPLETED = "completed"
+
+log = logging.getLogger("tuner.history")
 
 
 @dataclass(frozen=True)
@@ -326,7 +329,13 @@ class HistoryStore:
             raise TunerError(f"{self.path}: cannot write history: {exc.strerror or exc}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            old = self.read()
+            try:
+                old = self.read()
+            except InputError as exc:  # keep the damaged file for inspection; the store starts afresh
+                bad = self.path.with_name(f"{self.path.name}.bad-{int(_time.time())}")
+                os.replace(self.path, bad)
+                log.warning("history store damaged (%s); moved to %s, starting a new one", exc, bad)
+                old = []
             seen = {e.key() for e in old}
             added: list[HistoryEntry] = []
             for e in new:

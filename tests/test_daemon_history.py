@@ -1,0 +1,152 @@
+"""The daemon's history store and warm start (issue 6): imported trials seed the next retune's optimiser,
+every retune appends its completed trials, the store survives restarts, the stopping rule ends a retune early.
+In process with the fake host and the light optimiser (50 ms windows)."""
+
+from __future__ import annotations
+
+import json
+
+from actuators.host import OperatingPoint
+from tests.daemon_fakes import FakeOptimizers, Running, read_state, wait_for, write_config
+from tests.fakes import FakeHost
+from tuner.cli import main
+from tuner.history import HistoryStore, read_entries, write_trials
+from tuner.optimizer import Objective, TrialRecord
+
+
+def _config(tmp_path, *, history: str = "", tuning: str = "", **kw):
+    cfg = write_config(tmp_path, sla_us=5000.0, **kw)
+    text = cfg.read_text().replace("guardrail_margin_pct = 10\n", f"guardrail_margin_pct = 10\n{tuning}\n")
+    cfg.write_text(text + (f"\n[history]\n{history}\n" if history else ""))
+    return cfg
+
+
+def _trials_file(tmp_path, loads: list[float], name: str = "other.jsonl"):
+    """Trials measured on another (fake) host at the given loads, as `tuner trials export` writes them."""
+    recs = []
+    for i, qps in enumerate(loads):
+        host = FakeHost(qps=qps)
+        point = OperatingPoint(100 + 20 * i, 2.0)
+        host.set_itr(point.itr_us)
+        host.set_dvfs(point.dvfs_ghz)
+        m = host.measure(1.0)
+        recs.append(TrialRecord(i, point, qps, "completed", m, m.power_w, None))
+    path = tmp_path / name
+    write_trials(path, recs, host="other/fake", objective=Objective(), times=[1000.0 + i for i in range(len(recs))])
+    return path
+
+
+def _decisions(tmp_path, reason=None):
+    return [d for d in read_state(tmp_path).get("decisions", []) if reason is None or d["reason"] == reason]
+
+
+def test_imported_history_seeds_the_first_retune_and_survives_restart(tmp_path, capsys):
+    cfg = _config(tmp_path, history="warm_start = true")
+    # 5 trials near this host's load (100k QPS) and 2 far outside the load band (a non-context model skips them)
+    src = _trials_file(tmp_path, [100_000.0, 95_000.0, 105_000.0, 100_000.0, 110_000.0, 300_000.0, 20_000.0])
+    assert main(["trials", "import", str(src), "--config", str(cfg)]) == 0
+    assert "imported 7 trial(s)" in capsys.readouterr().out
+    opts = FakeOptimizers()
+    with Running(cfg, serve=False, optimizers=opts) as r:
+        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        assert r.daemon.status()["retune_history_trials"] == 5
+        first = opts.made[0]
+        assert sorted(first.history) == [95_000.0, 100_000.0, 100_000.0, 105_000.0, 110_000.0]
+        assert first.begun_qps == 100_000.0                  # begin_retune at the host's offered load
+        d = _decisions(tmp_path, "startup")[0]
+        assert d["history_trials"] == 5 and d["trials"] == 4
+        assert r.stop() == 0
+    store = HistoryStore(tmp_path / "state" / "history.jsonl")
+    stored = store.read()
+    assert len(stored) == 7 + 4                                # the retune's 4 completed trials were appended
+    own = [e for e in stored if e.host != "other/fake"]
+    assert len(own) == 4 and all(e.objective.sla_us == 5000.0 and e.record.qps == 100_000.0 for e in own)
+    # a restarted daemon seeds its next retune from everything stored, its own earlier trials included
+    opts2 = FakeOptimizers()
+    with Running(cfg, serve=False, optimizers=opts2) as r:
+        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        assert opts2.created == 0                              # holding the decision from before the restart
+        assert r.daemon.request_retune("rpc")[0]
+        wait_for(lambda: _decisions(tmp_path, "rpc"))
+        assert _decisions(tmp_path, "rpc")[0]["history_trials"] == 5 + 4
+        assert len(opts2.made[0].history) == 9
+    assert len(store.read()) == 7 + 8
+
+
+def test_warm_start_off_starts_cold_but_still_records_history(tmp_path):
+    cfg = _config(tmp_path)
+    src = _trials_file(tmp_path, [100_000.0] * 3)
+    assert main(["trials", "import", str(src), "--state-dir", str(tmp_path / "state"),
+                 "--host", "tests.fakes:make_fake_host"]) == 0
+    opts = FakeOptimizers()
+    with Running(cfg, serve=False, optimizers=opts) as r:
+        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        assert opts.made[0].history == [] and r.daemon.status()["retune_history_trials"] == 0
+        assert _decisions(tmp_path, "startup")[0]["history_trials"] == 0
+    assert len(HistoryStore(tmp_path / "state" / "history.jsonl").read()) == 3 + 4
+
+
+def test_context_mode_uses_history_at_every_load(tmp_path):
+    # the fake optimiser ignores context; what is checked is which trials the daemon hands it
+    cfg = _config(tmp_path, tuning="context = true\ncontext_max_qps = 1000000.0")
+    src = _trials_file(tmp_path, [100_000.0, 300_000.0, 20_000.0])
+    assert main(["trials", "import", str(src), "--config", str(cfg)]) == 0
+    opts = FakeOptimizers()
+    with Running(cfg, serve=False, optimizers=opts) as r:
+        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        assert sorted(opts.made[0].history) == [20_000.0, 100_000.0, 300_000.0]
+
+
+def test_history_outside_the_knob_bounds_is_left_out(tmp_path):
+    cfg = _config(tmp_path, history="warm_start = true")
+    src = _trials_file(tmp_path, [100_000.0] * 4)      # ITR 100, 120, 140, 160 µs
+    assert main(["trials", "import", str(src), "--config", str(cfg)]) == 0
+    cfg.write_text(cfg.read_text() + "\n[knobs]\nitr_us = [2, 130]\n")
+    opts = FakeOptimizers()
+    with Running(cfg, serve=False, optimizers=opts) as r:
+        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        assert len(opts.made[0].history) == 2
+
+
+def test_stopping_rule_ends_a_retune_after_min_trials(tmp_path):
+    cfg = _config(tmp_path, tuning="stop_ei_pct = 1.0\nmin_trials = 2", trials=6)
+    opts = FakeOptimizers(stop_after=2)
+    with Running(cfg, serve=False, optimizers=opts) as r:
+        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        d = _decisions(tmp_path, "startup")[0]
+        assert d["trials"] == 2 and d["stopped"] == "fake rule after 2 trials"
+        assert len(read_state(tmp_path)["trials"]) == 2
+    # off (stop_ei_pct = 0): the same optimiser runs the whole budget
+    other = tmp_path / "off"
+    other.mkdir()
+    with Running(_config(other, trials=6), serve=False, optimizers=FakeOptimizers(stop_after=2)) as r:
+        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        assert _decisions(other, "startup")[0]["trials"] == 6 and "stopped" not in _decisions(other)[0]
+
+
+def test_export_from_a_running_daemons_state_dir(tmp_path, capsys):
+    cfg = _config(tmp_path)
+    with Running(cfg, serve=False) as r:
+        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        out = tmp_path / "export.jsonl"
+        assert main(["trials", "export", "--config", str(cfg), "--out", str(out)]) == 0
+    entries = read_entries(out)
+    rows = [t for t in read_state(tmp_path)["trials"] if t["status"] == "completed"]
+    assert sorted((e.record.point.itr_us, e.time) for e in entries) == sorted((t["point"][0], t["time"]) for t in rows)
+    assert all(json.loads(line)["objective"]["sla_us"] == 5000.0 for line in out.read_text().splitlines())
+
+
+def test_unreadable_history_store_means_a_cold_retune_not_a_dead_daemon(tmp_path, caplog):
+    cfg = _config(tmp_path, history="warm_start = true")
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "history.jsonl").write_text("{broken\n")
+    opts = FakeOptimizers()
+    with caplog.at_level("WARNING", logger="tuner.daemon"):
+        with Running(cfg, serve=False, optimizers=opts) as r:
+            wait_for(lambda: r.daemon.status()["state"] == "holding")
+            assert opts.made[0].history == []
+    assert any("history store unreadable" in m and "history.jsonl:1: expected one JSON object" in m
+               for m in caplog.messages)
+    # the retune's own trials start a new store; the damaged one is kept aside
+    assert len(HistoryStore(tmp_path / "state" / "history.jsonl").read()) == 4
+    assert [p.read_text() for p in (tmp_path / "state").glob("history.jsonl.bad-*")] == ["{broken\n"]
