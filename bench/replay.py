@@ -13,6 +13,20 @@ full 24-window replay <= 300 s.
 
 The oracle's point per (window load, SLA) does not depend on the seed and is computed once (coarse-to-fine;
 `--check-oracle` also compares it with the exhaustive grid on the first SLA's windows).
+
+Multi-day (issue 6), `--days N` (N >= 2): the day (after --start-hour/--hours) is repeated N times with seeded
+day-to-day noise (`traces.schedule.repeat_days`, `--day-noise 0.05`, `--schedule-seed 0`; the same schedule for
+every seed and variant), then `--every` keeps every N-th window of EACH day. Per seed, linux-default and the
+oracle run once, and each tuner variant runs on its own host of that seed: `cold` (the dissertation's tuner,
+`tuner.replay.TUNER_PRESETS`) and `warm` (context + stopping rule + safe exploration + adaptive windows), plus
+with `--ablations` warm without one feature each (`warm-no-safety`, `warm-no-adaptive`, `warm-no-stop`,
+`warm-no-context`). JSON per variant and day: trials per retune, energy vs the oracle and saved vs
+linux-default, SLA-violating windows, exploration seconds above the SLA (and % of trial time), trial window
+time saved vs fixed 20 s windows; a markdown table goes to stderr at the end. Default SLA here: 99 % < 500 µs.
+
+    .venv/bin/python bench/replay.py --days 3 --every 3 --seeds 2           # 8 windows a day
+    .venv/bin/python bench/replay.py --days 3 --quick                       # every 6th window, 1 seed
+    .venv/bin/python bench/replay.py --days 3 --every 3 --ablations
 """
 
 from __future__ import annotations
@@ -48,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="replay every N-th window only (each retune is a fresh experiment, so a subsample of "
                          "windows is a fair sample of the day at 1/N of the cost)")
     ap.add_argument("--rewards", default="constrained")
-    ap.add_argument("--slas", default="99:500,90:500,99:200")
+    ap.add_argument("--slas", default=None, help="default 99:500,90:500,99:200 (one day), 99:500 (--days >= 2)")
     ap.add_argument("--trials", type=int, default=30)
     ap.add_argument("--sobol-trials", type=int, default=8)
     ap.add_argument("--itr-resolution", type=int, default=8)
@@ -57,7 +71,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--peak-qps", type=float, default=600_000.0)
     ap.add_argument("--quick", action="store_true", help="6 windows from hour 12, 2 seeds")
     ap.add_argument("--check-oracle", action="store_true")
+    ap.add_argument("--days", type=int, default=1, help="multi-day mode when >= 2 (see the module docstring)")
+    ap.add_argument("--day-noise", type=float, default=None, help="day-to-day QPS noise sigma (default 0.05)")
+    ap.add_argument("--schedule-seed", type=int, default=0, help="seed of the day-to-day noise (default 0)")
+    ap.add_argument("--variants", default="cold,warm", help="multi-day: comma list of tuner variants")
+    ap.add_argument("--ablations", action="store_true",
+                    help="multi-day: add warm-no-safety, warm-no-adaptive, warm-no-stop, warm-no-context")
     args = ap.parse_args(argv)
+    if args.days >= 2:
+        return multi_day(args)
+    if args.slas is None:
+        args.slas = "99:500,90:500,99:200"
     if args.quick:
         args.hours, args.start_hour, args.seeds = 6.0, 12, min(args.seeds, 2)
 
@@ -133,6 +157,142 @@ def main(argv: list[str] | None = None) -> int:
             }
     print(json.dumps(out, indent=2))
     return 0
+
+
+#: Multi-day variants: a preset of `tuner.replay.TUNER_PRESETS` plus field overrides (the ablations).
+VARIANTS: dict[str, tuple[str, dict]] = {
+    "cold": ("cold", {}),
+    "warm": ("warm", {}),
+    "warm-no-safety": ("warm", {"safe_delta": 0.0}),
+    "warm-no-adaptive": ("warm", {"window_mode": "fixed"}),
+    "warm-no-stop": ("warm", {"stop_ei_pct": 0.0}),
+    "warm-no-context": ("warm", {"context": False}),
+}
+ABLATIONS = ("warm-no-safety", "warm-no-adaptive", "warm-no-stop", "warm-no-context")
+#: Per-day metrics reported for each variant (keys of `tuner.replay.policy_summary`).
+DAY_KEYS = ("trials_per_retune", "ratio_to_oracle", "saved_vs_linux_default_pct", "sla_violating_windows",
+            "sla_violating_windows_significant", "explore_above_sla_s", "explore_s", "explore_above_sla_pct",
+            "window_saved_s", "window_saved_pct", "energy_j", "failed_trials", "median_suggest_s")
+
+
+def multi_day(args: argparse.Namespace) -> int:
+    """The issue-6 benchmark: cold vs warm tuner (and ablations) over a multi-day noisy schedule."""
+    from dataclasses import asdict
+
+    from traces.schedule import DEFAULT_DAY_NOISE, load_schedule, repeat_days, sample_trace_path
+    from tuner.hosts import make_host
+    from tuner.optimizer import Objective, TunerSettings
+    from tuner.replay import PolicyResult, ReplayWindow, day_summaries, oracle_point, preset_settings, replay
+
+    if args.quick:
+        args.every, args.seeds = max(args.every, 6), min(args.seeds, 1)
+    names = [v.strip() for v in args.variants.split(",") if v.strip()]
+    if args.ablations:
+        names += [a for a in ABLATIONS if a not in names]
+    unknown = [v for v in names if v not in VARIANTS]
+    if unknown:
+        print(f"bench/replay.py: unknown variant(s) {', '.join(unknown)}: expected {', '.join(VARIANTS)}",
+              file=sys.stderr)
+        return 2
+    pct, sla = (float(x) for x in (args.slas or "99:500").split(",")[0].split(":"))
+    obj = Objective("constrained", pct, sla)
+    day = load_schedule(sample_trace_path(), peak_qps=args.peak_qps, hours=args.start_hour + args.hours)
+    day = type(day)(windows=day.windows[args.start_hour:], source=day.source, scale=day.scale,
+                    raw_peak_qps=day.raw_peak_qps)
+    noise = DEFAULT_DAY_NOISE if args.day_noise is None else args.day_noise
+    full = repeat_days(day, args.days, noise=noise, seed=args.schedule_seed)
+    per_day = len(day.windows)
+    windows = [ReplayWindow(w.index, w.start_s, w.seconds, w.qps, w.day) for w in full.windows
+               if (w.index % per_day) % args.every == 0]
+    out: dict = {"command": " ".join(sys.argv), "days": args.days, "day_noise": noise,
+                 "schedule_seed": args.schedule_seed, "objective": obj.describe(),
+                 "windows_per_day": len(windows) // args.days,
+                 "qps": {d: [round(w.qps) for w in windows if w.day == d] for d in range(args.days)},
+                 "variants": {}, "runs": [], "aggregate": {}}
+    memo: dict = {}
+    oracle_host = make_host("sim", seed=0)
+    t0 = time.perf_counter()
+    for w in windows:
+        memo[(round(w.qps, 6), pct, sla)] = oracle_point(oracle_host, obj, w.qps)
+    out["oracle_compute_s"] = time.perf_counter() - t0
+    base_settings = TunerSettings(trials=args.trials, sobol_trials=args.sobol_trials,
+                                  itr_resolution_us=args.itr_resolution)
+    for name in names:
+        preset, over = VARIANTS[name]
+        st = preset_settings(preset, base_settings, **{"trials": args.trials, **over})
+        out["variants"][name] = {k: v for k, v in asdict(st).items() if k != "seed"}
+    rows: dict[str, list[dict]] = {n: [] for n in names}
+    for seed in range(args.seed0, args.seed0 + args.seeds):
+        t0 = time.perf_counter()
+        base = replay(lambda seed=seed: make_host("sim", seed=seed), windows, obj, replace_seed(base_settings, seed),
+                      policies=("linux-default", "oracle"), host_label="sim", oracle_memo=memo)
+        print(json.dumps({"seed": seed, "baselines_wall_s": round(time.perf_counter() - t0, 1)}), file=sys.stderr,
+              flush=True)
+        for name in names:
+            preset, over = VARIANTS[name]
+            st = preset_settings(preset, replace_seed(base_settings, seed), **{"trials": args.trials, **over})
+            t0 = time.perf_counter()
+            res = replay(lambda seed=seed: make_host("sim", seed=seed), windows, obj, st, policies=("tuner",),
+                         host_label="sim")
+            wall = time.perf_counter() - t0
+            res.policies = {"tuner": res.policies["tuner"], **{p: base.policies[p] for p in base.policies}}
+            assert all(isinstance(p, PolicyResult) for p in res.policies.values())
+            days = [{"day": d["day"], **{k: d["policies"]["tuner"][k] for k in DAY_KEYS}}
+                    for d in day_summaries(res)]
+            total = policy_summary_keys(res)
+            row = {"variant": name, "seed": seed, "wall_s": wall, "per_day": days, "total": total}
+            rows[name].append(row)
+            out["runs"].append(row)
+            print(json.dumps({"variant": name, "seed": seed, "wall_s": round(wall, 1),
+                              "per_day": [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in d.items()}
+                                          for d in days]}), file=sys.stderr, flush=True)
+    for name in names:
+        out["aggregate"][name] = {
+            "per_day": [{"day": d, **{k: _stats([r["per_day"][d][k] for r in rows[name]]) for k in DAY_KEYS}}
+                        for d in range(args.days)],
+            "total": {k: _stats([r["total"][k] for r in rows[name]]) for k in DAY_KEYS},
+            "wall_s": _stats([r["wall_s"] for r in rows[name]]),
+        }
+    print(json.dumps(out, indent=2))
+    print(markdown_table(out), file=sys.stderr)
+    return 0
+
+
+def replace_seed(settings, seed: int):  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    return replace(settings, seed=seed)
+
+
+def policy_summary_keys(res) -> dict:  # type: ignore[no-untyped-def]
+    from tuner.replay import policy_summary
+
+    s = policy_summary(res, "tuner")
+    return {k: s[k] for k in DAY_KEYS}
+
+
+def _m(stat: dict | None, spec: str, pct: bool = False) -> str:
+    if stat is None:
+        return "-"
+    return format(stat["mean"], spec) + ("%" if pct else "")
+
+
+def markdown_table(out: dict) -> str:
+    """The README's per-day table: one row per variant and day, means over seeds."""
+    lines = ["| variant | day | trials / retune | x oracle energy | saved vs linux-default | SLA-violating windows "
+             "(significant), sum over seeds | explore s > SLA (% of trial time) | trial window time saved vs "
+             "fixed |", "|---|---|---|---|---|---|---|---|"]
+    for name, agg in out["aggregate"].items():
+        for d in agg["per_day"]:
+            v, vs = d["sla_violating_windows"], d["sla_violating_windows_significant"]
+            count = (f"{v['mean'] * v['n']:.0f} ({vs['mean'] * vs['n']:.0f}) of "
+                     f"{out['windows_per_day'] * v['n']}") if v and vs else "-"
+            lines.append(f"| {name} | {d['day']} | {_m(d['trials_per_retune'], '.1f')} | "
+                         f"{_m(d['ratio_to_oracle'], '.3f')} | {_m(d['saved_vs_linux_default_pct'], '.1f', True)} | "
+                         f"{count} | {_m(d['explore_above_sla_s'], '.0f')} "
+                         f"({_m(d['explore_above_sla_pct'], '.1f', True)}) | "
+                         f"{_m(d['window_saved_s'], '.0f')} s ({_m(d['window_saved_pct'], '.0f', True)}) |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
