@@ -16,8 +16,9 @@ rule to memcached tail latency. `measure_window` does this inside one trial:
   differ by 6 % (sd), so the order-statistic rule alone would stop early with a wrong p99; `batches=1`
   turns the batch check off. The next chunk is sized from the current half-width h assuming
   h ~ 1/sqrt(seconds): total needed ~ elapsed (h / target)^2, plus a 20 % margin, at least
-  `min_s / batches` and never past `max_s`. The result covers every chunk measured (time, energy,
-  requests).
+  `min_s / batches`, at most doubling the window (a few noisy chunks with Student's t for few degrees of
+  freedom overstate h; doubling bounds the overshoot to 2x what was needed), never past `max_s`. The
+  result covers every chunk measured (time, energy, requests).
 
 Hosts whose measurements carry no latency distribution (`latency_dist` None, e.g. a Prometheus or hook
 latency source) or no CI (`ci_known` False) cannot be pooled: adaptive mode then falls back to one fixed
@@ -46,6 +47,8 @@ from tuner.stats import quantile_ci_achievable, relative_half_width
 MODES = ("fixed", "adaptive")
 #: Safety factor on the 1/sqrt(n) extrapolation of the next chunk's length.
 GROWTH_MARGIN = 1.2
+#: A chunk adds at most this many times the time measured so far (1: the window at most doubles).
+MAX_GROWTH = 1.0
 
 
 @dataclass(frozen=True)
@@ -136,20 +139,21 @@ def batch_half_width(estimates: Sequence[float], seconds: Sequence[float], refer
     return float(student_t.ppf(0.5 + confidence / 2.0, k - 1)) * se / reference
 
 
-def next_chunk_s(elapsed_s: float, half_width: float, target: float, remaining_s: float, min_chunk_s: float) -> float:
+def next_chunk_s(elapsed_s: float, half_width: float, target: float, remaining_s: float, min_chunk_s: float,
+                 max_growth: float = MAX_GROWTH) -> float:
     """Length of the next chunk (pure): enough, by h ~ 1/sqrt(seconds), to reach `target`, within bounds.
 
-    `half_width` and `target` are relative half-widths. Unknown width (inf/nan) doubles the window.
-    Never more than `remaining_s`; never less than `min_chunk_s`, and a chunk that would leave less than
-    `min_chunk_s` over takes the rest too.
+    `half_width` and `target` are relative half-widths; unknown width (inf/nan) asks for the maximum.
+    At most `max_growth` x `elapsed_s` (1: the window at most doubles) and `remaining_s`; at least
+    `min_chunk_s`; a chunk that would leave less than `min_chunk_s` over takes the rest too.
     """
     if remaining_s <= 0.0:
         return 0.0
     if math.isfinite(half_width) and half_width > 0.0:
         chunk = elapsed_s * ((half_width / target) ** 2 * GROWTH_MARGIN - 1.0)
     else:
-        chunk = elapsed_s
-    chunk = max(chunk, min_chunk_s)
+        chunk = math.inf
+    chunk = max(min(chunk, max_growth * elapsed_s), min_chunk_s)
     if remaining_s - chunk < min_chunk_s:
         chunk = remaining_s
     return min(chunk, remaining_s)
