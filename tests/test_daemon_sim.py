@@ -89,3 +89,38 @@ def test_sim_host_with_ax_decides_and_guardrail_reverts_within_one_window_on_loa
         revert = next(d for d in r.daemon.state.decisions[n:] if d["reason"] == "guardrail")
         assert OperatingPoint(*revert["point"]) != held
         assert r.daemon.status()["guardrail_reverts_total"] >= 1
+
+
+def test_sim_daemon_with_ax_warm_starts_a_contextual_retune_from_imported_trials(tmp_path, capsys):
+    pytest.importorskip("actuators.sim")
+    from actuators.host import OperatingPoint
+    from tuner.cli import main
+    from tuner.history import HistoryStore, write_trials
+    from tuner.hosts import make_host
+    from tuner.optimizer import Objective, TrialRecord
+
+    # another day's trials on the same (simulated) machine, at two loads
+    other = make_host("sim", **SIM)
+    recs = []
+    for i, (itr, ghz, qps) in enumerate([(50, 2.9, 100_000), (200, 2.0, 100_000), (400, 1.5, 100_000),
+                                         (100, 2.5, 150_000), (300, 1.8, 150_000), (600, 1.2, 150_000)]):
+        other.set_offered_qps(float(qps))
+        other.set_itr(itr)
+        other.set_dvfs(ghz)
+        m = other.measure(0.2)
+        recs.append(TrialRecord(i, OperatingPoint(itr, ghz), float(qps), "completed", m, m.power_w, None))
+    src = tmp_path / "yesterday.jsonl"
+    assert write_trials(src, recs, host="yesterday/sim", objective=Objective(sla_us=700.0),
+                        times=[float(i) for i in range(6)]) == 6
+    cfg = write_config(tmp_path, host="sim", options=SIM, trials=3, sobol=2, window_s=0.05, sla_us=700.0)
+    cfg.write_text(cfg.read_text().replace("guardrail_margin_pct = 10\n",
+                                           "guardrail_margin_pct = 10\ncontext = true\ncontext_max_qps = 1e6\n"))
+    assert main(["trials", "import", str(src), "--config", str(cfg)]) == 0
+    assert "imported 6 trial(s)" in capsys.readouterr().out
+    with Running(cfg, optimizers=ProcessOptimizers()) as r:
+        wait_for(lambda: r.daemon.status()["state"] == "holding", timeout=120)
+        assert r.daemon.status()["retune_history_trials"] == 6     # the real optimiser's add_history used all 6
+        st = read_state(tmp_path)
+        assert st["held"]["history_trials"] == 6 and st["held"]["trials"] == 3
+        assert len(st["trials"]) == 3                              # history is data, not this retune's trials
+    assert len(HistoryStore(tmp_path / "state" / "history.jsonl").read()) == 6 + 3
