@@ -130,3 +130,78 @@ def test_metrics_off_and_host_options(tmp_path):
     cfg = parse_config('[metrics]\nlisten = "off"\n[host]\nspec = "mod:fn"\n[host.options]\nqps = 5\n',
                        tmp_path / "c.toml")
     assert cfg.metrics_listen is None and cfg.host.options == {"qps": 5} and cfg.host.spec == "mod:fn"
+
+
+def test_issue6_tuning_and_history_keys(tmp_path):
+    text = """[state]
+dir = "st"
+[tuning]
+context = true
+context_max_qps = 800000
+history_max_trials = 300
+min_trials = 3
+stop_ei_pct = 1.5
+safe_delta = 0.05
+window_mode = "adaptive"
+window_ci_pct = 4
+window_min_s = 1.5
+[history]
+warm_start = true
+file = "h/trials.jsonl"
+keep_trials = 500
+"""
+    cfg = parse_config(text, tmp_path / "c.toml")
+    t = cfg.tuning
+    assert (t.context, t.context_max_qps, t.history_max_trials, t.min_trials, t.stop_ei_pct, t.safe_delta,
+            t.window_mode, t.window_ci_pct, t.window_min_s) == (True, 8e5, 300, 3, 1.5, 0.05, "adaptive", 4.0, 1.5)
+    assert cfg.history.warm_start and cfg.history.keep_trials == 500 and cfg.warm_start
+    assert cfg.history_path == (tmp_path / "h" / "trials.jsonl").resolve()
+    plain = parse_config("[state]\ndir = \"st\"\n", tmp_path / "c.toml")
+    assert plain.history_path == (tmp_path / "st" / "history.jsonl").resolve() and not plain.warm_start
+    # every TuningConfig issue-6 field is one of the optimiser's TunerSettings fields, with the same default
+    from tuner.config import SETTINGS_FIELDS, TuningConfig
+    from tuner.optimizer import TunerSettings
+
+    for name in SETTINGS_FIELDS:
+        assert getattr(TuningConfig(), name) == getattr(TunerSettings(), name), name
+    # and the values above build valid optimiser settings
+    TunerSettings(window_s=t.window_s, **{k: getattr(t, k) for k in SETTINGS_FIELDS})
+
+
+def test_issue6_keys_bad_values_one_line_each(tmp_path):
+    text = """[tuning]
+window_s = 1.0
+context = "yes"
+context_max_qps = 0
+history_max_trials = 0
+min_trials = 1.5
+stop_ei_pct = 100
+safe_delta = 1
+window_mode = "clever"
+window_ci_pct = 0
+[history]
+warm_start = 1
+keep_trials = 0
+colour = "red"
+"""
+    f = tmp_path / "t.toml"
+    lines = _errors(text, tmp_path)
+    expected = [
+        f"{f}:3: tuning.context: expected true or false, got 'yes'",
+        f"{f}:4: tuning.context_max_qps: expected a value > 0, got 0",
+        f"{f}:5: tuning.history_max_trials: expected 1..100000, got 0",
+        f"{f}:6: tuning.min_trials: expected an integer, got 1.5",
+        f"{f}:7: tuning.stop_ei_pct: expected a percentage in [0, 100) (0 = off), got 100",
+        f"{f}:8: tuning.safe_delta: expected a probability in [0, 1) (0 = off), got 1",
+        f"{f}:9: tuning.window_mode: expected one of 'fixed', 'adaptive', got 'clever'",
+        f"{f}:10: tuning.window_ci_pct: expected a percentage in (0, 100), got 0",
+        f"{f}:12: history.warm_start: expected true or false, got 1",
+        f"{f}:13: history.keep_trials: expected 1..1000000, got 0",
+        f"{f}:14: history.colour: unknown key: expected one of file, keep_trials, warm_start",
+    ]
+    for want in expected:
+        assert want in lines, (want, lines)
+    assert len(lines) == len(expected), lines
+    lines = _errors('[tuning]\nwindow_s = 1.0\nwindow_mode = "adaptive"\n', tmp_path)
+    assert lines == [f"{f}:3: tuning.window_mode: expected tuning.window_min_s (2 s) at most tuning.window_s "
+                     "(1 s, the adaptive window's maximum)"]

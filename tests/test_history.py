@@ -205,8 +205,23 @@ def test_store_adds_skips_duplicates_and_keeps_the_newest(tmp_path):
     assert store.add(entries[1:]) == (3, 2)                 # 1 and 2 were already there
     kept = store.read()
     assert [e.time for e in kept] == [102.0, 103.0, 104.0, 105.0]   # newest 4 by time
-    assert not (tmp_path / "state" / "history.jsonl.lock").read_bytes()
+    assert sorted(p.name for p in (tmp_path / "state").iterdir()) == ["history.jsonl"]   # no lock/tmp files left
     assert dedupe(kept + kept[::-1]) == kept
+
+
+def test_concurrent_writers_lose_nothing(tmp_path):
+    import threading
+
+    recs = _records(8)
+    store = HistoryStore(tmp_path / "history.jsonl")
+    chunks = [entries_from_records(recs[i::4], host=f"w{i}", objective=OBJ, times=[float(i + 4 * k) for k in range(2)])
+              for i in range(4)]
+    threads = [threading.Thread(target=store.add, args=(c,)) for c in chunks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert sorted(e.time for e in store.read()) == [float(i) for i in range(8)]
 
 
 def test_in_space_drops_points_the_bounds_exclude():

@@ -304,8 +304,8 @@ class HistoryStore:
     """The daemon's bounded history (`history.jsonl`, the newest `keep` trials by time).
 
     Every finished retune appends its completed trials; `tuner trials import` adds another host's or day's.
-    Writers serialise on an advisory lock (`<file>.lock`) and replace the file atomically, so the daemon and
-    an import may run at once and a reader always sees a whole file.
+    Writers serialise on an advisory lock of the file's directory and replace the file atomically, so the
+    daemon and an import may run at once and a reader always sees a whole file.
     """
 
     def __init__(self, path: str | Path, keep: int = KEEP_TRIALS) -> None:
@@ -321,10 +321,11 @@ class HistoryStore:
     def add(self, entries: Iterable[HistoryEntry]) -> tuple[int, int]:
         """Add `entries` (failed/duplicate ones skipped), keep the newest `keep`; returns (added, skipped)."""
         new = list(entries)
-        lock = self.path.with_name(self.path.name + ".lock")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            # the lock is on the directory: no lock file whose owner (root after a `sudo tuner trials import`)
+            # could lock the daemon's user out
+            fd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as exc:
             raise TunerError(f"{self.path}: cannot write history: {exc.strerror or exc}") from None
         try:
