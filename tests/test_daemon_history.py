@@ -150,3 +150,36 @@ def test_unreadable_history_store_means_a_cold_retune_not_a_dead_daemon(tmp_path
     # the retune's own trials start a new store; the damaged one is kept aside
     assert len(HistoryStore(tmp_path / "state" / "history.jsonl").read()) == 4
     assert [p.read_text() for p in (tmp_path / "state").glob("history.jsonl.bad-*")] == ["{broken\n"]
+
+
+def test_adaptive_windows_size_each_trial_between_min_and_max(tmp_path):
+    import pytest
+
+    pytest.importorskip("actuators.sim")
+    sim = {"seed": 1, "cores": 4, "qps": 100000}
+    # a loose CI target (±50 %) is met by the first chunk: every trial window is the minimum, not window_s
+    cfg = _config(tmp_path, host="sim", options=sim, window_s=0.4,
+                  tuning='window_mode = "adaptive"\nwindow_min_s = 0.05\nwindow_ci_pct = 50')
+    with Running(cfg, serve=False) as r:
+        wait_for(lambda: r.daemon.status()["state"] == "holding", timeout=30)
+        secs = [t["measurement"]["seconds"] for t in read_state(tmp_path)["trials"]]
+    assert len(secs) == 4 and all(abs(s - 0.05) < 1e-6 for s in secs), secs
+    fixed = tmp_path / "fixed"
+    fixed.mkdir()
+    with Running(_config(fixed, host="sim", options=sim, window_s=0.4), serve=False) as r:
+        wait_for(lambda: r.daemon.status()["state"] == "holding", timeout=30)
+        assert [t["measurement"]["seconds"] for t in read_state(fixed)["trials"]] == [0.4] * 4
+
+
+def test_reload_turns_warm_start_on_for_the_next_retune(tmp_path):
+    cfg = _config(tmp_path)
+    opts = FakeOptimizers()
+    with Running(cfg, serve=False, optimizers=opts) as r:
+        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        assert opts.made[0].history == []
+        cfg.write_text(cfg.read_text() + "\n[history]\nwarm_start = true\n")
+        r.daemon.request_reload()
+        wait_for(lambda: r.daemon.config.history.warm_start)
+        assert r.daemon.request_retune("rpc")[0]
+        wait_for(lambda: _decisions(tmp_path, "rpc"))
+        assert _decisions(tmp_path, "rpc")[0]["history_trials"] == 4   # the first retune's own trials
