@@ -127,8 +127,13 @@ def test_batch_check_catches_windows_that_differ_more_than_their_samples_say():
     pooled_only = WindowPolicy(mode="adaptive", min_s=2.0, max_s=20.0, batches=1)
     with_batches = WindowPolicy(mode="adaptive", min_s=2.0, max_s=20.0, batches=3)
     a, b = SampleHost(rate=200_000, seed=4, shift_sd=0.08), SampleHost(rate=200_000, seed=4, shift_sd=0.08)
-    assert measure_window(a, pooled_only).seconds == pytest.approx(2.0)
-    assert measure_window(b, with_batches).seconds == pytest.approx(20.0)
+    short, long = measure_window(a, pooled_only), measure_window(b, with_batches)
+    assert short.seconds == pytest.approx(2.0) and long.seconds == pytest.approx(20.0)
+    # ...and the CI it reports (Ax's SEM) is widened to what the windows' disagreement says
+    lo, hi = long.latency_ci_us[99.0]
+    pooled_lo, pooled_hi = long.latency_dist.quantile_ci(0.99)[1:]
+    assert (hi - lo) > 2 * (pooled_hi - pooled_lo)
+    assert lo <= long.percentile(99) <= hi
     # without burst noise the batch check costs nothing extra
     c = SampleHost(rate=200_000, seed=5)
     assert measure_window(c, with_batches).seconds == pytest.approx(2.0) and len(c.asked) == 3

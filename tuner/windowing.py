@@ -18,7 +18,9 @@ rule to memcached tail latency. `measure_window` does this inside one trial:
   h ~ 1/sqrt(seconds): total needed ~ elapsed (h / target)^2, plus a 20 % margin, at least
   `min_s / batches`, at most doubling the window (a few noisy chunks with Student's t for few degrees of
   freedom overstate h; doubling bounds the overshoot to 2x what was needed), never past `max_s`. The
-  result covers every chunk measured (time, energy, requests).
+  result covers every chunk measured (time, energy, requests). Its `latency_ci_us` (what Ax gets as
+  the SEM) is, per percentile, the pooled order-statistic interval widened to the batch-means one
+  when the chunks disagree more than their samples say (95 %, with >= 2 chunks).
 
 Hosts whose measurements carry no latency distribution (`latency_dist` None, e.g. a Prometheus or hook
 latency source) or no CI (`ci_known` False) cannot be pooled: adaptive mode then falls back to one fixed
@@ -37,7 +39,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from actuators.host import Host, Measurement
@@ -172,6 +174,21 @@ def window_half_width(total: Measurement, chunks: Sequence[Measurement], policy:
     return max(h, batch_half_width(per_chunk, [c.seconds for c in chunks], est, policy.confidence))
 
 
+def with_batch_ci(total: Measurement, chunks: Sequence[Measurement], confidence: float = 0.95) -> Measurement:
+    """`total` with each percentile's CI widened to the batch-means CI across `chunks` where that is wider."""
+    if len(chunks) < 2 or total.latency_dist is None:
+        return total
+    cis = dict(total.latency_ci_us)
+    for pct, est in total.latency_us.items():
+        q = pct / 100.0
+        per_chunk = [c.latency_dist.quantile_ci(q, confidence)[0] for c in chunks]  # type: ignore[union-attr]
+        b = batch_half_width(per_chunk, [c.seconds for c in chunks], est, confidence) * est
+        lo, hi = cis[pct]
+        if math.isfinite(b):
+            cis[pct] = (min(lo, max(est - b, 0.0)), max(hi, est + b))
+    return replace(total, latency_ci_us=cis)
+
+
 def measure_window(host: Host, policy: WindowPolicy) -> Measurement:
     """Measure one trial's window under `policy` (module docstring); the result covers all time measured."""
     if policy.mode == "fixed":
@@ -191,10 +208,10 @@ def measure_window(host: Host, policy: WindowPolicy) -> Measurement:
         else:
             h = window_half_width(total, chunks, policy)
             if h <= target:
-                return total
+                return with_batch_ci(total, chunks)
             remaining = policy.max_s - asked
             if remaining <= 1e-9 * policy.max_s:
-                return total
+                return with_batch_ci(total, chunks)
             chunk = next_chunk_s(asked, h, target, remaining, min_chunk)
         m = host.measure(chunk)
         asked += chunk
