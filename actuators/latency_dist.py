@@ -136,9 +136,7 @@ class SampleDist:
         hist = _new_hist(layout or HdrDist.DEFAULT_LAYOUT)
         lowest, highest = hist.lowest_trackable_value, hist.highest_trackable_value
         ints = np.clip(np.rint(self._x.astype(np.float64) / unit_per_value), lowest, highest).astype(np.int64)
-        values, counts = np.unique(ints, return_counts=True)
-        for v, c in zip(values.tolist(), counts.tolist()):
-            hist.record_value(v, c)
+        record_many(hist, ints)
         return HdrDist(hist, unit_per_value)
 
     def __repr__(self) -> str:
@@ -150,6 +148,28 @@ def _new_hist(layout: tuple[int, int, int]) -> HdrHistogram:
     from hdrh.histogram import HdrHistogram
 
     return HdrHistogram(*layout)
+
+
+def record_many(hist: HdrHistogram, values: np.ndarray) -> None:
+    """Record integer `values` (within the histogram's range) at once: `record_value`'s index math, vectorised.
+
+    60k samples take a few ms instead of ~100 ms one `record_value` call at a time.
+    """
+    v = np.asarray(values, dtype=np.int64)
+    if v.size == 0:
+        return
+    if int(v.min()) < 0 or int(v.max()) > hist.highest_trackable_value:
+        raise ValueError("values outside the histogram's trackable range")
+    # bucket = bit_length(v | sub_bucket_mask) - unit_magnitude - (sub_bucket_half_count_magnitude + 1)
+    _, bits = np.frexp((v | hist.sub_bucket_mask).astype(np.float64))  # exact bit length below 2**53
+    bucket = bits.astype(np.int64) - hist.unit_magnitude - (hist.sub_bucket_half_count_magnitude + 1)
+    sub = v >> (bucket + hist.unit_magnitude)
+    index = ((bucket + 1) << hist.sub_bucket_half_count_magnitude) + sub - hist.sub_bucket_half_count
+    counts = np.ctypeslib.as_array(hist.counts)
+    counts[: hist.counts_len] += np.bincount(index, minlength=hist.counts_len)[: hist.counts_len].astype(counts.dtype)
+    hist.total_count += int(v.size)
+    hist.min_value = min(hist.min_value, int(v.min()))
+    hist.max_value = max(hist.max_value, int(v.max()))
 
 
 def _cumulative_counts(hist: HdrHistogram) -> np.ndarray:

@@ -211,3 +211,19 @@ def test_prober_window_carries_a_picklable_histogram():
     assert parsed.ci_known and parsed.latency_dist.count == 3000
     with pytest.raises(HostError, match="'hdr'"):
         parse_hook_json(__import__("json").dumps({**hook_json(window), "hdr": "garbage"}), "hook test")
+
+
+def test_vectorised_histogram_recording_matches_record_value():
+    from actuators.latency_dist import record_many
+
+    rng = np.random.default_rng(9)
+    values = np.concatenate([rng.integers(1, 3000, 500), (rng.exponential(1e5, 5000) + 1).astype(np.int64),
+                             [1, 2047, 2048, 4095, 4096, 10**9, 60_000_000_000]])
+    one, many = new_histogram(), new_histogram()
+    for v in values.tolist():
+        one.record_value(v)
+    record_many(many, values)
+    assert one.encode() == many.encode()
+    assert (one.total_count, one.min_value, one.max_value) == (many.total_count, many.min_value, many.max_value)
+    with pytest.raises(ValueError, match="range"):
+        record_many(many, np.array([-1]))

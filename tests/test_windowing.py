@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from actuators.host import PERCENTILES, KnobSpace, Measurement, OperatingPoint
-from actuators.latency_dist import SampleDist
+from actuators.latency_dist import HdrDist, SampleDist
 from actuators.sim import SimHost
 from tuner.errors import TunerError
 from tuner.windowing import (
@@ -184,5 +184,7 @@ def test_simulated_host_adaptive_window_is_shorter_and_agrees_with_a_long_one():
     t0 = host.clock_s()
     m = measure_window(host, WindowPolicy(mode="adaptive"))
     assert host.clock_s() - t0 == pytest.approx(m.seconds) and m.seconds < 20.0
+    assert isinstance(m.latency_dist, HdrDist) and m.latency_dist.nbytes < 20_000  # kept compact
+    assert m.latency_dist.quantile_ci(0.99)[0] == pytest.approx(m.percentile(99), rel=2e-3)
     truth = host.expected([OperatingPoint(100, 2.0)], 300_000)[0].latency_us[99.0]
     assert abs(m.percentile(99) / truth - 1) <= 0.05

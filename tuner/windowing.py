@@ -20,7 +20,10 @@ rule to memcached tail latency. `measure_window` does this inside one trial:
   freedom overstate h; doubling bounds the overshoot to 2x what was needed), never past `max_s`. The
   result covers every chunk measured (time, energy, requests). Its `latency_ci_us` (what Ax gets as
   the SEM) is, per percentile, the pooled order-statistic interval widened to the batch-means one
-  when the chunks disagree more than their samples say (95 %, with >= 2 chunks).
+  when the chunks disagree more than their samples say (95 %, with >= 2 chunks). Percentiles and CIs
+  come from the exact pooled samples; the result keeps them as an encoded HdrHistogram (`HdrDist`, a
+  few kB instead of 4 bytes a sample: trial records keep their measurements), so a later merge of it
+  is quantised to 0.1 %.
 
 Hosts whose measurements carry no latency distribution (`latency_dist` None, e.g. a Prometheus or hook
 latency source) or no CI (`ci_known` False) cannot be pooled: adaptive mode then falls back to one fixed
@@ -43,6 +46,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from actuators.host import Host, Measurement
+from actuators.latency_dist import SampleDist
 from tuner.errors import TunerError
 from tuner.stats import quantile_ci_achievable, relative_half_width
 
@@ -189,6 +193,15 @@ def with_batch_ci(total: Measurement, chunks: Sequence[Measurement], confidence:
     return replace(total, latency_ci_us=cis)
 
 
+def _finish(total: Measurement, chunks: Sequence[Measurement]) -> Measurement:
+    """Batch-widened CIs, and the pooled samples kept as an encoded HdrHistogram (kB, not MB)."""
+    out = with_batch_ci(total, chunks)
+    dist = out.latency_dist
+    if isinstance(dist, SampleDist):
+        out = replace(out, latency_dist=dist.to_hdr())
+    return out
+
+
 def measure_window(host: Host, policy: WindowPolicy) -> Measurement:
     """Measure one trial's window under `policy` (module docstring); the result covers all time measured."""
     if policy.mode == "fixed":
@@ -208,10 +221,10 @@ def measure_window(host: Host, policy: WindowPolicy) -> Measurement:
         else:
             h = window_half_width(total, chunks, policy)
             if h <= target:
-                return with_batch_ci(total, chunks)
+                return _finish(total, chunks)
             remaining = policy.max_s - asked
             if remaining <= 1e-9 * policy.max_s:
-                return with_batch_ci(total, chunks)
+                return _finish(total, chunks)
             chunk = next_chunk_s(asked, h, target, remaining, min_chunk)
         m = host.measure(chunk)
         asked += chunk
