@@ -3,6 +3,12 @@
 One thread (the loop) owns the host and the optimiser; RPC threads only read snapshots and post requests
 under `Daemon._lock`. Every completed trial is written to the state directory (atomically, together with
 the optimiser) before the next one starts; a trial interrupted by SIGTERM is abandoned, never reported.
+
+A retune (issue 6): create the optimiser (worker process) -> warm start from the history store
+(`Optimizer.add_history`, when `history.warm_start` or `tuning.context`) -> `begin_retune(offered QPS)` ->
+trials (windows sized by `tuner.windowing` when `tuning.window_mode = "adaptive"`) until the budget or the
+stopping rule (`should_stop`, when `tuning.stop_ei_pct > 0`) -> decision -> the retune's completed trials
+are appended to the history store. Optimisers without the optional methods run as before.
 """
 
 from __future__ import annotations

@@ -6,6 +6,10 @@ retunes and must stay small (target: <= 400 MB, <= 1 % of a core). So each retun
 to it through `OptimizerProxy`, which has the same methods and returns plain records. When the retune ends the
 worker exits and its memory goes back to the OS. The daemon itself never imports Ax. A stop request kills a
 worker stuck in a model fit, so SIGTERM is prompt.
+
+The issue-6 methods (`add_history`, `begin_retune`, `retune_trials`, `should_stop`) are proxied when the
+optimiser has them (`OptimizerProxy.supports`), and the `TuningConfig` fields of `tuner.config.SETTINGS_FIELDS`
+become `TunerSettings` fields of the same names.
 """
 
 from __future__ import annotations
