@@ -183,3 +183,26 @@ def test_reload_turns_warm_start_on_for_the_next_retune(tmp_path):
         assert r.daemon.request_retune("rpc")[0]
         wait_for(lambda: _decisions(tmp_path, "rpc"))
         assert _decisions(tmp_path, "rpc")[0]["history_trials"] == 4   # the first retune's own trials
+
+
+def test_warm_start_through_the_worker_process_and_resume_after_stop(tmp_path, capsys):
+    from tuner.optworker import ProcessOptimizers
+
+    cfg = _config(tmp_path, history="warm_start = true", trials=30)
+    src = _trials_file(tmp_path, [100_000.0] * 3)
+    assert main(["trials", "import", str(src), "--config", str(cfg)]) == 0
+    r = Running(cfg, serve=False, optimizers=ProcessOptimizers(module="tests.daemon_fakes"))
+    try:
+        wait_for(lambda: len(read_state(tmp_path).get("trials", [])) >= 2, timeout=30)
+        assert r.daemon.status()["retune_history_trials"] == 3      # TrialRecords pickled to the worker
+        cur = read_state(tmp_path)["current_retune"]
+        saved = json.loads(cur["optimizer"])
+        assert cur["history_trials"] == 3 and len(saved["history"]) == 3 and saved["begun_qps"] == 100_000.0
+    finally:
+        assert r.stop() == 0
+    done = len(read_state(tmp_path)["trials"])
+    opts = FakeOptimizers()
+    with Running(cfg, serve=False, optimizers=opts) as r2:
+        wait_for(lambda: len(read_state(tmp_path)["trials"]) >= done + 1)
+        # resumed from the saved optimiser (history inside it): not created, not seeded a second time
+        assert (opts.created, opts.loaded) == (0, 1) and r2.daemon.status()["retune_history_trials"] == 3
