@@ -53,6 +53,9 @@ WINDOW_MODES = ("fixed", "adaptive")
 #: A completed trial whose measured load differs from the load its suggestion was pinned at by more than this
 #: (normalised units) is re-filed in Ax at its measured load.
 LOAD_TOLERANCE = 1e-3
+#: Abandoned Ax trials (safety substitutions, re-filed loads) tolerated before the experiment is rebuilt without
+#: them (`Optimizer._prune`).
+ABANDONED_MAX = 12
 
 
 def _finite_above(v: Any, lo: float, strict: bool = True) -> bool:
@@ -486,9 +489,11 @@ class Optimizer:
         gs = self._client._generation_strategy
         with _no_warnings(self.settings.torch_threads):
             if refit:
-                if gs.current_node_name != "MBM":
-                    return None
-                gs.fit(experiment=self._client._experiment)   # no-op when the data have not changed
+                if len(self._observed()) < self._init_budget():
+                    return None   # Ax would still be in its Sobol phase: no model to ask
+                # Ax's public "fit outside gen": moves past Sobol if due and refits only if the data changed
+                # (the next suggestion then reuses this fit).
+                gs.fit(experiment=self._client._experiment)
             cells = self._grid()
             params = [self._cell_params(c, load) for c in cells]
             try:
@@ -569,14 +574,17 @@ class Optimizer:
 
     def _prune(self) -> None:
         """Keep the model's data within `history_max_trials`: past the bound, rebuild the experiment from the
-        newest 3/4 of the bound (oldest dropped first; the slack amortises the rebuild)."""
+        newest 3/4 of the bound (oldest dropped first; the slack amortises the rebuild). Also rebuilt (same
+        trials) when more than `ABANDONED_MAX` abandoned safety substitutions piled up: Ax keeps abandoned arms
+        as pending points forever, and each one is a fantasy in every later acquisition."""
+        from ax.core.base_trial import TrialStatus
+
         bound = self.settings.history_max_trials
         done = self._observed()
-        if len(done) <= bound or self._pending:
+        abandoned = len(self._client._experiment.trial_indices_by_status[TrialStatus.ABANDONED])
+        if self._pending or (len(done) <= bound and abandoned <= ABANDONED_MAX):
             return
-        import pandas as pd  # noqa: F401 - Ax's Data is a DataFrame
-
-        keep = done[-max(1, (3 * bound) // 4):]
+        keep = done[-max(1, (3 * bound) // 4):] if len(done) > bound else done
         exp = self._client._experiment
         df = exp.lookup_data(trial_indices=keep).df
         client = self._new_client()

@@ -1,0 +1,325 @@
+"""Issue 6 optimiser features: load as context, warm start from history, stopping rule, safe exploration."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from actuators.host import PERCENTILES, KnobSpace, Measurement, OperatingPoint, apply_point
+from tests.fakes import FakeHost
+from tuner import acquisition
+from tuner.errors import TunerError
+from tuner.optimizer import Objective, Optimizer, TrialRecord, TunerSettings, run_retune
+
+SMALL = KnobSpace(tuple(range(2, 403, 16)), (1.2, 1.6, 2.0, 2.4, 2.9))   # 26 ITR x 5 DVFS
+OBJ = Objective("constrained", 99, 500)
+MAXQ = 1e6
+
+
+def meas(p99: float, power: float, qps: float = 1e5, seconds: float = 5.0) -> Measurement:
+    lat = {p: p99 * p / 99.0 for p in PERCENTILES}
+    return Measurement(seconds=seconds, offered_qps=qps, achieved_qps=qps, requests=int(qps * seconds),
+                       latency_us=lat, latency_ci_us={p: (v * 0.98, v * 1.02) for p, v in lat.items()},
+                       energy_j=power * seconds, point=None)
+
+
+def history(n: int, seed: int = 0, qps_range: tuple[float, float] = (80_000, 160_000)) -> list[TrialRecord]:
+    """`n` completed trials of the fake host at random points of SMALL and random loads."""
+    rng = np.random.default_rng(seed)
+    host = FakeHost(knobs=SMALL)
+    out = []
+    for i in range(n):
+        qps = float(rng.uniform(*qps_range))
+        host.set_offered_qps(qps)
+        p = OperatingPoint(int(rng.choice(SMALL.itr_us)), float(rng.choice(SMALL.dvfs_ghz)))
+        apply_point(host, p)
+        out.append(TrialRecord(i, p, qps, "completed", host.measure(5.0), None, None))
+    return out
+
+
+def ctx(**kw) -> TunerSettings:
+    base = dict(trials=6, sobol_trials=4, settle_s=0.0, window_s=5.0, seed=3, context=True, context_max_qps=MAXQ)
+    base.update(kw)
+    return TunerSettings(**base)
+
+
+def node_of(opt: Optimizer, ax_index: int) -> str | None:
+    gr = opt._client._experiment.trials[ax_index].generator_runs
+    return gr[0]._generation_node_name if gr else None
+
+
+# ------------------------------------------------------------------------------------------------ settings
+
+
+@pytest.mark.parametrize(("kw", "msg"), [
+    ({"context": 1}, "context must be true or false"),
+    ({"context_max_qps": 0}, "context_max_qps must be a number > 0"),
+    ({"history_max_trials": 0}, "history_max_trials must be an integer >= 1"),
+    ({"min_trials": 1.5}, "min_trials must be an integer >= 1"),
+    ({"stop_ei_pct": -1}, r"stop_ei_pct must be in \[0, 100\)"),
+    ({"safe_delta": 1.0}, r"safe_delta must be a probability in \[0, 1\)"),
+    ({"window_mode": "auto"}, "window_mode 'auto': expected one of fixed, adaptive"),
+    ({"window_ci_pct": 0}, r"window_ci_pct must be in \(0, 100\)"),
+    ({"window_min_s": -2}, "window_min_s must be > 0 seconds"),
+    ({"window_mode": "adaptive", "window_min_s": 30.0}, "window_min_s .30 s. must not exceed window_s"),
+])
+def test_new_settings_are_validated_in_one_line(kw: dict, msg: str) -> None:
+    with pytest.raises(TunerError, match=msg) as exc:
+        TunerSettings(**kw)
+    assert "\n" not in str(exc.value)
+
+
+def test_new_defaults_are_off_and_old_state_json_still_loads() -> None:
+    s = TunerSettings()
+    assert (s.context, s.stop_ei_pct, s.safe_delta, s.window_mode) == (False, 0.0, 0.0, "fixed")
+    assert s.load_of(2e6) == 1.0 and s.load_of(-5) == 0.0 and TunerSettings(context_max_qps=4e5).load_of(1e5) == 0.25
+    opt = Optimizer(SMALL, OBJ, TunerSettings(trials=2, sobol_trials=2, seed=1))
+    i, _ = opt.suggest()
+    opt.complete(i, meas(300, 20), 1e5)
+    d = json.loads(opt.to_json())
+    for k in ("context", "context_max_qps", "history_max_trials", "min_trials", "stop_ei_pct", "safe_delta",
+              "window_mode", "window_ci_pct", "window_min_s"):
+        del d["settings"][k]
+    for k in ("next_index", "retune", "line_t"):
+        del d[k]
+    for t in d["trials"]:
+        del t["p_violation"], t["note"]
+    old = Optimizer.from_json(json.dumps(d))
+    assert old.settings == TunerSettings(trials=2, sobol_trials=2, seed=1)
+    assert old.trials() == opt.trials()
+    j, _ = old.suggest()
+    assert j == 1
+
+
+# ------------------------------------------------------------------------------------------- pure math
+
+
+def test_prob_violation_matches_the_lognormal_tail() -> None:
+    mu, sd, sla = np.array([5.0, 6.5, 6.0]), np.array([0.3, 0.2, 0.0]), 500.0
+    got = acquisition.prob_violation(mu, sd, sla)
+    assert got[0] == pytest.approx(stats.lognorm(s=0.3, scale=math.exp(5.0)).sf(500.0), rel=1e-9)
+    assert got[1] == pytest.approx(stats.norm(6.5, 0.2).sf(math.log(500)), rel=1e-9)
+    assert got[2] == 0.0   # no uncertainty, mean ln 403 µs < ln 500
+    assert acquisition.prob_violation([math.nan], [0.1], sla)[0] == 1.0   # unknown is unsafe
+
+
+def test_expected_improvement_matches_monte_carlo_and_limits() -> None:
+    rng = np.random.default_rng(0)
+    m, s, best = 20.0, 3.0, 21.0
+    mc = np.maximum(best - rng.normal(m, s, 400_000), 0).mean()
+    assert acquisition.expected_improvement([m], [s], best)[0] == pytest.approx(mc, rel=0.01)
+    assert acquisition.expected_improvement([18.0, 25.0], [0.0, 0.0], best).tolist() == [3.0, 0.0]
+    cei = acquisition.constrained_ei([m], [s], best, [0.25])[0]
+    assert cei == pytest.approx(0.75 * acquisition.expected_improvement([m], [s], best)[0])
+    assert acquisition.should_stop_ei(0.09, 10.0, 1.0) and not acquisition.should_stop_ei(0.11, 10.0, 1.0)
+    assert not acquisition.should_stop_ei(0.0, 10.0, 0.0)   # 0 % = off
+
+
+def test_safe_line_steps_out_then_bisects_and_nearest_respects_the_mask() -> None:
+    assert acquisition.line_point(0.0) == (0.0, 1.0) and acquisition.line_point(1.0) == (0.5, 0.5)
+    assert acquisition.next_line_t([], 0.25) == 0.0
+    assert acquisition.next_line_t([(0.0, True)], 0.25) == 0.25
+    assert acquisition.next_line_t([(0.0, True), (0.25, True), (0.5, False)], 0.25) == 0.375
+    assert acquisition.next_line_t([(0.0, False)], 0.25) == 0.0    # the corner breaks it: stay there
+    coords = np.array([[0.0, 1.0], [0.5, 0.5], [0.6, 0.5], [1.0, 0.0]])
+    assert acquisition.nearest(coords, [0.55, 0.5], np.array([True, False, True, True])) == 2
+    assert acquisition.nearest(coords, [0.9, 0.1], np.array([True, True, False, False])) == 1
+    with pytest.raises(ValueError):
+        acquisition.nearest(coords, [0, 0], np.zeros(4, bool))
+
+
+# ------------------------------------------------------------------------------------ context + warm start
+
+
+def test_history_warm_start_first_suggestion_is_from_the_gp_at_the_pinned_load() -> None:
+    opt = Optimizer(SMALL, OBJ, ctx())
+    recs = history(6)
+    bad = [TrialRecord(90, OperatingPoint(3, 2.0), 1e5, "completed", meas(300, 20), None, None),   # ITR off-space
+           TrialRecord(91, OperatingPoint(2, 2.0), 1e5, "failed", None, None, "boom"),
+           TrialRecord(92, OperatingPoint(2, 2.0), 1e5, "completed", meas(math.inf, 20), None, None)]
+    assert opt.add_history(recs + bad) == 6
+    opt.begin_retune(123_000)
+    i, p = opt.suggest()
+    ax_index = max(opt._client._experiment.trials)   # after the 6 attached ones
+    assert ax_index == 6
+    assert node_of(opt, ax_index) == "MBM"                                   # not Sobol: warm
+    assert opt._client._experiment.trials[ax_index].arm.parameters["load"] == pytest.approx(0.123)
+    assert SMALL.check(p) == p and i == 0
+    # a cold experiment starts with Sobol
+    cold = Optimizer(SMALL, OBJ, ctx())
+    cold.begin_retune(123_000)
+    cold.suggest()
+    assert node_of(cold, 0) == "Sobol"
+
+
+def test_context_retunes_share_one_experiment_and_later_ones_start_from_the_model() -> None:
+    host = FakeHost(qps=100_000, knobs=SMALL)
+    s = ctx(trials=5)
+    opt = Optimizer(SMALL, OBJ, s)
+    d1 = run_retune(host, opt, s)
+    assert len(opt.retune_trials()) == 5 and d1.met_sla
+    host.set_offered_qps(140_000)
+    d2 = run_retune(host, opt, s)
+    second = opt.retune_trials()
+    assert [r.index for r in second] == [5, 6, 7, 8, 9] and len(opt.trials()) == 10
+    assert all(r.qps == 140_000 for r in second)
+    exp = opt._client._experiment
+    assert node_of(opt, 5) == "MBM"                                          # no Sobol in the 2nd retune
+    assert {round(exp.trials[k].arm.parameters["load"], 6) for k in range(5, 10)} == {0.14}
+    assert d2.measurement in [r.measurement for r in second]                # best() is of THIS retune
+    assert host.point() == d2.point
+
+
+def test_trial_measured_at_another_load_is_filed_at_its_own_load() -> None:
+    opt = Optimizer(SMALL, OBJ, ctx())
+    opt.add_history(history(5))
+    opt.begin_retune(100_000)
+    i, _ = opt.suggest()
+    rec = opt.complete(i, meas(300, 20, qps=150_000), 150_000)
+    exp = opt._client._experiment
+    done = [t for t in exp.trials.values() if t.status.is_completed and t.index >= 5]
+    assert rec.qps == 150_000 and len(done) == 1
+    assert done[0].arm.parameters["load"] == pytest.approx(0.15)
+    assert exp.trials[5].status.name == "ABANDONED"
+
+
+def test_history_bound_keeps_the_newest_trials() -> None:
+    opt = Optimizer(SMALL, OBJ, ctx(history_max_trials=8))
+    recs = history(12, seed=2)
+    assert opt.add_history(recs) == 8
+    exp = opt._client._experiment
+    loads = sorted(round(t.arm.parameters["load"], 9) for t in exp.trials.values())
+    assert loads == sorted(round(r.qps / MAXQ, 9) for r in recs[-8:])
+    opt.begin_retune(100_000)
+    i, _ = opt.suggest()
+    opt.complete(i, meas(300, 20), 100_000)           # 9 observed > 8
+    j, _ = opt.suggest()                             # rebuilt from the newest 6 before generating
+    assert len(opt._observed()) == 6
+    exp = opt._client._experiment
+    kept = sorted(round(exp.trials[k].arm.parameters["load"], 9) for k in opt._observed())
+    assert kept == sorted([round(r.qps / MAXQ, 9) for r in recs[-5:]] + [0.1])
+    opt.complete(j, meas(300, 20), 100_000)
+    for _ in range(3):
+        k, _ = opt.suggest()
+        assert len(opt._observed()) <= 8                 # the model never holds more than the bound
+        opt.complete(k, meas(300, 20), 100_000)
+    assert [r.index for r in opt.retune_trials()] == [0, 1, 2, 3, 4]
+
+
+def test_json_round_trip_keeps_context_state() -> None:
+    opt = Optimizer(SMALL, OBJ, ctx(safe_delta=0.05, stop_ei_pct=1.0))
+    opt.begin_retune(100_000)
+    i, _ = opt.suggest()
+    opt.complete(i, meas(120, 40), 100_000)
+    j, p = opt.suggest()   # left pending
+    back = Optimizer.from_json(opt.to_json())
+    assert back.settings == opt.settings and back.trials() == opt.trials()
+    assert back._load == pytest.approx(0.1) and back._retune_start == 0 and back._line_t == opt._line_t
+    assert back._pending[j].point == p and back._pending[j].note.startswith("safe start")
+    rec = back.complete(j, meas(150, 35), 100_000)
+    assert rec.index == 1 and len(back.retune_trials()) == 2
+    assert back.suggest()[0] == 2
+
+
+def test_context_mode_needs_begin_retune() -> None:
+    opt = Optimizer(SMALL, OBJ, ctx())
+    with pytest.raises(TunerError, match="call begin_retune"):
+        opt.suggest()
+    with pytest.raises(TunerError, match="begin_retune needs the offered load"):
+        opt.begin_retune(math.nan)
+
+
+# ------------------------------------------------------------------------------------------ stopping rule
+
+
+def _fed(values: list[tuple[float, float]], **kw) -> Optimizer:
+    s = TunerSettings(trials=12, sobol_trials=4, seed=5, stop_ei_pct=5.0, min_trials=2, sla_margin_pct=0.0, **kw)
+    opt = Optimizer(SMALL, OBJ, s)
+    opt.begin_retune(1e5)
+    for p99, power in values:
+        i, _ = opt.suggest()
+        opt.complete(i, meas(p99, power), 1e5)
+    return opt
+
+
+def test_stop_rule_stops_when_no_point_can_save_more_than_the_threshold() -> None:
+    # every point measured at 20 W within the SLA: the model sees a flat power surface
+    opt = _fed([(200, 20.0)] * 6)
+    stop, why = opt.should_stop()
+    assert stop and why.startswith("expected improvement of one more trial") and "< 5 % of the best 20.0 W" in why
+
+
+def test_stop_rule_goes_on_when_a_point_may_save_a_lot() -> None:
+    # power varies 18..60 W over the points, all within the SLA: large expected improvement somewhere
+    opt = _fed([(200, 60.0), (200, 18.0), (200, 45.0), (200, 30.0), (200, 55.0), (200, 25.0)])
+    stop, why = opt.should_stop()
+    assert not stop and why.startswith("expected improvement")
+    best_w = 18.0
+    limit = float(why.split(">= ")[1].split(" W")[0])
+    assert limit == pytest.approx(0.05 * best_w, rel=1e-3)
+
+
+def test_stop_rule_waits_for_min_trials_a_feasible_point_and_honours_the_budget() -> None:
+    assert _fed([(200, 20.0)]).should_stop() == (False, "1 trial(s) of at least 2")
+    assert _fed([(900, 20.0)] * 3).should_stop() == (False, "no trial of this retune met the SLA yet")
+    off = TunerSettings(trials=2, sobol_trials=2, seed=1)
+    opt = Optimizer(SMALL, OBJ, off)
+    assert opt.should_stop() == (False, "stopping rule off")
+    for _ in range(2):
+        i, _ = opt.suggest()
+        opt.complete(i, meas(200, 20), 1e5)
+    assert opt.should_stop() == (True, "trial budget reached (2 of 2)")
+
+
+def test_run_retune_ends_early_on_the_stopping_rule() -> None:
+    host = FakeHost(qps=100_000, knobs=SMALL)
+    s = ctx(trials=12, stop_ei_pct=50.0, min_trials=2)   # a lax threshold: must stop well before 12
+    opt = Optimizer(SMALL, OBJ, s)
+    opt.add_history(history(10, seed=4))
+    run_retune(host, opt, s)
+    n = len(opt.retune_trials())
+    assert 2 <= n < 12
+    assert opt.should_stop()[0]
+
+
+# ------------------------------------------------------------------------------------------ safe exploration
+
+
+def test_safe_exploration_never_tries_a_point_the_model_deems_unsafe() -> None:
+    delta = 0.05
+    host = FakeHost(qps=100_000, knobs=SMALL)
+    s = ctx(trials=6, safe_delta=delta)
+    opt = Optimizer(SMALL, OBJ, s)
+    checked = 0
+    for qps in (100_000, 150_000, 120_000):
+        host.set_offered_qps(qps)
+        opt.begin_retune(qps)
+        for _ in range(s.trials):
+            i, p = opt.suggest()
+            pend = opt._pending[i]
+            if pend.p_violation is not None:
+                # independent check against the model Ax just fitted: P(ln p99 > ln SLA) at this point and load
+                pr = opt.predict([p])[0]
+                assert not pr.from_measured
+                pv = stats.norm(math.log(pr.latency_us), pr.latency_sem / pr.latency_us).sf(math.log(OBJ.sla_us))
+                assert pv == pytest.approx(pend.p_violation, abs=1e-6)
+                assert pv <= delta
+                checked += 1
+            apply_point(host, p)
+            opt.complete(i, host.measure(s.window_s), qps)
+    recs = opt.trials()
+    start = [r for r in recs if r.note.startswith("safe start")]
+    assert len(start) == s.sobol_trials and all(r.p_violation is None for r in start)
+    assert start[0].point == OperatingPoint(SMALL.itr_us[0], SMALL.dvfs_ghz[-1])            # the safe corner
+    assert [r.point.itr_us for r in start] == sorted(r.point.itr_us for r in start)          # stepping outward
+    later = recs[len(start):]
+    assert later and all(r.p_violation is not None and r.p_violation <= delta for r in later)
+    assert checked == len(later)
+    subs = [r for r in later if "tried the closest safe point instead" in r.note]
+    assert subs, "the filter never had to act: the test proves nothing"
+    assert all("> δ 0.05" in r.note for r in subs)
+    assert sum(t.status.name == "ABANDONED" for t in opt._client._experiment.trials.values()) >= len(subs)
