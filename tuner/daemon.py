@@ -254,7 +254,9 @@ class Daemon:
         with self._lock:
             if self._stop.is_set():
                 return False, "daemon is stopping"
-            if self._loop_state == "retuning" and reason == "rpc":
+            # refused only while trials run: once the decision is saved (current_retune cleared) a request is
+            # taken even if the loop is still finishing up (model table, worker exit)
+            if self._loop_state == "retuning" and self.state.current_retune is not None and reason == "rpc":
                 return False, "a retune is already running"
             self._retune_request = reason
         self._wake.set()
