@@ -659,7 +659,7 @@ class Daemon:
     def _append_history(self, rid: str) -> None:
         """Add the completed trials of retune `rid` to the history store (errors are logged, not fatal)."""
         from actuators.host import Measurement as _M
-        from tuner.history import HistoryEntry, _objective
+        from tuner.history import HistoryEntry, as_objective
         from tuner.optimizer import TrialRecord
 
         entries = []
@@ -669,7 +669,7 @@ class Daemon:
         for t in rows:
             try:
                 m = _M.from_dict(t["measurement"])
-                obj = _objective(t.get("objective") or dict(self.policy().__dict__))
+                obj = as_objective(t.get("objective") or dict(self.policy().__dict__))
                 rec = TrialRecord(int(t["index"]), point_from(t["point"]), float(t["measurement"]["offered_qps"]),
                                   "completed", m, t.get("reward"), None)
             except (KeyError, TypeError, ValueError, TunerError) as exc:

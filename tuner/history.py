@@ -84,7 +84,8 @@ def is_exportable(r: TrialRecord) -> bool:
     return r.status == _COMPLETED and r.measurement is not None and r.qps is not None and math.isfinite(r.qps)
 
 
-def _objective(objective: Objective | Mapping[str, Any]) -> Objective:
+def as_objective(objective: Objective | Mapping[str, Any]) -> Objective:
+    """`objective` as an `Objective` (from a dict with reward, percentile, sla_us; `TunerError` if invalid)."""
     if isinstance(objective, Objective):
         return objective
     return Objective(**{k: objective[k] for k in ("reward", "percentile", "sla_us") if k in objective})
@@ -94,7 +95,7 @@ def entries_from_records(records: Iterable[TrialRecord], *, host: str, objective
                          times: Sequence[float] | None = None) -> list[HistoryEntry]:
     """History entries for the exportable records (failed ones dropped); `times[i]` is record i's time
     (default: now)."""
-    obj = _objective(objective)
+    obj = as_objective(objective)
     now = _time.time()
     out = []
     for i, r in enumerate(records):
@@ -192,7 +193,7 @@ def _parse_line(d: Any, index: int, space: KnobSpace | None) -> HistoryEntry:
     if not isinstance(obj, dict) or not {"reward", "percentile", "sla_us"} <= set(obj):
         raise _Bad(f"objective: expected an object with reward, percentile, sla_us, got {obj!r}")
     try:
-        objective = _objective(obj)
+        objective = as_objective(obj)
     except TunerError as exc:
         raise _Bad(f"objective: {exc}") from None
     p = d.get("point")
@@ -353,5 +354,5 @@ class HistoryStore:
 
 
 __all__ = ["SCHEMA", "HISTORY_FILE", "REPLAY_TRIALS_FILE", "KEEP_TRIALS", "HistoryEntry", "HistoryStore",
-           "dedupe", "entries_from_records", "host_label", "in_space", "is_exportable", "iter_entries",
-           "objective_reward", "read_entries", "read_trials", "write_entries", "write_trials"]
+           "as_objective", "dedupe", "entries_from_records", "host_label", "in_space", "is_exportable",
+           "iter_entries", "objective_reward", "read_entries", "read_trials", "write_entries", "write_trials"]

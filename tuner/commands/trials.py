@@ -91,7 +91,7 @@ def _row_objective(row: dict[str, Any], state: Any) -> dict[str, Any]:
 def _state_entries(state_dir: Path) -> list[Any]:
     """Completed trials in state.json and experiments/*.json, as history entries."""
     from actuators.host import Measurement, OperatingPoint
-    from tuner.history import HistoryEntry, _objective, objective_reward
+    from tuner.history import HistoryEntry, as_objective, objective_reward
     from tuner.optimizer import TrialRecord
     from tuner.state import StateStore
 
@@ -105,7 +105,7 @@ def _state_entries(state_dir: Path) -> list[Any]:
             m = Measurement.from_dict(md)
             p = OperatingPoint(int(point[0]), float(point[1])) if isinstance(point, list) \
                 else OperatingPoint(int(point["itr_us"]), float(point["dvfs_ghz"]))
-            obj = _objective(objective)
+            obj = as_objective(objective)
             q = float(qps)
             if not (math.isfinite(q) and math.isfinite(m.power_w)):
                 return
