@@ -286,6 +286,23 @@ def _no_warnings(threads: int | None = None) -> Iterator[None]:
             torch.set_num_threads(before)
 
 
+#: Candidates per batch when Ax enumerates the (ITR x DVFS) grid to maximise the acquisition. BoTorch's
+#: default (2048, halved per model output) broadcasts the training covariance over the whole batch; batches of
+#: 64 stay in cache and cut the acquisition time ~2x (150 trials in the model: 2.0 s -> 0.8 s on this box,
+#: bench/suggest.py) -- every candidate is still evaluated, so the proposal is the same.
+ACQF_BATCH = 64
+
+
+def _small_acqf_batches(client: Any) -> None:
+    """Set `ACQF_BATCH` on the model-based node of the client's generation strategy."""
+    for node in client._generation_strategy._nodes:
+        for spec in node.generator_specs:
+            if spec.generator_enum.value == "BoTorch":
+                opts = dict(spec.generator_gen_kwargs.get("model_gen_options") or {})
+                opts["optimizer_kwargs"] = {**opts.get("optimizer_kwargs", {}), "max_batch_size": ACQF_BATCH}
+                spec.generator_gen_kwargs = {**spec.generator_gen_kwargs, "model_gen_options": opts}
+
+
 def power_sem(m: Measurement) -> float:
     """SEM of a window's mean power: the host's own if it reports one (`power_sem_w`), else `POWER_REL_SEM`."""
     own = getattr(m, "power_sem_w", None)
@@ -432,6 +449,7 @@ class Optimizer:
                 use_existing_trials_for_initialization=True,
                 allow_exceeding_initialization_budget=True,
             )
+            _small_acqf_batches(client)
         return client
 
     @property
