@@ -5,25 +5,37 @@ scaled + memory-bound service, per-core FIFO queueing, menu-governor C-states wi
 power = static + uncore + f V^2 while busy + C-state power while idle); this module holds the host state
 (knobs, offered load, simulated clock, RAPL-like counters) and turns a simulated run into a `Measurement`.
 
-Modes: the host starts in **Linux default mode** -- ixgbe adaptive ITR and an ondemand governor -- and
+Modes: the host starts in **Linux default mode** -- ixgbe's adaptive ITR as in Linux 5.4 and the
+intel_pstate "powersave" governor (`sim_model.adaptive_itr_us`, `sim_model.pstate_occupancy`) -- and
 `point()` is None.  `set_itr` / `set_dvfs` make that knob static; `point()` is the `OperatingPoint` once
 both are.  `restore()` goes back to Linux default mode.
 
 Noise and cost (honest about the bounding): `measure(seconds)` never sleeps and never simulates every
-request of a long window.  It draws the window's request count (Poisson), then simulates a bounded sample
-of min(requests, `SAMPLE_CAP`) requests (at least `SAMPLE_MIN`) on 4 independent cores (carrying 1 -/+ the
-RSS imbalance of the mean load) and scales their busy time and C-state residency to all cores and the whole
-window (energy therefore carries the sample's small noise too, ~1 % at the cap).  Latency percentiles and their order-statistic CIs come from
-that sample, so their noise falls like 1/sqrt(requests) until the cap (≈ 0.3 s at 200K QPS, 0.1 s at 600K)
-and stays at the cap's level for longer windows.  On top of that the offered load of each window carries
-client burstiness: a relative error of `BURST_SIGMA` / sqrt(seconds) (independent 1 s epochs averaged),
-which keeps shrinking with window length and also moves energy.  Overloaded points (utilisation >= 1)
+request of a long window.  It draws the window's request count n (Poisson), then simulates a bounded
+sample of n_s = min(n, `SAMPLE_CAP`) requests (at least `SAMPLE_MIN`; each run after a discarded warm-up,
+so queues are not measured empty) on 4 independent cores (carrying 1 -/+ the RSS imbalance of the mean
+load) and scales their busy time and C-state residency to all cores and the whole window (energy
+therefore carries the sample's small noise too, ~1 % at the cap).  Latency percentiles and their
+order-statistic CIs come from that sample.  When n > n_s (at 600K QPS any window over 0.1 s), the
+sample's deviation from the long-run value -- `expected()` for a static point, `expected_default()` in
+Linux default mode -- is shrunk by sqrt(n_s / n), and so are its CI half-widths: a quantile estimate is
+asymptotically normal with variance proportional to 1/n (order statistics; for the autocorrelated
+latencies of a queue with a larger constant, which the simulated sample already carries), so a window of
+n requests deviates sqrt(n_s / n) times as much as the sample does.  The noise therefore keeps falling
+like 1/sqrt(requests) with window length, and long windows converge to `expected()` by construction
+(which is why `expected()` itself is computed from a large sample, see there).  Not shrunk: saturated
+points (utilisation >= 1: the sample's latency is a lower bound of an unbounded queue) and windows with
+one knob static and the other governed (no long-run model is kept for them).  On top of that the offered
+load of each window carries client burstiness: a relative error of `BURST_SIGMA` / sqrt(seconds)
+(independent 1 s epochs averaged), which moves energy and served QPS fully and latency through the
+sample -- beyond the cap shrunk with it, an under-statement of about dp99/dload x BURST_SIGMA / sqrt(s)
+(at 600K, (246, 1.6): ~19 µs per 1 % load, so ~8 µs at 20 s, ~1 µs at 3600 s).  Overloaded points
 report the latency of the simulated sample, a lower bound of what an unbounded queue would reach.
-In Linux default mode the ondemand governor is stepped every 10 ms for at most 2000 periods (longer windows
-use those 2000 as a sample of their frequency occupancy).  The RAPL-like 32-bit counters (one per package,
+In Linux default mode the governor is stepped every 10 ms for at most 2000 samples (longer windows use
+those 2000 as a sample of their frequency occupancy).  The RAPL-like 32-bit counters (one per package,
 15.3 µJ units) are read every `COUNTER_READ_S` simulated seconds so an hour-long window sees every wrap.
 Deterministic: the same seed and the same call sequence give the same results; `expected*()` use their own
-fixed random stream and never disturb it.
+fixed random streams and never disturb it.
 """
 
 from __future__ import annotations
@@ -42,7 +54,7 @@ from actuators.sim_model import (
     SimParams,
     adaptive_itr_us,
     lock_utilisation,
-    ondemand_occupancy,
+    pstate_occupancy,
     package_power_w,
     simulate,
 )
@@ -58,8 +70,14 @@ QPS_READ_SIGMA = 0.002  # relative noise of offered_qps() readings
 ENERGY_UNIT_J = 1.0 / 2**16  # RAPL energy-status unit of the E5-2690 (15.3 µJ)
 ENERGY_WRAP = 2**32  # 32-bit MSR_PKG_ENERGY_STATUS
 COUNTER_READ_S = 60.0  # the simulated reader polls the counters this often (never misses a wrap)
-EXPECTED_REQUESTS = 40_000  # sample behind expected() (common random numbers)
+EXPECTED_REQUESTS = 40_000  # first sample behind expected() per (ITR anchor, load) (common random numbers)
+EXPECTED_REFINED = 240_000  # requests behind an expected() cell whose p99 is still noisy after the first sample
+REFINE_REL_SE = 0.02  # ... i.e. whose batch-means standard error of p99 exceeds 2 % of it
+REFINE_ABS_SE_US = 5.0  # ... and 5 µs
+REFINE_MAX_US = 1000.0  # ... and whose p99 is below this (2x the loosest SLA of fig. 7.6; cost bound)
+SE_BLOCKS = 10  # batch-means blocks (consecutive interrupt periods) for that standard error
 EXPECTED_SEED = 20230501
+DEFAULT_GOVERNOR_STEPS = 6000  # 10 ms governor samples behind expected_default() (60 s of occupancy)
 
 
 @dataclass(frozen=True)
@@ -68,6 +86,7 @@ class Expected:
 
     latency_us: dict[float, float]
     power_w: float
+    p99_se_us: float = 0.0  # standard error of latency_us[99.0] itself (batch means over its own sample)
 
 
 #: ITR values (µs) at which `expected()` simulates; other values are interpolated linearly between them.
@@ -83,6 +102,47 @@ def _bracket(itr: int) -> tuple[int, int, float]:
     i = min(max(i, 1), len(ITR_ANCHORS) - 1)
     lo, hi = ITR_ANCHORS[i - 1], ITR_ANCHORS[i]
     return lo, hi, (itr - lo) / (hi - lo)
+
+
+def _p99_se(sim) -> np.ndarray:
+    """(F,) batch-means standard error of each row's p99: blocks of consecutive interrupt periods (all
+    simulated cores), so the queueing autocorrelation within a block is honoured."""
+    blocks = sim.period * SE_BLOCKS // max(sim.periods, 1)
+    order = np.argsort(blocks, kind="stable")
+    bounds = np.searchsorted(blocks[order], np.arange(1, SE_BLOCKS))
+    parts = [s for s in np.split(sim.latency_us[:, order], bounds, axis=1) if s.shape[1] > 0]
+    if len(parts) < 2:
+        return np.full(sim.latency_us.shape[0], np.inf)
+    per_block = np.stack([np.percentile(s, 99.0, axis=1) for s in parts], axis=1)
+    return per_block.std(axis=1, ddof=1) / math.sqrt(len(parts))
+
+
+def _shrink(lat: np.ndarray, latency: dict[float, float], ci: dict[float, tuple[float, float]],
+            ref: dict[float, float], a: float) -> np.ndarray:
+    """Shrink a window's sample towards the long-run percentiles `ref` by factor `a` (in place for the dicts).
+
+    Each percentile becomes ref + a (est - ref) and its CI half-widths scale by `a`: a quantile estimate is
+    asymptotically normal with variance proportional to 1/n (also for the autocorrelated latencies of a
+    queue, with a larger constant), so a window of n requests deviates from the long-run value by
+    sqrt(n_sample / n) times what a sample of n_sample does.  The returned samples (the window's
+    `latency_dist`) are quantile-mapped the same way -- each sample moved by (1 - a) times the deviation
+    interpolated at its rank -- so pooled windows report about the shrunk percentiles.
+    """
+    levels, devs = [], []
+    for pct in PERCENTILES:
+        est = latency[pct]
+        lo, hi = ci[pct]
+        new = ref[pct] + a * (est - ref[pct])
+        latency[pct] = new
+        ci[pct] = (new - a * (est - lo), new + a * (hi - est))
+        levels.append(pct / 100.0)
+        devs.append(est - ref[pct])
+    n = lat.size
+    u = (np.arange(n) + 0.5) / n
+    out = lat - (1.0 - a) * np.interp(u, levels, devs)
+    out = np.maximum(out, 0.0)
+    out.sort()
+    return out
 
 
 def dvfs_steps(lo: float = 1.2, hi: float = 2.9, step: float = 0.1) -> tuple[float, ...]:
@@ -113,7 +173,7 @@ class SimHost:
         self._zones = ("package-0", "package-1") if cores >= 2 else ("package-0",)
         # counters start at arbitrary (seeded) values, like a machine that has been up for a while
         self._counters = {z: int(self._rng.integers(0, ENERGY_WRAP)) for z in self._zones}
-        self._cache: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._cache: OrderedDict[tuple, tuple[np.ndarray, float, float]] = OrderedDict()
         self._default_cache: dict[tuple, Expected] = {}
 
     # --- Host protocol -----------------------------------------------------------------------------------
@@ -177,21 +237,30 @@ class SimHost:
             freqs = np.array([self._dvfs])
             occ = np.ones(1)
         else:
-            steps = int(min(max(seconds / self._p.ondemand_period_s, 1), 2000))
-            occ_all = ondemand_occupancy(self._p, lam, itr, self._freqs, steps, rng)
+            steps = int(min(max(seconds / self._p.pstate_period_s, 1), 2000))
+            occ_all = pstate_occupancy(self._p, lam, itr, self._freqs, steps, rng)
             keep = occ_all > 0
             freqs, occ = self._freqs[keep], occ_all[keep]
         n_sample = int(min(max(offered, SAMPLE_MIN), SAMPLE_CAP))
-        sim = simulate(self._p, lam, itr, freqs, n_sample, CHAINS, rng, self._cores)
-        power = package_power_w(self._p, sim, self._cores, qps_eff)
         if freqs.size == 1:
-            lat = sim.latency_us[0]
+            sim = simulate(self._p, lam, itr, freqs, n_sample, CHAINS, rng, self._cores)
+            power, served_f, lat = package_power_w(self._p, sim, self._cores, qps_eff), sim.served, sim.latency_us[0]
         else:
-            rows = rng.choice(freqs.size, size=sim.latency_us.shape[1], p=occ)
-            lat = sim.latency_us[rows, np.arange(sim.latency_us.shape[1])]
+            # governed DVFS: each frequency's share of the sample is simulated at that frequency (multinomial
+            # split of the requests by occupancy; shares under SAMPLE_MIN requests are folded into the others)
+            alloc = rng.multinomial(n_sample, occ)
+            use = alloc >= SAMPLE_MIN
+            if not use.any():
+                use = alloc == alloc.max()
+            freqs, occ, alloc = freqs[use], occ[use] / occ[use].sum(), alloc[use]
+            runs = [simulate(self._p, lam, itr, freqs[j:j + 1], int(alloc[j]), CHAINS, rng, self._cores)
+                    for j in range(freqs.size)]
+            power = np.array([package_power_w(self._p, r, self._cores, qps_eff)[0] for r in runs])
+            served_f = np.array([r.served[0] for r in runs])
+            lat = np.concatenate([r.latency_us[0] for r in runs])
         mean_power = float(np.dot(occ, power))
         lock_u = float(np.dot(occ, lock_utilisation(self._p, qps_eff / 1e6, freqs)))
-        served = float(round(offered * min(float(np.dot(occ, sim.served)), 1.0 / max(lock_u, 1.0))))
+        served = float(round(offered * min(float(np.dot(occ, served_f)), 1.0 / max(lock_u, 1.0))))
         energy_j, by_zone = self._advance_counters(mean_power, seconds)
         self._clock_s += seconds
         lat.sort()
@@ -200,6 +269,13 @@ class SimHost:
             est, lo, hi = quantile_with_ci(lat, pct / 100.0, presorted=True)
             latency[pct] = est
             ci[pct] = (lo, hi)
+        saturated = lock_u >= 1.0 or float(np.dot(occ, served_f)) < 0.999
+        if offered > lat.size and not saturated:
+            # the window held more requests than were simulated: shrink the sample's deviation from the
+            # long-run value by sqrt(n_sample / n_window) (see the module docstring)
+            ref = self._long_run_latency(point)
+            if ref is not None:
+                lat = _shrink(lat, latency, ci, ref, math.sqrt(lat.size / offered))
         return Measurement(
             seconds=seconds, offered_qps=offered / seconds, achieved_qps=served / seconds,
             requests=int(served), latency_us=latency, latency_ci_us=ci, energy_j=energy_j, point=point,
@@ -207,30 +283,41 @@ class SimHost:
         )
 
     def expected(self, points: Sequence[OperatingPoint], qps: float) -> list[Expected]:
-        """Noise-free long-run values at `points` under `qps` (what `measure` converges to).
+        """Long-run values at `points` under `qps` -- what `measure` converges to (it shrinks towards them).
 
-        Computed from one large common-random-numbers run per ITR anchor (all 18 frequencies at once) and
-        interpolated linearly in ITR between anchors (`ITR_ANCHORS`: every value up to 12 µs, then coarser),
-        cached per (anchor, qps) -- so a whole 511 x 18 grid costs about 50 runs.
+        Each (ITR anchor, frequency, load) cell is one common-random-numbers run of `EXPECTED_REQUESTS`
+        requests (after the warm-up); a cell whose p99 standard error (batch means over `SE_BLOCKS` blocks
+        of consecutive periods) is still above `REFINE_REL_SE` of it, and whose p99 is below
+        `REFINE_MAX_US`, is re-estimated from `EXPECTED_REFINED` requests (one more independent run, pooled):
+        near saturation 40,000 requests leave a p99 standard error of ~7 % (600K, (246, 1.6): 37 µs), which
+        an optimum picked "just under the SLA" turns into a bias (the winner's curse).  A cell depends only
+        on its own (anchor, frequency, load) -- the same random streams serve any subset of frequencies --
+        so computing one point or a whole grid gives the same numbers.  Values between anchors
+        (`ITR_ANCHORS`) are interpolated linearly in ITR; cells are cached.
         """
         qps = max(self._check_qps(qps), MIN_MODEL_QPS)
         pts = [self._knobs.check(pt) for pt in points]
-        out: list[Expected] = []
-        for pt in pts:
-            lo, hi, w = _bracket(pt.itr_us)
-            fi = int(np.searchsorted(self._freqs, pt.dvfs_ghz - 1e-6))
-            lat_lo, pw_lo = self._expected_itr(lo, qps)
+        plan = [(_bracket(pt.itr_us), int(np.searchsorted(self._freqs, pt.dvfs_ghz - 1e-6))) for pt in pts]
+        need: dict[int, set[int]] = {}
+        for (lo, hi, w), fi in plan:
+            need.setdefault(lo, set()).add(fi)
             if w > 0.0:
-                lat_hi, pw_hi = self._expected_itr(hi, qps)
-                lat = (1.0 - w) * lat_lo[:, fi] + w * lat_hi[:, fi]
-                power = (1.0 - w) * pw_lo[fi] + w * pw_hi[fi]
-            else:
-                lat, power = lat_lo[:, fi], pw_lo[fi]
-            out.append(Expected({pct: float(lat[k]) for k, pct in enumerate(PERCENTILES)}, float(power)))
+                need.setdefault(hi, set()).add(fi)
+        for anchor, fis in need.items():
+            self._expected_cells(anchor, qps, sorted(fis))
+        out: list[Expected] = []
+        for (lo, hi, w), fi in plan:
+            lat, power, se = self._cell(lo, qps, fi)
+            if w > 0.0:
+                lat_hi, pw_hi, se_hi = self._cell(hi, qps, fi)
+                lat = (1.0 - w) * lat + w * lat_hi
+                power = (1.0 - w) * power + w * pw_hi
+                se = math.hypot((1.0 - w) * se, w * se_hi)
+            out.append(Expected({pct: float(lat[k]) for k, pct in enumerate(PERCENTILES)}, float(power), float(se)))
         return out
 
     def expected_default(self, qps: float) -> Expected:
-        """Noise-free long-run values in Linux default mode (adaptive ITR + ondemand) at `qps`."""
+        """Long-run values in Linux default mode (5.4 adaptive ITR + intel_pstate powersave) at `qps`."""
         qps = max(self._check_qps(qps), MIN_MODEL_QPS)
         key = ("default", round(qps, 3))
         hit = self._default_cache.get(key)
@@ -238,8 +325,11 @@ class SimHost:
             return hit
         lam = qps / self._cores / 1e6
         itr = adaptive_itr_us(self._p, qps, self._cores)
-        occ = ondemand_occupancy(self._p, lam, itr, self._freqs, 20_000, np.random.default_rng(EXPECTED_SEED))
-        sim = simulate(self._p, lam, itr, self._freqs, EXPECTED_REQUESTS, CHAINS,
+        occ = pstate_occupancy(self._p, lam, itr, self._freqs, DEFAULT_GOVERNOR_STEPS,
+                               np.random.default_rng(EXPECTED_SEED))
+        on = occ > 0
+        occ = occ[on]
+        sim = simulate(self._p, lam, itr, self._freqs[on], EXPECTED_REQUESTS, CHAINS,
                        np.random.default_rng(EXPECTED_SEED), self._cores)
         power = package_power_w(self._p, sim, self._cores, qps)
         lat = sim.latency_us
@@ -255,21 +345,55 @@ class SimHost:
         return result
 
     # --- internals ------------------------------------------------------------------------------------------
-    def _expected_itr(self, itr: float, qps: float) -> tuple[np.ndarray, np.ndarray]:
-        key = (round(itr, 3), round(qps, 3))
-        hit = self._cache.get(key)
-        if hit is not None:
-            self._cache.move_to_end(key)
-            return hit
+    def _long_run_latency(self, point: OperatingPoint | None) -> dict[float, float] | None:
+        """Long-run percentiles at the current nominal load: `expected` (static point) or `expected_default`
+        (both knobs governed); None with one knob static and the other governed (no long-run model kept)."""
+        qps = max(self._qps, MIN_MODEL_QPS)
+        if point is not None:
+            return self.expected([point], qps)[0].latency_us
+        if self._itr is None and self._dvfs is None:
+            return self.expected_default(qps).latency_us
+        return None
+
+    def _cell(self, itr: int, qps: float, fi: int) -> tuple[np.ndarray, float, float]:
+        key = (itr, round(qps, 3), fi)
+        hit = self._cache[key]
+        self._cache.move_to_end(key)
+        return hit
+
+    def _expected_cells(self, itr: int, qps: float, fis: list[int]) -> None:
+        """Compute and cache the cells (itr, qps, f) for frequency indices `fis` not cached yet."""
+        todo = [fi for fi in fis if (itr, round(qps, 3), fi) not in self._cache]
+        if not todo:
+            return
         lam = qps / self._cores / 1e6
-        sim = simulate(self._p, lam, itr, self._freqs, EXPECTED_REQUESTS, CHAINS,
+        freqs = self._freqs[todo]
+        sim = simulate(self._p, lam, itr, freqs, EXPECTED_REQUESTS, CHAINS,
                        np.random.default_rng(EXPECTED_SEED), self._cores)
-        lat = np.percentile(sim.latency_us, PERCENTILES, axis=1)  # (P, F)
         power = package_power_w(self._p, sim, self._cores, qps)
-        self._cache[key] = (lat, power)
-        if len(self._cache) > 4096:
+        p99 = np.percentile(sim.latency_us, 99.0, axis=1)
+        se = _p99_se(sim)
+        noisy = (p99 < REFINE_MAX_US) & (se > np.maximum(REFINE_REL_SE * p99, REFINE_ABS_SE_US))
+        lats = [sim.latency_us[j] for j in range(len(todo))]
+        if noisy.any():
+            sub = np.flatnonzero(noisy)
+            more = simulate(self._p, lam, itr, freqs[sub], EXPECTED_REFINED - EXPECTED_REQUESTS, CHAINS,
+                            np.random.default_rng([EXPECTED_SEED, 1]), self._cores)
+            more_power = package_power_w(self._p, more, self._cores, qps)
+            more_se = _p99_se(more)
+            n1, n2 = sim.latency_us.shape[1], more.latency_us.shape[1]
+            for r, j in enumerate(sub):
+                lats[j] = np.concatenate((lats[j], more.latency_us[r]))
+                power[j] = (n1 * power[j] + n2 * more_power[r]) / (n1 + n2)
+                # pooled SE: the larger run's batch-means SE scaled to the pooled count
+                se[j] = more_se[r] * math.sqrt(n2 / (n1 + n2))
+        quant = np.percentile(sim.latency_us, PERCENTILES, axis=1).T  # (F, P)
+        for j in np.flatnonzero(noisy):
+            quant[j] = np.percentile(lats[j], PERCENTILES)
+        for j, fi in enumerate(todo):
+            self._cache[(itr, round(qps, 3), fi)] = (quant[j], float(power[j]), float(se[j]))
+        while len(self._cache) > 65536:
             self._cache.popitem(last=False)
-        return lat, power
 
     def _advance_counters(self, power_w: float, seconds: float) -> tuple[float, dict[str, float]]:
         """Advance each zone's wrapping counter, reading it every COUNTER_READ_S; return the energy read."""

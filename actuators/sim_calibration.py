@@ -25,7 +25,11 @@ TABLE_5_1 = {200_000.0: (350, 1.3), 400_000.0: (300, 1.3), 600_000.0: (300, 1.7)
 OPTIMUM_RANGE = {200_000.0: (250, 450, 1.2, 1.4), 400_000.0: (250, 450, 1.2, 1.4), 600_000.0: (200, 400, 1.5, 1.9)}
 OPT_POWER_W = (45.0, 80.0)  # package power at the energy-optimal points (table 5.1: 1050-1471 J / 20 s)
 IDLE_POWER_W = (20.0, 35.0)
-DEFAULT_RATIO = (1.4, 2.5)  # Linux default energy / energy-optimal static, at 200K and 400K
+#: Linux default energy / energy-optimal static energy, per QPS.  Issue 2 accepts 1.4-2.5x; the dissertation
+#: itself: at 400K "Linux-static can ... save up over 2X in energy over normal Linux" (ch. 5.2.2, seed text
+#: line ~1154), and its 24 h trace saves "over 50%" / "up to 50%" (abstract line ~81, ch. 7.4 line ~1552).
+DEFAULT_RATIO = {200_000.0: (1.7, 2.5), 400_000.0: (2.0, 2.5)}
+DEFAULT_P99_MAX_US = SLA_US  # Linux default meets the SLA with a wide margin (fig. 7.6: its p99 is the lowest)
 MAX_QPS = (700_000.0, 900_000.0)  # highest QPS meeting the SLA at (ITR 2, 2.9 GHz); dissertation ~800K
 EQ63_TOLERANCE = 0.20  # relative, wherever the fit predicts <= EQ63_LIMIT_US
 EQ63_LIMIT_US = 600.0
@@ -121,9 +125,11 @@ def calibration(host: SimHost) -> dict:
         if qps in (200_000.0, 400_000.0):
             d = host.expected_default(qps)
             ratio = d.power_w / e.power_w
+            lo, hi = DEFAULT_RATIO[qps]
             out["default_ratio"][int(qps)] = {
                 "default_power_w": round(d.power_w, 2), "default_p99_us": round(d.latency_us[99.0], 1),
-                "ratio": round(ratio, 3), "ok": DEFAULT_RATIO[0] <= ratio <= DEFAULT_RATIO[1]}
+                "ratio": round(ratio, 3), "accepted": [lo, hi],
+                "ok": lo <= ratio <= hi and d.latency_us[99.0] <= DEFAULT_P99_MAX_US}
         rows = eq63_rows(host, qps)
         out["eq63"][int(qps)] = _eq63_summary(rows)
         meeting = [r for r in rows if r.sim_p99_us <= SLA_US]
@@ -151,9 +157,10 @@ def format_table(cal: dict) -> str:
                     f"({o['energy_20s_j']} J / 20 s) | {OPT_POWER_W[0]:g}-{OPT_POWER_W[1]:g} W | "
                     f"{'yes' if OPT_POWER_W[0] <= o['power_w'] <= OPT_POWER_W[1] else 'NO'} |")
     for qps, d in cal["default_ratio"].items():
-        rows.append(f"| Linux default / optimal energy, {qps // 1000}K | up to ~2x (50-60 % saved) | {d['ratio']} "
-                    f"({d['default_power_w']} W, p99 {d['default_p99_us']} µs) | {DEFAULT_RATIO[0]}-{DEFAULT_RATIO[1]} | "
-                    f"{'yes' if d['ok'] else 'NO'} |")
+        diss = "over 2x (ch. 5.2.2)" if qps == 400_000 else "~2x (24 h trace: 50 % saved, ch. 7)"
+        rows.append(f"| Linux default / optimal energy, {qps // 1000}K | {diss} | {d['ratio']} "
+                    f"({d['default_power_w']} W, p99 {d['default_p99_us']} µs) | {d['accepted'][0]}-"
+                    f"{d['accepted'][1]}, p99 <= {DEFAULT_P99_MAX_US:g} µs | {'yes' if d['ok'] else 'NO'} |")
     for qps, e in cal["eq63"].items():
         rows.append(f"| p99 vs eq. 6.3 (table 6.1), {qps // 1000}K, {e['points']} points | fit | max abs error "
                     f"{100 * e['max_abs_rel_error']:.0f} %, mean {100 * e['mean_rel_error']:+.0f} %, "

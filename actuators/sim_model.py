@@ -14,7 +14,9 @@ high load strongly DVFS-dependent; waiters block in C1).  Every work item is cyc
 Batches queue FIFO per core (Lindley recursion, vectorised with a running maximum).  An idle gap puts the
 core in the C-state the menu governor picks (deepest state whose target residency fits the predicted idle
 = the shortest of the last few gaps it really slept); its exit latency delays the waking batch, and entering
-idle costs OS bookkeeping (energy only: a pending interrupt aborts it).  Power = static + uncore + per core (busy:
+idle costs OS bookkeeping (energy only: a pending interrupt aborts it).  The replies' TX completions
+share the queue vector's throttle, so a batch is followed by an interrupt ITR later even if nothing
+arrived (`tx_only_periods`).  Every run discards a warm-up (`warmup_periods`): queues start empty.  Power = static + uncore + per core (busy:
 C f V(f)^2 + leakage V; idle: C-state power) + per-request package energy.
 """
 
@@ -78,12 +80,13 @@ class SimParams:
     # Linux default mode
     rx_bytes: float = 120.0  # per request packet (ETC keys 20-70 B + headers)
     tx_bytes: float = 420.0  # per reply (75 % GETs, values up to 1 KB)
-    ondemand_up: float = 0.80
-    ondemand_period_s: float = 0.010
+    pstate_period_s: float = 0.010  # intel_pstate sampling interval (INTEL_PSTATE_SAMPLING_INTERVAL, 10 ms)
     burst_mean: float = 1.0  # requests per arrival event (mutilate pipelines up to 4 per connection)
     lock_us: float = 0.55  # global critical section per request: cache-line bound part (not f-scaled), all cores
     lock_cyc: float = 0.95  # and the cycles executed while holding it (µs*GHz): the hold, so the wait, grows at low f
     rss_spread: float = 0.142  # RSS imbalance: simulated cores carry (1 -/+ spread) x the mean load
+    tx_irq: bool = True  # TX completions raise an interrupt ITR after a batch (see `tx_only_periods`)
+    warmup_us: float = 20_000.0  # simulated time discarded at the start of every run (queues start empty)
 
     def volt(self, f: np.ndarray | float) -> np.ndarray:
         return self.v_min + (np.asarray(f, float) - self.f_min) * (self.v_max - self.v_min) / (self.f_max - self.f_min)
@@ -128,6 +131,8 @@ class SimResult:
     interrupts_per_us: np.ndarray  # (F,) per core
     served: np.ndarray  # (F,) fraction of the offered requests the cores keep up with (< 1 when saturated)
     requests_per_us: float  # per core
+    period: np.ndarray  # (R,) interrupt period of each request within its core's measured run (0..periods-1)
+    periods: int  # measured periods per core (after the warm-up)
 
 
 def rss_multipliers(spread: float, chains: int) -> np.ndarray:
@@ -211,11 +216,43 @@ def _lindley(t: np.ndarray, w: np.ndarray) -> np.ndarray:
     return np.maximum.accumulate(t - prev, axis=-1) + prev
 
 
+def _seg_sum(x: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Sum of `x` over consecutive segments (last axis) of lengths `counts` (zero-length segments give 0)."""
+    c = np.concatenate((np.zeros(x.shape[:-1] + (1,)), np.cumsum(x, axis=-1)), axis=-1)
+    return c[..., starts + counts] - c[..., starts]
+
+
+def tx_only_periods(empty: np.ndarray) -> np.ndarray:
+    """Which empty interrupt periods end with a TX-completion-only interrupt, per chain (last axis).
+
+    ixgbe's queue vector serves the RX and TX rings of its core and one throttle (EITR) gates both causes:
+    the replies sent after a batch complete on the wire and raise a TX cause, so an interrupt fires at
+    T + ITR even when no request arrived (it only cleans TX descriptors, `ixgbe_poll` -> `ixgbe_clean_tx_irq`).
+    The period after it has nothing pending, so an empty one ends at the next arrival.  In a run of
+    consecutive empty periods they therefore alternate TX-only, arrival, TX-only, ... starting with TX-only
+    (the period before the run produced replies).
+    """
+    k = empty.shape[-1]
+    pos = np.arange(k)
+    # index of the last non-empty period at or before each position (-1 if none)
+    last_full = np.maximum.accumulate(np.where(~empty, pos, -1), axis=-1)
+    return empty & ((pos - last_full - 1) % 2 == 0)
+
+
+def warmup_periods(p: SimParams, itr_us: float, run_periods: int) -> int:
+    """Interrupt periods simulated and discarded before measuring: `warmup_us` of simulated time, at least
+    32 periods and at most an eighth of the measured run (short ITRs: many near-empty periods, cost bound)."""
+    return max(32, min(int(math.ceil(p.warmup_us / max(float(itr_us), 1e-3))), run_periods // 8))
+
+
 def simulate(p: SimParams, lam: float, itr_us: float, f: np.ndarray, requests: int, chains: int,
-             rng: np.random.Generator, cores: int = 16) -> SimResult:
+             rng: np.random.Generator, cores: int = 16, warmup: int | None = None) -> SimResult:
     """Simulate about `requests` requests on `chains` cores at per-core rate `lam` (1/µs).
 
     The same random draws serve every frequency in `f` (common random numbers), so curves over f are smooth.
+    Each chain first runs `warmup` interrupt periods (default `warmup_periods`) whose requests, busy time
+    and idle time are discarded: the queues start empty, and without a warm-up a short sample would
+    under-state the tail of a loaded core (its backlog has not built up yet).
     """
     f = np.atleast_1d(np.asarray(f, float))
     itr = max(float(itr_us), 1e-3)
@@ -223,14 +260,20 @@ def simulate(p: SimParams, lam: float, itr_us: float, f: np.ndarray, requests: i
     burst = max(p.burst_mean, 1.0)
     ev_rate = lam_c / burst  # arrival events (a client's pipelined burst) per µs
     m = ev_rate * itr
-    per_period = float(np.mean(m + np.exp(-m))) * burst
-    k = max(int(math.ceil(requests / per_period / chains)), 2)
+    pe = np.exp(-m)
+    tx_share = pe / (1.0 + pe) if p.tx_irq else 0.0  # share of periods that are TX-only (runs alternate)
+    per_period = float(np.mean((m + pe) * (1.0 - tx_share))) * burst
+    k_run = max(int(math.ceil(requests / per_period / chains)), 2)
+    w0 = warmup_periods(p, itr, k_run) if warmup is None else int(warmup)
+    k = k_run + w0
     ev = rng.poisson(np.broadcast_to(m, (chains, k)))
     empty = ev == 0
+    tx_only = tx_only_periods(empty) if p.tx_irq else np.zeros_like(empty)
     ev = np.where(empty, 1, ev)  # an empty period ends with the event that fires the next interrupt
-    gaps = itr + np.where(empty, rng.exponential(size=(chains, k)) / ev_rate, 0.0)
+    ev = np.where(tx_only, 0, ev)  # ... unless a TX completion fires it at T + ITR (no request)
+    exp_gap = rng.exponential(size=(chains, k)) / ev_rate
+    gaps = itr + np.where(empty & ~tx_only, exp_gap, 0.0)
     t = np.cumsum(gaps, axis=1)
-    total_time = t[:, -1]  # (C,)
     evf = ev.ravel()
     kk = evf.size
     n_ev = int(evf.sum())
@@ -240,7 +283,7 @@ def simulate(p: SimParams, lam: float, itr_us: float, f: np.ndarray, requests: i
     e = rng.exponential(size=n_ev)
     extra = rng.exponential(size=kk)
     ce = _seg_cumsum(e, ev_starts, ev_idx)
-    tot = np.add.reduceat(e, ev_starts) + extra
+    tot = _seg_sum(e, ev_starts, evf) + extra
     u_ev = ce / tot[ev_idx]
     size = rng.geometric(1.0 / burst, size=n_ev) if burst > 1.0 else np.ones(n_ev, dtype=np.int64)
     n = np.bincount(ev_idx, weights=size, minlength=kk).astype(np.int64).reshape(chains, k)
@@ -253,9 +296,9 @@ def simulate(p: SimParams, lam: float, itr_us: float, f: np.ndarray, requests: i
     x = rng.gamma(p.app_shape, 1.0 / p.app_shape, size=r)
     lock, lock_wait = lock_time_us(p, lam * cores, f, rng, r)  # (F, R) per request, part of its app work
     clock = _seg_cumsum_rows(lock, starts, idx)
-    slock = np.add.reduceat(lock, starts, axis=1).reshape(f.size, chains, k)
+    slock = _seg_sum(lock, starts, nf).reshape(f.size, chains, k)
     cx = _seg_cumsum(x, starts, idx)
-    sx = np.add.reduceat(x, starts).reshape(chains, k)
+    sx = _seg_sum(x, starts, nf).reshape(chains, k)
 
     h, ss, sa = p.work_us(f)
     h3, ss3, sa3 = h[:, None, None], ss[:, None, None], sa[:, None, None]
@@ -285,12 +328,19 @@ def simulate(p: SimParams, lam: float, itr_us: float, f: np.ndarray, requests: i
     fin2 = st2 + w2
     offset = (st2 - t[None]) + wake + irq + n[None] * ss3  # (F, C, K): time from interrupt to app start
     lat = wait[None] + offset.reshape(f.size, kk)[:, idx] + sa[:, None] * cx[None] + clock + p.net_us
+    pos = idx % k - w0  # period of each request within its chain's measured run (< 0: warm-up)
+    kept = pos >= 0
+    lat, lock_wait, pos = lat[:, kept], lock_wait[:, kept], pos[kept]
 
     idle2 = np.zeros_like(st2)
     idle2[..., 1:] = np.maximum(t[None, :, 1:] - fin2[..., :-1], 0.0)
     idle2[..., 0] = np.where(busy1[..., 0], 0.0, gaps[None, :, 0])
     bookkeeping = np.minimum(post[..., :-1], idle2[..., 1:])  # taken out of the idle gap that follows
     idle2[..., 1:] -= bookkeeping
+    # drop the warm-up periods from the time accounting
+    idle2, w2, state, busy1, gaps = idle2[..., w0:], w2[..., w0:], state[..., w0:], busy1[..., w0:], gaps[:, w0:]
+    bookkeeping = bookkeeping[..., w0:]
+    total_time = gaps.sum(axis=1)  # (C,)
     span = total_time.sum()
     nstates = len(p.cstates)
     res = np.zeros((f.size, nstates))
@@ -311,7 +361,7 @@ def simulate(p: SimParams, lam: float, itr_us: float, f: np.ndarray, requests: i
     rates = lam_c[:, 0]
     served = (np.minimum(1.0, 1.0 / np.maximum(demand, 1e-12)) * rates[None, :]).sum(axis=1) / rates.sum()
     return SimResult(f=f, latency_us=lat, busy=busy, residency=res, interrupts_per_us=intr, served=served,
-                     requests_per_us=float(nf.sum() / span))
+                     requests_per_us=float(lat.shape[1] / span), period=pos, periods=k_run)
 
 
 def package_power_w(p: SimParams, sim: SimResult, cores: int, qps: float) -> np.ndarray:
@@ -320,53 +370,87 @@ def package_power_w(p: SimParams, sim: SimResult, cores: int, qps: float) -> np.
     return p.static_w + p.uncore_active_w + cores * core + p.request_j * qps
 
 
-def adaptive_itr_us(p: SimParams, qps: float, cores: int) -> float:
-    """ixgbe's adaptive ITR (ixgbe_update_itr): class by bytes per µs on the busier ring, then its rate.
+def _ixgbe_size_itr_us(avg_wire_bytes: float, latency_mode: bool) -> int:
+    """ixgbe_update_itr's size-based delay (Linux >= 4.15, the dissertation's 5.4), 10 Gb/s link, in µs."""
+    a = float(avg_wire_bytes)
+    if a <= 60:
+        w = 5120.0  # 50K ints/s
+    elif a <= 316:
+        w = a * 40 + 2720  # 50K .. 16K ints/s
+    elif a <= 1084:
+        w = a * 15 + 11452  # 16K .. 9.2K ints/s
+    elif a < 1968:
+        w = a * 5 + 22420
+    else:
+        w = 32256.0  # 8K ints/s
+    if latency_mode:
+        w = float(int(w) >> 1)  # low-latency mode halves the delay
+    return int(math.ceil(w / (2 * 256))) * 2  # IXGBE_ITR_ADAPTIVE_MIN_INC = 2 µs
 
-    lowest_latency (100K ints/s = 10 µs) up to 10 B/µs, low_latency (20K ints/s = 50 µs) up to 20 B/µs,
-    bulk_latency (8K ints/s = 125 µs) above; the driver's smoothing converges to the class's rate.
+
+def adaptive_itr_us(p: SimParams, qps: float, cores: int) -> float:
+    """ixgbe's adaptive ITR as in Linux 5.4 (`ixgbe_update_itr`, rewritten in 4.15), the dissertation's kernel.
+
+    Per ring, every interrupt: with 1-3 packets and < 9000 bytes since the last one the ring is in
+    low-latency mode and its delay is the size-based value halved (for memcached's ~120 B requests
+    (120 * 40 + 2720) / 2 -> 16 µs; for its ~420 B replies 36 µs); with 4-47 packets the delay grows by 2 µs
+    per interrupt (up to 126 µs) until batches reach 48 packets (bulk mode).  The vector takes the smaller
+    of its RX and TX delays (`ixgbe_set_itr`).  At memcached's rates (<= ~60K packets/s per queue) a 16 µs
+    period holds < 1 packet, so the driver stays in low-latency mode at every load the dissertation ran --
+    the old three-class algorithm (8K/20K/100K ints/s by bytes per interrupt) is not what 5.4 does.
     """
-    lam = qps / cores / 1e6
-    bytes_per_us = lam * max(p.rx_bytes, p.tx_bytes)
-    if bytes_per_us <= 10.0:
-        return 10.0
-    if bytes_per_us <= 20.0:
-        return 50.0
-    return 125.0
+    lam = qps / cores / 1e6  # packets per µs per queue
+    itr = min(_ixgbe_size_itr_us(p.rx_bytes, True), _ixgbe_size_itr_us(p.tx_bytes, True))
+    if lam * itr * p.burst_mean < 4.0:
+        return float(itr)
+    # bulk regime (not reached by this workload): the delay climbs until a batch holds ~48 packets
+    return float(min(126.0, max(itr, 48.0 / max(lam, 1e-12))))
 
 
 def analytic_busy(p: SimParams, lam: float, itr_us: float, f: np.ndarray) -> np.ndarray:
-    """Fast busy-fraction estimate (for the ondemand governor's view): work rate per µs, capped at 1."""
-    h, ss, sa = p.work_us(np.asarray(f, float))
+    """Fast C0-fraction estimate (the P-state governor's view): work rate per µs, capped at 1.
+
+    Interrupts per µs: one per ITR period (period count lam / (m + e^-m)), plus the TX-completion-only
+    interrupts that alternate with arrival-fired ones in runs of empty periods (`tx_only_periods`).
+    """
+    f = np.asarray(f, float)
+    h, ss, sa = p.work_us(f)
     m = lam * itr_us
-    intr = lam / (m + math.exp(-m))  # interrupts per µs
+    pe = math.exp(-m)
+    tx = pe / (1.0 + pe) if p.tx_irq else 0.0
+    periods = lam / ((m + pe) * (1.0 - tx))  # interrupt periods per µs
     wake = p.cstates[2].exit_latency_us  # typical shallow wake-up at short ITR
-    return np.minimum(lam * (ss + sa + lock_hold_us(p, f)) + intr * (h + wake + p.idle_cyc / np.asarray(f, float)), 1.0)
+    return np.minimum(lam * (ss + sa + lock_hold_us(p, f)) + periods * (h + wake + p.idle_cyc / f), 1.0)
 
 
-def ondemand_occupancy(p: SimParams, lam: float, itr_us: float, freqs: np.ndarray, steps: int,
-                       rng: np.random.Generator, cores_per_package: int = 8) -> np.ndarray:
-    """Fraction of `steps` ondemand sampling periods the package spends at each of `freqs`.
+def pstate_occupancy(p: SimParams, lam: float, itr_us: float, freqs: np.ndarray, steps: int,
+                     rng: np.random.Generator, cores_per_package: int = 8) -> np.ndarray:
+    """Fraction of `steps` 10 ms samples the package spends at each of `freqs` under intel_pstate "powersave".
 
-    Every period each core's governor reads its busy fraction at the current frequency (with the sampling
-    noise of the requests that period holds) and requests f_max above `ondemand_up`, else the lowest
-    available frequency >= f_min + load * (f_max - f_min) (kernel ondemand, CPUFREQ_RELATION_L).  Sandy
-    Bridge-EP cores share one P-state per package, so the package runs at the highest request of its cores.
+    The dissertation's Linux default runs the powersave governor (ch. 7.3: "the CPU is typically set into the
+    lowest operating frequency while idle and dynamically adjusts as workload changes"); on a non-HWP Sandy
+    Bridge-EP under Linux 5.4 that is intel_pstate's `get_target_pstate`: every sample (10 ms) each core
+    asks for 1.25 x max P-state x busy (busy = C0 share, APERF/MPERF over TSC; turbo is disabled in the
+    dissertation, ch. 3.1, so max = 2.9 GHz), at least the minimum, and when the P-state it actually ran at
+    was higher than that target it only comes down half the gap per sample.  Each core's busy carries the
+    sampling noise of the requests a sample holds.  Sandy Bridge-EP cores share one P-state per package,
+    so the package runs at the highest request of its cores.
     """
     busy = analytic_busy(p, lam, itr_us, freqs)
-    per_period = max(lam * p.ondemand_period_s * 1e6, 1.0)
+    per_period = max(lam * p.pstate_period_s * 1e6, 1.0)
     noise = rng.standard_normal((steps, cores_per_package)) / math.sqrt(per_period)
     occ = np.zeros(freqs.size)
-    i = freqs.size - 1
-    fmin, fmax = freqs[0], freqs[-1]
-    top = freqs.size - 1
+    fmin, fmax = float(freqs[0]), float(freqs[-1])
+    step = float(freqs[1] - freqs[0]) if freqs.size > 1 else 0.1
+    cur = fmin
     for z in noise:
+        i = int(round((cur - fmin) / step))
         occ[i] += 1
-        load = np.clip(busy[i] * (1.0 + z), 0.0, 1.0).max()
-        if load > p.ondemand_up:
-            i = top
-        else:
-            i = min(int(np.searchsorted(freqs, fmin + load * (fmax - fmin) - 1e-9)), top)
+        load = np.clip(busy[i] * (1.0 + z), 0.0, 1.0)
+        target = np.maximum(1.25 * fmax * load, fmin)
+        target = np.where(cur > target, target + (cur - target) / 2.0, target)
+        # P-states are 100 MHz ratios (int truncation in the driver); the package takes the highest request
+        cur = float(min(max(math.floor(float(target.max()) / step + 1e-9) * step, fmin), fmax))
     return occ / occ.sum()
 
 

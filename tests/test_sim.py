@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 
 import pytest
@@ -214,3 +215,85 @@ def test_expected_is_consistent_interpolated_and_monotone():
         host.expected([OperatingPoint(3, 1.5)], 400_000)
     d = host.expected_default(400_000)
     assert d.latency_us[99.0] < 250 and d.power_w > exp[0].power_w
+
+
+def test_adaptive_itr_is_linux_5_4_low_latency_mode():
+    from actuators.sim_model import SimParams, _ixgbe_size_itr_us, adaptive_itr_us
+
+    p = SimParams()
+    # ixgbe_update_itr size table, latency mode halves: 120 B -> (120*40+2720)/2 = 3760 -> 16 µs; 420 B -> 36 µs
+    assert _ixgbe_size_itr_us(120, True) == 16 and _ixgbe_size_itr_us(420, True) == 36
+    assert _ixgbe_size_itr_us(60, False) == 20 and _ixgbe_size_itr_us(3000, False) == 126
+    for qps in (50_000, 200_000, 400_000, 800_000):  # < 4 packets per 16 µs period: stays in latency mode
+        assert adaptive_itr_us(p, qps, 16) == 16.0
+    assert adaptive_itr_us(p, 20_000_000, 16) > 16.0  # bulk regime only at absurd per-queue rates
+
+
+def test_tx_only_interrupts_alternate_in_runs_of_empty_periods():
+    import numpy as np
+
+    from actuators.sim_model import tx_only_periods
+
+    empty = np.array([[False, True, True, True, False, True, False, True, True]])
+    assert tx_only_periods(empty).tolist() == [[False, True, False, True, False, True, False, True, False]]
+
+
+def test_pstate_governor_runs_faster_under_more_load_and_idles_at_minimum():
+    import numpy as np
+
+    from actuators.sim_model import SimParams, pstate_occupancy
+
+    p = SimParams()
+    freqs = np.array(SimHost().knobs().dvfs_ghz)
+    mean_f = {q: float(np.dot(pstate_occupancy(p, q / 16e6, 16.0, freqs, 400, np.random.default_rng(1)), freqs))
+              for q in (1.0, 200_000.0, 400_000.0)}
+    assert mean_f[1.0] == pytest.approx(1.2)  # idle: lowest P-state
+    assert 1.2 < mean_f[200_000.0] < mean_f[400_000.0] <= 2.9
+
+
+def _sample_p99s(qps: float, pt: OperatingPoint, n: int, requests: int = 60_000) -> list[float]:
+    import numpy as np
+
+    from actuators.sim import CHAINS
+    from actuators.sim_model import SimParams, simulate
+
+    p = SimParams()
+    return [float(np.percentile(simulate(p, qps / 16e6, pt.itr_us, np.array([pt.dvfs_ghz]), requests, CHAINS,
+                                         np.random.default_rng(1000 + s)).latency_us[0], 99.0)) for s in range(n)]
+
+
+@pytest.mark.parametrize("qps,pt", [(600_000.0, OperatingPoint(246, 1.6)), (600_000.0, OperatingPoint(100, 1.7)),
+                                    (400_000.0, OperatingPoint(318, 1.2)), (200_000.0, OperatingPoint(384, 1.2))])
+def test_expected_is_the_long_run_value_of_independent_samples(qps, pt):
+    # bias check without the shrink: independent 60K-request samples (what one measure() simulates, warm-up
+    # included) at the nominal load; their mean p99 must lie within 3 standard errors of expected(), counting
+    # expected()'s own standard error too (a 60K-sample p99 is itself biased by ~+0.5 % near saturation)
+    exp = SimHost().expected([pt], qps)[0]
+    vals = _sample_p99s(qps, pt, 12)
+    se = math.hypot(statistics.stdev(vals) / math.sqrt(len(vals)), exp.p99_se_us)
+    assert abs(statistics.fmean(vals) - exp.latency_us[99.0]) <= 3 * se + 0.005 * exp.latency_us[99.0]
+
+
+@pytest.mark.parametrize("qps,pt", [(600_000.0, OperatingPoint(246, 1.6)), (600_000.0, OperatingPoint(100, 1.7)),
+                                    (400_000.0, OperatingPoint(318, 1.2)), (200_000.0, OperatingPoint(384, 1.2))])
+def test_mean_of_20s_windows_matches_expected(qps, pt):
+    host = SimHost(seed=21, qps=qps)
+    apply_point(host, pt)
+    exp = host.expected([pt], qps)[0]
+    vals = [host.measure(20.0).latency_us[99.0] for _ in range(16)]
+    se = statistics.stdev(vals) / math.sqrt(len(vals))
+    assert abs(statistics.fmean(vals) - exp.latency_us[99.0]) <= 3 * se + 0.5  # 3 SE (+0.5 µs: burst convexity)
+
+
+def test_long_windows_keep_getting_less_noisy():
+    sd, width = {}, {}
+    for seconds in (20.0, 3600.0):
+        host = SimHost(seed=31, qps=600_000)
+        apply_point(host, OperatingPoint(246, 1.6))
+        ms = [host.measure(seconds) for _ in range(8)]
+        sd[seconds] = statistics.stdev(m.latency_us[99.0] for m in ms)
+        width[seconds] = statistics.fmean(m.latency_ci_us[99.0][1] - m.latency_ci_us[99.0][0] for m in ms)
+        assert all(m.latency_ci_us[99.0][0] <= m.latency_us[99.0] <= m.latency_ci_us[99.0][1] for m in ms)
+    ratio = math.sqrt(20.0 / 3600.0)  # 1/sqrt(requests)
+    assert width[3600.0] == pytest.approx(width[20.0] * ratio, rel=0.35)
+    assert sd[3600.0] < sd[20.0] * 3 * ratio

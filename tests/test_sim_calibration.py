@@ -51,11 +51,18 @@ def test_idle_power(host):
     assert 20.0 <= cal.idle_power_w(host) <= 35.0  # tolerance: idle package power ~20-35 W
 
 
-@pytest.mark.parametrize("qps", [200_000.0, 400_000.0])
-def test_linux_default_wastes_energy(host, optima, qps):
-    _, e = optima[qps]
-    ratio = host.expected_default(qps).power_w / e.power_w
-    assert 1.4 <= ratio <= 2.5  # tolerance: Linux default 1.4-2.5x the optimal static energy
+def test_linux_default_wastes_energy_400k(host, optima):
+    _, e = optima[400_000.0]
+    d = host.expected_default(400_000.0)
+    assert 2.0 <= d.power_w / e.power_w <= 2.5  # tolerance: 2.0-2.5x ("over 2X in energy", ch. 5.2.2)
+    assert d.latency_us[99.0] <= 500.0  # tolerance: Linux default meets the 500 µs SLA (fig. 7.6)
+
+
+def test_linux_default_wastes_energy_200k(host, optima):
+    _, e = optima[200_000.0]
+    d = host.expected_default(200_000.0)
+    assert 1.7 <= d.power_w / e.power_w <= 2.5  # tolerance: 1.7-2.5x (24 h trace saves ~50 %, ch. 7)
+    assert d.latency_us[99.0] <= 500.0  # tolerance: Linux default meets the 500 µs SLA (fig. 7.6)
 
 
 def test_max_qps_at_fastest_settings(host):
@@ -64,8 +71,8 @@ def test_max_qps_at_fastest_settings(host):
 
 
 @pytest.mark.xfail(strict=True, reason="known miss (README sim table): 600K <= 1.5 GHz violates the SLA where the fit "
-                   "does not (1.3 GHz saturates); 600K ITR 2-10 at >= 1.7 GHz +33..+94 %; 400K (2, 2.9) +30 %; 200K "
-                   "(2, 1.3) +23 %")
+                   "does not (1.3 GHz saturates), 24/40 within; short ITR (2-10 µs, TX-completion interrupts double "
+                   "the wake-ups) runs high: 400K 37/44 ((2, 1.3) 263 vs 163 µs), 200K 42/44 ((2, 1.3) 102 vs 77)")
 @pytest.mark.parametrize("qps", [200_000.0, 400_000.0, 600_000.0])
 def test_p99_follows_eq63(host, qps):
     rows = cal.eq63_rows(host, qps)  # sampled ITR x DVFS points where the fit predicts <= 600 µs
@@ -75,8 +82,8 @@ def test_p99_follows_eq63(host, qps):
     assert not bad  # tolerance: ±20 % of eq. 6.3 with table 6.1's Linux parameters
 
 
-@pytest.mark.xfail(strict=True, reason="known miss (README sim table): even on SLA-meeting points, 600K ITR 2-10 at "
-                   ">= 1.7 GHz +33..+94 %; 400K (2, 2.9) +30 % (56 vs 43 µs); 200K (2, 1.3) +23 % (95 vs 77 µs)")
+@pytest.mark.xfail(strict=True, reason="known miss (README sim table): even on SLA-meeting points, 600K ITR 2 at "
+                   ">= 2.1 GHz +42..+60 %; 400K (2, 1.3) +61 %, (2, 2.9) +40 % (60 vs 43 µs); 200K (2, 1.3) +31 %")
 @pytest.mark.parametrize("qps", [200_000.0, 400_000.0, 600_000.0])
 def test_p99_follows_eq63_on_sla_meeting_points(host, qps):
     # Comparison domain restricted to the fit's own data set: the dissertation fitted eq. 6.3 only on
@@ -92,11 +99,11 @@ def test_p99_follows_eq63_on_sla_meeting_points(host, qps):
 @pytest.mark.parametrize("qps", [200_000.0, 400_000.0, 600_000.0])
 def test_p99_follows_eq63_where_batching_dominates(host, qps):
     # regression guard for what the model does reproduce (NOT the issue's full target, see the xfails above):
-    # wherever ITR >= 200 µs and the simulated p99 meets the SLA (the fit's data set, ch. 6.1), the p99 stays
-    # within ±20 % of eq. 6.3.  Excluded at 600K: ITR 200-300 at <= 1.5 GHz, over the SLA in the simulator
-    # (the fit: 470-576 µs), the price of the 600K optimum at >= 1.5 GHz (see the xfails above).
-    rows = [r for r in cal.eq63_rows(host, qps, sla_us=cal.SLA_US) if r.itr_us >= 200]
-    assert len(rows) >= 8
+    # wherever ITR >= 200 µs (batching sets the tail, phi * ITR), the p99 stays within ±20 % of eq. 6.3 at
+    # every sampled point the fit puts <= 600 µs, SLA met or not.  Excluded at 600K: <= 1.5 GHz, where the
+    # simulated core saturates (the fit: 470-576 µs), the price of the 600K optimum at >= 1.5 GHz.
+    rows = [r for r in cal.eq63_rows(host, qps) if r.itr_us >= 200 and not (qps == 600_000.0 and r.dvfs_ghz <= 1.5)]
+    assert len(rows) >= 12
     assert max(abs(r.rel_error) for r in rows) <= 0.20  # tolerance: ±20 % of eq. 6.3
 
 
