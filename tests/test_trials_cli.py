@@ -153,3 +153,31 @@ def test_missing_arguments_are_usage_errors(argv, capsys):
     with pytest.raises(SystemExit) as e:
         main(argv)
     assert e.value.code == 2 and "usage: tuner trials" in capsys.readouterr().err
+
+
+def test_import_against_the_real_hosts_knob_space_reads_only(tmp_path, monkeypatch, capsys):
+    """`--host real` (here on a fake sysfs/devfs tree with a mocked NIC): the knob space comes from the
+    ixgbe driver and the MSR frequencies; nothing is written to the "hardware"."""
+    import actuators.real
+    from actuators.dvfs import IA32_PERF_CTL
+    from actuators.itr import RX_USECS
+    from tests import fakefs
+
+    fakefs.guard_writes(monkeypatch, tmp_path)
+    root = tmp_path / "root"
+    nic = fakefs.realhost_tree(root, 2, 20 << 8)
+    monkeypatch.setattr(actuators.real, "default_nic", lambda _root: nic)
+    host = FakeHost()
+    ok = TrialRecord(0, OperatingPoint(250, 2.0), 1e5, "completed", _measure(host, 250, 2.0), 1.0, None)
+    src = tmp_path / "t.jsonl"
+    write_trials(src, [ok], host="x", objective=Objective(), times=[1.0])
+    cfg = tmp_path / "tuner.toml"
+    cfg.write_text(f'[host]\nspec = "real"\n[host.options]\nroot = "{root}"\nbackend = "msr"\n'
+                   f'state_dir = "{tmp_path / "originals"}"\n[state]\ndir = "st"\n')
+    assert main(["trials", "import", str(src), "--config", str(cfg)]) == 0, capsys.readouterr().err
+    assert "imported 1 trial(s)" in capsys.readouterr().out
+    assert nic.coalesce["eth1"][RX_USECS] == 1 and fakefs.get_msr(root, 0, IA32_PERF_CTL) == 20 << 8
+    bad = TrialRecord(0, OperatingPoint(250, 3.3), 1e5, "completed", _measure(host, 250, 2.0), 1.0, None)
+    write_trials(src, [bad], host="x", objective=Objective(), times=[2.0])
+    assert main(["trials", "import", str(src), "--config", str(cfg)]) == 2
+    assert "t.jsonl:1: point: outside this host's knob space: DVFS 3.3 GHz is not available" in capsys.readouterr().err

@@ -166,6 +166,8 @@ def run_import(args: argparse.Namespace) -> int:
     cfg = _config(args.config)
     spec = args.host or (cfg.host.spec if cfg is not None else "sim")
     options = dict(cfg.host.options) if cfg is not None and spec == cfg.host.spec else {}
+    if spec == "real":
+        options["parts"] = ("itr", "dvfs")  # only the knob space: no sensors, no prober, nothing written
     host = make_host(spec, **options)
     try:
         space = host.knobs()
