@@ -75,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--day-noise", type=float, default=None, help="day-to-day QPS noise sigma (default 0.05)")
     ap.add_argument("--schedule-seed", type=int, default=0, help="seed of the day-to-day noise (default 0)")
     ap.add_argument("--variants", default="cold,warm", help="multi-day: comma list of tuner variants")
+    ap.add_argument("--verbose", "-v", action="store_true", help="multi-day: one stderr line per tuner window")
     ap.add_argument("--ablations", action="store_true",
                     help="multi-day: add warm-no-safety, warm-no-adaptive, warm-no-stop, warm-no-context")
     args = ap.parse_args(argv)
@@ -233,7 +234,7 @@ def multi_day(args: argparse.Namespace) -> int:
             st = preset_settings(preset, replace_seed(base_settings, seed), **{"trials": args.trials, **over})
             t0 = time.perf_counter()
             res = replay(lambda seed=seed: make_host("sim", seed=seed), windows, obj, st, policies=("tuner",),
-                         host_label="sim")
+                         host_label="sim", progress=_window_progress(name, seed, t0) if args.verbose else None)
             wall = time.perf_counter() - t0
             res.policies = {"tuner": res.policies["tuner"], **{p: base.policies[p] for p in base.policies}}
             assert all(isinstance(p, PolicyResult) for p in res.policies.values())
@@ -256,6 +257,21 @@ def multi_day(args: argparse.Namespace) -> int:
     print(json.dumps(out, indent=2))
     print(markdown_table(out), file=sys.stderr)
     return 0
+
+
+def _window_progress(name: str, seed: int, t0: float):  # type: ignore[no-untyped-def]
+    """Progress callback: one stderr line per finished window (its trials and the wall time so far)."""
+    count = {"trials": 0}
+
+    def progress(policy: str, index: int, rec: object) -> None:
+        if rec is not None:
+            count["trials"] += 1
+            return
+        print(json.dumps({"variant": name, "seed": seed, "window": index, "trials": count["trials"],
+                          "wall_s": round(time.perf_counter() - t0, 1)}), file=sys.stderr, flush=True)
+        count["trials"] = 0
+
+    return progress
 
 
 def replace_seed(settings, seed: int):  # type: ignore[no-untyped-def]

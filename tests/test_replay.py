@@ -342,3 +342,18 @@ def test_adaptive_window_time_saved_is_accounted(monkeypatch: pytest.MonkeyPatch
         assert w.explore_s == pytest.approx(3 * (1.0 + 3.0))
     ps = policy_summary(res, "tuner")
     assert ps["window_saved_s"] == pytest.approx(2 * 3 * 7.0) and ps["window_saved_pct"] == pytest.approx(70.0)
+
+
+def test_cli_warm_preset_with_overrides(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = _tiny_trace(tmp_path / "t.csv", 180)
+    out = tmp_path / "out"
+    rc = main(["replay", str(trace), "--host", "tests.test_replay:make_model_host", "--hours", str(2 / 60),
+               "--bin", "60", "--peak-qps", "200000", "--tuner", "warm", "--trials", "3", "--sobol-trials", "2",
+               "--settle", "0.5", "--window", "5", "--window-min-s", "1", "--no-context", "--safe-delta", "0",
+               "--days", "2", "--policies", "tuner", "--out", str(out), "-q"])
+    assert rc == 0
+    assert "tuner per day (cold" in capsys.readouterr().out  # --no-context overrides the preset
+    st = json.loads((out / "summary.json").read_text())["settings"]
+    assert (st["context"], st["window_mode"], st["safe_delta"], st["window_min_s"], st["trials"]) == (
+        False, "adaptive", 0.0, 1.0, 3)
+    assert st["stop_ei_pct"] > 0

@@ -164,6 +164,16 @@ def write_plots(result: ReplayResult, out: Path) -> list[Path]:
         x = [w.start_s / 3600.0 for w in ws] + [(ws[-1].start_s + ws[-1].seconds) / 3600.0]
         ax.step(x, list(values) + [values[-1]], where="post", **kw)
 
+    first_start: dict[int, float] = {}
+    for w in result.windows:
+        first_start[w.day] = min(first_start.get(w.day, math.inf), w.start_s)
+    day_starts = [x for d, x in sorted(first_start.items()) if d > 0]
+
+    def day_lines(ax: Any) -> None:
+        """Dotted vertical lines where each repeated day starts (multi-day schedules)."""
+        for x in day_starts:
+            ax.axvline(x / 3600.0, color="0.75", linestyle=":", linewidth=1)
+
     def qps_axis(ax: Any) -> None:
         ax2 = ax.twinx()
         step(ax2, list(result.windows), qps, color="0.6", linestyle=":", label="offered load")
@@ -180,6 +190,7 @@ def write_plots(result: ReplayResult, out: Path) -> list[Path]:
     ax.set_ylim(bottom=0)
     ax.set_title(f"Power per window -- {result.objective.describe()}")
     ax.legend(loc="lower left", fontsize=8, framealpha=0.8)
+    day_lines(ax)
     qps_axis(ax)
     save(fig, "power.png")
 
@@ -199,6 +210,7 @@ def write_plots(result: ReplayResult, out: Path) -> list[Path]:
         ax.set_ylim(bottom=0)
     ax.set_title(f"Steady-state p{pct:g} per window")
     ax.legend(loc="lower left", fontsize=8, framealpha=0.8)
+    day_lines(ax)
     qps_axis(ax)
     save(fig, "latency.png")
 
@@ -214,6 +226,8 @@ def write_plots(result: ReplayResult, out: Path) -> list[Path]:
     ax_itr.set_ylabel("ITR (µs)")
     ax_itr.set_title("Chosen (held) ITR and DVFS per window (linux-default: OS policies, not shown)")
     ax_itr.legend(loc="upper left", fontsize=8)
+    day_lines(ax_itr)
+    day_lines(ax_f)
     ax_f.set_ylabel("DVFS (GHz)")
     ax_f.set_xlabel(f"window start (h); windows of {width:.3g} h")
     save(fig, "knobs.png")
