@@ -71,9 +71,11 @@ ENERGY_UNIT_J = 1.0 / 2**16  # RAPL energy-status unit of the E5-2690 (15.3 µJ)
 ENERGY_WRAP = 2**32  # 32-bit MSR_PKG_ENERGY_STATUS
 COUNTER_READ_S = 60.0  # the simulated reader polls the counters this often (never misses a wrap)
 EXPECTED_REQUESTS = 40_000  # first sample behind expected() per (ITR anchor, load) (common random numbers)
-EXPECTED_REFINED = 240_000  # requests behind an expected() cell whose p99 is still noisy after the first sample
-REFINE_REL_SE = 0.02  # ... i.e. whose batch-means standard error of p99 exceeds 2 % of it
+EXPECTED_REFINED = 240_000  # at most this many requests behind an expected() cell whose p99 is still noisy
+REFINE_REL_SE = 0.02  # ... i.e. whose batch-means standard error of p99 after the first sample exceeds 2 % of it
 REFINE_ABS_SE_US = 5.0  # ... and 5 µs
+REFINE_TARGET_REL_SE = 0.01  # such a cell gets requests for an SE of 1 % (SE ~ 1/sqrt(n)), up to the cap
+REFINE_TARGET_ABS_SE_US = 4.0  # ... or 4 µs
 REFINE_MAX_US = 1000.0  # ... and whose p99 is below this (2x the loosest SLA of fig. 7.6; cost bound)
 SE_BLOCKS = 10  # batch-means blocks (consecutive interrupt periods) for that standard error
 EXPECTED_SEED = 20230501
@@ -375,18 +377,19 @@ class SimHost:
         se = _p99_se(sim)
         noisy = (p99 < REFINE_MAX_US) & (se > np.maximum(REFINE_REL_SE * p99, REFINE_ABS_SE_US))
         lats = [sim.latency_us[j] for j in range(len(todo))]
-        if noisy.any():
-            sub = np.flatnonzero(noisy)
-            more = simulate(self._p, lam, itr, freqs[sub], EXPECTED_REFINED - EXPECTED_REQUESTS, CHAINS,
+        n1 = sim.latency_us.shape[1]
+        for j in np.flatnonzero(noisy):
+            # one more independent run at this frequency only, sized so the pooled SE reaches the target
+            # (SE ~ 1/sqrt(n)), at most EXPECTED_REFINED requests in all
+            target = max(REFINE_TARGET_REL_SE * p99[j], REFINE_TARGET_ABS_SE_US)
+            n_total = min(EXPECTED_REFINED, int(n1 * (se[j] / target) ** 2))
+            more = simulate(self._p, lam, itr, freqs[j:j + 1], max(n_total - n1, n1), CHAINS,
                             np.random.default_rng([EXPECTED_SEED, 1]), self._cores)
-            more_power = package_power_w(self._p, more, self._cores, qps)
-            more_se = _p99_se(more)
-            n1, n2 = sim.latency_us.shape[1], more.latency_us.shape[1]
-            for r, j in enumerate(sub):
-                lats[j] = np.concatenate((lats[j], more.latency_us[r]))
-                power[j] = (n1 * power[j] + n2 * more_power[r]) / (n1 + n2)
-                # pooled SE: the larger run's batch-means SE scaled to the pooled count
-                se[j] = more_se[r] * math.sqrt(n2 / (n1 + n2))
+            n2 = more.latency_us.shape[1]
+            lats[j] = np.concatenate((lats[j], more.latency_us[0]))
+            power[j] = (n1 * power[j] + n2 * float(package_power_w(self._p, more, self._cores, qps)[0])) / (n1 + n2)
+            # pooled SE: the larger run's batch-means SE scaled to the pooled count
+            se[j] = float(_p99_se(more)[0]) * math.sqrt(n2 / (n1 + n2))
         quant = np.percentile(sim.latency_us, PERCENTILES, axis=1).T  # (F, P)
         for j in np.flatnonzero(noisy):
             quant[j] = np.percentile(lats[j], PERCENTILES)
