@@ -14,6 +14,18 @@ SEM maps by the delta method (sem / value). ITR is an integer range over the IND
 thinned to `TunerSettings.itr_resolution_us` (default 8 µs: 2, 10, ..., 1018 -> index 0..127; 2 gives every
 value of 2..1022), DVFS an ordered choice of the host's frequencies.
 
+Issue 6 options (all off by default; `TunerSettings`):
+
+* `context`: a third parameter `load` = min(qps / context_max_qps, 1), pinned per retune with
+  `get_next_trials(fixed_parameters=...)`; one `Optimizer` persists across retunes (`begin_retune(qps)`) and
+  past trials (`add_history`, attached with `attach_trial`) count toward Ax's Sobol budget, so a warm
+  experiment proposes from the GP at once. The model keeps at most `history_max_trials` (oldest dropped).
+* `stop_ei_pct`: `should_stop()` ends a retune once the best constrained expected improvement over the grid at
+  this load is below that % of the best measured SLA-meeting power (`tuner.acquisition`).
+* `safe_delta`: safe start on a line from the safe corner, then no point whose modelled P(percentile > SLA)
+  exceeds delta is tried (Ax's proposal is abandoned and the closest safe grid point is tried instead).
+* `window_mode="adaptive"`: windows sized by `tuner.windowing.measure_window`.
+
 Ax is imported lazily (it costs seconds); its INFO logging and numerical warnings are kept off the terminal.
 """
 
@@ -135,7 +147,9 @@ class TunerSettings:
     sla_margin_pct: float = 5.0
     context: bool = False
     context_max_qps: float = 1e6
-    history_max_trials: int = 400
+    # Ax's time per suggestion grows with the trials in the model (GP fit, qLogNEI's baseline): 100, not the
+    # 400 first agreed, keeps near the 0.5 s median target (bench/suggest.py) and still holds a day of retunes.
+    history_max_trials: int = 100
     min_trials: int = 2
     stop_ei_pct: float = 0.0
     safe_delta: float = 0.0
@@ -948,6 +962,7 @@ class Optimizer:
             self._line_t = {int(i): float(t) for i, t in (d.get("line_t") or {}).items()}
             with _no_warnings():
                 self._client = Client._from_json_snapshot(d["ax"])
+                _small_acqf_batches(self._client)
             self._client._random_seed = settings.seed  # the snapshot does not carry the client's seed
         except TunerError:
             raise
