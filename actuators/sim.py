@@ -106,6 +106,20 @@ def _bracket(itr: int) -> tuple[int, int, float]:
     return lo, hi, (itr - lo) / (hi - lo)
 
 
+#: Memo of the long-run cells behind `expected()` / `expected_default()`: pure functions of (params, cores,
+#: ITR anchor, load, frequency) computed from fixed seeds, so hosts built alike share them (a replay's
+#: oracle and its tuner's windows ask for the same cells).  Bounded (LRU); `clear_expected_cache()` empties it.
+_CELLS: OrderedDict[tuple, tuple[np.ndarray, float, float]] = OrderedDict()
+_DEFAULTS: dict[tuple, Expected] = {}
+MAX_CACHED_CELLS = 65536  # ~200 B each
+
+
+def clear_expected_cache() -> None:
+    """Forget every cached long-run cell (benchmarks of the cold cost)."""
+    _CELLS.clear()
+    _DEFAULTS.clear()
+
+
 def _p99_se(sim) -> np.ndarray:
     """(F,) batch-means standard error of each row's p99: blocks of consecutive interrupt periods (all
     simulated cores), so the queueing autocorrelation within a block is honoured."""
@@ -115,7 +129,7 @@ def _p99_se(sim) -> np.ndarray:
     parts = [s for s in np.split(sim.latency_us[:, order], bounds, axis=1) if s.shape[1] > 0]
     if len(parts) < 2:
         return np.full(sim.latency_us.shape[0], np.inf)
-    per_block = np.stack([np.percentile(s, 99.0, axis=1) for s in parts], axis=1)
+    per_block = np.stack([np.percentile(s, 99.0, axis=1, method="lower") for s in parts], axis=1)
     return per_block.std(axis=1, ddof=1) / math.sqrt(len(parts))
 
 
@@ -175,8 +189,8 @@ class SimHost:
         self._zones = ("package-0", "package-1") if cores >= 2 else ("package-0",)
         # counters start at arbitrary (seeded) values, like a machine that has been up for a while
         self._counters = {z: int(self._rng.integers(0, ENERGY_WRAP)) for z in self._zones}
-        self._cache: OrderedDict[tuple, tuple[np.ndarray, float, float]] = OrderedDict()
-        self._default_cache: dict[tuple, Expected] = {}
+        self._cache = _CELLS  # shared by hosts with the same params and cores (keys include both)
+        self._default_cache = _DEFAULTS
 
     # --- Host protocol -----------------------------------------------------------------------------------
     def knobs(self) -> KnobSpace:
@@ -321,7 +335,7 @@ class SimHost:
     def expected_default(self, qps: float) -> Expected:
         """Long-run values in Linux default mode (5.4 adaptive ITR + intel_pstate powersave) at `qps`."""
         qps = max(self._check_qps(qps), MIN_MODEL_QPS)
-        key = ("default", round(qps, 3))
+        key = (self._p, self._cores, round(qps, 3))
         hit = self._default_cache.get(key)
         if hit is not None:
             return hit
@@ -344,6 +358,8 @@ class SimHost:
         latency = {pct: float(flat[min(np.searchsorted(cw, pct / 100.0), flat.size - 1)]) for pct in PERCENTILES}
         result = Expected(latency, float(np.dot(occ, power)))
         self._default_cache[key] = result
+        while len(self._default_cache) > MAX_CACHED_CELLS // 16:
+            self._default_cache.pop(next(iter(self._default_cache)))
         return result
 
     # --- internals ------------------------------------------------------------------------------------------
@@ -358,14 +374,14 @@ class SimHost:
         return None
 
     def _cell(self, itr: int, qps: float, fi: int) -> tuple[np.ndarray, float, float]:
-        key = (itr, round(qps, 3), fi)
+        key = (self._p, self._cores, itr, round(qps, 3), fi)
         hit = self._cache[key]
         self._cache.move_to_end(key)
         return hit
 
     def _expected_cells(self, itr: int, qps: float, fis: list[int]) -> None:
         """Compute and cache the cells (itr, qps, f) for frequency indices `fis` not cached yet."""
-        todo = [fi for fi in fis if (itr, round(qps, 3), fi) not in self._cache]
+        todo = [fi for fi in fis if (self._p, self._cores, itr, round(qps, 3), fi) not in self._cache]
         if not todo:
             return
         lam = qps / self._cores / 1e6
@@ -373,7 +389,8 @@ class SimHost:
         sim = simulate(self._p, lam, itr, freqs, EXPECTED_REQUESTS, CHAINS,
                        np.random.default_rng(EXPECTED_SEED), self._cores)
         power = package_power_w(self._p, sim, self._cores, qps)
-        p99 = np.percentile(sim.latency_us, 99.0, axis=1)
+        quant = np.percentile(sim.latency_us, PERCENTILES, axis=1).T  # (F, P)
+        p99 = quant[:, list(PERCENTILES).index(99.0)]
         se = _p99_se(sim)
         noisy = (p99 < REFINE_MAX_US) & (se > np.maximum(REFINE_REL_SE * p99, REFINE_ABS_SE_US))
         lats = [sim.latency_us[j] for j in range(len(todo))]
@@ -390,12 +407,11 @@ class SimHost:
             power[j] = (n1 * power[j] + n2 * float(package_power_w(self._p, more, self._cores, qps)[0])) / (n1 + n2)
             # pooled SE: the larger run's batch-means SE scaled to the pooled count
             se[j] = float(_p99_se(more)[0]) * math.sqrt(n2 / (n1 + n2))
-        quant = np.percentile(sim.latency_us, PERCENTILES, axis=1).T  # (F, P)
         for j in np.flatnonzero(noisy):
             quant[j] = np.percentile(lats[j], PERCENTILES)
         for j, fi in enumerate(todo):
-            self._cache[(itr, round(qps, 3), fi)] = (quant[j], float(power[j]), float(se[j]))
-        while len(self._cache) > 65536:
+            self._cache[(self._p, self._cores, itr, round(qps, 3), fi)] = (quant[j], float(power[j]), float(se[j]))
+        while len(self._cache) > MAX_CACHED_CELLS:
             self._cache.popitem(last=False)
 
     def _advance_counters(self, power_w: float, seconds: float) -> tuple[float, dict[str, float]]:

@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from actuators.host import OperatingPoint, apply_point  # noqa: E402
-from actuators.sim import SimHost  # noqa: E402
+from actuators.sim import SimHost, clear_expected_cache  # noqa: E402
 
 
 def _ms(fn, repeat: int) -> float:
@@ -49,12 +49,14 @@ def speeds(repeat: int = 5) -> dict:
     host.set_offered_qps(600_000)
     out["hold_3600s_ms"] = _ms(lambda: host.measure(3600.0), 3)
     cold = []
+    clear_expected_cache()
     for k in range(5):
         apply_point(host, OperatingPoint(150 + 50 * k, round(1.5 + 0.2 * k, 1)))
         cold.append(_ms(lambda: host.measure(20.0), 1))
     out["window_20s_cold_ms"] = {"600000": round(statistics.median(cold), 1), "600000_max": max(cold)}
     grid = [OperatingPoint(i, f) for i in host.knobs().itr_us for f in host.knobs().dvfs_ghz]
     cold = SimHost(seed=1)
+    clear_expected_cache()
     t = time.perf_counter()
     cold.expected(grid, 400_000)
     dt = time.perf_counter() - t
@@ -63,7 +65,10 @@ def speeds(repeat: int = 5) -> dict:
     t = time.perf_counter()
     cold.expected(grid, 400_000)
     out["expected_points_per_s_cached"] = round(len(grid) / (time.perf_counter() - t))
-    out["expected_default_cold_ms"] = _ms(lambda: SimHost(seed=1).expected_default(400_000), 3)
+    def default_cold() -> None:
+        clear_expected_cache()
+        SimHost(seed=1).expected_default(400_000)
+    out["expected_default_cold_ms"] = _ms(default_cold, 3)
     return out
 
 

@@ -297,3 +297,18 @@ def test_long_windows_keep_getting_less_noisy():
     ratio = math.sqrt(20.0 / 3600.0)  # 1/sqrt(requests)
     assert width[3600.0] == pytest.approx(width[20.0] * ratio, rel=0.35)
     assert sd[3600.0] < sd[20.0] * 3 * ratio
+
+
+def test_expected_cells_do_not_depend_on_what_else_is_asked():
+    from actuators.sim import clear_expected_cache
+
+    pts = [OperatingPoint(246, 1.6), OperatingPoint(110, 2.0)]
+    clear_expected_cache()
+    alone = SimHost().expected(pts, 600_000)
+    clear_expected_cache()
+    host = SimHost(seed=9)  # another host, another seed: same long-run model
+    host.expected([OperatingPoint(i, f) for i in (240, 100) for f in (1.3, 1.6, 2.0, 2.9)], 600_000)
+    together = host.expected(pts, 600_000)
+    assert [e.latency_us for e in alone] == [e.latency_us for e in together]
+    assert [e.power_w for e in alone] == pytest.approx([e.power_w for e in together], rel=1e-12)
+    assert alone[0].p99_se_us > 0
