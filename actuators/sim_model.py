@@ -436,21 +436,25 @@ def pstate_occupancy(p: SimParams, lam: float, itr_us: float, freqs: np.ndarray,
     sampling noise of the requests a sample holds.  Sandy Bridge-EP cores share one P-state per package,
     so the package runs at the highest request of its cores.
     """
-    busy = analytic_busy(p, lam, itr_us, freqs)
+    busy = [float(b) for b in analytic_busy(p, lam, itr_us, freqs)]
     per_period = max(lam * p.pstate_period_s * 1e6, 1.0)
-    noise = rng.standard_normal((steps, cores_per_package)) / math.sqrt(per_period)
+    # every per-core step below is monotone in the core's load, so the package's request (the highest of
+    # its cores') is the request of the most loaded core: only the largest noise draw per sample matters
+    zmax = (rng.standard_normal((steps, cores_per_package)) / math.sqrt(per_period)).max(axis=1).tolist()
     occ = np.zeros(freqs.size)
     fmin, fmax = float(freqs[0]), float(freqs[-1])
     step = float(freqs[1] - freqs[0]) if freqs.size > 1 else 0.1
-    cur = fmin
-    for z in noise:
-        i = int(round((cur - fmin) / step))
+    top = freqs.size - 1
+    i = 0
+    for z in zmax:
         occ[i] += 1
-        load = np.clip(busy[i] * (1.0 + z), 0.0, 1.0)
-        target = np.maximum(1.25 * fmax * load, fmin)
-        target = np.where(cur > target, target + (cur - target) / 2.0, target)
-        # P-states are 100 MHz ratios (int truncation in the driver); the package takes the highest request
-        cur = float(min(max(math.floor(float(target.max()) / step + 1e-9) * step, fmin), fmax))
+        cur = fmin + i * step
+        load = min(max(busy[i] * (1.0 + z), 0.0), 1.0)
+        target = max(1.25 * fmax * load, fmin)
+        if cur > target:
+            target += (cur - target) / 2.0
+        # P-states are 100 MHz ratios (int truncation in the driver)
+        i = min(max(int(math.floor((target - fmin) / step + 1e-9)), 0), top)
     return occ / occ.sum()
 
 
