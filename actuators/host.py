@@ -101,7 +101,8 @@ class Measurement:
     `latency_dist` (optional) is the window's whole latency distribution (`actuators.latency_dist`:
     exact samples or an HdrHistogram), kept so windows can be pooled with `merge` / `merge_all`; it is
     not serialised by `to_dict` and not compared by `==`. A 1-D array of samples (µs) is accepted and
-    wrapped as a `SampleDist`.
+    wrapped as a `SampleDist` whose samples stand for the window's `requests` (each weighs
+    requests / samples, at least 1: a simulator's bounded sample of a long window).
     """
 
     seconds: float
@@ -118,10 +119,11 @@ class Measurement:
 
     def __post_init__(self) -> None:
         dist = self.latency_dist
-        if dist is not None and not hasattr(dist, "quantile_ci"):  # raw samples (µs)
+        if dist is not None and not hasattr(dist, "quantile_ci"):  # raw samples (µs) of the window's requests
             from actuators.latency_dist import SampleDist
 
-            object.__setattr__(self, "latency_dist", SampleDist(dist))
+            n = len(dist)
+            object.__setattr__(self, "latency_dist", SampleDist(dist, weight=max(self.requests / max(n, 1), 1.0)))
 
     @property
     def power_w(self) -> float:

@@ -85,24 +85,47 @@ def percentile_table(
 
 # -- exact samples ---------------------------------------------------------------------------------
 class SampleDist:
-    """Exact latency samples in µs, kept sorted (float32: 4 bytes a sample, ~1e-7 relative rounding)."""
+    """Exact latency samples in µs, kept sorted (float32: 4 bytes a sample, ~1e-7 relative rounding).
 
-    __slots__ = ("_x",)
+    `weight` is how many requests each sample stands for (>= 1): the simulator draws at most ~60k
+    samples however long the window, and shrinks their deviation from the long-run value to what the
+    window's n requests would show, so each sample of an n-request window weighs n / samples. The
+    order-statistic ranks are then taken among the `count` = sum of weights observations and mapped to
+    the sample holding that rank (for weight 1 this is exactly `tuner.stats.quantile_with_ci`). Pooled
+    windows of different weights keep one weight per sample.
+    """
 
-    def __init__(self, samples_us: Sequence[float] | np.ndarray) -> None:
+    __slots__ = ("_x", "_weight", "_w")
+
+    def __init__(self, samples_us: Sequence[float] | np.ndarray, weight: float = 1.0,
+                 _weights: np.ndarray | None = None) -> None:
         x = np.array(samples_us, dtype=np.float32).ravel()  # always a private copy
         if x.size == 0:
             raise ValueError("a latency distribution needs at least one sample")
         if not np.all(np.isfinite(x)) or float(x.min()) < 0.0:
             raise ValueError("latency samples must be finite and >= 0 µs")
+        if not (math.isfinite(weight) and weight >= 1.0):
+            raise ValueError(f"sample weight {weight!r}: expected requests per sample >= 1")
+        w = None
+        if _weights is not None:  # internal: per-sample weights, aligned with x
+            w = np.array(_weights, dtype=np.float64).ravel()
+            if w.shape != x.shape:
+                raise ValueError("one weight per sample")
         if x.size > 1 and not bool(np.all(x[1:] >= x[:-1])):
-            x.sort()
+            order = np.argsort(x, kind="stable")
+            x = x[order]
+            w = None if w is None else w[order]
         x.setflags(write=False)
         self._x = x
+        self._weight = float(weight)
+        self._w = None if w is None else np.cumsum(w)  # cumulative weights
 
     @property
     def count(self) -> int:
-        return int(self._x.size)
+        """Observations represented: the number of samples times their weight."""
+        if self._w is not None:
+            return int(round(float(self._w[-1])))
+        return int(round(self._x.size * self._weight))
 
     @property
     def samples_us(self) -> np.ndarray:
@@ -110,37 +133,57 @@ class SampleDist:
         return self._x
 
     @property
+    def weights(self) -> np.ndarray:
+        """Requests each sorted sample stands for."""
+        if self._w is None:
+            return np.full(self._x.size, self._weight)
+        return np.diff(self._w, prepend=0.0)
+
+    @property
     def nbytes(self) -> int:
-        """Memory held by the samples."""
-        return int(self._x.nbytes)
+        """Memory held by the samples (and per-sample weights, if any)."""
+        return int(self._x.nbytes + (0 if self._w is None else self._w.nbytes))
+
+    def _at_rank(self, rank: int) -> float:
+        """The sample holding 0-based observation `rank` (of `count`)."""
+        n = self._x.size
+        if self._w is None:
+            i = math.ceil((rank + 1) / self._weight - 1e-9) - 1
+        else:
+            i = int(np.searchsorted(self._w, rank + 1 - 1e-6))
+        return float(self._x[min(max(i, 0), n - 1)])
 
     def quantile_ci(self, q: float, confidence: float = 0.95) -> tuple[float, float, float]:
         _check_q(q, confidence)
-        n = self._x.size
+        n = max(self.count, 1)
         lo, hi = _ranks(n, float(q), float(confidence))
-        x = self._x
-        return float(x[estimate_rank(n, q)]), float(x[lo]), float(x[hi])
+        return self._at_rank(estimate_rank(n, q)), self._at_rank(lo), self._at_rank(hi)
 
     def merge(self, other: LatencyDist) -> LatencyDist:
         if isinstance(other, SampleDist):
-            merged = np.concatenate((self._x, other._x))
-            merged.sort(kind="mergesort")  # two sorted runs: timsort-like merge is linear
-            return SampleDist(merged)
+            return merge_dists([self, other])
         if isinstance(other, HdrDist):
             return self.to_hdr(other.unit_per_value, other.layout).merge(other)
         raise TypeError(f"cannot merge a SampleDist with {type(other).__name__}")
 
     def to_hdr(self, unit_per_value: float = 1.0 / NS_PER_US,
                layout: tuple[int, int, int] | None = None) -> HdrDist:
-        """The same samples in an HdrHistogram (values in units of `unit_per_value` µs, e.g. ns)."""
+        """The same samples in an HdrHistogram (values in units of `unit_per_value` µs, e.g. ns).
+
+        A sample of weight w is recorded w times (rounded to whole requests).
+        """
         hist = _new_hist(layout or HdrDist.DEFAULT_LAYOUT)
         lowest, highest = hist.lowest_trackable_value, hist.highest_trackable_value
         ints = np.clip(np.rint(self._x.astype(np.float64) / unit_per_value), lowest, highest).astype(np.int64)
-        record_many(hist, ints)
+        if self._w is None and self._weight == 1.0:
+            record_many(hist, ints)
+        else:
+            cum = np.rint(self._w if self._w is not None else np.arange(1, ints.size + 1) * self._weight)
+            record_many(hist, ints, np.diff(cum, prepend=0.0).astype(np.int64))
         return HdrDist(hist, unit_per_value)
 
     def __repr__(self) -> str:
-        return f"SampleDist(count={self.count})"
+        return f"SampleDist(samples={self._x.size}, count={self.count})"
 
 
 # -- HdrHistogram ----------------------------------------------------------------------------------
@@ -150,12 +193,18 @@ def _new_hist(layout: tuple[int, int, int]) -> HdrHistogram:
     return HdrHistogram(*layout)
 
 
-def record_many(hist: HdrHistogram, values: np.ndarray) -> None:
+def record_many(hist: HdrHistogram, values: np.ndarray, counts: np.ndarray | None = None) -> None:
     """Record integer `values` (within the histogram's range) at once: `record_value`'s index math, vectorised.
 
-    60k samples take a few ms instead of ~100 ms one `record_value` call at a time.
+    `counts` (optional, integers >= 0) records each value that many times. 60k samples take a few ms
+    instead of ~100 ms one `record_value` call at a time.
     """
     v = np.asarray(values, dtype=np.int64)
+    c = np.ones(v.size, dtype=np.int64) if counts is None else np.asarray(counts, dtype=np.int64)
+    if c.shape != v.shape or (c.size and int(c.min()) < 0):
+        raise ValueError("one count >= 0 per value")
+    keep = c > 0
+    v, c = v[keep], c[keep]
     if v.size == 0:
         return
     if int(v.min()) < 0 or int(v.max()) > hist.highest_trackable_value:
@@ -165,9 +214,10 @@ def record_many(hist: HdrHistogram, values: np.ndarray) -> None:
     bucket = bits.astype(np.int64) - hist.unit_magnitude - (hist.sub_bucket_half_count_magnitude + 1)
     sub = v >> (bucket + hist.unit_magnitude)
     index = ((bucket + 1) << hist.sub_bucket_half_count_magnitude) + sub - hist.sub_bucket_half_count
-    counts = np.ctypeslib.as_array(hist.counts)
-    counts[: hist.counts_len] += np.bincount(index, minlength=hist.counts_len)[: hist.counts_len].astype(counts.dtype)
-    hist.total_count += int(v.size)
+    arr = np.ctypeslib.as_array(hist.counts)
+    added = np.bincount(index, weights=c, minlength=hist.counts_len)[: hist.counts_len]
+    arr[: hist.counts_len] += np.rint(added).astype(arr.dtype)
+    hist.total_count += int(c.sum())
     hist.min_value = min(hist.min_value, int(v.min()))
     hist.max_value = max(hist.max_value, int(v.max()))
 
@@ -314,7 +364,11 @@ def merge_dists(dists: Sequence[LatencyDist]) -> LatencyDist:
     if not dists:
         raise ValueError("nothing to merge")
     if all(isinstance(d, SampleDist) for d in dists):  # one concatenation, not k-1 re-sorts
-        return SampleDist(np.concatenate([d.samples_us for d in dists]))  # type: ignore[union-attr]
+        samples = [d for d in dists if isinstance(d, SampleDist)]
+        x = np.concatenate([d.samples_us for d in samples])
+        if all(d._w is None and d._weight == samples[0]._weight for d in samples):
+            return SampleDist(x, samples[0]._weight)
+        return SampleDist(x, _weights=np.concatenate([d.weights for d in samples]))
     total = dists[0]
     for d in dists[1:]:
         total = total.merge(d)

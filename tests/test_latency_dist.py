@@ -227,3 +227,32 @@ def test_vectorised_histogram_recording_matches_record_value():
     assert (one.total_count, one.min_value, one.max_value) == (many.total_count, many.min_value, many.max_value)
     with pytest.raises(ValueError, match="range"):
         record_many(many, np.array([-1]))
+
+
+def test_weighted_samples_behave_like_repeated_ones():
+    # a sample standing for k requests is k equal observations: same estimate and CI as repeating it
+    rng = np.random.default_rng(10)
+    a, b = rng.exponential(MEAN_US, 400), rng.exponential(MEAN_US, 300)
+    rep_a, rep_b = np.repeat(a, 3), np.repeat(b, 5)
+    assert SampleDist(a, weight=3).count == 1200
+    for q in (0.5, 0.9, 0.99):
+        assert SampleDist(a, weight=3).quantile_ci(q) == SampleDist(rep_a).quantile_ci(q)
+        pooled = SampleDist(a, weight=3).merge(SampleDist(b, weight=5))
+        assert pooled.count == 2700
+        assert pooled.quantile_ci(q) == SampleDist(np.concatenate([rep_a, rep_b])).quantile_ci(q)
+        assert pooled.to_hdr().quantile_ci(q) == SampleDist(np.concatenate([rep_a, rep_b])).to_hdr().quantile_ci(q)
+    with pytest.raises(ValueError, match="weight"):
+        SampleDist(a, weight=0.5)
+
+
+def test_raw_samples_in_a_measurement_stand_for_its_requests():
+    x = np.random.default_rng(11).exponential(MEAN_US, 1000)
+    base = _m(x)
+    kw = {k: getattr(base, k) for k in ("seconds", "offered_qps", "achieved_qps", "latency_us", "latency_ci_us",
+                                        "energy_j", "point")}
+    many = Measurement(**kw, requests=50_000, latency_dist=x)
+    few = Measurement(**kw, requests=100, latency_dist=x)  # fewer requests than samples: weight 1
+    assert many.latency_dist.count == 50_000 and few.latency_dist.count == 1000
+    lo, hi = many.latency_dist.quantile_ci(0.99)[1:]
+    flo, fhi = few.latency_dist.quantile_ci(0.99)[1:]
+    assert (hi - lo) < (fhi - flo) / 3  # ~sqrt(50) narrower
