@@ -225,6 +225,9 @@ def _seg_sum(x: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarra
 def tx_only_periods(empty: np.ndarray) -> np.ndarray:
     """Which empty interrupt periods end with a TX-completion-only interrupt, per chain (last axis).
 
+    Part of why Linux default costs "over 2X in energy" at 400K (ch. 5.2.2, seed text line ~1154): at its
+    16 µs adaptive ITR the cores wake for nearly every request and again for its reply's completion.
+
     ixgbe's queue vector serves the RX and TX rings of its core and one throttle (EITR) gates both causes:
     the replies sent after a batch complete on the wire and raise a TX cause, so an interrupt fires at
     T + ITR even when no request arrived (it only cleans TX descriptors, `ixgbe_poll` -> `ixgbe_clean_tx_irq`).
@@ -389,7 +392,9 @@ def _ixgbe_size_itr_us(avg_wire_bytes: float, latency_mode: bool) -> int:
 
 
 def adaptive_itr_us(p: SimParams, qps: float, cores: int) -> float:
-    """ixgbe's adaptive ITR as in Linux 5.4 (`ixgbe_update_itr`, rewritten in 4.15), the dissertation's kernel.
+    """ixgbe's adaptive ITR as in Linux 5.4 (`ixgbe_update_itr`, rewritten in 4.15), the dissertation's kernel
+    ("integrated with the Linux 5.4 kernel", ch. 4, seed text line ~564; default Linux = "dynamic ITR and DVFS
+    algorithms are enabled", ch. 7.3, line ~1533).
 
     Per ring, every interrupt: with 1-3 packets and < 9000 bytes since the last one the ring is in
     low-latency mode and its delay is the size-based value halved (for memcached's ~120 B requests
@@ -427,11 +432,12 @@ def pstate_occupancy(p: SimParams, lam: float, itr_us: float, freqs: np.ndarray,
                      rng: np.random.Generator, cores_per_package: int = 8) -> np.ndarray:
     """Fraction of `steps` 10 ms samples the package spends at each of `freqs` under intel_pstate "powersave".
 
-    The dissertation's Linux default runs the powersave governor (ch. 7.3: "the CPU is typically set into the
-    lowest operating frequency while idle and dynamically adjusts as workload changes"); on a non-HWP Sandy
-    Bridge-EP under Linux 5.4 that is intel_pstate's `get_target_pstate`: every sample (10 ms) each core
-    asks for 1.25 x max P-state x busy (busy = C0 share, APERF/MPERF over TSC; turbo is disabled in the
-    dissertation, ch. 3.1, so max = 2.9 GHz), at least the minimum, and when the P-state it actually ran at
+    The dissertation's Linux default runs the powersave governor (ch. 7.3, seed text line ~1533: "the CPU is
+    typically set into the lowest operating frequency while idle and dynamically adjusts as workload
+    changes"); on a non-HWP Sandy Bridge-EP under Linux 5.4 that is intel_pstate's `get_target_pstate`: every
+    sample (10 ms) each core asks for 1.25 x max P-state x busy (busy = C0 share, APERF/MPERF over TSC; turbo
+    is disabled in the dissertation, ch. 3.1, line ~847: "hyperthreads and TurboBoost are disabled", so max =
+    2.9 GHz), at least the minimum, and when the P-state it actually ran at
     was higher than that target it only comes down half the gap per sample.  Each core's busy carries the
     sampling noise of the requests a sample holds.  Sandy Bridge-EP cores share one P-state per package,
     so the package runs at the highest request of its cores.
