@@ -75,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--day-noise", type=float, default=None, help="day-to-day QPS noise sigma (default 0.05)")
     ap.add_argument("--schedule-seed", type=int, default=0, help="seed of the day-to-day noise (default 0)")
     ap.add_argument("--variants", default="cold,warm", help="multi-day: comma list of tuner variants")
+    ap.add_argument("--warm-set", action="append", default=[], metavar="FIELD=VALUE",
+                    help="multi-day: override a TunerSettings field in every warm variant (repeatable), "
+                         "e.g. --warm-set stop_ei_pct=2")
     ap.add_argument("--verbose", "-v", action="store_true", help="multi-day: one stderr line per tuner window")
     ap.add_argument("--ablations", action="store_true",
                     help="multi-day: add warm-no-safety, warm-no-adaptive, warm-no-stop, warm-no-context")
@@ -195,6 +198,10 @@ def multi_day(args: argparse.Namespace) -> int:
         print(f"bench/replay.py: unknown variant(s) {', '.join(unknown)}: expected {', '.join(VARIANTS)}",
               file=sys.stderr)
         return 2
+    warm_over: dict = {}
+    for item in args.warm_set:
+        key, _, text = item.partition("=")
+        warm_over[key.strip()] = json.loads(text) if text.strip() not in ("fixed", "adaptive") else text.strip()
     pct, sla = (float(x) for x in (args.slas or "99:500").split(",")[0].split(":"))
     obj = Objective("constrained", pct, sla)
     day = load_schedule(sample_trace_path(), peak_qps=args.peak_qps, hours=args.start_hour + args.hours)
@@ -218,9 +225,13 @@ def multi_day(args: argparse.Namespace) -> int:
     out["oracle_compute_s"] = time.perf_counter() - t0
     base_settings = TunerSettings(trials=args.trials, sobol_trials=args.sobol_trials,
                                   itr_resolution_us=args.itr_resolution)
-    for name in names:
+    def variant_fields(name: str) -> tuple[str, dict]:
         preset, over = VARIANTS[name]
-        st = preset_settings(preset, base_settings, **{"trials": args.trials, **over})
+        return preset, {"trials": args.trials, **(warm_over if preset == "warm" else {}), **over}
+
+    for name in names:
+        preset, over = variant_fields(name)
+        st = preset_settings(preset, base_settings, **over)
         out["variants"][name] = {k: v for k, v in asdict(st).items() if k != "seed"}
     rows: dict[str, list[dict]] = {n: [] for n in names}
     for seed in range(args.seed0, args.seed0 + args.seeds):
@@ -230,8 +241,8 @@ def multi_day(args: argparse.Namespace) -> int:
         print(json.dumps({"seed": seed, "baselines_wall_s": round(time.perf_counter() - t0, 1)}), file=sys.stderr,
               flush=True)
         for name in names:
-            preset, over = VARIANTS[name]
-            st = preset_settings(preset, replace_seed(base_settings, seed), **{"trials": args.trials, **over})
+            preset, over = variant_fields(name)
+            st = preset_settings(preset, replace_seed(base_settings, seed), **over)
             t0 = time.perf_counter()
             res = replay(lambda seed=seed: make_host("sim", seed=seed), windows, obj, st, policies=("tuner",),
                          host_label="sim", progress=_window_progress(name, seed, t0) if args.verbose else None)
