@@ -538,9 +538,29 @@ class Optimizer:
         sd = np.array([p["log_latency"][1] for p in preds], dtype=float)
         pw = np.array([p["power"][0] for p in preds], dtype=float)
         pw_sd = np.array([p["power"][1] for p in preds], dtype=float)
-        pv = acquisition.prob_violation(mu, np.nan_to_num(sd, nan=0.0), self.objective.sla_us)
+        sd0 = np.nan_to_num(sd, nan=0.0)
+        pv = acquisition.prob_violation(mu, sd0, self.objective.sla_us)
+        p_unmet = acquisition.prob_violation(mu, sd0, self._met_limit_us())
         return {"cells": cells, "mu": mu, "sd": sd, "power": pw, "power_sd": np.nan_to_num(pw_sd, nan=0.0),
-                "p_violation": pv}
+                "p_violation": pv, "p_unmet": p_unmet}
+
+    def _met_limit_us(self) -> float:
+        """The latency a point must stay under for `best` to take it: the SLA less `sla_margin_pct` with
+        `sla_check="ci"` (as `best` applies it), else the SLA. Used by the expected improvement; the safety
+        filter uses the SLA itself."""
+        if self.settings.sla_check == "ci":
+            return self.objective.sla_us * (1 - self.settings.sla_margin_pct / 100.0)
+        return self.objective.sla_us
+
+    def _ei(self, grid: dict[str, Any], best_w: float) -> Any:
+        """Constrained EI of one more trial per grid cell: EI of power below `best_w` x P(percentile within the
+        limit `best` applies); with safe exploration, 0 at cells the filter would never let us try."""
+        from tuner import acquisition
+
+        ei = acquisition.constrained_ei(grid["power"], grid["power_sd"], best_w, grid["p_unmet"])
+        if self.settings.safe_delta > 0:
+            ei = ei * (grid["p_violation"] <= self.settings.safe_delta)
+        return ei
 
     def _cell_params(self, cell: tuple[int, int], load: float | None) -> dict[str, Any]:
         params: dict[str, Any] = {}
@@ -640,7 +660,9 @@ class Optimizer:
         is the next step on the safe line (from the lowest-ITR/highest-DVFS corner toward the centre, outward
         while trials meet the SLA, bisecting once one broke it) instead of Sobol; afterwards, an Ax proposal
         whose modelled P(percentile > SLA) exceeds `safe_delta` is abandoned in Ax and the closest safe grid
-        point (normalised knob coordinates) is attached and tried instead; the record says so.
+        point of largest constrained expected improvement (as in `should_stop`; ties and no-EI cases: the
+        safe point closest to the proposal in normalised knob coordinates) is attached and tried instead; the
+        record's `note` says so and `p_violation` holds the tried point's modelled probability.
         """
         if self.settings.context and self._load is None:
             raise TunerError("context mode: call begin_retune(qps) before suggest()")
@@ -673,12 +695,16 @@ class Optimizer:
         with _no_warnings():
             return int(self._client.attach_trial(parameters=self._cell_params(cell, self._load)))
 
-    def _safe_start(self, t0: float) -> _Pending:
-        """The next safe-line point (no model yet), attached to Ax as a trial of its own."""
+    def _safe_start(self, t0: float, this_retune: bool = False) -> _Pending:
+        """The next safe-line point (no model yet), attached to Ax as a trial of its own; `this_retune`: step
+        from this retune's own line trials only (the model has no safe point at this load)."""
         from tuner import acquisition
 
         tried = []
+        start = (self._retune_start or 0) if this_retune else -1
         for i, t in sorted(self._line_t.items()):
+            if i < start:
+                continue
             r = self._records.get(i)
             if r is not None and r.status == _STATUS_COMPLETED and r.measurement is not None:
                 tried.append((t, self.objective.met(r.measurement)))
@@ -717,16 +743,37 @@ class Optimizer:
         ok = pv <= delta
         seen = {self._cell_of(r.point) for r in self.retune_trials() if r.status == _STATUS_COMPLETED}
         fresh = ok & np.array([c not in seen for c in cells])
+        allowed = fresh if fresh.any() else ok
         why = (f"Ax proposed {pend.point} with P({_pct_text(self.objective.percentile)} > "
                f"{self.objective.sla_us:g} µs) {pv[k]:.3f} > δ {delta:g}")
-        if ok.any():
-            j = acquisition.nearest(coords, coords[k], fresh if fresh.any() else ok, tiebreak=pv)
+        incumbent = self._incumbent_w(grid, allowed)
+        ei = self._ei(grid, incumbent) * allowed if incumbent is not None else None
+        if ei is not None and float(ei.max()) > 0:
+            top = ei >= float(ei.max()) * (1 - 1e-9)
+            j = acquisition.nearest(coords, coords[k], top, tiebreak=pv)
+            note = (f"{why}; tried the safe point of largest expected improvement instead "
+                    f"({float(ei[j]):.3g} W below {incumbent:.1f} W)")
+        elif ok.any():
+            j = acquisition.nearest(coords, coords[k], allowed, tiebreak=pv)
             note = f"{why}; tried the closest safe point instead"
-        else:
-            j = int(np.argmin(pv))
-            note = f"{why}; no point is within δ at this load, tried the safest by the model"
+        else:   # the model deems every point unsafe here (e.g. a load it never saw): walk the safe line
+            sub = self._safe_start(t0, this_retune=True)
+            j = cells.index(self._cell_of(sub.point))
+            sub.p_violation = float(pv[j])
+            sub.note = (f"{why}; no point is within δ at this load, stepping out from the safe corner instead "
+                        f"(model P {pv[j]:.3f}): " + sub.note.split(": ", 1)[-1])
+            return sub
         cell = cells[j]
         return _Pending(self._grid_point(cell), 0.0, self._attach(cell), self._load, float(pv[j]), note)
+
+    def _incumbent_w(self, grid: dict[str, Any], allowed: Any) -> float | None:
+        """Power to improve on: the best SLA-meeting power measured in this retune, else the model's lowest
+        predicted power among allowed cells likely (P >= 0.5) to meet the SLA; None if neither exists."""
+        d = self.best()
+        if d.met_sla and d.measurement is not None:
+            return float(d.measurement.power_w)
+        likely = allowed & (grid["p_unmet"] <= 0.5)
+        return float(grid["power"][likely].min()) if likely.any() else None
 
     def _take_pending(self, index: int) -> _Pending:
         if index in self._records:
@@ -809,7 +856,9 @@ class Optimizer:
         True once `settings.trials` trials of this retune were reported. With `stop_ei_pct` > 0, also after
         `min_trials` when the largest constrained expected improvement of one more trial over the grid at
         this load -- EI of power below the best SLA-meeting power measured in this retune (as `best` judges
-        it), times the model's P(SLA met) -- is below `stop_ei_pct` % of that power.
+        it), times the model's P(percentile within the limit `best` applies: the SLA less `sla_margin_pct`
+        with `sla_check="ci"`) -- is below `stop_ei_pct` % of that power. With safe exploration only points
+        the safety filter would let us try count.
         """
         from tuner import acquisition
 
@@ -828,7 +877,7 @@ class Optimizer:
         grid = self._grid_model(self._load, refit=True)
         if grid is None:
             return False, "no model yet"
-        ei = acquisition.constrained_ei(grid["power"], grid["power_sd"], best_w, grid["p_violation"])
+        ei = self._ei(grid, best_w)
         k = int(ei.argmax())
         limit = s.stop_ei_pct / 100.0 * best_w
         where = self._grid_point(grid["cells"][k])
