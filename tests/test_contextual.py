@@ -339,3 +339,26 @@ def test_when_the_model_deems_every_point_unsafe_it_steps_out_from_the_safe_corn
     assert "no point is within δ at this load, stepping out from the safe corner" in pend.note
     assert p == OperatingPoint(SMALL.itr_us[0], SMALL.dvfs_ghz[-1])
     assert pend.p_violation is not None and pend.p_violation > 0.05   # recorded honestly
+
+
+def test_adaptive_window_mode_measures_through_windowing(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tuner.windowing as windowing
+    from tuner.optimizer import run_trial
+
+    seen = []
+
+    def fake_measure_window(host, policy):
+        seen.append(policy)
+        return host.measure(3.0)
+
+    monkeypatch.setattr(windowing, "measure_window", fake_measure_window)
+    host = FakeHost(qps=100_000, knobs=SMALL)
+    s = TunerSettings(trials=1, sobol_trials=1, settle_s=0.0, window_s=12.0, window_mode="adaptive",
+                      window_ci_pct=4.0, window_min_s=2.0)
+    rec = run_trial(host, Optimizer(SMALL, Objective("constrained", 95, 500), s), s)
+    assert rec.status == "completed" and rec.measurement.seconds == 3.0
+    (pol,) = seen
+    assert (pol.mode, pol.percentile, pol.ci_pct, pol.min_s, pol.max_s) == ("adaptive", 95.0, 4.0, 2.0, 12.0)
+    fixed = TunerSettings(trials=1, sobol_trials=1, settle_s=0.0, window_s=7.0)
+    rec = run_trial(host, Optimizer(SMALL, OBJ, fixed), fixed)
+    assert rec.measurement.seconds == 7.0 and len(seen) == 1    # fixed mode: host.measure(window_s) as before
