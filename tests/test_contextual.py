@@ -224,7 +224,8 @@ def test_json_round_trip_keeps_context_state() -> None:
     assert rec.index == 1 and len(back.retune_trials()) == 2
     assert back.suggest()[0] == 2
     (mbm,) = [n for n in back._client._generation_strategy._nodes if n.name == "MBM"]
-    assert mbm.generator_specs[0].generator_gen_kwargs["model_gen_options"]["optimizer_kwargs"] == {"max_batch_size": 64}
+    opts = mbm.generator_specs[0].generator_gen_kwargs["model_gen_options"]["optimizer_kwargs"]
+    assert opts == {"max_batch_size": 64}
 
 
 def test_context_mode_needs_begin_retune() -> None:

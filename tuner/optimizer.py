@@ -659,8 +659,8 @@ class Optimizer:
         Context mode pins `load` at the retune's load. With `safe_delta` > 0: before a model exists the point
         is the next step on the safe line (from the lowest-ITR/highest-DVFS corner toward the centre, outward
         while trials meet the SLA, bisecting once one broke it) instead of Sobol; afterwards, an Ax proposal
-        whose modelled P(percentile > SLA) exceeds `safe_delta` is abandoned in Ax and the closest safe grid
-        point of largest constrained expected improvement (as in `should_stop`; ties and no-EI cases: the
+        whose modelled P(percentile > SLA) exceeds `safe_delta` is abandoned in Ax and the safe grid point
+        of largest constrained expected improvement (as in `should_stop`; ties and no-EI cases: the
         safe point closest to the proposal in normalised knob coordinates) is attached and tried instead; the
         record's `note` says so and `p_violation` holds the tried point's modelled probability.
         """
@@ -670,7 +670,7 @@ class Optimizer:
         self._prune()
         safe = self.settings.safe_delta > 0
         if safe and len(self._observed()) < self._init_budget():
-            pend = self._safe_start(t0)
+            pend = self._safe_start()
         else:
             with _no_warnings(self.settings.torch_threads):
                 if self.settings.context:
@@ -682,7 +682,7 @@ class Optimizer:
             (ax_index, params), = trials.items()
             pend = _Pending(self._to_point(params), 0.0, ax_index, self._load)
             if safe:
-                pend = self._safety_filter(pend, params, t0)
+                pend = self._safety_filter(pend)
         pend.compute_s = time.perf_counter() - t0
         index = self._next_index
         self._next_index += 1
@@ -695,7 +695,7 @@ class Optimizer:
         with _no_warnings():
             return int(self._client.attach_trial(parameters=self._cell_params(cell, self._load)))
 
-    def _safe_start(self, t0: float, this_retune: bool = False) -> _Pending:
+    def _safe_start(self, this_retune: bool = False) -> _Pending:
         """The next safe-line point (no model yet), attached to Ax as a trial of its own; `this_retune`: step
         from this retune's own line trials only (the model has no safe point at this load)."""
         from tuner import acquisition
@@ -716,7 +716,7 @@ class Optimizer:
                 f"toward the centre, t={t:.3f}")
         return _Pending(self._grid_point(cell), 0.0, ax_index, self._load, None, note, t)
 
-    def _safety_filter(self, pend: _Pending, params: dict[str, Any], t0: float) -> _Pending:
+    def _safety_filter(self, pend: _Pending) -> _Pending:
         """Keep Ax's proposal if its modelled P(violation) <= safe_delta, else substitute the closest safe cell."""
         import numpy as np
 
@@ -727,7 +727,7 @@ class Optimizer:
         if grid is None:   # no predictive model (Ax still in its Sobol phase): do not try a random point
             with _no_warnings():
                 self._client.mark_trial_abandoned(trial_index=pend.ax_index)
-            sub = self._safe_start(t0)
+            sub = self._safe_start()
             sub.note = "no model to check Ax's proposal; " + sub.note
             return sub
         cells = grid["cells"]
@@ -757,7 +757,7 @@ class Optimizer:
             j = acquisition.nearest(coords, coords[k], allowed, tiebreak=pv)
             note = f"{why}; tried the closest safe point instead"
         else:   # the model deems every point unsafe here (e.g. a load it never saw): walk the safe line
-            sub = self._safe_start(t0, this_retune=True)
+            sub = self._safe_start(this_retune=True)
             j = cells.index(self._cell_of(sub.point))
             sub.p_violation = float(pv[j])
             sub.note = (f"{why}; no point is within δ at this load, stepping out from the safe corner instead "
