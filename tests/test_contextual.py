@@ -184,7 +184,10 @@ def test_trial_measured_at_another_load_is_filed_at_its_own_load() -> None:
     done = [t for t in exp.trials.values() if t.status.is_completed and t.index >= 5]
     assert rec.qps == 150_000 and len(done) == 1
     assert done[0].arm.parameters["load"] == pytest.approx(0.15)
-    assert exp.trials[5].status.name == "ABANDONED"
+    assert exp.trials[5].status.name == "FAILED" and "re-filed" in exp.trials[5].status_reason
+    j, _ = opt.suggest()
+    opt.complete(j, meas(300, 20, qps=100_400), 100_400)        # within 0.5 % of max QPS: kept as suggested
+    assert exp.trials[max(exp.trials)].arm.parameters["load"] == pytest.approx(0.1)
 
 
 def test_history_bound_keeps_the_newest_trials() -> None:

@@ -63,8 +63,8 @@ SLA_CHECKS = ("ci", "estimate")
 #: within +-`window_ci_pct` % (at most `window_s`), via `tuner.windowing.measure_window`.
 WINDOW_MODES = ("fixed", "adaptive")
 #: A completed trial whose measured load differs from the load its suggestion was pinned at by more than this
-#: (normalised units) is re-filed in Ax at its measured load.
-LOAD_TOLERANCE = 1e-3
+#: (normalised units: 0.5 % of `context_max_qps`) is re-filed in Ax at its measured load.
+LOAD_TOLERANCE = 5e-3
 #: Abandoned Ax trials (safety substitutions, re-filed loads) tolerated before the experiment is rebuilt without
 #: them (`Optimizer._prune`).
 ABANDONED_MAX = 12
@@ -810,7 +810,7 @@ class Optimizer:
 
         A window Ax cannot model (non-finite or zero latency/power) is marked failed instead, with the reason.
         In context mode a trial whose measured load `qps` moved away from the load it was suggested at is
-        filed in Ax at its measured load (the suggested Ax trial is abandoned).
+        filed in Ax at its measured load (the suggested Ax trial is marked failed with that reason).
         """
         pend = self._take_pending(index)
         try:
@@ -822,9 +822,11 @@ class Optimizer:
         with _no_warnings():
             if self.settings.context and math.isfinite(qps) and pend.load is not None \
                     and abs(self.settings.load_of(qps) - pend.load) > LOAD_TOLERANCE:
-                self._client.mark_trial_abandoned(trial_index=ax_index)
-                ax_index = self._client.attach_trial(
-                    parameters=self._to_params(pend.point, self.settings.load_of(qps)))
+                moved = self._client.attach_trial(parameters=self._to_params(pend.point, self.settings.load_of(qps)))
+                # FAILED, not ABANDONED: Ax keeps abandoned arms as pending points (fantasies) forever
+                self._client.mark_trial_failed(trial_index=ax_index,
+                                               failed_reason=f"re-filed at its measured load as trial {moved}")
+                ax_index = moved
             self._client.complete_trial(trial_index=ax_index, raw_data=data)
         value = self._reward(measurement.power_w, measurement.percentile(self.objective.percentile),
                              self.objective.sla_us)
