@@ -511,9 +511,10 @@ class Optimizer:
         j = self.space.dvfs_ghz.index(self.space.check_dvfs(point.dvfs_ghz))
         return i, j
 
-    def _grid_model(self, load: float | None, *, refit: bool) -> dict[str, Any] | None:
-        """Model predictions over the whole grid at `load`: arrays mu/sd of ln(percentile) and power, and
-        P(SLA violation); None while no predictive model is fitted (Sobol phase)."""
+    def _grid_model(self, load: float | None, *, refit: bool,
+                    cells: list[tuple[int, int]] | None = None) -> dict[str, Any] | None:
+        """Model predictions over the grid (or `cells` of it) at `load`: arrays mu/sd of ln(percentile) and
+        power, and P(SLA violation); None while no predictive model is fitted (Sobol phase)."""
         import numpy as np
 
         from tuner import acquisition
@@ -526,7 +527,7 @@ class Optimizer:
                 # Ax's public "fit outside gen": moves past Sobol if due and refits only if the data changed
                 # (the next suggestion then reuses this fit).
                 gs.fit(experiment=self._client._experiment)
-            cells = self._grid()
+            cells = self._grid() if cells is None else list(cells)
             params = [self._cell_params(c, load) for c in cells]
             try:
                 preds = self._client.predict(params)
@@ -723,7 +724,14 @@ class Optimizer:
         from tuner import acquisition
 
         delta = self.settings.safe_delta
-        grid = self._grid_model(self._load, refit=False)   # Ax just fitted the model on all data to propose
+        prop = self._cell_of(pend.point)
+        # Ax just fitted the model on all data to propose; ask it about the proposal first (cheap), and about
+        # the whole grid (~0.5 s for 128 x 18 cells) only if the proposal is unsafe
+        one = self._grid_model(self._load, refit=False, cells=[prop])
+        if one is not None and one["p_violation"][0] <= delta:
+            pend.p_violation = float(one["p_violation"][0])
+            return pend
+        grid = None if one is None else self._grid_model(self._load, refit=False)
         if grid is None:   # no predictive model (Ax still in its Sobol phase): do not try a random point
             with _no_warnings():
                 self._client.mark_trial_abandoned(trial_index=pend.ax_index)
@@ -732,11 +740,7 @@ class Optimizer:
             return sub
         cells = grid["cells"]
         pv = grid["p_violation"]
-        prop = self._cell_of(pend.point)
         k = cells.index(prop)
-        if pv[k] <= delta:
-            pend.p_violation = float(pv[k])
-            return pend
         with _no_warnings():
             self._client.mark_trial_abandoned(trial_index=pend.ax_index)
         coords = self._coords(cells)
