@@ -225,6 +225,7 @@ def test_multi_day_cold_replay_reports_per_day(tmp_path: Path) -> None:
         assert p["ratio_to_oracle"] == pytest.approx(p["energy_j"] / o)
         explore = sum(w.explore_s for w in tw if w.day == d["day"])
         assert p["explore_above_sla_pct"] == pytest.approx(100 * p["explore_above_sla_s"] / explore)
+        assert p["explore_above_sla_pct_of_time"] == pytest.approx(100 * p["explore_above_sla_s"] / 600.0)
         assert p["window_saved_s"] == 0.0 and p["window_saved_pct"] == pytest.approx(0.0)  # fixed windows
     assert d["policies"]["oracle"]["trials_per_retune"] is None
     rows = window_rows(res)

@@ -385,7 +385,8 @@ def _pct(part: float, whole: float) -> float | None:
 
 def policy_summary(result: ReplayResult, policy: str, day: int | None = None) -> dict[str, Any]:
     """Totals for one policy (over one `day` if given): energy, savings vs linux-default, ratio to oracle, SLA,
-    trials (also per retune), exploration above the SLA (s and % of trial time), adaptive-window saving, timings.
+    trials (also per retune), exploration above the SLA (s, % of trial time and % of all the policy's time),
+    adaptive-window saving, timings.
 
     `window_saved_s`: trial measurement time saved against fixed `settings.window_s` windows (0 when fixed);
     `wall_s` is the policy's whole replay, not per day.
@@ -426,6 +427,7 @@ def policy_summary(result: ReplayResult, policy: str, day: int | None = None) ->
         "explore_s": explore_s,
         "explore_above_sla_s": above,
         "explore_above_sla_pct": _pct(above, explore_s),
+        "explore_above_sla_pct_of_time": _pct(above, elapsed),
         "explore_energy_j": sum(w.explore_energy_j for w in ws),
         "trials": trials,
         "trials_per_retune": trials / len(ws) if policy == "tuner" and ws else None,
