@@ -148,7 +148,8 @@ class RealHost:
             seconds=elapsed, offered_qps=rate, achieved_qps=rate, requests=window.requests,
             latency_us=dict(window.latency_us), latency_ci_us=dict(window.latency_ci_us),
             energy_j=reading.energy_j, point=point, energy_by_zone_j=dict(reading.by_zone_j),
-            ci_known=bool(getattr(window, "ci_known", True)))
+            ci_known=bool(getattr(window, "ci_known", True)),
+            latency_dist=getattr(window, "latency_dist", None))
 
     def close(self) -> None:
         """Release sockets and the ethtool layer (does not restore: call `restore()` for that)."""

@@ -200,3 +200,18 @@ def test_sla_margin_tightens_the_final_choice() -> None:
     assert best(5.0) == pytest.approx(30.0)    # 494 > 475: only the 450 µs point (CI high 464) qualifies
     with pytest.raises(TunerError, match="sla_margin_pct"):
         TunerSettings(sla_margin_pct=100)
+
+
+def test_trial_records_keep_percentiles_but_drop_the_latency_samples() -> None:
+    import dataclasses
+
+    import numpy as np
+
+    opt = Optimizer(SPACE, Objective(), TunerSettings(trials=2, sobol_trials=2, seed=1))
+    samples = np.random.default_rng(0).exponential(100.0, 5000)
+    m = dataclasses.replace(meas(400, 30.0), latency_dist=samples)
+    assert m.latency_dist is not None
+    i, _ = opt.suggest()
+    rec = opt.complete(i, m, 1e5, settle=m)
+    assert rec.measurement.latency_dist is None and rec.settle.latency_dist is None
+    assert rec.measurement.latency_us == m.latency_us and rec.measurement.energy_j == m.energy_j

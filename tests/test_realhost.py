@@ -137,6 +137,31 @@ def test_measure_combines_energy_qps_latency_over_one_window(tree):
     assert m.point is None
 
 
+def test_real_windows_carry_their_latency_distribution_so_they_can_be_pooled(tree):
+    import numpy as np
+
+    from actuators.host import Measurement
+    from actuators.latency_dist import SampleDist
+    from actuators.prober import ProbeWindow
+
+    samples = np.random.default_rng(3).exponential(100.0, 4000)
+
+    class DistLatency(FakeLatency):
+        def end(self):
+            self.ended += 1
+            dist = SampleDist(samples)
+            est, lo, hi = dist.quantile_ci(0.99)
+            return ProbeWindow(int(samples.size), {99.0: est}, {99.0: (lo, hi)}, latency_dist=dist)
+
+    host = measuring_host(tree)
+    host.latency = DistLatency()
+    a, b = host.measure(0.05), host.measure(0.05)
+    assert a.latency_dist is not None and a.latency_dist.count == samples.size
+    pooled = Measurement.merge_all([a, b])  # refuses windows without a distribution
+    assert pooled.requests == 2 * samples.size
+    assert pooled.latency_dist.count == 2 * samples.size
+
+
 def test_measure_is_interruptible_and_closes_the_window(tree):
     host = measuring_host(tree)
     errors = []

@@ -68,7 +68,7 @@ class TuningConfig:
     # issue 6 (the optimiser's `TunerSettings` fields of the same names; all off by default)
     context: bool = False
     context_max_qps: float = 1e6
-    history_max_trials: int = 400
+    history_max_trials: int = 100
     min_trials: int = 2
     stop_ei_pct: float = 0.0
     safe_delta: float = 0.0

@@ -317,6 +317,14 @@ def _small_acqf_batches(client: Any) -> None:
                 spec.generator_gen_kwargs = {**spec.generator_gen_kwargs, "model_gen_options": opts}
 
 
+def _lean(m: Measurement | None) -> Measurement | None:
+    """`m` without its latency distribution: a trial record keeps the percentiles and CIs, not ~240 kB of
+    samples (a long-lived contextual optimiser holds hundreds of records)."""
+    if m is None or getattr(m, "latency_dist", None) is None:
+        return m
+    return replace(m, latency_dist=None)
+
+
 def power_sem(m: Measurement) -> float:
     """SEM of a window's mean power: the host's own if it reports one (`power_sem_w`), else `POWER_REL_SEM`."""
     own = getattr(m, "power_sem_w", None)
@@ -834,8 +842,8 @@ class Optimizer:
             self._client.complete_trial(trial_index=ax_index, raw_data=data)
         value = self._reward(measurement.power_w, measurement.percentile(self.objective.percentile),
                              self.objective.sla_us)
-        rec = TrialRecord(index, pend.point, float(qps), _STATUS_COMPLETED, measurement, value, None, settle,
-                          pend.compute_s, pend.p_violation, pend.note)
+        rec = TrialRecord(index, pend.point, float(qps), _STATUS_COMPLETED, _lean(measurement), value, None,
+                          _lean(settle), pend.compute_s, pend.p_violation, pend.note)
         self._records[index] = rec
         return rec
 
@@ -846,8 +854,8 @@ class Optimizer:
         reason = " ".join(str(reason).split()) or "failed"
         with _no_warnings():
             self._client.mark_trial_failed(trial_index=pend.ax_index, failed_reason=reason)
-        rec = TrialRecord(index, pend.point, math.nan if qps is None else float(qps), _STATUS_FAILED, measurement,
-                          None, reason, settle, pend.compute_s, pend.p_violation, pend.note)
+        rec = TrialRecord(index, pend.point, math.nan if qps is None else float(qps), _STATUS_FAILED,
+                          _lean(measurement), None, reason, _lean(settle), pend.compute_s, pend.p_violation, pend.note)
         self._records[index] = rec
         return rec
 
