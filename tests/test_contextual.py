@@ -314,6 +314,10 @@ def test_safe_exploration_never_tries_a_point_the_model_deems_unsafe() -> None:
                 pv = stats.norm(math.log(pr.latency_us), pr.latency_sem / pr.latency_us).sf(math.log(OBJ.sla_us))
                 assert pv == pytest.approx(pend.p_violation, abs=1e-6)
                 assert pv <= delta
+                # the gate is the limit `best` applies (SLA less the margin), stricter than the SLA itself
+                limit = OBJ.sla_us * (1 - s.sla_margin_pct / 100.0)
+                assert s.sla_margin_pct > 0 and stats.norm(math.log(pr.latency_us),
+                                                           pr.latency_sem / pr.latency_us).sf(math.log(limit)) <= delta
                 checked += 1
             apply_point(host, p)
             opt.complete(i, host.measure(s.window_s), qps)
