@@ -257,11 +257,32 @@ if __name__ == "__main__":
 
 # ------------------------------------------------------------------------------------------------ helpers
 
+#: [tuning] lines of the dissertation's cold tuner (the daemon's defaults are the warm preset).
+COLD_TUNING = 'context = false\nstop_ei_pct = 0\nsafe_delta = 0\nwindow_mode = "fixed"'
+
+
+def merge_tuning(base: str, overrides: str) -> str:
+    """`key = value` lines of `base` with those of `overrides` replacing them key by key (TOML refuses a key
+    given twice)."""
+    lines: dict[str, str] = {}
+    for text in (base, overrides):
+        for line in text.splitlines():
+            if line.strip():
+                lines[line.split("=", 1)[0].strip()] = line.strip()
+    return "\n".join(lines.values())
+
+
 def write_config(tmp: Path, *, host: str = "tests.daemon_fakes:make_file_host", options: dict | None = None,
                  extra: str = "", trials: int = 4, sobol: int = 2, window_s: float = 0.05,
                  listen: str | None = None, metrics: str = "127.0.0.1:0", sla_us: float = 500.0,
-                 period_s: float = 3600.0) -> Path:
-    """A daemon config under `tmp` (state in tmp/state, socket in tmp/t.sock); returns its path."""
+                 period_s: float = 3600.0, tuning: str = "") -> Path:
+    """A daemon config under `tmp` (state in tmp/state, socket in tmp/t.sock); returns its path.
+
+    The [tuning] table is the cold tuner (fixed windows, no context/stop rule/safety; the daemon's own defaults
+    are the warm preset), so tests of the daemon's mechanics count trials and windows exactly; `tuning` lines
+    (`key = value`) override it key by key -- tests of issue 6 turn their features on that way.
+    """
+    tuning = merge_tuning(COLD_TUNING, tuning)
     opts = {"knob_file": str(tmp / "knobs.json")} if options is None else options
     opt_lines = "\n".join(f"{k} = {json.dumps(v)}" for k, v in opts.items())
     text = f"""
@@ -280,6 +301,7 @@ settle_s = 0
 retune_period_s = {period_s}
 load_change_pct = 20
 guardrail_margin_pct = 10
+{tuning}
 [state]
 dir = "state"
 [grpc]

@@ -157,13 +157,21 @@ keep_trials = 500
     assert cfg.history.warm_start and cfg.history.keep_trials == 500 and cfg.warm_start
     assert cfg.history_path == (tmp_path / "h" / "trials.jsonl").resolve()
     plain = parse_config("[state]\ndir = \"st\"\n", tmp_path / "c.toml")
-    assert plain.history_path == (tmp_path / "st" / "history.jsonl").resolve() and not plain.warm_start
-    # every TuningConfig issue-6 field is one of the optimiser's TunerSettings fields, with the same default
+    # context is on by default (issue 6's benchmark), and context implies warm start from the history store
+    assert plain.history_path == (tmp_path / "st" / "history.jsonl").resolve() and plain.warm_start
+    assert plain.tuning.context and not plain.history.warm_start
+    cold = parse_config("[state]\ndir = \"st\"\n[tuning]\ncontext = false\n", tmp_path / "c.toml")
+    assert not cold.warm_start
+    # every TuningConfig issue-6 field is one of the optimiser's TunerSettings fields, and the daemon's default
+    # is the same tuner `tuner replay` runs by default (the warm preset the 3-day benchmark chose)
+    from tuner.commands.replay import DEFAULT_PRESET
     from tuner.config import SETTINGS_FIELDS, TuningConfig
     from tuner.optimizer import TunerSettings
+    from tuner.replay import preset_settings
 
+    product = preset_settings(DEFAULT_PRESET)
     for name in SETTINGS_FIELDS:
-        assert getattr(TuningConfig(), name) == getattr(TunerSettings(), name), name
+        assert getattr(TuningConfig(), name) == getattr(product, name), name
     # and the values above build valid optimiser settings
     TunerSettings(window_s=t.window_s, **{k: getattr(t, k) for k in SETTINGS_FIELDS})
 
@@ -202,6 +210,9 @@ colour = "red"
     for want in expected:
         assert want in lines, (want, lines)
     assert len(lines) == len(expected), lines
-    lines = _errors('[tuning]\nwindow_s = 1.0\nwindow_mode = "adaptive"\n', tmp_path)
-    assert lines == [f"{f}:3: tuning.window_mode: expected tuning.window_min_s (2 s) at most tuning.window_s "
+    lines = _errors('[tuning]\nwindow_s = 1.0\nwindow_min_s = 2\nwindow_mode = "adaptive"\n', tmp_path)
+    assert lines == [f"{f}:3: tuning.window_min_s: expected tuning.window_min_s (2 s) at most tuning.window_s "
                      "(1 s, the adaptive window's maximum)"]
+    # the default minimum follows a shorter window_s instead of refusing a config that never set it
+    short = parse_config('[tuning]\nwindow_s = 1.0\n', tmp_path / "t.toml")
+    assert short.tuning.window_mode == "adaptive" and short.tuning.window_min_s == 1.0

@@ -15,9 +15,8 @@ from tuner.optimizer import Objective, TrialRecord
 
 
 def _config(tmp_path, *, history: str = "", tuning: str = "", **kw):
-    cfg = write_config(tmp_path, sla_us=5000.0, **kw)
-    text = cfg.read_text().replace("guardrail_margin_pct = 10\n", f"guardrail_margin_pct = 10\n{tuning}\n")
-    cfg.write_text(text + (f"\n[history]\n{history}\n" if history else ""))
+    cfg = write_config(tmp_path, sla_us=5000.0, tuning=tuning, **kw)
+    cfg.write_text(cfg.read_text() + (f"\n[history]\n{history}\n" if history else ""))
     return cfg
 
 

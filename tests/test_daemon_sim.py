@@ -112,9 +112,8 @@ def test_sim_daemon_with_ax_warm_starts_a_contextual_retune_from_imported_trials
     src = tmp_path / "yesterday.jsonl"
     assert write_trials(src, recs, host="yesterday/sim", objective=Objective(sla_us=700.0),
                         times=[float(i) for i in range(6)]) == 6
-    cfg = write_config(tmp_path, host="sim", options=SIM, trials=3, sobol=2, window_s=0.05, sla_us=700.0)
-    cfg.write_text(cfg.read_text().replace("guardrail_margin_pct = 10\n",
-                                           "guardrail_margin_pct = 10\ncontext = true\ncontext_max_qps = 1e6\n"))
+    cfg = write_config(tmp_path, host="sim", options=SIM, trials=3, sobol=2, window_s=0.05, sla_us=700.0,
+                       tuning="context = true\ncontext_max_qps = 1e6")
     assert main(["trials", "import", str(src), "--config", str(cfg)]) == 0
     assert "imported 6 trial(s)" in capsys.readouterr().out
     with Running(cfg, optimizers=ProcessOptimizers()) as r:

@@ -120,7 +120,11 @@ def test_cli_short_replay_writes_report(tmp_path: Path, capsys: pytest.CaptureFi
     s = json.loads((out / "summary.json").read_text())
     assert s["windows"] == 3 and s["peak_qps"] == pytest.approx(200_000)
     assert set(s["policies"]) == {"tuner", "linux-default", "static-performance", "oracle"}
-    assert s["policies"]["tuner"]["trials"] == 9
+    # the default tuner is the warm preset (issue 6's benchmark): contextual, stopping rule, safety, adaptive
+    # windows -- so at most the 3 trials per window, at least min_trials (2)
+    assert s["settings"]["context"] is True and s["settings"]["window_mode"] == "adaptive"
+    assert s["settings"]["safe_delta"] == 0.05 and s["settings"]["stop_ei_pct"] == 1.0
+    assert 6 <= s["policies"]["tuner"]["trials"] <= 9
     rows = list(csv.DictReader((out / "windows.csv").open()))
     assert len(rows) == 12 and {"p99_us", "itr_us", "dvfs_ghz", "energy_j", "sla_met"} <= set(rows[0])
     for name in ("power.png", "latency.png", "knobs.png"):
@@ -152,7 +156,7 @@ def test_cli_short_replay_writes_report(tmp_path: Path, capsys: pytest.CaptureFi
         (["--context-max-qps", "0"], "--context-max-qps '0': expected a number > 0"),
         (["--window-ci-pct", "-1"], "--window-ci-pct '-1': expected a number > 0"),
         (["--window-min-s", "30"], "window_min_s (30 s) must not exceed window_s"),
-        (["--history", "h.jsonl"], "--history needs the contextual tuner"),
+        (["--history", "h.jsonl", "--tuner", "cold"], "--history needs the contextual tuner"),
         (["--history", "nope.jsonl", "--context", ""], "--history nope.jsonl: no such file"),
     ],
 )

@@ -65,14 +65,14 @@ class TuningConfig:
     retune_period_s: float = 3600.0
     load_change_pct: float = 20.0
     guardrail_margin_pct: float = 10.0
-    # issue 6 (the optimiser's `TunerSettings` fields of the same names; all off by default)
-    context: bool = False
+    # issue 6 (the optimiser's `TunerSettings` fields of the same names and defaults: all on)
+    context: bool = True
     context_max_qps: float = 1e6
     history_max_trials: int = 100
     min_trials: int = 2
-    stop_ei_pct: float = 0.0
-    safe_delta: float = 0.0
-    window_mode: str = "fixed"
+    stop_ei_pct: float = 1.0
+    safe_delta: float = 0.05
+    window_mode: str = "adaptive"
     window_ci_pct: float = 5.0
     window_min_s: float = 2.0
 
@@ -358,8 +358,11 @@ def parse_config(text: str, path: Path) -> Config:
         window_min_s=c.get(t, "tuning", "window_min_s", d.window_min_s, "float",
                            lambda v: None if 0.001 <= v <= 3600 else "0.001..3600 seconds"),
     )
+    if tuning.window_mode == "adaptive" and tuning.window_min_s > tuning.window_s and "window_min_s" not in t:
+        # the default minimum (2 s) follows a shorter window_s (the adaptive window's maximum)
+        tuning = TuningConfig(**{**tuning.__dict__, "window_min_s": tuning.window_s})
     if tuning.window_mode == "adaptive" and tuning.window_min_s > tuning.window_s:
-        c.error("tuning", "window_min_s" if "window_min_s" in t else "window_mode",
+        c.error("tuning", "window_min_s",
                 f"expected tuning.window_min_s ({tuning.window_min_s:g} s) at most tuning.window_s "
                 f"({tuning.window_s:g} s, the adaptive window's maximum)")
     if "trials" in t and "sobol_trials" in t and tuning.sobol_trials > tuning.trials:

@@ -14,7 +14,8 @@ SEM maps by the delta method (sem / value). ITR is an integer range over the IND
 thinned to `TunerSettings.itr_resolution_us` (default 8 µs: 2, 10, ..., 1018 -> index 0..127; 2 gives every
 value of 2..1022), DVFS an ordered choice of the host's frequencies.
 
-Issue 6 options (all off by default; `TunerSettings`):
+Issue 6 options (off in `TunerSettings()`; on by default in `tuner replay` and the daemon's config, chosen by
+the 3-day replay benchmark):
 
 * `context`: a third parameter `load` = min(qps / context_max_qps, 1), pinned per retune with
   `get_next_trials(fixed_parameters=...)`; one `Optimizer` persists across retunes (`begin_retune(qps)`) and
@@ -145,6 +146,9 @@ class TunerSettings:
     torch_threads: int = 1
     sla_check: str = "ci"
     sla_margin_pct: float = 5.0
+    # issue 6: off in this dataclass (TunerSettings() is the dissertation's cold tuner, one retune per
+    # Optimizer); the product entry points -- `tuner replay` (preset "warm") and the daemon's config -- turn
+    # them on, because the 3-day replay benchmark shows each helps (README, section "replay")
     context: bool = False
     context_max_qps: float = 1e6
     # Ax's time per suggestion grows with the trials in the model (GP fit, qLogNEI's baseline): 100, not the

@@ -20,6 +20,11 @@ from tuner.errors import TunerError
 DEFAULT_PEAK_QPS = 600_000.0
 
 
+#: The tuner `tuner replay` runs unless `--tuner` says otherwise: the 3-day benchmark (README, section "replay")
+#: showed every issue-6 feature helps, so "warm"; "cold" is the dissertation's tuner.
+DEFAULT_PRESET = "warm"
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "replay",
@@ -56,13 +61,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="sigma of the per-window lognormal QPS factor on days >= 1, seeded by --seed "
                         "(default 0.05 = 5 %%; clipped to the peak)")
     t = p.add_argument_group("tuner (issue 6; a preset first, then each flag overrides it)")
-    t.add_argument("--tuner", dest="preset", default=None, metavar="cold|warm",
-                   help="cold: the dissertation's tuner (fresh experiment per window, 30 trials, every option "
-                        "below off); warm: context + stopping rule + safe exploration + adaptive windows")
+    t.add_argument("--tuner", dest="preset", default=DEFAULT_PRESET, metavar="cold|warm",
+                   help="warm (default, chosen by the 3-day benchmark): context + stopping rule + safe exploration "
+                        "+ adaptive windows; cold: the dissertation's tuner (fresh experiment per window, 30 "
+                        "trials, every option below off)")
     t.add_argument("--context", action=argparse.BooleanOptionalAction, default=None,
                    help="offered QPS as a model input; ONE experiment for the whole replay (all windows, days)")
     t.add_argument("--context-max-qps", type=str, default=None, help="QPS normaliser of the load input (default 1e6)")
-    t.add_argument("--history-max-trials", type=str, default=None, help="trials the contextual model keeps (400)")
+    t.add_argument("--history-max-trials", type=str, default=None, help="trials the contextual model keeps (100)")
     t.add_argument("--min-trials", type=str, default=None, help="trials per retune before it may stop (default 2)")
     t.add_argument("--stop-ei-pct", type=str, default=None,
                    help="stop a retune when one more trial's expected improvement < this %% of power (0 = off)")
@@ -137,7 +143,7 @@ def tuner_settings(args: argparse.Namespace) -> object:
     if args.preset is not None and args.preset not in TUNER_PRESETS:
         raise TunerError(f"--tuner {args.preset!r}: expected one of {', '.join(TUNER_PRESETS)}")
     try:
-        if args.preset is not None:
+        if args.preset is not None:  # always, from the command line (default DEFAULT_PRESET)
             return preset_settings(args.preset, TunerSettings(**base), **explicit)
         return TunerSettings(**{**base, **explicit})
     except TypeError as exc:  # a flag for a TunerSettings field this build does not have
