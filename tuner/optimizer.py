@@ -162,21 +162,17 @@ class TunerSettings:
     window_min_s: float = 2.0
 
     def __post_init__(self) -> None:
-        if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 1:
-            raise TunerError(f"trials must be an integer >= 1, got {self.trials!r}")
-        if isinstance(self.sobol_trials, bool) or not isinstance(self.sobol_trials, int) or self.sobol_trials < 1:
-            raise TunerError(f"sobol_trials must be an integer >= 1, got {self.sobol_trials!r}")
+        for name in ("trials", "sobol_trials", "itr_resolution_us", "torch_threads", "history_max_trials",
+                     "min_trials"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise TunerError(f"{name} must be an integer >= 1, got {v!r}")
         if not (self.settle_s >= 0 and math.isfinite(self.settle_s)):
             raise TunerError(f"settle_s must be >= 0 seconds, got {self.settle_s!r}")
         if not (self.window_s > 0 and math.isfinite(self.window_s)):
             raise TunerError(f"window_s must be > 0 seconds, got {self.window_s!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise TunerError(f"seed must be an integer, got {self.seed!r}")
-        if isinstance(self.itr_resolution_us, bool) or not isinstance(self.itr_resolution_us, int) \
-                or self.itr_resolution_us < 1:
-            raise TunerError(f"itr_resolution_us must be an integer >= 1, got {self.itr_resolution_us!r}")
-        if isinstance(self.torch_threads, bool) or not isinstance(self.torch_threads, int) or self.torch_threads < 1:
-            raise TunerError(f"torch_threads must be an integer >= 1, got {self.torch_threads!r}")
         if not (0.0 <= self.sla_margin_pct < 100.0):
             raise TunerError(f"sla_margin_pct must be in [0, 100), got {self.sla_margin_pct!r}")
         if self.sla_check not in SLA_CHECKS:
@@ -185,10 +181,6 @@ class TunerSettings:
             raise TunerError(f"context must be true or false, got {self.context!r}")
         if not _finite_above(self.context_max_qps, 0.0):
             raise TunerError(f"context_max_qps must be a number > 0 (requests/s), got {self.context_max_qps!r}")
-        for name in ("history_max_trials", "min_trials"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise TunerError(f"{name} must be an integer >= 1, got {v!r}")
         if not (_finite_above(self.stop_ei_pct, 0.0, strict=False) and self.stop_ei_pct < 100.0):
             raise TunerError(f"stop_ei_pct must be in [0, 100) (0 = off), got {self.stop_ei_pct!r}")
         if not (_finite_above(self.safe_delta, 0.0, strict=False) and self.safe_delta < 1.0):
