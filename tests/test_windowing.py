@@ -122,6 +122,21 @@ def test_adaptive_stops_at_max_s_when_the_ci_stays_wide():
     assert percentile_half_width(m, 99.0) > 0.05
 
 
+def test_adaptive_ends_a_window_whose_estimate_is_above_the_limit():
+    # p99 of exponential(100 µs) is ~460 µs; with 50 samples a second its CI stays wider than +-5 % for 10 s
+    wide = WindowPolicy(mode="adaptive", min_s=1.0, max_s=10.0, stop_above_us=250.0)
+    host = SampleHost(rate=50, seed=3)
+    m = measure_window(host, wide)
+    assert m.seconds == pytest.approx(1.0) and sum(host.asked) == pytest.approx(1.0)   # min_s, then stop
+    assert m.latency_us[99.0] > 250.0
+    # a limit the estimate stays under leaves the window as it was: grown to max_s
+    host = SampleHost(rate=50, seed=3)
+    assert measure_window(host, WindowPolicy(mode="adaptive", min_s=1.0, max_s=10.0,
+                                             stop_above_us=5000.0)).seconds == pytest.approx(10.0)
+    with pytest.raises(TunerError, match="stop_above_us"):
+        WindowPolicy(mode="adaptive", stop_above_us=0.0)
+
+
 def test_batch_check_catches_windows_that_differ_more_than_their_samples_say():
     # each window is shifted by ~8 %: the pooled order-statistic CI is tight, the windows are not
     pooled_only = WindowPolicy(mode="adaptive", min_s=2.0, max_s=20.0, batches=1)

@@ -51,6 +51,11 @@ from tuner.errors import HostError, TunerError
 POWER_REL_SEM = 0.01
 #: Floor for the relative SEM of the percentile (an order-statistic CI can collapse to zero width).
 LATENCY_REL_SEM_FLOOR = 0.005
+#: The percentile goes to Ax as ln(min(value, LATENCY_CAP_X x SLA)) (SEM LATENCY_CAP_SEM when capped): beyond a
+#: few times the SLA a point is simply infeasible, and a saturated window (10^2-10^4 x the SLA) left as it is
+#: pulls the GP's smooth fit of ln latency far off everywhere near it.
+LATENCY_CAP_X = 4.0
+LATENCY_CAP_SEM = 0.05
 
 #: `TunerSettings.sla_margin_pct` (default 5): the final choice needs the CI's upper end within SLA x (1 - 5 %).
 #: On the simulated host a point chosen from 20 s trials measured up to 10 % higher over the following hour
@@ -69,6 +74,16 @@ LOAD_TOLERANCE = 5e-3
 #: Abandoned Ax trials (safety substitutions, re-filed loads) tolerated before the experiment is rebuilt without
 #: them (`Optimizer._prune`).
 ABANDONED_MAX = 12
+#: `acquisition.supported`: moving to a LOWER ITR than the measured point counts this many times its distance.
+#: At a fixed frequency a lower ITR means more interrupts and more CPU per request, so latency climbs into
+#: saturation steeply that way, while a higher ITR only adds a bounded batching delay (dissertation ch. 5).
+SAFE_ITR_DOWN_WEIGHT = 3.0
+#: `acquisition.vetoed`: a point measured over the SLA rules out the points within this normalised ITR distance
+#: (0.06 of the range: ~60 µs on ixgbe) at its frequency or below, at its load or above.
+SAFE_VETO_RADIUS = 0.06
+#: Safe exploration's evidence rule (`TunerSettings.safe_radius`): a point measured within the limit at load L'
+#: vouches for its neighbourhood at loads up to L' / (1 - SAFE_LOAD_TOL), ~11 % above (day-to-day noise).
+SAFE_LOAD_TOL = 0.10
 
 
 def _finite_above(v: Any, lo: float, strict: bool = True) -> bool:
@@ -157,6 +172,12 @@ class TunerSettings:
     min_trials: int = 2
     stop_ei_pct: float = 0.0
     safe_delta: float = 0.0
+    # with safe_delta > 0: a point is tried only within this normalised knob distance of one measured within
+    # the limit at a load >= this one less SAFE_LOAD_TOL (acquisition.supported); 0 = the model's P alone
+    safe_radius: float = 0.2
+    # with safe_delta > 0: an SD of ln(percentile) added (in quadrature) to the model's own in P(SLA broken), for
+    # the model's error near the SLA, where latency bends faster than a smooth GP; 0 = the model's SD alone
+    safe_model_error: float = 0.0
     window_mode: str = "fixed"
     window_ci_pct: float = 5.0
     window_min_s: float = 2.0
@@ -185,6 +206,12 @@ class TunerSettings:
             raise TunerError(f"stop_ei_pct must be in [0, 100) (0 = off), got {self.stop_ei_pct!r}")
         if not (_finite_above(self.safe_delta, 0.0, strict=False) and self.safe_delta < 1.0):
             raise TunerError(f"safe_delta must be a probability in [0, 1) (0 = off), got {self.safe_delta!r}")
+        if not (_finite_above(self.safe_radius, 0.0, strict=False) and self.safe_radius <= 2.0):
+            raise TunerError(f"safe_radius must be in [0, 2] (normalised knob distance; 0 = off), "
+                             f"got {self.safe_radius!r}")
+        if not (_finite_above(self.safe_model_error, 0.0, strict=False) and self.safe_model_error <= 1.0):
+            raise TunerError(f"safe_model_error must be in [0, 1] (SD of ln latency; 0 = off), "
+                             f"got {self.safe_model_error!r}")
         if self.window_mode not in WINDOW_MODES:
             raise TunerError(f"window_mode {self.window_mode!r}: expected one of {', '.join(WINDOW_MODES)}")
         if not (_finite_above(self.window_ci_pct, 0.0) and self.window_ci_pct < 100.0):
@@ -218,7 +245,8 @@ class TrialRecord:
     """One trial: the point, the load it ran at, and what happened.
 
     `reward` is the reward's value (W for `constrained`); `settle` is the settle-period measurement (its
-    energy and time count against the exploration), `compute_s` the time Ax took to suggest the point.
+    energy and time count against the exploration), `compute_s` the optimiser's compute for the trial (the
+    stopping-rule check before it, Ax's suggestion and the safety filter).
     With safe exploration on, `p_violation` is the model's P(percentile > SLA) at this point and load when it
     was chosen (None: no model yet, e.g. a safe-start step) and `note` says why the point was tried when it
     is not Ax's own proposal.
@@ -418,6 +446,9 @@ class Optimizer:
         self._records: dict[int, TrialRecord] = {}
         self._pending: dict[int, _Pending] = {}
         self._line_t: dict[int, float] = {}       # safe-start trials: their position on the safe line
+        self._grid_cache: tuple[Any, dict[str, Any] | None] | None = None   # (key, last full-grid prediction)
+        self._stop_s = 0.0                        # compute of the stopping rule since the last suggestion
+        self._evidence_cache: tuple[Any, tuple[Any, Any, Any, Any]] | None = None
         self._next_index = 0
         self._retune_start: int | None = None
         self._load: float | None = None
@@ -524,9 +555,16 @@ class Optimizer:
         from tuner import acquisition
 
         gs = self._client._generation_strategy
+        observed = tuple(self._observed())
+        # the whole grid at one load is asked twice per trial (stopping rule, then safety filter) of the same
+        # fit: Ax refits only when the data changed, so the data (and the calibration error) key the answer
+        key = (id(self._client), observed, load, None if cells is None else tuple(cells)) \
+            if cells is None or len(cells) > 1 else None
+        if key is not None and self._grid_cache is not None and self._grid_cache[0] == key:
+            return self._grid_cache[1]
         with _no_warnings(self.settings.torch_threads):
             if refit:
-                if len(self._observed()) < self._init_budget():
+                if len(observed) < self._init_budget():
                     return None   # Ax would still be in its Sobol phase: no model to ask
                 # Ax's public "fit outside gen": moves past Sobol if due and refits only if the data changed
                 # (the next suggestion then reuses this fit).
@@ -544,10 +582,16 @@ class Optimizer:
         pw = np.array([p["power"][0] for p in preds], dtype=float)
         pw_sd = np.array([p["power"][1] for p in preds], dtype=float)
         sd0 = np.nan_to_num(sd, nan=0.0)
-        pv = acquisition.prob_violation(mu, sd0, self.objective.sla_us)
+        # P(SLA broken) with `safe_model_error` added to the model's SD; P(over the limit `best` applies) as the
+        # model sees it (the constrained EI's feasibility)
+        extra = self.settings.safe_model_error
+        pv = acquisition.prob_violation(mu, np.sqrt(sd0 ** 2 + extra ** 2), self.objective.sla_us)
         p_unmet = acquisition.prob_violation(mu, sd0, self._met_limit_us())
-        return {"cells": cells, "mu": mu, "sd": sd, "power": pw, "power_sd": np.nan_to_num(pw_sd, nan=0.0),
-                "p_violation": pv, "p_unmet": p_unmet}
+        out = {"cells": cells, "mu": mu, "sd": sd, "power": pw, "power_sd": np.nan_to_num(pw_sd, nan=0.0),
+               "p_violation": pv, "p_unmet": p_unmet, "unsafe": self._unsafe(pv, p_unmet)}
+        if key is not None:
+            self._grid_cache = (key, out)
+        return out
 
     def _met_limit_us(self) -> float:
         """The latency a point must stay under for `best` to take it: the SLA less `sla_margin_pct` with
@@ -559,6 +603,12 @@ class Optimizer:
             return self.objective.sla_us * (1 - self.settings.sla_margin_pct / 100.0)
         return self.objective.sla_us
 
+    def _unsafe(self, pv: Any, p_unmet: Any) -> Any:
+        """The safety gate's verdict per cell: P(SLA broken) > δ (calibrated), or the model's P(over the limit
+        `best` applies) > δ (trying a point `best` could never take only costs)."""
+        delta = self.settings.safe_delta
+        return (pv > delta) | (p_unmet > delta) if delta > 0 else pv < 0
+
     def _ei(self, grid: dict[str, Any], best_w: float) -> Any:
         """Constrained EI of one more trial per grid cell: EI of power below `best_w` x P(percentile within the
         limit `best` applies); with safe exploration, 0 at cells the filter would never let us try."""
@@ -566,7 +616,7 @@ class Optimizer:
 
         ei = acquisition.constrained_ei(grid["power"], grid["power_sd"], best_w, grid["p_unmet"])
         if self.settings.safe_delta > 0:
-            ei = ei * (grid["p_unmet"] <= self.settings.safe_delta)
+            ei = ei * ~grid["unsafe"]
         return ei
 
     def _cell_params(self, cell: tuple[int, int], load: float | None) -> dict[str, Any]:
@@ -591,6 +641,7 @@ class Optimizer:
             raise TunerError(f"begin_retune needs the offered load in requests/s (>= 0), got {qps!r}")
         self._retune_start = self._next_index
         self._load = self.settings.load_of(q) if self.settings.context else None
+        self._stop_s = 0.0
 
     def retune_trials(self) -> list[TrialRecord]:
         """Trials reported since the last `begin_retune` (all of them if it was never called)."""
@@ -690,7 +741,8 @@ class Optimizer:
             pend = _Pending(self._to_point(params), 0.0, ax_index, self._load)
             if safe:
                 pend = self._safety_filter(pend)
-        pend.compute_s = time.perf_counter() - t0
+        pend.compute_s = time.perf_counter() - t0 + self._stop_s
+        self._stop_s = 0.0
         index = self._next_index
         self._next_index += 1
         self._pending[index] = pend
@@ -708,13 +760,15 @@ class Optimizer:
         from tuner import acquisition
 
         tried = []
+        limit = self._met_limit_us()   # a step over it could never be chosen: it bounds the line like the SLA
         start = (self._retune_start or 0) if this_retune else -1
         for i, t in sorted(self._line_t.items()):
             if i < start:
                 continue
             r = self._records.get(i)
             if r is not None and r.status == _STATUS_COMPLETED and r.measurement is not None:
-                tried.append((t, self.objective.met(r.measurement)))
+                ratio = r.measurement.percentile(self.objective.percentile) / limit
+                tried.append((t, ratio <= 1.0, ratio))
         n = self._init_budget()
         t = acquisition.next_line_t(tried, 1.0 / max(n - 1, 1))
         cell = self._cell_at(acquisition.line_point(t))
@@ -724,58 +778,123 @@ class Optimizer:
         return _Pending(self._grid_point(cell), 0.0, ax_index, self._load, None, note, t)
 
     def _safety_filter(self, pend: _Pending) -> _Pending:
-        """Keep Ax's proposal if its modelled P(violation) <= safe_delta, else substitute the closest safe cell."""
+        """Keep Ax's proposal if the gate passes it (`_unsafe`) and it is near evidence (`_supported`), else
+        substitute the allowed cell of largest constrained EI (or the closest allowed one)."""
         import numpy as np
 
         from tuner import acquisition
 
         delta = self.settings.safe_delta
         prop = self._cell_of(pend.point)
+        evidence = self._evidence()
         # Ax just fitted the model on all data to propose; ask it about the proposal first (cheap), and about
-        # the whole grid (~0.5 s for 128 x 18 cells) only if the proposal is unsafe
+        # the cells near evidence (the whole grid, 128 x 18 cells, costs ~0.5 s) only if the proposal fails
         one = self._grid_model(self._load, refit=False, cells=[prop])
-        if one is not None and one["p_unmet"][0] <= delta:
+        near = bool(self._supported([prop], evidence)[0])
+        if one is not None and not one["unsafe"][0] and near:
             pend.p_violation = float(one["p_violation"][0])
             return pend
-        grid = None if one is None else self._grid_model(self._load, refit=False)
-        if grid is None:   # no predictive model (Ax still in its Sobol phase): do not try a random point
-            with _no_warnings():
-                self._client.mark_trial_abandoned(trial_index=pend.ax_index)
+        with _no_warnings():
+            self._client.mark_trial_abandoned(trial_index=pend.ax_index)
+        if one is None:   # no predictive model (Ax still in its Sobol phase): do not try a random point
             sub = self._safe_start()
             sub.note = "no model to check Ax's proposal; " + sub.note
             return sub
-        cells = grid["cells"]
+        why = (f"Ax proposed {pend.point} with P({_pct_text(self.objective.percentile)} > "
+               f"{self.objective.sla_us:g} µs) {one['p_violation'][0]:.3f}"
+               + (f" > δ {delta:g}" if one["unsafe"][0] else
+                  f", farther than {self.settings.safe_radius:g} from any point measured within the limit "
+                  f"at this load or above, or next to one measured over the SLA"))
+        cells = self._near_cells(evidence)
+        grid = self._grid_model(self._load, refit=False, cells=cells) if cells else None
+        ok = ~grid["unsafe"] if grid is not None else np.zeros(0, dtype=bool)
+        if not ok.any():   # no point both modelled safe and near evidence (e.g. a load above any measured)
+            sub = self._safe_start(this_retune=True)   # walk the safe line at this load
+            at = self._grid_model(self._load, refit=False, cells=[self._cell_of(sub.point)])
+            if at is not None:
+                sub.p_violation = float(at["p_violation"][0])
+            sub.note = (f"{why}; no point is within δ and near a point measured safe at this load or above, "
+                        f"stepping out from the safe corner instead "
+                        f"(model P {sub.p_violation if sub.p_violation is not None else math.nan:.3f}): "
+                        + sub.note.split(": ", 1)[-1])
+            return sub
+        assert grid is not None
         pv = grid["p_violation"]
-        gate = grid["p_unmet"]  # P(above the limit `best` applies): a point over it could never be chosen
-        k = cells.index(prop)
-        with _no_warnings():
-            self._client.mark_trial_abandoned(trial_index=pend.ax_index)
         coords = self._coords(cells)
-        ok = gate <= delta
+        target = self._coords([prop])[0]
         seen = {self._cell_of(r.point) for r in self.retune_trials() if r.status == _STATUS_COMPLETED}
         fresh = ok & np.array([c not in seen for c in cells])
         allowed = fresh if fresh.any() else ok
-        why = (f"Ax proposed {pend.point} with P({_pct_text(self.objective.percentile)} > "
-               f"{self.objective.sla_us:g} µs) {pv[k]:.3f} > δ {delta:g}")
         incumbent = self._incumbent_w(grid, allowed)
         ei = self._ei(grid, incumbent) * allowed if incumbent is not None else None
         if ei is not None and float(ei.max()) > 0:
             top = ei >= float(ei.max()) * (1 - 1e-9)
-            j = acquisition.nearest(coords, coords[k], top, tiebreak=pv)
+            j = acquisition.nearest(coords, target, top, tiebreak=pv)
             note = (f"{why}; tried the safe point of largest expected improvement instead "
                     f"({float(ei[j]):.3g} W below {incumbent:.1f} W)")
-        elif ok.any():
-            j = acquisition.nearest(coords, coords[k], allowed, tiebreak=pv)
+        else:
+            j = acquisition.nearest(coords, target, allowed, tiebreak=pv)
             note = f"{why}; tried the closest safe point instead"
-        else:   # the model deems every point unsafe here (e.g. a load it never saw): walk the safe line
-            sub = self._safe_start(this_retune=True)
-            j = cells.index(self._cell_of(sub.point))
-            sub.p_violation = float(pv[j])
-            sub.note = (f"{why}; no point is within δ at this load, stepping out from the safe corner instead "
-                        f"(model P {pv[j]:.3f}): " + sub.note.split(": ", 1)[-1])
-            return sub
         cell = cells[j]
         return _Pending(self._grid_point(cell), 0.0, self._attach(cell), self._load, float(pv[j]), note)
+
+    def _near_cells(self, evidence: tuple[Any, Any, Any, Any]) -> list[tuple[int, int]]:
+        """The grid cells `_supported` at this load: the only ones the safety filter may choose, so the only
+        ones the model is asked about (and the stopping rule's EI ranges over)."""
+        cells = self._grid()
+        mask = self._supported(cells, evidence)
+        return [c for c, m in zip(cells, mask) if m]
+
+    def _evidence(self) -> tuple[Any, Any, Any, Any]:
+        """Every completed trial in the model: normalised knob coordinates (n x 2), load (normalised; 0 without
+        context), whether its percentile was within the limit `best` applies (`_met_limit_us`) and whether it
+        was over the SLA."""
+        import numpy as np
+
+        from ax.core.base_trial import TrialStatus
+
+        exp = self._client._experiment
+        done = sorted(exp.trial_indices_by_status[TrialStatus.COMPLETED])
+        key = (id(self._client), tuple(done))
+        if self._evidence_cache is not None and self._evidence_cache[0] == key:
+            return self._evidence_cache[1]
+        lat: dict[int, float] = {}
+        if done:
+            df = exp.lookup_data(trial_indices=done).df
+            rows = df[df["metric_name"] == "log_latency"]
+            lat = {int(t): float(v) for t, v in zip(rows["trial_index"], rows["mean"])}
+        cells, loads, met, broke = [], [], [], []
+        limit = math.log(self._met_limit_us())
+        sla = math.log(self.objective.sla_us)
+        for ti in done:
+            if ti not in lat:
+                continue
+            params = exp.trials[ti].arm.parameters
+            cells.append(self._cell_of(self._to_point(params)))
+            loads.append(float(params.get("load", 0.0)))
+            met.append(lat[ti] <= limit)
+            broke.append(lat[ti] > sla)
+        out = (self._coords(cells), np.array(loads, dtype=float), np.array(met, dtype=bool),
+               np.array(broke, dtype=bool))
+        self._evidence_cache = (key, out)
+        return out
+
+    def _supported(self, cells: Sequence[tuple[int, int]], evidence: tuple[Any, Any, Any, Any]) -> Any:
+        """Grid `cells` the evidence allows at this retune's load: `acquisition.supported` (near a point measured
+        within the limit) and not `acquisition.vetoed` (next to one measured over the SLA); all True when
+        `safe_radius` or `safe_delta` is 0."""
+        import numpy as np
+
+        from tuner import acquisition
+
+        if self.settings.safe_radius <= 0 or self.settings.safe_delta <= 0:
+            return np.ones(len(cells), dtype=bool)
+        ev, ev_load, ev_met, ev_broke = evidence
+        coords = self._coords(cells)
+        near = acquisition.supported(coords, ev, ev_load, ev_met, self._load, self.settings.safe_radius,
+                                     SAFE_LOAD_TOL, SAFE_ITR_DOWN_WEIGHT)
+        return near & ~acquisition.vetoed(coords, ev, ev_load, ev_broke, self._load, SAFE_VETO_RADIUS,
+                                          SAFE_LOAD_TOL)
 
     def _incumbent_w(self, grid: dict[str, Any], allowed: Any) -> float | None:
         """Power to improve on: the best SLA-meeting power measured in this retune, else the model's lowest
@@ -804,8 +923,12 @@ class Optimizer:
         j_sem = power_sem(m)
         if not (math.isfinite(p) and p > 0 and math.isfinite(j) and j > 0):
             raise ValueError(f"non-finite or non-positive measurement: {_pct_text(pct)} {p!r} µs, power {j!r} W")
-        data: dict[str, float | tuple[float, float]] = {
-            "power": (j, j_sem), "log_latency": math.log(p) if p_sem is None else (math.log(p), p_sem / p)}
+        cap = LATENCY_CAP_X * self.objective.sla_us
+        if p > cap:   # far over the SLA (saturated): modelled at the cap, so one outlier does not bend the GP
+            log_lat: float | tuple[float, float] = (math.log(cap), LATENCY_CAP_SEM)
+        else:
+            log_lat = math.log(p) if p_sem is None else (math.log(p), p_sem / p)
+        data: dict[str, float | tuple[float, float]] = {"power": (j, j_sem), "log_latency": log_lat}
         if not self._reward.constrained:
             r = self._reward(j, p, self.objective.sla_us)
             if p_sem is None:
@@ -864,6 +987,15 @@ class Optimizer:
 
     # -- decisions
     def should_stop(self) -> tuple[bool, str]:
+        """Whether the current retune should end, and why (`_should_stop`); its compute time counts in the
+        next suggestion's `compute_s`."""
+        t0 = time.perf_counter()
+        try:
+            return self._should_stop()
+        finally:
+            self._stop_s += time.perf_counter() - t0
+
+    def _should_stop(self) -> tuple[bool, str]:
         """Whether the current retune should end, and why.
 
         True once `settings.trials` trials of this retune were reported. With `stop_ei_pct` > 0, also after
@@ -887,7 +1019,10 @@ class Optimizer:
         if not d.met_sla or d.measurement is None:
             return False, "no trial of this retune met the SLA yet"
         best_w = d.measurement.power_w
-        grid = self._grid_model(self._load, refit=True)
+        cells = self._near_cells(self._evidence()) if s.safe_delta > 0 and s.safe_radius > 0 else None
+        if cells is not None and not cells:
+            return False, "no point near one measured within the limit at this load or above yet"
+        grid = self._grid_model(self._load, refit=True, cells=cells)
         if grid is None:
             return False, "no model yet"
         ei = self._ei(grid, best_w)
@@ -1022,6 +1157,7 @@ class Optimizer:
             self._retune_start = None if retune.get("start") is None else int(retune["start"])
             self._load = _opt_float(retune.get("load"))
             self._line_t = {int(i): float(t) for i, t in (d.get("line_t") or {}).items()}
+            self._grid_cache, self._stop_s, self._evidence_cache = None, 0.0, None
             with _no_warnings():
                 self._client = Client._from_json_snapshot(d["ax"])
                 _small_acqf_batches(self._client)
@@ -1040,13 +1176,17 @@ def run_trial(host: Host, optimizer: Optimizer, settings: TunerSettings) -> Tria
     """Suggest a point, apply it, settle (measured), measure a window and report; host errors -> failed trial.
 
     The window is `settings.window_s` long, or with `window_mode="adaptive"` sized by
-    `tuner.windowing.measure_window` (grown until the percentile's CI is narrow enough, at most `window_s`).
+    `tuner.windowing.measure_window`: grown until the percentile's CI is narrow enough (at most `window_s`),
+    or ended after `window_min_s` once the estimate is above the limit `best` applies -- such a point can
+    never be chosen (its CI's upper end would have to be within the limit), and measuring it longer only
+    keeps users over or near the SLA.
     """
     measure: Callable[[], Measurement] = lambda: host.measure(settings.window_s)  # noqa: E731
     if settings.window_mode == "adaptive":
         from tuner.windowing import WindowPolicy, measure_window
 
-        policy = WindowPolicy.from_settings(settings, optimizer.objective.percentile)
+        policy = WindowPolicy.from_settings(settings, optimizer.objective.percentile,
+                                            stop_above_us=optimizer._met_limit_us())
         measure = lambda: measure_window(host, policy)  # noqa: E731
     index, point = optimizer.suggest()
     settle: Measurement | None = None

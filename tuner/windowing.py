@@ -68,6 +68,10 @@ class WindowPolicy:
     min_s: float = 2.0
     max_s: float = 20.0
     batches: int = 3  # chunks in min_s, and the fewest behind a batch-means CI; 1 = order statistics only
+    # adaptive: end the window once the percentile's estimate is above this (µs) after `min_s`: the tuner passes
+    # the limit its final choice applies, which a point measured above can never meet, so more seconds there
+    # only keep users near or over the SLA (and a saturated point never narrows its CI)
+    stop_above_us: float | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -84,9 +88,11 @@ class WindowPolicy:
             raise TunerError(f"window min_s {self.min_s!r}: expected 0 < min_s <= max_s ({self.max_s!r} s)")
         if isinstance(self.batches, bool) or not isinstance(self.batches, int) or not 1 <= self.batches <= 100:
             raise TunerError(f"window batches {self.batches!r}: expected an integer 1..100")
+        if self.stop_above_us is not None and not (_finite(self.stop_above_us) and self.stop_above_us > 0):
+            raise TunerError(f"window stop_above_us {self.stop_above_us!r}: expected µs > 0 or None")
 
     @classmethod
-    def from_settings(cls, settings: Any, percentile: float) -> WindowPolicy:
+    def from_settings(cls, settings: Any, percentile: float, stop_above_us: float | None = None) -> WindowPolicy:
         """The policy of `TunerSettings` (window_mode, window_ci_pct, window_min_s, window_s as max_s).
 
         `window_min_s` is capped at `window_s`, so a short fixed window setting stays valid.
@@ -98,6 +104,7 @@ class WindowPolicy:
             ci_pct=float(getattr(settings, "window_ci_pct", 5.0)),
             min_s=min(float(getattr(settings, "window_min_s", 2.0)), max_s),
             max_s=max_s,
+            stop_above_us=stop_above_us,
         )
 
 
@@ -220,7 +227,7 @@ def measure_window(host: Host, policy: WindowPolicy) -> Measurement:
             chunk = min_chunk
         else:
             h = window_half_width(total, chunks, policy)
-            if h <= target:
+            if h <= target or _estimate_above(total, policy):
                 return _finish(total, chunks)
             remaining = policy.max_s - asked
             if remaining <= 1e-9 * policy.max_s:
@@ -233,6 +240,14 @@ def measure_window(host: Host, policy: WindowPolicy) -> Measurement:
                              "distribution after the first had one; cannot pool it (use window_mode fixed)")
         total = Measurement.merge(total, m)
         chunks.append(m)
+
+
+def _estimate_above(total: Measurement, policy: WindowPolicy) -> bool:
+    """Whether the pooled percentile's estimate is above `policy.stop_above_us`."""
+    if policy.stop_above_us is None:
+        return False
+    est = total.latency_us.get(policy.percentile)
+    return est is not None and _finite(est) and est > policy.stop_above_us
 
 
 def _fallback(host: Host, first: Measurement, first_s: float, policy: WindowPolicy) -> Measurement:
