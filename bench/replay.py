@@ -19,10 +19,10 @@ day-to-day noise (`traces.schedule.repeat_days`, `--day-noise 0.05`, `--schedule
 every seed and variant), then `--every` keeps every N-th window of EACH day. Per seed, linux-default and the
 oracle run once, and each tuner variant runs on its own host of that seed: `cold` (the dissertation's tuner,
 `tuner.replay.TUNER_PRESETS`) and `warm` (context + stopping rule + safe exploration + adaptive windows), plus
-with `--ablations` warm without one feature each (`warm-no-safety`, `warm-no-adaptive`, `warm-no-stop`,
-`warm-no-context`). JSON per variant and day: trials per retune, energy vs the oracle and saved vs
-linux-default, SLA-violating windows, exploration seconds above the SLA (and % of trial time), trial window
-time saved vs fixed 20 s windows; a markdown table goes to stderr at the end. Default SLA here: 99 % < 500 µs.
+with `--ablations` warm without one feature each (`warm-no-safety`, `warm-no-evidence` = safe_radius 0,
+`warm-no-adaptive`, `warm-no-stop`, `warm-no-context`). JSON per variant and day: trials per retune, energy
+vs the oracle and saved vs linux-default, SLA-violating windows, exploration seconds above the SLA (and % of
+trial time), trial window time saved vs fixed 20 s windows; a markdown table goes to stderr at the end. Default SLA here: 99 % < 500 µs.
 
     .venv/bin/python bench/replay.py --days 3 --every 3 --seeds 2           # 8 windows a day
     .venv/bin/python bench/replay.py --days 3 --quick                       # every 6th window, 1 seed
@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slas", default=None, help="default 99:500,90:500,99:200 (one day), 99:500 (--days >= 2)")
     ap.add_argument("--trials", type=int, default=30)
     ap.add_argument("--sobol-trials", type=int, default=8)
-    ap.add_argument("--itr-resolution", type=int, default=8)
+    ap.add_argument("--itr-resolution", type=int, default=None,
+                    help="µs (default 8 single-day; multi-day: each variant's preset, 16 warm / 8 cold)")
     ap.add_argument("--sla-margins", default=None,
                     help="comma list of TunerSettings.sla_margin_pct values to compare (default: the default)")
     ap.add_argument("--peak-qps", type=float, default=600_000.0)
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
                          "e.g. --warm-set stop_ei_pct=2")
     ap.add_argument("--verbose", "-v", action="store_true", help="multi-day: one stderr line per tuner window")
     ap.add_argument("--ablations", action="store_true",
-                    help="multi-day: add warm-no-safety, warm-no-adaptive, warm-no-stop, warm-no-context")
+                    help="multi-day: add warm-no-safety, warm-no-evidence, warm-no-adaptive, warm-no-stop, warm-no-context")
     args = ap.parse_args(argv)
     if args.days >= 2:
         return multi_day(args)
@@ -126,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             for seed in range(args.seed0, args.seed0 + args.seeds):
                 obj = Objective(reward, pct, sla)
                 settings = TunerSettings(trials=args.trials, sobol_trials=args.sobol_trials, seed=seed,
-                                         itr_resolution_us=args.itr_resolution, sla_margin_pct=margin)
+                                         itr_resolution_us=args.itr_resolution or 8, sla_margin_pct=margin)
                 t0 = time.perf_counter()
                 res = replay(lambda seed=seed: make_host("sim", seed=seed), windows, obj, settings,
                              policies=("tuner", "linux-default", "oracle"), host_label="sim",
@@ -168,11 +169,12 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     "cold": ("cold", {}),
     "warm": ("warm", {}),
     "warm-no-safety": ("warm", {"safe_delta": 0.0}),
+    "warm-no-evidence": ("warm", {"safe_radius": 0.0}),
     "warm-no-adaptive": ("warm", {"window_mode": "fixed"}),
     "warm-no-stop": ("warm", {"stop_ei_pct": 0.0}),
     "warm-no-context": ("warm", {"context": False}),
 }
-ABLATIONS = ("warm-no-safety", "warm-no-adaptive", "warm-no-stop", "warm-no-context")
+ABLATIONS = ("warm-no-safety", "warm-no-evidence", "warm-no-adaptive", "warm-no-stop", "warm-no-context")
 #: Per-day metrics reported for each variant (keys of `tuner.replay.policy_summary`).
 DAY_KEYS = ("trials_per_retune", "ratio_to_oracle", "saved_vs_linux_default_pct", "sla_violating_windows",
             "sla_violating_windows_significant", "explore_above_sla_s", "explore_s", "explore_above_sla_pct",
@@ -224,11 +226,12 @@ def multi_day(args: argparse.Namespace) -> int:
     for w in windows:
         memo[(round(w.qps, 6), pct, sla)] = oracle_point(oracle_host, obj, w.qps)
     out["oracle_compute_s"] = time.perf_counter() - t0
-    base_settings = TunerSettings(trials=args.trials, sobol_trials=args.sobol_trials,
-                                  itr_resolution_us=args.itr_resolution)
+    base_settings = TunerSettings(trials=args.trials, sobol_trials=args.sobol_trials)
+    explicit = {"itr_resolution_us": args.itr_resolution} if args.itr_resolution else {}
+
     def variant_fields(name: str) -> tuple[str, dict]:
         preset, over = VARIANTS[name]
-        return preset, {"trials": args.trials, **(warm_over if preset == "warm" else {}), **over}
+        return preset, {"trials": args.trials, **explicit, **(warm_over if preset == "warm" else {}), **over}
 
     for name in names:
         preset, over = variant_fields(name)

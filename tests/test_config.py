@@ -142,6 +142,8 @@ history_max_trials = 300
 min_trials = 3
 stop_ei_pct = 1.5
 safe_delta = 0.05
+safe_radius = 0.3
+safe_model_error = 0.05
 window_mode = "adaptive"
 window_ci_pct = 4
 window_min_s = 1.5
@@ -154,6 +156,7 @@ keep_trials = 500
     t = cfg.tuning
     assert (t.context, t.context_max_qps, t.history_max_trials, t.min_trials, t.stop_ei_pct, t.safe_delta,
             t.window_mode, t.window_ci_pct, t.window_min_s) == (True, 8e5, 300, 3, 1.5, 0.05, "adaptive", 4.0, 1.5)
+    assert t.safe_radius == 0.3 and t.safe_model_error == 0.05
     assert cfg.history.warm_start and cfg.history.keep_trials == 500 and cfg.warm_start
     assert cfg.history_path == (tmp_path / "h" / "trials.jsonl").resolve()
     plain = parse_config("[state]\ndir = \"st\"\n", tmp_path / "c.toml")
@@ -187,6 +190,7 @@ stop_ei_pct = 100
 safe_delta = 1
 window_mode = "clever"
 window_ci_pct = 0
+safe_radius = 3
 [history]
 warm_start = 1
 keep_trials = 0
@@ -203,9 +207,10 @@ colour = "red"
         f"{f}:8: tuning.safe_delta: expected a probability in [0, 1) (0 = off), got 1",
         f"{f}:9: tuning.window_mode: expected one of 'fixed', 'adaptive', got 'clever'",
         f"{f}:10: tuning.window_ci_pct: expected a percentage in (0, 100), got 0",
-        f"{f}:12: history.warm_start: expected true or false, got 1",
-        f"{f}:13: history.keep_trials: expected 1..1000000, got 0",
-        f"{f}:14: history.colour: unknown key: expected one of file, keep_trials, warm_start",
+        f"{f}:11: tuning.safe_radius: expected a normalised knob distance in [0, 2] (0 = off), got 3",
+        f"{f}:13: history.warm_start: expected true or false, got 1",
+        f"{f}:14: history.keep_trials: expected 1..1000000, got 0",
+        f"{f}:15: history.colour: unknown key: expected one of file, keep_trials, warm_start",
     ]
     for want in expected:
         assert want in lines, (want, lines)

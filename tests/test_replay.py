@@ -151,6 +151,8 @@ def test_cli_short_replay_writes_report(tmp_path: Path, capsys: pytest.CaptureFi
         (["--tuner", "hot"], "--tuner 'hot': expected one of cold, warm"),
         (["--window-mode", "auto"], "--window-mode 'auto': expected one of fixed, adaptive"),
         (["--safe-delta", "1"], "--safe-delta '1': expected a probability in [0, 1)"),
+        (["--safe-radius", "2.5"], "--safe-radius '2.5': expected a normalised knob distance in [0, 2]"),
+        (["--safe-model-error", "-1"], "--safe-model-error '-1': expected a number >= 0"),
         (["--stop-ei-pct", "x"], "--stop-ei-pct 'x': expected a number"),
         (["--min-trials", "0"], "--min-trials '0': expected a number >= 1"),
         (["--context-max-qps", "0"], "--context-max-qps '0': expected a number > 0"),

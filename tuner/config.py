@@ -68,10 +68,13 @@ class TuningConfig:
     # issue 6 (the optimiser's `TunerSettings` fields of the same names and defaults: all on)
     context: bool = True
     context_max_qps: float = 1e6
+    itr_resolution_us: int = 16
     history_max_trials: int = 100
     min_trials: int = 2
     stop_ei_pct: float = 1.0
     safe_delta: float = 0.05
+    safe_radius: float = 0.2
+    safe_model_error: float = 0.0
     window_mode: str = "adaptive"
     window_ci_pct: float = 5.0
     window_min_s: float = 2.0
@@ -80,8 +83,9 @@ class TuningConfig:
 #: `tuning.window_mode` values (see `tuner.windowing`).
 WINDOW_MODES: tuple[str, ...] = ("fixed", "adaptive")
 #: `TuningConfig` fields passed to the optimiser's `TunerSettings` under the same names (issue 6).
-SETTINGS_FIELDS: tuple[str, ...] = ("context", "context_max_qps", "history_max_trials", "min_trials",
-                                    "stop_ei_pct", "safe_delta", "window_mode", "window_ci_pct", "window_min_s")
+SETTINGS_FIELDS: tuple[str, ...] = ("context", "context_max_qps", "itr_resolution_us", "history_max_trials", "min_trials",
+                                    "stop_ei_pct", "safe_delta", "safe_radius", "safe_model_error",
+                                    "window_mode", "window_ci_pct", "window_min_s")
 
 
 @dataclass(frozen=True)
@@ -343,6 +347,8 @@ def parse_config(text: str, path: Path) -> Config:
                                    lambda v: None if 0 <= v <= 1000 else "a percentage in [0, 1000]"),
         context=c.get(t, "tuning", "context", d.context, "bool"),
         context_max_qps=c.get(t, "tuning", "context_max_qps", d.context_max_qps, "float", _positive),
+        itr_resolution_us=c.get(t, "tuning", "itr_resolution_us", d.itr_resolution_us, "int",
+                                lambda v: None if 1 <= v <= 1024 else "1..1024 µs"),
         history_max_trials=c.get(t, "tuning", "history_max_trials", d.history_max_trials, "int",
                                  lambda v: None if 1 <= v <= 100_000 else "1..100000"),
         min_trials=c.get(t, "tuning", "min_trials", d.min_trials, "int",
@@ -351,6 +357,10 @@ def parse_config(text: str, path: Path) -> Config:
                           lambda v: None if 0 <= v < 100 else "a percentage in [0, 100) (0 = off)"),
         safe_delta=c.get(t, "tuning", "safe_delta", d.safe_delta, "float",
                          lambda v: None if 0 <= v < 1 else "a probability in [0, 1) (0 = off)"),
+        safe_radius=c.get(t, "tuning", "safe_radius", d.safe_radius, "float",
+                          lambda v: None if 0 <= v <= 2 else "a normalised knob distance in [0, 2] (0 = off)"),
+        safe_model_error=c.get(t, "tuning", "safe_model_error", d.safe_model_error, "float",
+                               lambda v: None if 0 <= v <= 1 else "an SD of ln latency in [0, 1] (0 = off)"),
         window_mode=c.get(t, "tuning", "window_mode", d.window_mode, "str",
                           lambda v: None if v in WINDOW_MODES else "one of " + ", ".join(map(repr, WINDOW_MODES))),
         window_ci_pct=c.get(t, "tuning", "window_ci_pct", d.window_ci_pct, "float",

@@ -46,8 +46,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--sobol-trials", type=str, default="8", help="quasi-random trials before the GP (default 8)")
     p.add_argument("--settle", type=str, default="1", help="settle time per trial, s (default 1)")
     p.add_argument("--window", type=str, default="20", help="measurement window per trial, s (default 20)")
-    p.add_argument("--itr-resolution", type=str, default="8",
-                   help="ITR grid the optimiser searches, µs (default 8; 2 = every ixgbe value, ~3x slower per suggestion)")
+    p.add_argument("--itr-resolution", type=str, default=None,
+                   help="ITR grid the optimiser searches, µs (default: 16 for --tuner warm, 8 for cold; 2 = every "
+                        "ixgbe value, several times slower per suggestion)")
     p.add_argument("--oracle-exhaustive", action="store_true",
                    help="oracle evaluates every ITR value instead of coarse-to-fine (slow on the simulated host)")
     p.add_argument("--seed", type=int, default=0, help="seed for the host and the optimiser (default 0)")
@@ -74,6 +75,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="stop a retune when one more trial's expected improvement < this %% of power (0 = off)")
     t.add_argument("--safe-delta", type=str, default=None,
                    help="only try points whose modelled P(percentile > SLA) <= this (0 = off, e.g. 0.05)")
+    t.add_argument("--safe-radius", type=str, default=None,
+                   help="with --safe-delta: only try points within this normalised knob distance of one measured "
+                        "within the SLA at this load or up to ~11 %% below (0 = off; default 0.2)")
+    t.add_argument("--safe-model-error", type=str, default=None,
+                   help="with --safe-delta: SD of ln latency added to the model's in P(SLA broken) (default 0)")
     t.add_argument("--window-mode", default=None, metavar="fixed|adaptive",
                    help="fixed --window s per trial, or adaptive: grow until the percentile's CI is within "
                         "+-window-ci-pct (max --window s)")
@@ -111,9 +117,11 @@ def tuner_settings(args: argparse.Namespace) -> object:
         "settle_s": _num(args.settle, "--settle", minimum=0, strict=False),
         "window_s": _num(args.window, "--window", minimum=0),
         "seed": args.seed,
-        "itr_resolution_us": int(_num(args.itr_resolution, "--itr-resolution", integer=True, minimum=1, strict=False)),
     }
     explicit: dict[str, object] = {}
+    if args.itr_resolution is not None:
+        explicit["itr_resolution_us"] = int(_num(args.itr_resolution, "--itr-resolution", integer=True, minimum=1,
+                                                 strict=False))
     if args.trials is not None:
         explicit["trials"] = int(_num(args.trials, "--trials", integer=True, minimum=1, strict=False))
     if args.context is not None:
@@ -132,6 +140,18 @@ def tuner_settings(args: argparse.Namespace) -> object:
         if delta >= 1:
             raise TunerError(f"--safe-delta {args.safe_delta!r}: expected a probability in [0, 1) (0 = off)")
         explicit["safe_delta"] = delta
+    if args.safe_radius is not None:
+        radius = _num(args.safe_radius, "--safe-radius", minimum=0, strict=False)
+        if radius > 2:
+            raise TunerError(f"--safe-radius {args.safe_radius!r}: expected a normalised knob distance in [0, 2] "
+                             "(0 = off)")
+        explicit["safe_radius"] = radius
+    if args.safe_model_error is not None:
+        err = _num(args.safe_model_error, "--safe-model-error", minimum=0, strict=False)
+        if err > 1:
+            raise TunerError(f"--safe-model-error {args.safe_model_error!r}: expected an SD of ln latency in [0, 1] "
+                             "(0 = off)")
+        explicit["safe_model_error"] = err
     if args.window_mode is not None:
         if args.window_mode not in WINDOW_MODES:
             raise TunerError(f"--window-mode {args.window_mode!r}: expected one of {', '.join(WINDOW_MODES)}")
