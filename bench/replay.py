@@ -10,6 +10,7 @@ full 24-window replay <= 300 s.
     .venv/bin/python bench/replay.py [--seeds 5] [--hours 24] [--rewards constrained] [--slas 99:500,90:500,99:200]
     .venv/bin/python bench/replay.py --quick      # 6 windows (hours 12-17), 2 seeds: for iteration
     .venv/bin/python bench/replay.py --every 3    # windows 0, 3, ..., 21 of the day
+    .venv/bin/python bench/replay.py --every 6 --tuner warm   # the default tuner of `tuner replay` (cold: the dissertation's)
 
 The oracle's point per (window load, SLA) does not depend on the seed and is computed once (coarse-to-fine;
 `--check-oracle` also compares it with the exhaustive grid on the first SLA's windows).
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trials", type=int, default=30)
     ap.add_argument("--sobol-trials", type=int, default=8)
     ap.add_argument("--itr-resolution", type=int, default=None,
-                    help="µs (default 8 single-day; multi-day: each variant's preset, 16 warm / 8 cold)")
+                    help="µs (default: the preset's, 16 warm / 8 cold)")
     ap.add_argument("--sla-margins", default=None,
                     help="comma list of TunerSettings.sla_margin_pct values to compare (default: the default)")
     ap.add_argument("--peak-qps", type=float, default=600_000.0)
@@ -75,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--days", type=int, default=1, help="multi-day mode when >= 2 (see the module docstring)")
     ap.add_argument("--day-noise", type=float, default=None, help="day-to-day QPS noise sigma (default 0.05)")
     ap.add_argument("--schedule-seed", type=int, default=0, help="seed of the day-to-day noise (default 0)")
+    ap.add_argument("--tuner", default="cold", choices=("cold", "warm"),
+                    help="single-day: the tuner preset (default cold, the dissertation's; warm = the default of "
+                         "`tuner replay`, one contextual experiment across the replayed windows)")
     ap.add_argument("--variants", default="cold,warm", help="multi-day: comma list of tuner variants")
     ap.add_argument("--warm-set", action="append", default=[], metavar="FIELD=VALUE",
                     help="multi-day: override a TunerSettings field in every warm variant (repeatable), "
@@ -92,14 +96,14 @@ def main(argv: list[str] | None = None) -> int:
 
     from tuner.hosts import make_host
     from tuner.optimizer import Objective, TunerSettings
-    from tuner.replay import ReplayWindow, oracle_point, policy_summary, replay
+    from tuner.replay import ReplayWindow, oracle_point, policy_summary, preset_settings, replay
     from traces.schedule import load_schedule, sample_trace_path
 
     sched = load_schedule(sample_trace_path(), peak_qps=args.peak_qps)
     windows = [ReplayWindow(w.index, w.start_s, w.seconds, w.qps) for w in sched.windows]
     windows = windows[args.start_hour:args.start_hour + int(args.hours)][::args.every]
     slas = [(float(a), float(b)) for a, b in (x.split(":") for x in args.slas.split(","))]
-    out: dict = {"command": " ".join(sys.argv), "windows": len(windows),
+    out: dict = {"command": " ".join(sys.argv), "tuner": args.tuner, "windows": len(windows),
                  "qps": [round(w.qps) for w in windows], "targets": TARGETS, "runs": [], "aggregate": {}}
 
     memo: dict = {}
@@ -126,8 +130,11 @@ def main(argv: list[str] | None = None) -> int:
             rows = []
             for seed in range(args.seed0, args.seed0 + args.seeds):
                 obj = Objective(reward, pct, sla)
-                settings = TunerSettings(trials=args.trials, sobol_trials=args.sobol_trials, seed=seed,
-                                         itr_resolution_us=args.itr_resolution or 8, sla_margin_pct=margin)
+                base = TunerSettings(trials=args.trials, sobol_trials=args.sobol_trials, seed=seed,
+                                     sla_margin_pct=margin)
+                settings = preset_settings(args.tuner, base, trials=args.trials,
+                                           **({"itr_resolution_us": args.itr_resolution} if args.itr_resolution
+                                              else {}))
                 t0 = time.perf_counter()
                 res = replay(lambda seed=seed: make_host("sim", seed=seed), windows, obj, settings,
                              policies=("tuner", "linux-default", "oracle"), host_label="sim",
