@@ -13,9 +13,17 @@ from tests.fakes import FakeHost
 from tests.test_contextual import OBJ, SMALL, ctx, history, meas
 from tuner import acquisition
 from tuner.errors import TunerError
-from tuner.optimizer import SAFE_LOAD_TOL, Optimizer, TunerSettings
+from tuner.optimizer import SAFE_ITR_DOWN_WEIGHT, SAFE_LOAD_TOL, Optimizer, TunerSettings
 
 CORNER = OperatingPoint(SMALL.itr_us[0], SMALL.dvfs_ghz[-1])
+
+
+def seeded(**kw) -> tuple[Optimizer, TunerSettings]:
+    """A safe contextual optimiser (16 µs grid) seeded with 30 fake-host trials at 80-160 kQPS; `kw` overrides."""
+    s = ctx(**{"trials": 8, "safe_delta": 0.05, "itr_resolution_us": 16, **kw})
+    opt = Optimizer(SMALL, OBJ, s)
+    assert opt.add_history(history(30, qps_range=(80_000, 160_000))) == 30
+    return opt, s
 
 
 # ------------------------------------------------------------------------------------------- pure math
@@ -57,9 +65,7 @@ def test_vetoed_rules_out_neighbours_of_a_violation_at_its_frequency_or_below_an
 
 
 def test_the_filter_never_tries_next_to_a_point_just_measured_over_the_sla() -> None:
-    s = ctx(trials=8, safe_delta=0.05, itr_resolution_us=16)
-    opt = Optimizer(SMALL, OBJ, s)
-    opt.add_history(history(30, qps_range=(80_000, 160_000)))
+    opt, s = seeded()
     opt.begin_retune(120_000)
     i, p = opt.suggest()
     opt.complete(i, meas(900, 25, qps=120_000), 120_000)        # whatever it was, it broke the SLA badly
@@ -98,16 +104,16 @@ def test_safe_radius_is_validated_in_one_line() -> None:
 
 
 def _dist(a: OperatingPoint, b: OperatingPoint) -> float:
-    """Normalised knob distance as `acquisition.supported` measures it (raising the frequency is free)."""
+    """Normalised knob distance of candidate `a` from evidence `b` as `acquisition.supported` measures it
+    (raising the frequency is free, lowering the ITR counts SAFE_ITR_DOWN_WEIGHT times)."""
     di = (SMALL.itr_us.index(a.itr_us) - SMALL.itr_us.index(b.itr_us)) / (len(SMALL.itr_us) - 1)
+    di *= SAFE_ITR_DOWN_WEIGHT if di < 0 else 1.0
     dj = max(SMALL.dvfs_ghz.index(b.dvfs_ghz) - SMALL.dvfs_ghz.index(a.dvfs_ghz), 0) / (len(SMALL.dvfs_ghz) - 1)
     return math.hypot(di, dj)
 
 
 def test_a_load_above_every_measured_one_starts_at_the_safe_corner_then_expands_from_evidence() -> None:
-    s = ctx(trials=8, safe_delta=0.05, itr_resolution_us=16)
-    opt = Optimizer(SMALL, OBJ, s)
-    assert opt.add_history(history(30, qps_range=(80_000, 160_000))) == 30
+    opt, s = seeded()
     host = FakeHost(knobs=SMALL)
     qps = 160_000 / (1 - SAFE_LOAD_TOL) * 1.3          # well above what any measurement vouches for
     host.set_offered_qps(qps)
@@ -132,24 +138,20 @@ def test_a_load_above_every_measured_one_starts_at_the_safe_corner_then_expands_
 
 
 def test_within_the_load_tolerance_history_vouches_and_the_corner_is_not_forced() -> None:
-    s = ctx(trials=8, safe_delta=0.05, itr_resolution_us=16)
-    opt = Optimizer(SMALL, OBJ, s)
-    opt.add_history(history(30, qps_range=(80_000, 160_000)))
+    opt, _ = seeded()
     opt.begin_retune(150_000)
     i, p = opt.suggest()
     assert "stepping out from the safe corner" not in opt._pending[i].note
     assert opt._pending[i].line_t is None
     # with the evidence rule off the model alone decides, even at the far load
-    off = Optimizer(SMALL, OBJ, ctx(trials=8, safe_delta=0.05, itr_resolution_us=16, safe_radius=0.0))
-    off.add_history(history(30, qps_range=(80_000, 160_000)))
+    off, _ = seeded(safe_radius=0.0)
     off.begin_retune(400_000)
     assert off._supported(off._grid(), off._evidence()).all()
 
 
 def test_safe_model_error_widens_the_gate_and_is_validated() -> None:
     def filtered(extra: float) -> tuple[float, float]:
-        opt = Optimizer(SMALL, OBJ, ctx(trials=8, safe_delta=0.05, itr_resolution_us=16, safe_model_error=extra))
-        opt.add_history(history(30, qps_range=(80_000, 160_000)))
+        opt, _ = seeded(safe_model_error=extra)
         opt.begin_retune(120_000)
         grid = opt._grid_model(opt._load, refit=True)
         assert grid is not None
@@ -162,9 +164,7 @@ def test_safe_model_error_widens_the_gate_and_is_validated() -> None:
 
 
 def test_compute_s_counts_the_stopping_rule_check_before_the_suggestion() -> None:
-    s = ctx(trials=8, safe_delta=0.05, stop_ei_pct=1.0, min_trials=1, itr_resolution_us=16)
-    opt = Optimizer(SMALL, OBJ, s)
-    opt.add_history(history(30, qps_range=(80_000, 160_000)))
+    opt, _ = seeded(stop_ei_pct=1.0, min_trials=1)
     opt.begin_retune(120_000)
     i, _ = opt.suggest()
     opt.complete(i, meas(300, 30, qps=120_000), 120_000)

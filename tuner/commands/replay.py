@@ -135,23 +135,17 @@ def tuner_settings(args: argparse.Namespace) -> object:
         explicit["min_trials"] = int(_num(args.min_trials, "--min-trials", integer=True, minimum=1, strict=False))
     if args.stop_ei_pct is not None:
         explicit["stop_ei_pct"] = _num(args.stop_ei_pct, "--stop-ei-pct", minimum=0, strict=False)
-    if args.safe_delta is not None:
-        delta = _num(args.safe_delta, "--safe-delta", minimum=0, strict=False)
-        if delta >= 1:
-            raise TunerError(f"--safe-delta {args.safe_delta!r}: expected a probability in [0, 1) (0 = off)")
-        explicit["safe_delta"] = delta
-    if args.safe_radius is not None:
-        radius = _num(args.safe_radius, "--safe-radius", minimum=0, strict=False)
-        if radius > 2:
-            raise TunerError(f"--safe-radius {args.safe_radius!r}: expected a normalised knob distance in [0, 2] "
-                             "(0 = off)")
-        explicit["safe_radius"] = radius
-    if args.safe_model_error is not None:
-        err = _num(args.safe_model_error, "--safe-model-error", minimum=0, strict=False)
-        if err > 1:
-            raise TunerError(f"--safe-model-error {args.safe_model_error!r}: expected an SD of ln latency in [0, 1] "
-                             "(0 = off)")
-        explicit["safe_model_error"] = err
+    for field, flag, hi, closed, what in (   # bounded safety settings: [0, hi) or [0, hi], 0 = off
+            ("safe_delta", "--safe-delta", 1.0, False, "a probability in [0, 1)"),
+            ("safe_radius", "--safe-radius", 2.0, True, "a normalised knob distance in [0, 2]"),
+            ("safe_model_error", "--safe-model-error", 1.0, True, "an SD of ln latency in [0, 1]")):
+        text = getattr(args, field)
+        if text is None:
+            continue
+        value = _num(text, flag, minimum=0, strict=False)
+        if value > hi or (value == hi and not closed):
+            raise TunerError(f"{flag} {text!r}: expected {what} (0 = off)")
+        explicit[field] = value
     if args.window_mode is not None:
         if args.window_mode not in WINDOW_MODES:
             raise TunerError(f"--window-mode {args.window_mode!r}: expected one of {', '.join(WINDOW_MODES)}")
