@@ -11,7 +11,8 @@ The model gives, per candidate point, a Gaussian predictive of the log of the ch
 
 plus the geometry of safe exploration in normalised knob coordinates (ITR index and DVFS index scaled to
 [0, 1]): the line from the safe corner (lowest ITR, highest DVFS) toward the centre, the next step along it,
-and the safe candidate nearest to a proposal.
+the safe candidate nearest to a proposal, and which candidates measured evidence allows (`supported`: near a
+point that met the limit at this load or above; `vetoed`: next to one that broke the SLA at this load or below).
 """
 
 from __future__ import annotations

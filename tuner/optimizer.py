@@ -24,7 +24,10 @@ the 3-day replay benchmark):
 * `stop_ei_pct`: `should_stop()` ends a retune once the best constrained expected improvement over the grid at
   this load is below that % of the best measured SLA-meeting power (`tuner.acquisition`).
 * `safe_delta`: safe start on a line from the safe corner, then no point whose modelled P(percentile > the
-  limit `best` applies, i.e. the SLA less `sla_margin_pct`) exceeds delta is tried (Ax's proposal is abandoned and the closest safe grid point is tried instead).
+  limit `best` applies, i.e. the SLA less `sla_margin_pct`) exceeds delta is tried, and (`safe_radius`) none
+  away from points measured within that limit at this load or above or next to one measured over the SLA
+  (`acquisition.supported` / `vetoed`); Ax's proposal is abandoned and the allowed grid point of largest
+  constrained EI is tried instead.
 * `window_mode="adaptive"`: windows sized by `tuner.windowing.measure_window`.
 
 Ax is imported lazily (it costs seconds); its INFO logging and numerical warnings are kept off the terminal.
@@ -557,7 +560,7 @@ class Optimizer:
         gs = self._client._generation_strategy
         observed = tuple(self._observed())
         # the whole grid at one load is asked twice per trial (stopping rule, then safety filter) of the same
-        # fit: Ax refits only when the data changed, so the data (and the calibration error) key the answer
+        # fit: Ax refits only when the data changed, so the data (with the load and the cells) key the answer
         key = (id(self._client), observed, load, None if cells is None else tuple(cells)) \
             if cells is None or len(cells) > 1 else None
         if key is not None and self._grid_cache is not None and self._grid_cache[0] == key:
@@ -604,8 +607,8 @@ class Optimizer:
         return self.objective.sla_us
 
     def _unsafe(self, pv: Any, p_unmet: Any) -> Any:
-        """The safety gate's verdict per cell: P(SLA broken) > δ (calibrated), or the model's P(over the limit
-        `best` applies) > δ (trying a point `best` could never take only costs)."""
+        """The safety gate's verdict per cell: P(SLA broken) > δ (model SD with `safe_model_error` added), or the
+        model's P(over the limit `best` applies) > δ (trying a point `best` could never take only costs)."""
         delta = self.settings.safe_delta
         return (pv > delta) | (p_unmet > delta) if delta > 0 else pv < 0
 
