@@ -163,6 +163,11 @@ def test_adaptive_windows_size_each_trial_between_min_and_max(tmp_path):
         wait_for(lambda: r.daemon.status()["state"] == "holding", timeout=30)
         secs = [t["measurement"]["seconds"] for t in read_state(tmp_path)["trials"]]
     assert len(secs) == 4 and all(abs(s - 0.05) < 1e-6 for s in secs), secs
+    # like `tuner replay`, a window whose estimate is over the limit the final choice applies ends at its minimum
+    with Running(cfg, serve=False) as r:
+        pol = r.daemon._trial_window_policy()
+        assert pol.stop_above_us == pytest.approx(r.daemon.policy().sla_us * 0.95)
+        assert (pol.min_s, pol.max_s, pol.ci_pct) == (0.05, 0.4, 50.0)
     fixed = tmp_path / "fixed"
     fixed.mkdir()
     with Running(_config(fixed, host="sim", options=sim, window_s=0.4), serve=False) as r:

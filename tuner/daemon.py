@@ -685,16 +685,28 @@ class Daemon:
             return
         log.info("history: %d trial(s) of %s added to %s", added, rid, self.config.history_path)
 
+    def _trial_window_policy(self) -> Any:
+        """The adaptive trial window (`tuner.windowing.WindowPolicy`): grown until the percentile's CI is within
+        ±`window_ci_pct` %, at most `window_s`, and ended after `window_min_s` once the estimate is above the
+        limit the optimiser's final choice applies (as `tuner replay` does: such a point is never chosen)."""
+        from tuner.optimizer import TunerSettings, met_limit_us
+        from tuner.windowing import WindowPolicy
+
+        t, pol = self.config.tuning, self.policy()
+        # the optimiser worker builds its TunerSettings with the default sla_check / sla_margin_pct
+        return WindowPolicy(mode="adaptive", percentile=pol.percentile, ci_pct=t.window_ci_pct,
+                            min_s=min(t.window_min_s, t.window_s), max_s=t.window_s,
+                            stop_above_us=met_limit_us(pol.sla_us, TunerSettings()))
+
     def _measure_trial(self) -> tuple[Measurement, float]:
-        """A trial's window: `window_s` long, or with `tuning.window_mode = "adaptive"` grown until the
-        percentile's CI is within ±`window_ci_pct` % (`tuner.windowing.measure_window`), at most `window_s`."""
+        """A trial's window: `window_s` long, or with `tuning.window_mode = "adaptive"` the window of
+        `_trial_window_policy` (`tuner.windowing.measure_window`)."""
         t = self.config.tuning
         if t.window_mode != "adaptive":
             return self._measure()
-        from tuner.windowing import WindowPolicy, measure_window
+        from tuner.windowing import measure_window
 
-        policy = WindowPolicy(mode="adaptive", percentile=self.policy().percentile, ci_pct=t.window_ci_pct,
-                              min_s=min(t.window_min_s, t.window_s), max_s=t.window_s)
+        policy = self._trial_window_policy()
         t0 = time.monotonic()
         m = measure_window(self.host, policy)
         self._wait(m.seconds - (time.monotonic() - t0), interruptible=False)

@@ -230,6 +230,14 @@ class TunerSettings:
         return min(max(float(qps), 0.0) / self.context_max_qps, 1.0)
 
 
+def met_limit_us(sla_us: float, settings: TunerSettings) -> float:
+    """The latency a measured point must stay under for `Optimizer.best` to take it: the SLA less
+    `sla_margin_pct` with `sla_check="ci"`, else the SLA."""
+    if settings.sla_check == "ci":
+        return sla_us * (1 - settings.sla_margin_pct / 100.0)
+    return sla_us
+
+
 def itr_candidates(itr_us: Sequence[int], resolution_us: int) -> tuple[int, ...]:
     """The host's ITR values thinned to at least `resolution_us` apart, starting from the lowest (the safe end).
 
@@ -597,14 +605,11 @@ class Optimizer:
         return out
 
     def _met_limit_us(self) -> float:
-        """The latency a point must stay under for `best` to take it: the SLA less `sla_margin_pct` with
-        `sla_check="ci"` (as `best` applies it), else the SLA. Used by the expected improvement and by the
-        safety filter: exploring a point likely over this limit can only cost (`best` would never take it),
-        and on the simulated host gating on the SLA itself let ~10-25 % of the warm tuner's trial time run
-        above the SLA (README, section "replay")."""
-        if self.settings.sla_check == "ci":
-            return self.objective.sla_us * (1 - self.settings.sla_margin_pct / 100.0)
-        return self.objective.sla_us
+        """`met_limit_us` of this objective and settings. Used by the expected improvement, the safety filter
+        and the adaptive window: exploring a point likely over this limit can only cost (`best` would never
+        take it), and on the simulated host gating on the SLA itself let ~10-25 % of the warm tuner's trial
+        time run above the SLA (README, section "replay")."""
+        return met_limit_us(self.objective.sla_us, self.settings)
 
     def _unsafe(self, pv: Any, p_unmet: Any) -> Any:
         """The safety gate's verdict per cell: P(SLA broken) > δ (model SD with `safe_model_error` added), or the
