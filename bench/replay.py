@@ -10,7 +10,7 @@ full 24-window replay <= 300 s.
     .venv/bin/python bench/replay.py [--seeds 5] [--hours 24] [--rewards constrained] [--slas 99:500,90:500,99:200]
     .venv/bin/python bench/replay.py --quick      # 6 windows (hours 12-17), 2 seeds: for iteration
     .venv/bin/python bench/replay.py --every 3    # windows 0, 3, ..., 21 of the day
-    .venv/bin/python bench/replay.py --every 6 --tuner warm   # the default tuner of `tuner replay` (cold: the dissertation's)
+    .venv/bin/python bench/replay.py --every 6 --tuner warm   # `tuner replay`'s default tuner (cold: dissertation)
 
 The oracle's point per (window load, SLA) does not depend on the seed and is computed once (coarse-to-fine;
 `--check-oracle` also compares it with the exhaustive grid on the first SLA's windows).
@@ -23,7 +23,8 @@ oracle run once, and each tuner variant runs on its own host of that seed: `cold
 with `--ablations` warm without one feature each (`warm-no-safety`, `warm-no-evidence` = safe_radius 0,
 `warm-no-adaptive`, `warm-no-stop`, `warm-no-context`). JSON per variant and day: trials per retune, energy
 vs the oracle and saved vs linux-default, SLA-violating windows, exploration seconds above the SLA (and % of
-trial time), trial window time saved vs fixed 20 s windows; a markdown table goes to stderr at the end. Default SLA here: 99 % < 500 µs.
+trial time), trial window time saved vs fixed 20 s windows; a markdown table goes to stderr at the end.
+Default SLA here: 99 % < 500 µs.
 
     .venv/bin/python bench/replay.py --days 3 --every 3 --seeds 2           # 8 windows a day
     .venv/bin/python bench/replay.py --days 3 --quick                       # every 6th window, 1 seed
@@ -85,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
                          "e.g. --warm-set stop_ei_pct=2")
     ap.add_argument("--verbose", "-v", action="store_true", help="multi-day: one stderr line per tuner window")
     ap.add_argument("--ablations", action="store_true",
-                    help="multi-day: add warm-no-safety, warm-no-evidence, warm-no-adaptive, warm-no-stop, warm-no-context")
+                    help="multi-day: add warm-no-safety, warm-no-evidence, warm-no-adaptive, warm-no-stop, "
+                         "warm-no-context")
     args = ap.parse_args(argv)
     if args.days >= 2:
         return multi_day(args)

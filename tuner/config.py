@@ -83,8 +83,8 @@ class TuningConfig:
 #: `tuning.window_mode` values (see `tuner.windowing`).
 WINDOW_MODES: tuple[str, ...] = ("fixed", "adaptive")
 #: `TuningConfig` fields passed to the optimiser's `TunerSettings` under the same names (issue 6).
-SETTINGS_FIELDS: tuple[str, ...] = ("context", "context_max_qps", "itr_resolution_us", "history_max_trials", "min_trials",
-                                    "stop_ei_pct", "safe_delta", "safe_radius", "safe_model_error",
+SETTINGS_FIELDS: tuple[str, ...] = ("context", "context_max_qps", "itr_resolution_us", "history_max_trials",
+                                    "min_trials", "stop_ei_pct", "safe_delta", "safe_radius", "safe_model_error",
                                     "window_mode", "window_ci_pct", "window_min_s")
 
 

@@ -692,11 +692,10 @@ class Daemon:
         from tuner.optimizer import TunerSettings, met_limit_us
         from tuner.windowing import WindowPolicy
 
-        t, pol = self.config.tuning, self.policy()
+        pol = self.policy()
         # the optimiser worker builds its TunerSettings with the default sla_check / sla_margin_pct
-        return WindowPolicy(mode="adaptive", percentile=pol.percentile, ci_pct=t.window_ci_pct,
-                            min_s=min(t.window_min_s, t.window_s), max_s=t.window_s,
-                            stop_above_us=met_limit_us(pol.sla_us, TunerSettings()))
+        return WindowPolicy.from_settings(self.config.tuning, pol.percentile,
+                                          stop_above_us=met_limit_us(pol.sla_us, TunerSettings()))
 
     def _measure_trial(self) -> tuple[Measurement, float]:
         """A trial's window: `window_s` long, or with `tuning.window_mode = "adaptive"` the window of

@@ -614,8 +614,12 @@ class Optimizer:
     def _unsafe(self, pv: Any, p_unmet: Any) -> Any:
         """The safety gate's verdict per cell: P(SLA broken) > δ (model SD with `safe_model_error` added), or the
         model's P(over the limit `best` applies) > δ (trying a point `best` could never take only costs)."""
+        import numpy as np
+
         delta = self.settings.safe_delta
-        return (pv > delta) | (p_unmet > delta) if delta > 0 else pv < 0
+        if delta <= 0:
+            return np.zeros(np.shape(pv), dtype=bool)
+        return (pv > delta) | (p_unmet > delta)
 
     def _ei(self, grid: dict[str, Any], best_w: float) -> Any:
         """Constrained EI of one more trial per grid cell: EI of power below `best_w` x P(percentile within the
@@ -724,10 +728,11 @@ class Optimizer:
 
         Context mode pins `load` at the retune's load. With `safe_delta` > 0: before a model exists the point
         is the next step on the safe line (from the lowest-ITR/highest-DVFS corner toward the centre, outward
-        while trials meet the SLA, bisecting once one broke it) instead of Sobol; afterwards, an Ax proposal
-        whose modelled P(percentile > SLA less `sla_margin_pct`) exceeds `safe_delta` is abandoned in Ax and the safe grid point
-        of largest constrained expected improvement (as in `should_stop`; ties and no-EI cases: the
-        safe point closest to the proposal in normalised knob coordinates) is attached and tried instead; the
+        while trials meet the limit, bisecting once one broke it) instead of Sobol; afterwards, an Ax proposal
+        the safety filter refuses (`_safety_filter`: the model's P of breaking the SLA or the limit `best`
+        applies > `safe_delta`, or no measured evidence near it) is abandoned in Ax and the allowed grid point
+        of largest constrained expected improvement (as in `should_stop`; ties and no-EI cases: the allowed
+        point closest to the proposal in normalised knob coordinates) is attached and tried instead; the
         record's `note` says so and `p_violation` holds the tried point's modelled probability.
         """
         if self.settings.context and self._load is None:
@@ -1056,7 +1061,7 @@ class Optimizer:
         pct = obj.percentile
         label = f"{_pct_text(pct)} <= {obj.sla_us:g} µs"
         met = [r for r in done if obj.met(r.measurement)]  # type: ignore[arg-type]
-        strict = replace(obj, sla_us=obj.sla_us * (1 - self.settings.sla_margin_pct / 100.0))
+        strict = replace(obj, sla_us=self._met_limit_us())   # used only with sla_check="ci"
         margin = f" less {self.settings.sla_margin_pct:g} %" if self.settings.sla_margin_pct else ""
         sure = [r for r in met if strict.met_confidently(r.measurement)]  # type: ignore[arg-type]
         pool, how = (sure, f"with its 95 % CI{margin}") if self.settings.sla_check == "ci" and sure else (met, "")
