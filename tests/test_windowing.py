@@ -137,6 +137,26 @@ def test_adaptive_ends_a_window_whose_estimate_is_above_the_limit():
         WindowPolicy(mode="adaptive", stop_above_us=0.0)
 
 
+def test_the_guard_ends_a_window_after_the_first_chunk_wholly_over_the_sla():
+    # p99 of exponential(100 µs) is ~460 µs; at 20,000 samples a second one 1/3 s chunk pins it within a few %
+    guard = WindowPolicy(mode="adaptive", min_s=1.0, max_s=10.0, abort_above_us=400.0)
+    host = SampleHost(rate=20_000, seed=1)
+    m = measure_window(host, guard)
+    assert len(host.asked) == 1 and m.seconds == pytest.approx(1.0 / 3)    # one chunk, not min_s
+    assert m.latency_ci_us[99.0][0] > 400.0
+    # an SLA inside the CI (estimate above, lower end below) is not a confident violation: min_s at least
+    host = SampleHost(rate=50, seed=3)
+    m = measure_window(host, WindowPolicy(mode="adaptive", min_s=1.0, max_s=10.0, abort_above_us=440.0))
+    assert sum(host.asked) >= 1.0 - 1e-9
+    # an SLA the percentile stays under: the window is sized by its CI as without the guard
+    plain = measure_window(SampleHost(rate=20_000, seed=1), WindowPolicy(mode="adaptive", min_s=1.0, max_s=10.0))
+    again = measure_window(SampleHost(rate=20_000, seed=1), WindowPolicy(mode="adaptive", min_s=1.0, max_s=10.0,
+                                                                          abort_above_us=900.0))
+    assert again.seconds == pytest.approx(plain.seconds) and plain.seconds >= 1.0
+    with pytest.raises(TunerError, match="abort_above_us"):
+        WindowPolicy(mode="adaptive", abort_above_us=-1.0)
+
+
 def test_batch_check_catches_windows_that_differ_more_than_their_samples_say():
     # each window is shifted by ~8 %: the pooled order-statistic CI is tight, the windows are not
     pooled_only = WindowPolicy(mode="adaptive", min_s=2.0, max_s=20.0, batches=1)

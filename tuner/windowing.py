@@ -26,6 +26,13 @@ rule to memcached tail latency. `measure_window` does this inside one trial:
   few kB instead of 4 bytes a sample: trial records keep their measurements), so a later merge of it
   is quantised to 0.1 %.
 
+Two early ends for a point that is over the line (the tuner sets both): `stop_above_us` (the limit its final
+choice applies) ends the window at `min_s` once the estimate is above it -- such a point can never be
+chosen; `abort_above_us` (the SLA) is a guard that ends it after any chunk, the first included, once the
+pooled CI lies wholly above the SLA -- users are not kept over the SLA for min_s to learn what one chunk
+showed. The settle period before the window is not guarded: right after a change it can hold the backlog
+a previous point left, and a guard there would condemn a good point for its predecessor's queue.
+
 Hosts whose measurements carry no latency distribution (`latency_dist` None, e.g. a Prometheus or hook
 latency source) or no CI (`ci_known` False) cannot be pooled: adaptive mode then falls back to one fixed
 window -- the first chunk is followed by one chunk of the rest of `max_s`, and the result's latency
@@ -73,6 +80,10 @@ class WindowPolicy:
     # the limit its final choice applies, which a point measured above can never meet, so more seconds there
     # only keep users near or over the SLA (and a saturated point never narrows its CI)
     stop_above_us: float | None = None
+    # adaptive: the guard -- end the window after ANY chunk, the first included, once the pooled percentile's
+    # 95 % CI lies wholly above this (µs; the tuner passes the SLA): a point clearly breaking the SLA is left
+    # after one chunk (min_s / batches) instead of min_s, whatever the model predicted for it
+    abort_above_us: float | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -89,11 +100,14 @@ class WindowPolicy:
             raise TunerError(f"window min_s {self.min_s!r}: expected 0 < min_s <= max_s ({self.max_s!r} s)")
         if isinstance(self.batches, bool) or not isinstance(self.batches, int) or not 1 <= self.batches <= 100:
             raise TunerError(f"window batches {self.batches!r}: expected an integer 1..100")
-        if self.stop_above_us is not None and not (_finite(self.stop_above_us) and self.stop_above_us > 0):
-            raise TunerError(f"window stop_above_us {self.stop_above_us!r}: expected µs > 0 or None")
+        for name in ("stop_above_us", "abort_above_us"):
+            v = getattr(self, name)
+            if v is not None and not (_finite(v) and v > 0):
+                raise TunerError(f"window {name} {v!r}: expected µs > 0 or None")
 
     @classmethod
-    def from_settings(cls, settings: Any, percentile: float, stop_above_us: float | None = None) -> WindowPolicy:
+    def from_settings(cls, settings: Any, percentile: float, stop_above_us: float | None = None,
+                      abort_above_us: float | None = None) -> WindowPolicy:
         """The policy of `TunerSettings` (window_mode, window_ci_pct, window_min_s, window_s as max_s).
 
         `window_min_s` is capped at `window_s`, so a short fixed window setting stays valid.
@@ -106,6 +120,7 @@ class WindowPolicy:
             min_s=min(float(getattr(settings, "window_min_s", 2.0)), max_s),
             max_s=max_s,
             stop_above_us=stop_above_us,
+            abort_above_us=abort_above_us,
         )
 
 
@@ -224,6 +239,8 @@ def measure_window(host: Host, policy: WindowPolicy) -> Measurement:
     # measured seconds may exceed the requested ones slightly on a real host: budget on what was asked
     asked = min_chunk
     while True:
+        if _confidently_above(total, policy):
+            return _finish(total, chunks)
         if len(chunks) < policy.batches:
             chunk = min_chunk
         else:
@@ -249,6 +266,17 @@ def _estimate_above(total: Measurement, policy: WindowPolicy) -> bool:
         return False
     est = total.latency_us.get(policy.percentile)
     return est is not None and _finite(est) and est > policy.stop_above_us
+
+
+def _confidently_above(total: Measurement, policy: WindowPolicy) -> bool:
+    """The guard: whether the pooled percentile's 95 % CI (its lower end) is above `policy.abort_above_us`."""
+    if policy.abort_above_us is None:
+        return False
+    est = total.latency_us.get(policy.percentile)
+    ci = total.latency_ci_us.get(policy.percentile)
+    if est is None or ci is None or not _finite(ci[0]):
+        return False
+    return min(est, ci[0]) > policy.abort_above_us
 
 
 def _fallback(host: Host, first: Measurement, first_s: float, policy: WindowPolicy) -> Measurement:
