@@ -21,9 +21,11 @@ every seed and variant), then `--every` keeps every N-th window of EACH day. Per
 oracle run once, and each tuner variant runs on its own host of that seed: `cold` (the dissertation's tuner,
 `tuner.replay.TUNER_PRESETS`) and `warm` (context + stopping rule + safe exploration + adaptive windows), plus
 with `--ablations` warm without one feature each (`warm-no-safety`, `warm-no-evidence` = safe_radius 0,
-`warm-no-adaptive`, `warm-no-stop`, `warm-no-context`). JSON per variant and day: trials per retune, energy
-vs the oracle and saved vs linux-default, SLA-violating windows, exploration seconds above the SLA (and % of
-trial time), trial window time saved vs fixed 20 s windows; a markdown table goes to stderr at the end.
+`warm-no-adaptive`, `warm-no-stop`, `warm-no-context`, `warm-no-guard` = window_guard off, `warm-no-sd-scale`
+= safe_sd_scale 1); `--variants warm-headroom` fits latency on the headroom scale. JSON per variant and day
+(and over all days): trials per retune, energy vs the oracle and saved vs linux-default, SLA-violating
+windows, exploration seconds above the SLA (and % of trial time), trial window time saved vs fixed 20 s
+windows; a markdown table goes to stderr at the end.
 Default SLA here: 99 % < 500 µs.
 
     .venv/bin/python bench/replay.py --days 3 --every 3 --seeds 2           # 8 windows a day
@@ -182,8 +184,12 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     "warm-no-adaptive": ("warm", {"window_mode": "fixed"}),
     "warm-no-stop": ("warm", {"stop_ei_pct": 0.0}),
     "warm-no-context": ("warm", {"context": False}),
+    "warm-no-guard": ("warm", {"window_guard": False}),
+    "warm-no-sd-scale": ("warm", {"safe_sd_scale": 1.0}),
+    "warm-headroom": ("warm", {"latency_metric": "headroom"}),
 }
-ABLATIONS = ("warm-no-safety", "warm-no-evidence", "warm-no-adaptive", "warm-no-stop", "warm-no-context")
+ABLATIONS = ("warm-no-safety", "warm-no-evidence", "warm-no-adaptive", "warm-no-stop", "warm-no-context",
+             "warm-no-guard", "warm-no-sd-scale")
 #: Per-day metrics reported for each variant (keys of `tuner.replay.policy_summary`).
 DAY_KEYS = ("trials_per_retune", "ratio_to_oracle", "saved_vs_linux_default_pct", "sla_violating_windows",
             "sla_violating_windows_significant", "explore_above_sla_s", "explore_s", "explore_above_sla_pct",
@@ -323,10 +329,10 @@ def markdown_table(out: dict) -> str:
              "(significant), sum over seeds | explore s > SLA (% of trial time; % of all time) | trial window time "
              "saved vs fixed |", "|---|---|---|---|---|---|---|---|"]
     for name, agg in out["aggregate"].items():
-        for d in agg["per_day"]:
+        for d in [*agg["per_day"], {"day": "all", **agg["total"]}]:
             v, vs = d["sla_violating_windows"], d["sla_violating_windows_significant"]
             count = (f"{v['mean'] * v['n']:.0f} ({vs['mean'] * vs['n']:.0f}) of "
-                     f"{out['windows_per_day'] * v['n']}") if v and vs else "-"
+                     f"{out['windows_per_day'] * (out['days'] if d['day'] == 'all' else 1) * v['n']}") if v and vs else "-"
             lines.append(f"| {name} | {d['day']} | {_m(d['trials_per_retune'], '.1f')} | "
                          f"{_m(d['ratio_to_oracle'], '.3f')} | {_m(d['saved_vs_linux_default_pct'], '.1f', True)} | "
                          f"{count} | {_m(d['explore_above_sla_s'], '.0f')} "

@@ -144,6 +144,8 @@ stop_ei_pct = 1.5
 safe_delta = 0.05
 safe_radius = 0.3
 safe_model_error = 0.05
+safe_sd_scale = 2.5
+latency_metric = "headroom"
 window_mode = "adaptive"
 window_ci_pct = 4
 window_min_s = 1.5
@@ -157,6 +159,7 @@ keep_trials = 500
     assert (t.context, t.context_max_qps, t.history_max_trials, t.min_trials, t.stop_ei_pct, t.safe_delta,
             t.window_mode, t.window_ci_pct, t.window_min_s) == (True, 8e5, 300, 3, 1.5, 0.05, "adaptive", 4.0, 1.5)
     assert t.safe_radius == 0.3 and t.safe_model_error == 0.05
+    assert t.safe_sd_scale == 2.5 and t.latency_metric == "headroom"
     assert cfg.history.warm_start and cfg.history.keep_trials == 500 and cfg.warm_start
     assert cfg.history_path == (tmp_path / "h" / "trials.jsonl").resolve()
     plain = parse_config("[state]\ndir = \"st\"\n", tmp_path / "c.toml")
@@ -215,6 +218,11 @@ colour = "red"
     for want in expected:
         assert want in lines, (want, lines)
     assert len(lines) == len(expected), lines
+    lines = _errors('[tuning]\nsafe_sd_scale = 0.5\nlatency_metric = "raw"\nwindow_guard = "on"\n', tmp_path)
+    assert lines == [f"{f}:2: tuning.safe_sd_scale: expected a factor in [1, 10] (1 = the model's SD as it is), got 0.5",
+                     f"{f}:3: tuning.latency_metric: expected one of 'log', 'headroom', got 'raw'",
+                     f"{f}:4: tuning.window_guard: expected true or false, got 'on'"]
+    assert not parse_config('[tuning]\nwindow_guard = false\n', tmp_path / "t.toml").tuning.window_guard
     lines = _errors('[tuning]\nwindow_s = 1.0\nwindow_min_s = 2\nwindow_mode = "adaptive"\n', tmp_path)
     assert lines == [f"{f}:3: tuning.window_min_s: expected tuning.window_min_s (2 s) at most tuning.window_s "
                      "(1 s, the adaptive window's maximum)"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -298,7 +299,7 @@ def test_run_retune_ends_early_on_the_stopping_rule() -> None:
 def test_safe_exploration_never_tries_a_point_the_model_deems_unsafe() -> None:
     delta = 0.05
     host = FakeHost(qps=100_000, knobs=SMALL)
-    s = ctx(trials=6, safe_delta=delta, safe_model_error=0.03)
+    s = ctx(trials=6, safe_delta=delta, safe_model_error=0.03, safe_sd_scale=2.0)
     opt = Optimizer(SMALL, OBJ, s)
     checked = 0
     for qps in (100_000, 150_000, 120_000):
@@ -309,17 +310,17 @@ def test_safe_exploration_never_tries_a_point_the_model_deems_unsafe() -> None:
             pend = opt._pending[i]
             if pend.p_violation is not None:
                 # independent check against the model Ax just fitted: P(ln p99 > ln SLA) at this point and load
-                # (the model's SD and `safe_model_error`, in quadrature)
+                # (the model's SD times `safe_sd_scale` and `safe_model_error`, in quadrature)
                 pr = opt.predict([p])[0]
                 assert not pr.from_measured
-                sd = math.hypot(pr.latency_sem / pr.latency_us, s.safe_model_error)
+                own = s.safe_sd_scale * pr.latency_sem / pr.latency_us
+                sd = math.hypot(own, s.safe_model_error)
                 pv = stats.norm(math.log(pr.latency_us), sd).sf(math.log(OBJ.sla_us))
                 assert pv == pytest.approx(pend.p_violation, abs=1e-6)
                 assert pv <= delta
-                # and the model itself (its own SD) rates the point within the limit `best` applies (SLA less
+                # and the model itself (its own SD times safe_sd_scale) rates the point within the limit `best` applies (SLA less
                 # the margin): one it could never take is not worth trying
                 limit = OBJ.sla_us * (1 - s.sla_margin_pct / 100.0)
-                own = pr.latency_sem / pr.latency_us
                 assert s.sla_margin_pct > 0 and stats.norm(math.log(pr.latency_us), own).sf(math.log(limit)) <= delta
                 checked += 1
             apply_point(host, p)
@@ -375,6 +376,10 @@ def test_adaptive_window_mode_measures_through_windowing(monkeypatch: pytest.Mon
     assert (pol.mode, pol.percentile, pol.ci_pct, pol.min_s, pol.max_s) == ("adaptive", 95.0, 4.0, 2.0, 12.0)
     # the window ends once its CI clears the limit `best` applies (SLA less the 5 % margin): never chosen anyway
     assert pol.stop_above_us == pytest.approx(500 * 0.95)
+    assert pol.abort_above_us == pytest.approx(500)     # the guard: a chunk wholly over the SLA ends it at once
+    unguarded = replace(s, window_guard=False)
+    run_trial(host, Optimizer(SMALL, Objective("constrained", 95, 500), unguarded), unguarded)
+    assert seen[-1].abort_above_us is None and seen[-1].stop_above_us == pytest.approx(500 * 0.95)
     fixed = TunerSettings(trials=1, sobol_trials=1, settle_s=0.0, window_s=7.0)
     rec = run_trial(host, Optimizer(SMALL, OBJ, fixed), fixed)
-    assert rec.measurement.seconds == 7.0 and len(seen) == 1    # fixed mode: host.measure(window_s) as before
+    assert rec.measurement.seconds == 7.0 and len(seen) == 2    # fixed mode: host.measure(window_s) as before

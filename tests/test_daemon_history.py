@@ -167,6 +167,7 @@ def test_adaptive_windows_size_each_trial_between_min_and_max(tmp_path):
     with Running(cfg, serve=False) as r:
         pol = r.daemon._trial_window_policy()
         assert pol.stop_above_us == pytest.approx(r.daemon.policy().sla_us * 0.95)
+        assert pol.abort_above_us == pytest.approx(r.daemon.policy().sla_us)
         assert (pol.min_s, pol.max_s, pol.ci_pct) == (0.05, 0.4, 50.0)
     fixed = tmp_path / "fixed"
     fixed.mkdir()

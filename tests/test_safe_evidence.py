@@ -177,7 +177,8 @@ def test_compute_s_counts_the_stopping_rule_check_before_the_suggestion() -> Non
 
 
 def test_a_saturated_window_goes_to_ax_at_the_cap() -> None:
-    from tuner.optimizer import LATENCY_CAP_SEM, LATENCY_CAP_X
+    from tuner.latscale import LOG_CAP_SEM as LATENCY_CAP_SEM
+    from tuner.latscale import LOG_CAP_X as LATENCY_CAP_X
 
     opt = Optimizer(SMALL, OBJ, ctx())
     far = opt.metrics(meas(40_000, 30))           # 80 x the SLA: saturated

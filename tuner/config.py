@@ -75,17 +75,23 @@ class TuningConfig:
     safe_delta: float = 0.05
     safe_radius: float = 0.2
     safe_model_error: float = 0.0
+    safe_sd_scale: float = 3.0
+    latency_metric: str = "log"
     window_mode: str = "adaptive"
     window_ci_pct: float = 5.0
     window_min_s: float = 2.0
+    window_guard: bool = True
 
 
 #: `tuning.window_mode` values (see `tuner.windowing`).
 WINDOW_MODES: tuple[str, ...] = ("fixed", "adaptive")
+#: `tuning.latency_metric` values (see `tuner.latscale`).
+LATENCY_METRICS: tuple[str, ...] = ("log", "headroom")
 #: `TuningConfig` fields passed to the optimiser's `TunerSettings` under the same names (issue 6).
 SETTINGS_FIELDS: tuple[str, ...] = ("context", "context_max_qps", "itr_resolution_us", "history_max_trials",
                                     "min_trials", "stop_ei_pct", "safe_delta", "safe_radius", "safe_model_error",
-                                    "window_mode", "window_ci_pct", "window_min_s")
+                                    "safe_sd_scale", "latency_metric", "window_mode", "window_ci_pct", "window_min_s",
+                                    "window_guard")
 
 
 @dataclass(frozen=True)
@@ -361,12 +367,18 @@ def parse_config(text: str, path: Path) -> Config:
                           lambda v: None if 0 <= v <= 2 else "a normalised knob distance in [0, 2] (0 = off)"),
         safe_model_error=c.get(t, "tuning", "safe_model_error", d.safe_model_error, "float",
                                lambda v: None if 0 <= v <= 1 else "an SD of ln latency in [0, 1] (0 = off)"),
+        safe_sd_scale=c.get(t, "tuning", "safe_sd_scale", d.safe_sd_scale, "float",
+                            lambda v: None if 1 <= v <= 10 else "a factor in [1, 10] (1 = the model's SD as it is)"),
+        latency_metric=c.get(t, "tuning", "latency_metric", d.latency_metric, "str",
+                             lambda v: None if v in LATENCY_METRICS else "one of "
+                             + ", ".join(map(repr, LATENCY_METRICS))),
         window_mode=c.get(t, "tuning", "window_mode", d.window_mode, "str",
                           lambda v: None if v in WINDOW_MODES else "one of " + ", ".join(map(repr, WINDOW_MODES))),
         window_ci_pct=c.get(t, "tuning", "window_ci_pct", d.window_ci_pct, "float",
                             lambda v: None if 0 < v < 100 else "a percentage in (0, 100)"),
         window_min_s=c.get(t, "tuning", "window_min_s", d.window_min_s, "float",
                            lambda v: None if 0.001 <= v <= 3600 else "0.001..3600 seconds"),
+        window_guard=c.get(t, "tuning", "window_guard", d.window_guard, "bool"),
     )
     if tuning.window_mode == "adaptive" and tuning.window_min_s > tuning.window_s and "window_min_s" not in t:
         # the default minimum (2 s) follows a shorter window_s (the adaptive window's maximum)

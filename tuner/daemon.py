@@ -687,15 +687,17 @@ class Daemon:
 
     def _trial_window_policy(self) -> Any:
         """The adaptive trial window (`tuner.windowing.WindowPolicy`): grown until the percentile's CI is within
-        ±`window_ci_pct` %, at most `window_s`, and ended after `window_min_s` once the estimate is above the
-        limit the optimiser's final choice applies (as `tuner replay` does: such a point is never chosen)."""
+        ±`window_ci_pct` %, at most `window_s`, ended after `window_min_s` once the estimate is above the
+        limit the optimiser's final choice applies (as `tuner replay` does: such a point is never chosen), and
+        after any chunk whose CI is wholly above the SLA (the guard)."""
         from tuner.optimizer import TunerSettings, met_limit_us
         from tuner.windowing import WindowPolicy
 
         pol = self.policy()
         # the optimiser worker builds its TunerSettings with the default sla_check / sla_margin_pct
         return WindowPolicy.from_settings(self.config.tuning, pol.percentile,
-                                          stop_above_us=met_limit_us(pol.sla_us, TunerSettings()))
+                                          stop_above_us=met_limit_us(pol.sla_us, TunerSettings()),
+                                          abort_above_us=pol.sla_us if self.config.tuning.window_guard else None)
 
     def _measure_trial(self) -> tuple[Measurement, float]:
         """A trial's window: `window_s` long, or with `tuning.window_mode = "adaptive"` the window of

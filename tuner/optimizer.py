@@ -47,6 +47,8 @@ from typing import Any, Iterator
 from actuators.host import PERCENTILES, Host, KnobSpace, Measurement, OperatingPoint, apply_point
 from reward import DEFAULT_REWARD  # chosen by bench/replay.py (README section "replay")
 from tuner.errors import HostError, TunerError
+from tuner.latscale import KINDS as LATENCY_METRICS
+from tuner.latscale import LatencyScale
 
 #: Relative standard error assumed for a window's mean power when the host does not report one: RAPL
 #: counts energy exactly, what varies is the process; 1 % of power over a 20 s window is an upper estimate
@@ -54,11 +56,6 @@ from tuner.errors import HostError, TunerError
 POWER_REL_SEM = 0.01
 #: Floor for the relative SEM of the percentile (an order-statistic CI can collapse to zero width).
 LATENCY_REL_SEM_FLOOR = 0.005
-#: The percentile goes to Ax as ln(min(value, LATENCY_CAP_X x SLA)) (SEM LATENCY_CAP_SEM when capped): beyond a
-#: few times the SLA a point is simply infeasible, and a saturated window (10^2-10^4 x the SLA) left as it is
-#: pulls the GP's smooth fit of ln latency far off everywhere near it.
-LATENCY_CAP_X = 4.0
-LATENCY_CAP_SEM = 0.05
 
 #: `TunerSettings.sla_margin_pct` (default 5): the final choice needs the CI's upper end within SLA x (1 - 5 %).
 #: On the simulated host a point chosen from 20 s trials measured up to 10 % higher over the following hour
@@ -181,9 +178,18 @@ class TunerSettings:
     # with safe_delta > 0: an SD of ln(percentile) added (in quadrature) to the model's own in P(SLA broken), for
     # the model's error near the SLA, where latency bends faster than a smooth GP; 0 = the model's SD alone
     safe_model_error: float = 0.0
+    # with safe_delta > 0: the model's predictive SD is multiplied by this in P(SLA broken) and P(over the limit):
+    # a GP fitted to a latency surface with a saturation cliff is overconfident next to the cliff (on the
+    # simulated host the 99th percentile of its z-scores at the points the tuner chose was ~4-8, not 2.3)
+    safe_sd_scale: float = 1.0
+    # the scale the GP models the percentile on (`tuner.latscale`): "log" (ln µs) or "headroom" (SLA / µs)
+    latency_metric: str = "log"
     window_mode: str = "fixed"
     window_ci_pct: float = 5.0
     window_min_s: float = 2.0
+    # adaptive windows: the guard (`WindowPolicy.abort_above_us` = the SLA) ends a window after any chunk whose
+    # percentile's CI is wholly above the SLA
+    window_guard: bool = True
 
     def __post_init__(self) -> None:
         for name in ("trials", "sobol_trials", "itr_resolution_us", "torch_threads", "history_max_trials",
@@ -201,8 +207,9 @@ class TunerSettings:
             raise TunerError(f"sla_margin_pct must be in [0, 100), got {self.sla_margin_pct!r}")
         if self.sla_check not in SLA_CHECKS:
             raise TunerError(f"sla_check {self.sla_check!r}: expected one of {', '.join(SLA_CHECKS)}")
-        if not isinstance(self.context, bool):
-            raise TunerError(f"context must be true or false, got {self.context!r}")
+        for name in ("context", "window_guard"):
+            if not isinstance(getattr(self, name), bool):
+                raise TunerError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if not _finite_above(self.context_max_qps, 0.0):
             raise TunerError(f"context_max_qps must be a number > 0 (requests/s), got {self.context_max_qps!r}")
         if not (_finite_above(self.stop_ei_pct, 0.0, strict=False) and self.stop_ei_pct < 100.0):
@@ -215,6 +222,11 @@ class TunerSettings:
         if not (_finite_above(self.safe_model_error, 0.0, strict=False) and self.safe_model_error <= 1.0):
             raise TunerError(f"safe_model_error must be in [0, 1] (SD of ln latency; 0 = off), "
                              f"got {self.safe_model_error!r}")
+        if not (_finite_above(self.safe_sd_scale, 1.0, strict=False) and self.safe_sd_scale <= 10.0):
+            raise TunerError(f"safe_sd_scale must be in [1, 10] (1 = the model's SD as it is), "
+                             f"got {self.safe_sd_scale!r}")
+        if self.latency_metric not in LATENCY_METRICS:
+            raise TunerError(f"latency_metric {self.latency_metric!r}: expected one of {', '.join(LATENCY_METRICS)}")
         if self.window_mode not in WINDOW_MODES:
             raise TunerError(f"window_mode {self.window_mode!r}: expected one of {', '.join(WINDOW_MODES)}")
         if not (_finite_above(self.window_ci_pct, 0.0) and self.window_ci_pct < 100.0):
@@ -493,12 +505,12 @@ class Optimizer:
         client = Client(random_seed=self.settings.seed)
         with _no_warnings():
             client.configure_experiment(parameters=self._parameters(), name=self.name)
-            log_sla = math.log(self.objective.sla_us)
+            scale = self._scale
             if self._reward.constrained:
-                client.configure_optimization(objective="-power", outcome_constraints=[f"log_latency <= {log_sla!r}"])
+                client.configure_optimization(objective="-power", outcome_constraints=[scale.constraint()])
             else:
                 client.configure_optimization(objective="-log_reward")
-                client.configure_tracking_metrics(["power", "log_latency"])
+                client.configure_tracking_metrics(["power", scale.metric])
             # Existing (attached, earlier-retune) trials count toward the Sobol budget
             # (use_existing_trials_for_initialization, Ax's default), so a warm experiment starts from the GP.
             client.configure_generation_strategy(
@@ -511,6 +523,10 @@ class Optimizer:
             )
             _small_acqf_batches(client)
         return client
+
+    @property
+    def _scale(self) -> LatencyScale:
+        return LatencyScale(self.settings.latency_metric, self.objective.sla_us)
 
     @property
     def _reward(self) -> Any:
@@ -586,18 +602,18 @@ class Optimizer:
                 preds = self._client.predict(params)
             except Exception:  # noqa: BLE001 - Ax raises until a predictive model is fitted
                 return None
-        if not preds or "log_latency" not in preds[0] or "power" not in preds[0]:
+        scale = self._scale
+        if not preds or scale.metric not in preds[0] or "power" not in preds[0]:
             return None
-        mu = np.array([p["log_latency"][0] for p in preds], dtype=float)
-        sd = np.array([p["log_latency"][1] for p in preds], dtype=float)
+        mu = np.array([p[scale.metric][0] for p in preds], dtype=float)
+        sd = np.array([p[scale.metric][1] for p in preds], dtype=float)
         pw = np.array([p["power"][0] for p in preds], dtype=float)
         pw_sd = np.array([p["power"][1] for p in preds], dtype=float)
-        sd0 = np.nan_to_num(sd, nan=0.0)
         # P(SLA broken) with `safe_model_error` added to the model's SD; P(over the limit `best` applies) as the
         # model sees it (the constrained EI's feasibility)
-        extra = self.settings.safe_model_error
-        pv = acquisition.prob_violation(mu, np.sqrt(sd0 ** 2 + extra ** 2), self.objective.sla_us)
-        p_unmet = acquisition.prob_violation(mu, sd0, self._met_limit_us())
+        sdk = sd * self.settings.safe_sd_scale
+        pv = scale.prob_over(mu, sdk, self.objective.sla_us, self.settings.safe_model_error)
+        p_unmet = scale.prob_over(mu, sdk, self._met_limit_us())
         out = {"cells": cells, "mu": mu, "sd": sd, "power": pw, "power_sd": np.nan_to_num(pw_sd, nan=0.0),
                "p_violation": pv, "p_unmet": p_unmet, "unsafe": self._unsafe(pv, p_unmet)}
         if key is not None:
@@ -874,11 +890,12 @@ class Optimizer:
         lat: dict[int, float] = {}
         if done:
             df = exp.lookup_data(trial_indices=done).df
-            rows = df[df["metric_name"] == "log_latency"]
-            lat = {int(t): float(v) for t, v in zip(rows["trial_index"], rows["mean"])}
+            scale = self._scale
+            rows = df[df["metric_name"] == scale.metric]
+            lat = {int(t): scale.to_us(float(v)) for t, v in zip(rows["trial_index"], rows["mean"])}
         cells, loads, met, broke = [], [], [], []
-        limit = math.log(self._met_limit_us())
-        sla = math.log(self.objective.sla_us)
+        limit = self._met_limit_us()
+        sla = self.objective.sla_us
         for ti in done:
             if ti not in lat:
                 continue
@@ -936,12 +953,8 @@ class Optimizer:
         j_sem = power_sem(m)
         if not (math.isfinite(p) and p > 0 and math.isfinite(j) and j > 0):
             raise ValueError(f"non-finite or non-positive measurement: {_pct_text(pct)} {p!r} µs, power {j!r} W")
-        cap = LATENCY_CAP_X * self.objective.sla_us
-        if p > cap:   # far over the SLA (saturated): modelled at the cap, so one outlier does not bend the GP
-            log_lat: float | tuple[float, float] = (math.log(cap), LATENCY_CAP_SEM)
-        else:
-            log_lat = math.log(p) if p_sem is None else (math.log(p), p_sem / p)
-        data: dict[str, float | tuple[float, float]] = {"power": (j, j_sem), "log_latency": log_lat}
+        scale = self._scale
+        data: dict[str, float | tuple[float, float]] = {"power": (j, j_sem), scale.metric: scale.value(p, p_sem)}
         if not self._reward.constrained:
             r = self._reward(j, p, self.objective.sla_us)
             if p_sem is None:
@@ -1104,12 +1117,13 @@ class Optimizer:
         out: list[Prediction] = []
         measured = {r.point: r.measurement for r in self.trials() if r.measurement is not None
                     and r.status == _STATUS_COMPLETED}
+        scale = self._scale
         for i, point in enumerate(points):
-            if preds is not None and "log_latency" in preds[i] and "power" in preds[i]:
-                mu, s = (float(x) for x in preds[i]["log_latency"])
+            if preds is not None and scale.metric in preds[i] and "power" in preds[i]:
+                mu, s = (float(x) for x in preds[i][scale.metric])
                 pw, pw_s = (float(x) for x in preds[i]["power"])
-                lat = math.exp(mu)
-                out.append(Prediction(lat, lat * s, pw, pw_s, False))
+                lat, lat_s = scale.latency_mean_sd(mu, s)
+                out.append(Prediction(lat, lat_s, pw, pw_s, False))
             elif point in measured:
                 m = measured[point]
                 assert m is not None
@@ -1153,7 +1167,8 @@ class Optimizer:
             if d.get("version") != 1:
                 raise ValueError(f"unsupported version {d.get('version')!r}")
             obj = Objective(**d["objective"])
-            settings = TunerSettings(**d["settings"])
+            # a state saved before `latency_metric` existed holds an experiment on the ln scale
+            settings = TunerSettings(**{"latency_metric": "log", **d["settings"]})
             space = KnobSpace(tuple(int(x) for x in d["space"]["itr_us"]), tuple(float(x) for x in d["space"]["dvfs_ghz"]))
             self = cls.__new__(cls)
             self.space, self.objective, self.settings, self.name = space, obj, settings, str(d["name"])
@@ -1192,14 +1207,16 @@ def run_trial(host: Host, optimizer: Optimizer, settings: TunerSettings) -> Tria
     `tuner.windowing.measure_window`: grown until the percentile's CI is narrow enough (at most `window_s`),
     or ended after `window_min_s` once the estimate is above the limit `best` applies -- such a point can
     never be chosen (its CI's upper end would have to be within the limit), and measuring it longer only
-    keeps users over or near the SLA.
+    keeps users over or near the SLA -- or, the guard, after any chunk whose pooled CI is wholly above the SLA.
     """
     measure: Callable[[], Measurement] = lambda: host.measure(settings.window_s)  # noqa: E731
     if settings.window_mode == "adaptive":
         from tuner.windowing import WindowPolicy, measure_window
 
         policy = WindowPolicy.from_settings(settings, optimizer.objective.percentile,
-                                            stop_above_us=optimizer._met_limit_us())
+                                            stop_above_us=optimizer._met_limit_us(),
+                                            abort_above_us=optimizer.objective.sla_us if settings.window_guard
+                                            else None)
         measure = lambda: measure_window(host, policy)  # noqa: E731
     index, point = optimizer.suggest()
     settle: Measurement | None = None

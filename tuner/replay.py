@@ -44,7 +44,7 @@ TUNER_PRESETS: dict[str, dict[str, Any]] = {
     # 16 µs ITR grid: half the candidates of 8 µs for Ax's acquisition and the safety filter's predictions,
     # within the 0.5 s per trial target, same energy (README, section "replay")
     "warm": {"trials": 30, "context": True, "stop_ei_pct": 1.0, "safe_delta": 0.05, "window_mode": "adaptive",
-             "itr_resolution_us": 16},
+             "itr_resolution_us": 16, "safe_sd_scale": 3.0},
 }
 
 

@@ -80,9 +80,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "within the SLA at this load or up to ~11 %% below (0 = off; default 0.2)")
     t.add_argument("--safe-model-error", type=str, default=None,
                    help="with --safe-delta: SD of ln latency added to the model's in P(SLA broken) (default 0)")
+    t.add_argument("--safe-sd-scale", type=str, default=None,
+                   help="with --safe-delta: factor on the model's SD in P(SLA broken) (1 = as it is; warm: 3)")
+    t.add_argument("--latency-metric", default=None, metavar="log|headroom",
+                   help="the scale the model fits the percentile on: ln µs (default) or SLA / µs")
     t.add_argument("--window-mode", default=None, metavar="fixed|adaptive",
                    help="fixed --window s per trial, or adaptive: grow until the percentile's CI is within "
                         "+-window-ci-pct (max --window s)")
+    t.add_argument("--window-guard", action=argparse.BooleanOptionalAction, default=None,
+                   help="adaptive windows: end a trial after any chunk whose CI is wholly above the SLA (default on)")
     t.add_argument("--window-ci-pct", type=str, default=None, help="adaptive windows: CI half-width target, %% (5)")
     t.add_argument("--window-min-s", type=str, default=None, help="adaptive windows: minimum seconds (2)")
     t.add_argument("--history", type=Path, default=None, metavar="FILE",
@@ -105,6 +111,8 @@ def _num(text: str, flag: str, *, integer: bool = False, minimum: float | None =
 
 #: `--window-mode` values (TunerSettings.window_mode).
 WINDOW_MODES = ("fixed", "adaptive")
+#: `--latency-metric` values (TunerSettings.latency_metric, `tuner.latscale`).
+LATENCY_METRICS = ("log", "headroom")
 
 
 def tuner_settings(args: argparse.Namespace) -> object:
@@ -146,10 +154,21 @@ def tuner_settings(args: argparse.Namespace) -> object:
         if value > hi or (value == hi and not closed):
             raise TunerError(f"{flag} {text!r}: expected {what} (0 = off)")
         explicit[field] = value
+    if args.safe_sd_scale is not None:
+        value = _num(args.safe_sd_scale, "--safe-sd-scale", minimum=1, strict=False)
+        if value > 10:
+            raise TunerError(f"--safe-sd-scale {args.safe_sd_scale!r}: expected a factor in [1, 10]")
+        explicit["safe_sd_scale"] = value
+    if args.latency_metric is not None:
+        if args.latency_metric not in LATENCY_METRICS:
+            raise TunerError(f"--latency-metric {args.latency_metric!r}: expected one of {', '.join(LATENCY_METRICS)}")
+        explicit["latency_metric"] = args.latency_metric
     if args.window_mode is not None:
         if args.window_mode not in WINDOW_MODES:
             raise TunerError(f"--window-mode {args.window_mode!r}: expected one of {', '.join(WINDOW_MODES)}")
         explicit["window_mode"] = args.window_mode
+    if args.window_guard is not None:
+        explicit["window_guard"] = bool(args.window_guard)
     if args.window_ci_pct is not None:
         explicit["window_ci_pct"] = _num(args.window_ci_pct, "--window-ci-pct", minimum=0)
     if args.window_min_s is not None:
