@@ -84,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
                          "`tuner replay`, one contextual experiment across the replayed windows)")
     ap.add_argument("--variants", default="cold,warm", help="multi-day: comma list of tuner variants")
     ap.add_argument("--warm-set", action="append", default=[], metavar="FIELD=VALUE",
-                    help="multi-day: override a TunerSettings field in every warm variant (repeatable), "
-                         "e.g. --warm-set stop_ei_pct=2")
+                    help="override a TunerSettings field of the warm tuner (multi-day: every warm variant; "
+                         "single-day: with --tuner warm); repeatable, e.g. --warm-set stop_ei_pct=2")
     ap.add_argument("--verbose", "-v", action="store_true", help="multi-day: one stderr line per tuner window")
     ap.add_argument("--ablations", action="store_true",
                     help="multi-day: add warm-no-safety, warm-no-evidence, warm-no-adaptive, warm-no-stop, "
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
                                      sla_margin_pct=margin)
                 settings = preset_settings(args.tuner, base, trials=args.trials,
                                            **({"itr_resolution_us": args.itr_resolution} if args.itr_resolution
-                                              else {}))
+                                              else {}), **(warm_overrides(args) if args.tuner == "warm" else {}))
                 t0 = time.perf_counter()
                 res = replay(lambda seed=seed: make_host("sim", seed=seed), windows, obj, settings,
                              policies=("tuner", "linux-default", "oracle"), host_label="sim",
@@ -194,7 +194,8 @@ ABLATIONS = ("warm-no-safety", "warm-no-evidence", "warm-no-adaptive", "warm-no-
 DAY_KEYS = ("trials_per_retune", "ratio_to_oracle", "saved_vs_linux_default_pct", "sla_violating_windows",
             "sla_violating_windows_significant", "explore_above_sla_s", "explore_s", "explore_above_sla_pct",
             "explore_above_sla_pct_of_time",
-            "window_saved_s", "window_saved_pct", "energy_j", "failed_trials", "median_suggest_s")
+            "window_saved_s", "window_saved_pct", "energy_j", "failed_trials", "median_suggest_s",
+            "gated_trials", "gated_expected_over", "gated_over")
 
 
 def multi_day(args: argparse.Namespace) -> int:
@@ -216,10 +217,7 @@ def multi_day(args: argparse.Namespace) -> int:
         print(f"bench/replay.py: unknown variant(s) {', '.join(unknown)}: expected {', '.join(VARIANTS)}",
               file=sys.stderr)
         return 2
-    warm_over: dict = {}
-    for item in args.warm_set:
-        key, _, text = item.partition("=")
-        warm_over[key.strip()] = json.loads(text) if text.strip() not in ("fixed", "adaptive") else text.strip()
+    warm_over = warm_overrides(args)
     pct, sla = (float(x) for x in (args.slas or "99:500").split(",")[0].split(":"))
     obj = Objective("constrained", pct, sla)
     day = load_schedule(sample_trace_path(), peak_qps=args.peak_qps, hours=args.start_hour + args.hours)
@@ -289,6 +287,18 @@ def multi_day(args: argparse.Namespace) -> int:
     return 0
 
 
+def warm_overrides(args: argparse.Namespace) -> dict:
+    """`--warm-set FIELD=VALUE` items as TunerSettings overrides (JSON values; bare words as strings)."""
+    over: dict = {}
+    for item in args.warm_set:
+        key, _, text = item.partition("=")
+        try:
+            over[key.strip()] = json.loads(text)
+        except json.JSONDecodeError:
+            over[key.strip()] = text.strip()
+    return over
+
+
 def _window_progress(name: str, seed: int, t0: float):  # type: ignore[no-untyped-def]
     """Progress callback: one stderr line per finished window (its trials and the wall time so far)."""
     count = {"trials": 0}
@@ -335,7 +345,7 @@ def markdown_table(out: dict) -> str:
                      f"{out['windows_per_day'] * (out['days'] if d['day'] == 'all' else 1) * v['n']}") if v and vs else "-"
             lines.append(f"| {name} | {d['day']} | {_m(d['trials_per_retune'], '.1f')} | "
                          f"{_m(d['ratio_to_oracle'], '.3f')} | {_m(d['saved_vs_linux_default_pct'], '.1f', True)} | "
-                         f"{count} | {_m(d['explore_above_sla_s'], '.0f')} "
+                         f"{count} | {_m(d['explore_above_sla_s'], '.1f')} "
                          f"({_m(d['explore_above_sla_pct'], '.1f', True)}; "
                          f"{_m(d['explore_above_sla_pct_of_time'], '.2f', True)}) | "
                          f"{_m(d['window_saved_s'], '.0f')} s ({_m(d['window_saved_pct'], '.0f', True)}) |")

@@ -367,3 +367,16 @@ def test_cli_warm_preset_with_overrides(tmp_path: Path, capsys: pytest.CaptureFi
     assert (st["context"], st["window_mode"], st["safe_delta"], st["window_min_s"], st["trials"]) == (
         False, "adaptive", 0.0, 1.0, 3)
     assert st["stop_ei_pct"] > 0
+
+
+def test_the_safety_filters_calibration_is_counted_from_its_trials() -> None:
+    s = replace(SETTINGS, trials=6, sobol_trials=2, context=True, context_max_qps=400_000.0, safe_delta=0.2)
+    obj = Objective("constrained", 99, 500)
+    res = replay(lambda: make_model_host(0), WINDOWS, obj, s, policies=("tuner",))
+    recs = res.policies["tuner"].trials
+    gated = [r for r in recs if r.p_violation is not None and r.status == "completed"]
+    assert gated, "the model passed no trial: nothing checked"
+    ps = policy_summary(res, "tuner")
+    assert ps["gated_trials"] == len(gated) < len(recs)      # the safe-start trials carry no model P
+    assert ps["gated_expected_over"] == pytest.approx(sum(r.p_violation for r in gated))
+    assert ps["gated_over"] == sum(1 for r in gated if r.measurement.percentile(99.0) > 500)

@@ -75,7 +75,7 @@ class TuningConfig:
     safe_delta: float = 0.05
     safe_radius: float = 0.2
     safe_model_error: float = 0.0
-    safe_sd_scale: float = 3.0
+    safe_sd_scale: float = 2.0
     latency_metric: str = "log"
     window_mode: str = "adaptive"
     window_ci_pct: float = 5.0

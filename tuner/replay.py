@@ -44,7 +44,7 @@ TUNER_PRESETS: dict[str, dict[str, Any]] = {
     # 16 µs ITR grid: half the candidates of 8 µs for Ax's acquisition and the safety filter's predictions,
     # within the 0.5 s per trial target, same energy (README, section "replay")
     "warm": {"trials": 30, "context": True, "stop_ei_pct": 1.0, "safe_delta": 0.05, "window_mode": "adaptive",
-             "itr_resolution_us": 16, "safe_sd_scale": 3.0},
+             "itr_resolution_us": 16, "safe_sd_scale": 2.0},
 }
 
 
@@ -101,6 +101,11 @@ class WindowResult:
     day: int = 0
     trial_window_s: float = 0.0
     fixed_window_s: float = 0.0
+    # the safety filter's calibration: completed trials it passed with a modelled P(SLA broken) (`p_violation`),
+    # the sum of those P (the violations the model expected) and how many measured over the SLA
+    gated_trials: int = 0
+    gated_p_sum: float = 0.0
+    gated_over: int = 0
 
     @property
     def power_w(self) -> float:
@@ -249,6 +254,7 @@ def _run_tuner_window(host: Host, w: ReplayWindow, objective: Objective, setting
     explore_s = sum(m.seconds for r in recs for m in (r.settle, r.measurement) if m is not None)
     above = sum(_above_sla_s(objective, m) for r in recs for m in (r.settle, r.measurement))
     measured = [r.measurement for r in recs if r.measurement is not None]
+    gated = [r for r in recs if r.p_violation is not None and r.status == "completed" and r.measurement is not None]
     remaining = w.seconds - explore_s
     steady = None
     error = None
@@ -266,6 +272,8 @@ def _run_tuner_window(host: Host, w: ReplayWindow, objective: Objective, setting
         explore_energy_j=explore_e, explore_above_sla_s=above, suggest_s=tuple(r.compute_s for r in recs),
         met_sla=_met(objective, steady), note=decision.reason, error=error, day=w.day,
         trial_window_s=sum(m.seconds for m in measured), fixed_window_s=len(measured) * settings.window_s,
+        gated_trials=len(gated), gated_p_sum=sum(float(r.p_violation) for r in gated),  # type: ignore[arg-type]
+        gated_over=sum(1 for r in gated if not objective.met(r.measurement)),  # type: ignore[arg-type]
     ), recs
 
 
@@ -390,7 +398,8 @@ def _pct(part: float, whole: float) -> float | None:
 def policy_summary(result: ReplayResult, policy: str, day: int | None = None) -> dict[str, Any]:
     """Totals for one policy (over one `day` if given): energy, savings vs linux-default, ratio to oracle, SLA,
     trials (also per retune), exploration above the SLA (s, % of trial time and % of all the policy's time),
-    adaptive-window saving, timings.
+    adaptive-window saving, the safety filter's calibration (`gated_*`: trials it passed on the model's P,
+    the violations that P expected, the ones measured), timings.
 
     `window_saved_s`: trial measurement time saved against fixed `settings.window_s` windows (0 when fixed);
     `wall_s` is the policy's whole replay, not per day.
@@ -440,6 +449,9 @@ def policy_summary(result: ReplayResult, policy: str, day: int | None = None) ->
         "trial_window_s": sum(w.trial_window_s for w in ws),
         "window_saved_s": saved,
         "window_saved_pct": _pct(saved, fixed),
+        "gated_trials": sum(w.gated_trials for w in ws),
+        "gated_expected_over": sum(w.gated_p_sum for w in ws),
+        "gated_over": sum(w.gated_over for w in ws),
         "median_suggest_s": statistics.median(suggest) if suggest else None,
         "wall_s": pr.wall_s,
         "note": pr.note,

@@ -81,7 +81,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     t.add_argument("--safe-model-error", type=str, default=None,
                    help="with --safe-delta: SD of ln latency added to the model's in P(SLA broken) (default 0)")
     t.add_argument("--safe-sd-scale", type=str, default=None,
-                   help="with --safe-delta: factor on the model's SD in P(SLA broken) (1 = as it is; warm: 3)")
+                   help="with --safe-delta: factor on the model's SD in P(SLA broken) (1 = as it is; warm: 2)")
     t.add_argument("--latency-metric", default=None, metavar="log|headroom",
                    help="the scale the model fits the percentile on: ln µs (default) or SLA / µs")
     t.add_argument("--window-mode", default=None, metavar="fixed|adaptive",
