@@ -14,6 +14,7 @@ from actuators.host import PERCENTILES, KnobSpace, Measurement, OperatingPoint, 
 from tests.fakes import FakeHost
 from tuner import acquisition
 from tuner.errors import TunerError
+from tuner.latscale import LatencyScale
 from tuner.optimizer import Objective, Optimizer, TrialRecord, TunerSettings, run_retune
 
 SMALL = KnobSpace(tuple(range(2, 403, 16)), (1.2, 1.6, 2.0, 2.4, 2.9))   # 26 ITR x 5 DVFS
@@ -101,11 +102,11 @@ def test_new_defaults_are_off_and_old_state_json_still_loads() -> None:
 
 def test_prob_violation_matches_the_lognormal_tail() -> None:
     mu, sd, sla = np.array([5.0, 6.5, 6.0]), np.array([0.3, 0.2, 0.0]), 500.0
-    got = acquisition.prob_violation(mu, sd, sla)
+    got = LatencyScale("log", sla).prob_over(mu, sd, sla)
     assert got[0] == pytest.approx(stats.lognorm(s=0.3, scale=math.exp(5.0)).sf(500.0), rel=1e-9)
     assert got[1] == pytest.approx(stats.norm(6.5, 0.2).sf(math.log(500)), rel=1e-9)
     assert got[2] == 0.0   # no uncertainty, mean ln 403 µs < ln 500
-    assert acquisition.prob_violation([math.nan], [0.1], sla)[0] == 1.0   # unknown is unsafe
+    assert LatencyScale("log", sla).prob_over([math.nan], [0.1], sla)[0] == 1.0   # unknown is unsafe
 
 
 def test_expected_improvement_matches_monte_carlo_and_limits() -> None:

@@ -1,9 +1,8 @@
 """Pure acquisition math for the optimiser's safety filter and stopping rule (no Ax, no torch).
 
-The model gives, per candidate point, a Gaussian predictive of the log of the chosen latency percentile
-(mean `mu`, standard deviation `sd`: the percentile is lognormal) and of power (W). From those:
+The model gives, per candidate point, a Gaussian predictive of power (W) and of the latency metric, whose
+P(percentile > a limit) comes from `tuner.latscale.LatencyScale.prob_over`. From those:
 
-* `prob_violation`:      P(percentile > SLA) = 1 - Phi((ln SLA - mu) / sd)
 * `expected_improvement`: EI of power below `best` (minimisation): (best - m) Phi(z) + s phi(z), z = (best - m) / s
 * `constrained_ei`:      EI x P(SLA met) -- the expected power saved by one more trial at a point that must also
                          meet the SLA (Gardner et al. 2014, "Bayesian optimization with inequality constraints")
@@ -22,7 +21,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-_SQRT2 = math.sqrt(2.0)
 _SD_FLOOR = 1e-12
 
 
@@ -37,19 +35,6 @@ def norm_pdf(z: np.ndarray | float) -> np.ndarray:
     """Standard normal density, elementwise."""
     z = np.asarray(z, dtype=float)
     return np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
-
-
-def prob_violation(mu_log: np.ndarray | Sequence[float], sd_log: np.ndarray | Sequence[float],
-                   sla: float) -> np.ndarray:
-    """P(percentile > `sla`) when ln(percentile) ~ N(mu_log, sd_log^2); sd 0 gives a 0/1 step (1 on the SLA)."""
-    mu = np.asarray(mu_log, dtype=float)
-    sd = np.asarray(sd_log, dtype=float)
-    limit = math.log(sla)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        z = (limit - mu) / np.maximum(sd, _SD_FLOOR)
-    out = 1.0 - norm_cdf(z)
-    out = np.where(sd > _SD_FLOOR, out, (mu >= limit).astype(float))
-    return np.where(np.isfinite(mu), out, 1.0)   # no prediction: treat as unsafe
 
 
 def expected_improvement(mean: np.ndarray | Sequence[float], sd: np.ndarray | Sequence[float],

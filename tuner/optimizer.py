@@ -577,11 +577,10 @@ class Optimizer:
 
     def _grid_model(self, load: float | None, *, refit: bool,
                     cells: list[tuple[int, int]] | None = None) -> dict[str, Any] | None:
-        """Model predictions over the grid (or `cells` of it) at `load`: arrays mu/sd of ln(percentile) and
-        power, and P(SLA violation); None while no predictive model is fitted (Sobol phase)."""
+        """Model predictions over the grid (or `cells` of it) at `load`: arrays mu/sd of the latency metric
+        (`tuner.latscale`) and of power, P(SLA broken) and P(over the limit `best` applies), the safety gate's
+        verdict; None while no predictive model is fitted (Sobol phase)."""
         import numpy as np
-
-        from tuner import acquisition
 
         gs = self._client._generation_strategy
         observed = tuple(self._observed())
@@ -611,8 +610,8 @@ class Optimizer:
         sd = np.array([p[scale.metric][1] for p in preds], dtype=float)
         pw = np.array([p["power"][0] for p in preds], dtype=float)
         pw_sd = np.array([p["power"][1] for p in preds], dtype=float)
-        # P(SLA broken) with `safe_model_error` added to the model's SD; P(over the limit `best` applies) as the
-        # model sees it (the constrained EI's feasibility)
+        # both from the model's SD times `safe_sd_scale`; P(SLA broken) also with `safe_model_error` added in
+        # quadrature; P(over the limit `best` applies) is also the constrained EI's feasibility
         sdk = sd * self.settings.safe_sd_scale
         pv = scale.prob_over(mu, sdk, self.objective.sla_us, self.settings.safe_model_error)
         p_unmet = scale.prob_over(mu, sdk, self._met_limit_us())
