@@ -404,9 +404,12 @@ def test_signal_during_measurement_restores_host(tmp_path, sig):
     (tmp_path / "slowhost.py").write_text(SLOW_HOST)
     state = tmp_path / "state"
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}", "FAKE_STATE": str(state)}
+    # as from a terminal: SIGINT at its default in the child even when the test run itself was started in the
+    # background (a non-interactive shell's `&` ignores SIGINT, and an ignored signal is inherited across exec)
     proc = subprocess.Popen([sys.executable, "-m", "tuner.cli", "sweep", "--host", "slowhost:make", "--itr", "100",
                              "--dvfs", "1.2", "--out", str(tmp_path / "sw")],
-                            env=env, stderr=subprocess.PIPE, text=True, cwd=REPO)
+                            env=env, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 20
         while not Path(f"{state}.measuring").exists():
