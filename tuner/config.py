@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tuner.errors import InputError
+from tuner.latscale import KINDS as LATENCY_METRICS  # `latency_metric` values
 
 #: Percentiles a policy may target (must be one of `actuators.host.PERCENTILES`).
 ALLOWED_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0, 99.9)
@@ -85,8 +86,6 @@ class TuningConfig:
 
 #: `tuning.window_mode` values (see `tuner.windowing`).
 WINDOW_MODES: tuple[str, ...] = ("fixed", "adaptive")
-#: `tuning.latency_metric` values (see `tuner.latscale`).
-LATENCY_METRICS: tuple[str, ...] = ("log", "headroom")
 #: `TuningConfig` fields passed to the optimiser's `TunerSettings` under the same names (issue 6).
 SETTINGS_FIELDS: tuple[str, ...] = ("context", "context_max_qps", "itr_resolution_us", "history_max_trials",
                                     "min_trials", "stop_ei_pct", "safe_delta", "safe_radius", "safe_model_error",

@@ -23,12 +23,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from tuner.errors import TunerError
 
-KINDS = ("log", "headroom")
+if TYPE_CHECKING:
+    import numpy as np
+
+KINDS = ("log", "headroom")   # imported by the config and the CLI: this module imports numpy only when used
 #: "log": the percentile goes to Ax as ln(min(value, LOG_CAP_X x SLA)), SEM LOG_CAP_SEM when capped: beyond a few
 #: times the SLA a point is simply infeasible, and a saturated window left as it is pulls the fit far off.
 LOG_CAP_X = 4.0
@@ -40,6 +42,7 @@ _SD_FLOOR = 1e-12
 
 
 def _norm_cdf(z: np.ndarray) -> np.ndarray:
+    import numpy as np
     from scipy.special import ndtr
 
     return np.asarray(ndtr(z))
@@ -91,6 +94,8 @@ class LatencyScale:
         """P(percentile > `limit_us`) for a Gaussian predictive N(mu, sd^2) of the metric; sd 0 gives a 0/1
         step; a non-finite mean counts as over. `extra_log_sd` (an SD of ln latency, the model-error allowance
         `safe_model_error`) is added in quadrature, mapped to this scale at the mean (x metric for headroom)."""
+        import numpy as np
+
         m = np.asarray(mu, dtype=float)
         s = np.nan_to_num(np.asarray(sd, dtype=float), nan=0.0)
         if self.kind == "log":

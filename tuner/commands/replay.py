@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from tuner.errors import TunerError
+from tuner.latscale import KINDS as LATENCY_METRICS  # `latency_metric` values
 
 #: Default peak of the replayed schedule (QPS); see the module docstring.
 DEFAULT_PEAK_QPS = 600_000.0
@@ -111,8 +112,6 @@ def _num(text: str, flag: str, *, integer: bool = False, minimum: float | None =
 
 #: `--window-mode` values (TunerSettings.window_mode).
 WINDOW_MODES = ("fixed", "adaptive")
-#: `--latency-metric` values (TunerSettings.latency_metric, `tuner.latscale`).
-LATENCY_METRICS = ("log", "headroom")
 
 
 def tuner_settings(args: argparse.Namespace) -> object:
