@@ -341,8 +341,9 @@ def markdown_table(out: dict) -> str:
     for name, agg in out["aggregate"].items():
         for d in [*agg["per_day"], {"day": "all", **agg["total"]}]:
             v, vs = d["sla_violating_windows"], d["sla_violating_windows_significant"]
+            days = out["days"] if d["day"] == "all" else 1
             count = (f"{v['mean'] * v['n']:.0f} ({vs['mean'] * vs['n']:.0f}) of "
-                     f"{out['windows_per_day'] * (out['days'] if d['day'] == 'all' else 1) * v['n']}") if v and vs else "-"
+                     f"{out['windows_per_day'] * days * v['n']}") if v and vs else "-"
             lines.append(f"| {name} | {d['day']} | {_m(d['trials_per_retune'], '.1f')} | "
                          f"{_m(d['ratio_to_oracle'], '.3f')} | {_m(d['saved_vs_linux_default_pct'], '.1f', True)} | "
                          f"{count} | {_m(d['explore_above_sla_s'], '.1f')} "

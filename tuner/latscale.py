@@ -98,17 +98,16 @@ class LatencyScale:
 
         m = np.asarray(mu, dtype=float)
         s = np.nan_to_num(np.asarray(sd, dtype=float), nan=0.0)
-        if self.kind == "log":
-            s = np.sqrt(s * s + extra_log_sd ** 2)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                z = (m - math.log(limit_us)) / np.maximum(s, _SD_FLOOR)
-            out = np.where(s > _SD_FLOOR, _norm_cdf(z), (m >= math.log(limit_us)).astype(float))
-        else:
-            s = np.sqrt(s * s + (extra_log_sd * np.abs(np.nan_to_num(m))) ** 2)
-            bound = self.sla_us / limit_us     # percentile > limit  <=>  headroom < bound
-            with np.errstate(divide="ignore", invalid="ignore"):
-                z = (bound - m) / np.maximum(s, _SD_FLOOR)
-            out = np.where(s > _SD_FLOOR, _norm_cdf(z), (m <= bound).astype(float))
+        if self.kind == "log":    # percentile > limit  <=>  ln percentile > ln limit
+            over = m - math.log(limit_us)
+            extra = extra_log_sd
+        else:                     # percentile > limit  <=>  headroom < SLA / limit
+            over = self.sla_us / limit_us - m
+            extra = extra_log_sd * np.abs(np.nan_to_num(m))
+        s = np.sqrt(s * s + extra * extra)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            z = over / np.maximum(s, _SD_FLOOR)
+        out = np.where(s > _SD_FLOOR, _norm_cdf(z), (over >= 0).astype(float))
         return np.where(np.isfinite(m), out, 1.0)
 
     def latency_mean_sd(self, mu: float, sd: float) -> tuple[float, float]:

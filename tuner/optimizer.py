@@ -629,8 +629,9 @@ class Optimizer:
         return met_limit_us(self.objective.sla_us, self.settings)
 
     def _unsafe(self, pv: Any, p_unmet: Any) -> Any:
-        """The safety gate's verdict per cell: P(SLA broken) > δ (model SD with `safe_model_error` added), or the
-        model's P(over the limit `best` applies) > δ (trying a point `best` could never take only costs)."""
+        """The safety gate's verdict per cell: P(SLA broken) > δ or P(over the limit `best` applies) > δ (trying a
+        point `best` could never take only costs), as `_grid_model` computes them (`safe_sd_scale`,
+        `safe_model_error`)."""
         import numpy as np
 
         delta = self.settings.safe_delta

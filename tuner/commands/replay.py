@@ -142,22 +142,18 @@ def tuner_settings(args: argparse.Namespace) -> object:
         explicit["min_trials"] = int(_num(args.min_trials, "--min-trials", integer=True, minimum=1, strict=False))
     if args.stop_ei_pct is not None:
         explicit["stop_ei_pct"] = _num(args.stop_ei_pct, "--stop-ei-pct", minimum=0, strict=False)
-    for field, flag, hi, closed, what in (   # bounded safety settings: [0, hi) or [0, hi], 0 = off
-            ("safe_delta", "--safe-delta", 1.0, False, "a probability in [0, 1)"),
-            ("safe_radius", "--safe-radius", 2.0, True, "a normalised knob distance in [0, 2]"),
-            ("safe_model_error", "--safe-model-error", 1.0, True, "an SD of ln latency in [0, 1]")):
+    for field, flag, lo, hi, closed, what in (   # bounded safety settings: [lo, hi) or [lo, hi]
+            ("safe_delta", "--safe-delta", 0.0, 1.0, False, "a probability in [0, 1) (0 = off)"),
+            ("safe_radius", "--safe-radius", 0.0, 2.0, True, "a normalised knob distance in [0, 2] (0 = off)"),
+            ("safe_model_error", "--safe-model-error", 0.0, 1.0, True, "an SD of ln latency in [0, 1] (0 = off)"),
+            ("safe_sd_scale", "--safe-sd-scale", 1.0, 10.0, True, "a factor in [1, 10]")):
         text = getattr(args, field)
         if text is None:
             continue
-        value = _num(text, flag, minimum=0, strict=False)
+        value = _num(text, flag, minimum=lo, strict=False)
         if value > hi or (value == hi and not closed):
-            raise TunerError(f"{flag} {text!r}: expected {what} (0 = off)")
+            raise TunerError(f"{flag} {text!r}: expected {what}")
         explicit[field] = value
-    if args.safe_sd_scale is not None:
-        value = _num(args.safe_sd_scale, "--safe-sd-scale", minimum=1, strict=False)
-        if value > 10:
-            raise TunerError(f"--safe-sd-scale {args.safe_sd_scale!r}: expected a factor in [1, 10]")
-        explicit["safe_sd_scale"] = value
     if args.latency_metric is not None:
         if args.latency_metric not in LATENCY_METRICS:
             raise TunerError(f"--latency-metric {args.latency_metric!r}: expected one of {', '.join(LATENCY_METRICS)}")
