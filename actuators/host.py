@@ -2,7 +2,7 @@
 
 A host exposes two knobs -- NIC interrupt throttling (ITR, microseconds) and CPU frequency (DVFS, GHz) --
 and measures a window: achieved load, latency percentiles and energy. The tuner never knows whether it
-drives `actuators.sim.SimHost` or `actuators.real.RealHost`; anyone can plug in their own host with
+drives `actuators.sim.host.SimHost` or `actuators.real.RealHost`; anyone can plug in their own host with
 `--host module:factory` where `factory(**options) -> Host`.
 """
 
@@ -15,13 +15,13 @@ from functools import cached_property
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from tuner.errors import KnobRangeError, TunerError
+from actuators.latency.dist import PERCENTILES
+from core.errors import KnobRangeError, TunerError
 
 if TYPE_CHECKING:
-    from actuators.latency_dist import LatencyDist
+    from actuators.latency.dist import LatencyDist
 
-#: Latency percentiles every measurement reports, in percent.
-PERCENTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0, 99.9)
+__all__ = ["PERCENTILES", "Host", "KnobSpace", "LoadControl", "Measurement", "OperatingPoint", "apply_point"]
 
 
 @dataclass(frozen=True)
@@ -92,13 +92,13 @@ class Measurement:
     """What a host measured over one window.
 
     `latency_us` maps each percentile in `PERCENTILES` to its value; `latency_ci_us` maps it to a
-    (low, high) 95 % confidence interval from order statistics (see `tuner.stats`) -- a p99 of a
+    (low, high) 95 % confidence interval from order statistics (see `core.stats`) -- a p99 of a
     finite sample is noisy, and the optimiser is told how noisy. `point` is None while the OS's own
     policies (adaptive ITR, cpufreq governor) are in charge. `ci_known` is False when the latency source
     gives no CI (an external Prometheus query, a hook): `latency_ci_us` is then a placeholder (v, v) and
     `percentile_sem` returns None ("noise unknown") rather than a fake zero.
 
-    `latency_dist` (optional) is the window's whole latency distribution (`actuators.latency_dist`:
+    `latency_dist` (optional) is the window's whole latency distribution (`actuators.latency.dist`:
     exact samples or an HdrHistogram), kept so windows can be pooled with `merge` / `merge_all`; it is
     not serialised by `to_dict` and not compared by `==`. A 1-D array of samples (µs) is accepted and
     wrapped as a `SampleDist` whose samples stand for the window's `requests` (each weighs
@@ -120,7 +120,7 @@ class Measurement:
     def __post_init__(self) -> None:
         dist = self.latency_dist
         if dist is not None and not hasattr(dist, "quantile_ci"):  # raw samples (µs) of the window's requests
-            from actuators.latency_dist import SampleDist
+            from actuators.latency.dist import SampleDist
 
             n = len(dist)
             object.__setattr__(self, "latency_dist", SampleDist(dist, weight=max(self.requests / max(n, 1), 1.0)))
@@ -180,7 +180,7 @@ class Measurement:
         the pooled distribution. Refuses (TunerError) windows without `latency_dist`, windows whose CI
         is unknown, and windows at different points (percentiles of a mixture would be meaningless).
         """
-        from actuators.latency_dist import HdrDist, merge_dists, percentile_table
+        from actuators.latency.dist import HdrDist, merge_dists, percentile_table
 
         ms = list(measurements)
         if not ms:

@@ -31,9 +31,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from actuators.memcached_proto import MemcachedAddress, MemcachedClient, as_address
+from actuators.latency.memcached import MemcachedAddress, MemcachedClient, as_address
 from actuators.sensors import QpsSource
-from tuner.errors import HostError
+from core.errors import HostError
 
 #: memcached `stats` counters whose sum is the number of key operations served.
 MEMCACHED_REQUEST_COUNTERS: tuple[str, ...] = (

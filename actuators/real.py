@@ -15,14 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from actuators.dvfs import DvfsBackend, choose_backend, parse_cpu_list
+from actuators.linux.dvfs import DvfsBackend, choose_backend, parse_cpu_list
 from actuators.host import KnobSpace, Measurement, OperatingPoint
-from actuators.hwio import HardwareIO, NicIoctl, Transaction, UnavailableNic
-from actuators.itr import NicItr, physical_interfaces
-from actuators.originals import OriginalsStore, RestoreReport, default_state_dir, restore_originals
-from actuators.rapl import EnergyMeter, discover_meter
+from actuators.linux.hwio import HardwareIO, NicIoctl, Transaction, UnavailableNic
+from actuators.linux.itr import NicItr, physical_interfaces
+from actuators.linux.originals import OriginalsStore, RestoreReport, default_state_dir, restore_originals
+from actuators.linux.rapl import EnergyMeter, discover_meter
 from actuators.sensors import LatencySource, QpsSource
-from tuner.errors import HostError
+from core.errors import HostError
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +165,7 @@ def default_nic(root: Path) -> NicIoctl:
     if Path(root).resolve() != Path("/"):
         return UnavailableNic(f"NIC coalescing talks to the live kernel's ethtool ioctl and cannot be redirected "
                               f"under --root {root}; use --root /")
-    from actuators.itr import PyrouteEthtool
+    from actuators.linux.itr import PyrouteEthtool
 
     return PyrouteEthtool()
 
@@ -248,10 +248,10 @@ def _latency_source(kind: str, opts: dict[str, Any], root: Path) -> LatencySourc
     """A latency source from `[host.options.latency]`: kind = prober | prometheus | command | file."""
     try:
         if kind == "prober":
-            from actuators.prober import Prober, ProberConfig
+            from actuators.latency.prober import Prober, ProberConfig
 
             return Prober(ProberConfig(**opts), settings_root=root)
-        from actuators import latency_sources as ls
+        from actuators.latency import sources as ls
 
         if kind == "prometheus":
             return ls.PrometheusLatency(**opts)

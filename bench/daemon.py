@@ -47,7 +47,7 @@ def main() -> int:
     import grpc
     import psutil
 
-    from tuner.service import protos
+    from tuner.daemon.service import protos
 
     pb, services = protos()
     tmp = Path(tempfile.mkdtemp(prefix="tuner-bench-"))

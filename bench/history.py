@@ -2,7 +2,7 @@
 
 Measures, on the simulated host, `--trials` history trials spread over four loads (100-400 kQPS, random
 points on the lower 600 µs of ITR), what a daemon retune pays when it is seeded from them:
-  * writing and reading them as `tuner.trial/v1` JSON lines (`tuner.history`), file size;
+  * writing and reading them as `tuner.trial/v1` JSON lines (`tuner.store.history`), file size;
   * `Optimizer(...)` creation, `add_history`, the first `suggest()` after `begin_retune` (a GP fit on the
     history), and `to_json` (the daemon saves the optimiser after every trial) with its size.
 
@@ -30,9 +30,9 @@ def main() -> int:
     args = ap.parse_args()
 
     from actuators.host import OperatingPoint
-    from tuner.history import read_trials, write_trials
+    from tuner.store.history import read_trials, write_trials
     from tuner.hosts import make_host
-    from tuner.optimizer import Objective, Optimizer, TrialRecord, TunerSettings
+    from tuner.optimize.optimizer import Objective, Optimizer, TrialRecord, TunerSettings
 
     context = not args.no_context
     host = make_host("sim", seed=1, cores=4, qps=100_000)

@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from actuators.memcached_proto import MemcachedClient  # noqa: E402
-from actuators.prober import Prober, read_client_settings  # noqa: E402
+from actuators.latency.memcached import MemcachedClient  # noqa: E402
+from actuators.latency.prober import Prober, read_client_settings  # noqa: E402
 from memcached_server import start_memcached  # noqa: E402
 
 

@@ -19,7 +19,7 @@ Multi-day (issue 6), `--days N` (N >= 2): the day (after --start-hour/--hours) i
 day-to-day noise (`traces.schedule.repeat_days`, `--day-noise 0.05`, `--schedule-seed 0`; the same schedule for
 every seed and variant), then `--every` keeps every N-th window of EACH day. Per seed, linux-default and the
 oracle run once, and each tuner variant runs on its own host of that seed: `cold` (the dissertation's tuner,
-`tuner.replay.TUNER_PRESETS`) and `warm` (context + stopping rule + safe exploration + adaptive windows), plus
+`tuner.replay.run.TUNER_PRESETS`) and `warm` (context + stopping rule + safe exploration + adaptive windows), plus
 with `--ablations` warm without one feature each (`warm-no-safety`, `warm-no-evidence` = safe_radius 0,
 `warm-no-adaptive`, `warm-no-stop`, `warm-no-context`, `warm-no-guard` = window_guard off, `warm-no-sd-scale`
 = safe_sd_scale 1); `--variants warm-headroom` fits latency on the headroom scale. JSON per variant and day
@@ -99,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         args.hours, args.start_hour, args.seeds = 6.0, 12, min(args.seeds, 2)
 
     from tuner.hosts import make_host
-    from tuner.optimizer import Objective, TunerSettings
-    from tuner.replay import ReplayWindow, oracle_point, policy_summary, preset_settings, replay
+    from tuner.optimize.optimizer import Objective, TunerSettings
+    from tuner.replay.run import ReplayWindow, oracle_point, policy_summary, preset_settings, replay
     from traces.schedule import load_schedule, sample_trace_path
 
     sched = load_schedule(sample_trace_path(), peak_qps=args.peak_qps)
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             agree.append(full == memo[(round(w.qps, 6), pct, sla)][0])
         out["oracle_coarse_equals_exhaustive"] = f"{sum(agree)}/{len(agree)} windows"
 
-    from tuner.optimizer import TunerSettings as _TS
+    from tuner.optimize.optimizer import TunerSettings as _TS
 
     margins = [float(x) for x in args.sla_margins.split(",")] if args.sla_margins else [_TS().sla_margin_pct]
     for reward, margin in ((r, m) for r in args.rewards.split(",") for m in margins):
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-#: Multi-day variants: a preset of `tuner.replay.TUNER_PRESETS` plus field overrides (the ablations).
+#: Multi-day variants: a preset of `tuner.replay.run.TUNER_PRESETS` plus field overrides (the ablations).
 VARIANTS: dict[str, tuple[str, dict]] = {
     "cold": ("cold", {}),
     "warm": ("warm", {}),
@@ -190,7 +190,7 @@ VARIANTS: dict[str, tuple[str, dict]] = {
 }
 ABLATIONS = ("warm-no-safety", "warm-no-evidence", "warm-no-adaptive", "warm-no-stop", "warm-no-context",
              "warm-no-guard", "warm-no-sd-scale")
-#: Per-day metrics reported for each variant (keys of `tuner.replay.policy_summary`).
+#: Per-day metrics reported for each variant (keys of `tuner.replay.run.policy_summary`).
 DAY_KEYS = ("trials_per_retune", "ratio_to_oracle", "saved_vs_linux_default_pct", "sla_violating_windows",
             "sla_violating_windows_significant", "explore_above_sla_s", "explore_s", "explore_above_sla_pct",
             "explore_above_sla_pct_of_time",
@@ -204,8 +204,8 @@ def multi_day(args: argparse.Namespace) -> int:
 
     from traces.schedule import DEFAULT_DAY_NOISE, load_schedule, repeat_days, sample_trace_path
     from tuner.hosts import make_host
-    from tuner.optimizer import Objective, TunerSettings
-    from tuner.replay import PolicyResult, ReplayWindow, day_summaries, oracle_point, preset_settings, replay
+    from tuner.optimize.optimizer import Objective, TunerSettings
+    from tuner.replay.run import PolicyResult, ReplayWindow, day_summaries, oracle_point, preset_settings, replay
 
     if args.quick:
         args.every, args.seeds = max(args.every, 6), min(args.seeds, 1)
@@ -321,7 +321,7 @@ def replace_seed(settings, seed: int):  # type: ignore[no-untyped-def]
 
 
 def policy_summary_keys(res) -> dict:  # type: ignore[no-untyped-def]
-    from tuner.replay import policy_summary
+    from tuner.replay.run import policy_summary
 
     s = policy_summary(res, "tuner")
     return {k: s[k] for k in DAY_KEYS}

@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from actuators.host import OperatingPoint, apply_point  # noqa: E402
-from actuators.sim import SimHost, clear_expected_cache  # noqa: E402
+from actuators.sim.host import SimHost, clear_expected_cache  # noqa: E402
 
 
 def _ms(fn, repeat: int) -> float:
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     result = {"speed": speeds()}
     if not args.quick:
-        from actuators.sim_calibration import calibration, format_table
+        from actuators.sim.calibration import calibration, format_table
 
         result["noise_600k_246_1.6"] = noise()
         t = time.perf_counter()

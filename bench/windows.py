@@ -29,8 +29,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from actuators.host import OperatingPoint, apply_point  # noqa: E402
-from actuators.sim import SimHost  # noqa: E402
-from tuner.windowing import WindowPolicy, measure_window  # noqa: E402
+from actuators.sim.host import SimHost  # noqa: E402
+from tuner.optimize.windowing import WindowPolicy, measure_window  # noqa: E402
 
 LOADS = (100_000, 200_000, 300_000, 400_000, 500_000, 600_000, 700_000)
 POINTS = (OperatingPoint(10, 2.9), OperatingPoint(100, 2.3), OperatingPoint(250, 1.6), OperatingPoint(500, 2.0))

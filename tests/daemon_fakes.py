@@ -1,5 +1,5 @@
 """Test doubles for the daemon tests: a host that persists its knobs (and originals) to a file, a light
-optimiser with the `tuner.optimizer.Optimizer` contract, and a runner that starts `tuner daemon` with them.
+optimiser with the `tuner.optimize.optimizer.Optimizer` contract, and a runner that starts `tuner daemon` with them.
 
 `make_file_host(knob_file=...)` behaves like the real host across processes: before the first write it saves
 the originals to the file; `restore()` (in any later process) puts them back, so the tests can check what a
@@ -17,7 +17,7 @@ from typing import Any
 
 from actuators.host import KnobSpace, Measurement, OperatingPoint
 from tests.fakes import FakeHost
-from tuner.optimizer import Decision, Objective, Prediction, TrialRecord, TunerSettings  # noqa: F401
+from tuner.optimize.optimizer import Decision, Objective, Prediction, TrialRecord, TunerSettings  # noqa: F401
 
 ORIGINAL = {"itr": "adaptive", "dvfs": "schedutil"}
 
@@ -90,7 +90,7 @@ class BlockingHost(FakeHost):
         self._interrupt.set()
 
     def measure(self, seconds: float) -> Measurement:
-        from tuner.errors import HostError
+        from core.errors import HostError
 
         if self.measure_count + 1 >= self.block_from:
             self.blocking.set()
@@ -201,7 +201,7 @@ class FakeOptimizer:
 
 
 class Optimizer(FakeOptimizer):
-    """`FakeOptimizer` behind the exact constructor of `tuner.optimizer.Optimizer`, for the worker process
+    """`FakeOptimizer` behind the exact constructor of `tuner.optimize.optimizer.Optimizer`, for the worker process
     (`ProcessOptimizers(module="tests.daemon_fakes")`). `TUNER_FAKE_SUGGEST_S` makes suggest slow."""
 
     def __init__(self, space: KnobSpace, objective: Objective, settings: TunerSettings, name: str = "tuner"):
@@ -244,8 +244,8 @@ class FakeOptimizers:
 
 def main(argv: list[str]) -> int:
     """`python -m tests.daemon_fakes CONFIG`: `tuner daemon` with the light optimiser (fast, no Ax)."""
-    from tuner.commands import daemon as cmd
-    from tuner.optworker import ProcessOptimizers
+    from tuner.cli import daemon as cmd
+    from tuner.daemon.worker import ProcessOptimizers
 
     # exactly the production path (a worker process per retune), with the light optimiser inside it
     return cmd.serve(argv[0], optimizers=ProcessOptimizers(module="tests.daemon_fakes"))
@@ -336,7 +336,7 @@ class Running:
         import threading
 
         from tuner.config import load_config
-        from tuner.daemon import Daemon
+        from tuner.daemon.loop import Daemon
 
         self.optimizers = optimizers or FakeOptimizers()
         self.daemon = Daemon(load_config(config_path), host=host, optimizers=self.optimizers, serve=serve)

@@ -2,8 +2,8 @@
 
 MSR files are regular (sparse) files. The kernel's msr device takes offset = register and moves 8 bytes;
 in a plain file adjacent registers (PERF_STATUS 0x198 / PERF_CTL 0x199) would overlap, so
-`msr_device_semantics` makes `actuators.msr`'s pread/pwrite store register R at byte 8*R of a fake file.
-A register never written reads back short, which `actuators.msr` reports like the kernel's EIO for an
+`msr_device_semantics` makes `actuators.linux.msr`'s pread/pwrite store register R at byte 8*R of a fake file.
+A register never written reads back short, which `actuators.linux.msr` reports like the kernel's EIO for an
 unimplemented register. `FakeNic` is a mocked ethtool ioctl layer.
 """
 
@@ -16,8 +16,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from actuators import hwio
-from actuators.rapl import EnergyCounter, EnergyMeter
+from actuators.linux import hwio
+from actuators.linux.rapl import EnergyCounter, EnergyMeter
 from actuators.sensors import LatencyWindow
 
 MSR_FILE_BYTES = 0x1000
@@ -26,7 +26,7 @@ STRIDE = 8
 
 def msr_device_semantics(monkeypatch) -> None:
     """Register R of a fake `.../msr` file lives at byte 8*R (see module doc)."""
-    import actuators.msr as msr_mod
+    import actuators.linux.msr as msr_mod
 
     def fake(fd: int) -> bool:
         target = os.readlink(f"/proc/self/fd/{fd}")
@@ -320,7 +320,7 @@ def power_meter(clock, watts):
 def realhost_tree(root: Path, ncpu: int, ctl0: int, extra_ifaces: tuple[str, ...] = ()) -> FakeNic:
     """A fake Sandy Bridge host under `root`: `ncpu` CPUs with MSRs (no HWP, PERF_CTL = `ctl0`), cpufreq
     (ondemand), one RAPL package zone and an ixgbe `eth1` (rx-usecs 1); returns its mocked NIC layer."""
-    from actuators.dvfs import IA32_PERF_CTL, IA32_PERF_STATUS, IA32_PM_ENABLE, MSR_PLATFORM_INFO
+    from actuators.linux.dvfs import IA32_PERF_CTL, IA32_PERF_STATUS, IA32_PM_ENABLE, MSR_PLATFORM_INFO
 
     cpu_online(root, ncpu)
     msr_files(root, ncpu, {MSR_PLATFORM_INFO: (12 << 40) | (29 << 8), IA32_PM_ENABLE: 0,

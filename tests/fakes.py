@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from actuators.host import PERCENTILES, KnobSpace, Measurement, OperatingPoint
-from tuner.errors import HostError
+from core.errors import HostError
 
 DVFS_GHZ = tuple(round(1.2 + 0.1 * i, 1) for i in range(18))  # 1.2 .. 2.9 GHz, like the E5-2690
 

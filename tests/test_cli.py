@@ -11,20 +11,20 @@ from pathlib import Path
 import pytest
 
 from actuators.host import Host, LoadControl
-from tuner.cli import COMMANDS
-from tuner.errors import TunerError
+from tuner.cli.app import COMMANDS
+from core.errors import TunerError
 from tuner.hosts import make_host
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `tests.fakes` as a host spec
 
 HEAVY = ("ax", "torch", "botorch", "matplotlib", "scipy", "grpc", "pyroute2")
-BUILT = [n for n in COMMANDS if (REPO / "tuner" / "commands" / f"{n}.py").exists()]
+BUILT = [n for n in COMMANDS if (REPO / "tuner" / "cli" / f"{n}.py").exists()]
 
 # Builds the parser, renders top-level and every subcommand's help, and reports heavy modules loaded.
 PROBE = """
 import contextlib, io, json, sys
-from tuner.cli import build_parser
+from tuner.cli.app import build_parser
 parser = build_parser()
 helps = {}
 for argv in [["--help"]] + [[name, "--help"] for name in sys.argv[1:]]:
@@ -130,7 +130,7 @@ def test_cli_reports_host_errors_as_one_line_exit_2(tmp_path):
 
 
 def test_sim_host_implements_the_protocol():
-    pytest.importorskip("actuators.sim")
+    pytest.importorskip("actuators.sim.host")
     host = make_host("sim", seed=1)
     assert isinstance(host, Host) and isinstance(host, LoadControl)
     knobs = host.knobs()

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tuner.config import Config, check_grpc_address, is_loopback, load_config, parse_config, read_token
-from tuner.errors import InputError
+from core.errors import InputError
 
 
 def _errors(text: str, tmp_path: Path) -> list[str]:
@@ -170,10 +170,10 @@ keep_trials = 500
     assert not cold.warm_start
     # every TuningConfig issue-6 field is one of the optimiser's TunerSettings fields, and the daemon's default
     # is the same tuner `tuner replay` runs by default (the warm preset the 3-day benchmark chose)
-    from tuner.commands.replay import DEFAULT_PRESET
+    from tuner.cli.replay import DEFAULT_PRESET
     from tuner.config import SETTINGS_FIELDS, TuningConfig
-    from tuner.optimizer import TunerSettings
-    from tuner.replay import preset_settings
+    from tuner.optimize.optimizer import TunerSettings
+    from tuner.replay.run import preset_settings
 
     product = preset_settings(DEFAULT_PRESET)
     for name in SETTINGS_FIELDS:

@@ -12,10 +12,10 @@ from scipy import stats
 
 from actuators.host import PERCENTILES, KnobSpace, Measurement, OperatingPoint, apply_point
 from tests.fakes import FakeHost
-from tuner import acquisition
-from tuner.errors import TunerError
-from tuner.latscale import LatencyScale
-from tuner.optimizer import Objective, Optimizer, TrialRecord, TunerSettings, run_retune
+from tuner.optimize import acquisition
+from core.errors import TunerError
+from tuner.optimize.latscale import LatencyScale
+from tuner.optimize.optimizer import Objective, Optimizer, TrialRecord, TunerSettings, run_retune
 
 SMALL = KnobSpace(tuple(range(2, 403, 16)), (1.2, 1.6, 2.0, 2.4, 2.9))   # 26 ITR x 5 DVFS
 OBJ = Objective("constrained", 99, 500)
@@ -358,8 +358,8 @@ def test_when_the_model_deems_every_point_unsafe_it_steps_out_from_the_safe_corn
 
 
 def test_adaptive_window_mode_measures_through_windowing(monkeypatch: pytest.MonkeyPatch) -> None:
-    import tuner.windowing as windowing
-    from tuner.optimizer import run_trial
+    import tuner.optimize.windowing as windowing
+    from tuner.optimize.optimizer import run_trial
 
     seen = []
 

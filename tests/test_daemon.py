@@ -10,10 +10,10 @@ import pytest
 
 from actuators.host import OperatingPoint
 from tests.daemon_fakes import Running, make_file_host, wait_for, write_config
-from tuner.daemon import bounded_space, safe_corner, validate_policy
-from tuner.errors import InputError, TunerError
+from tuner.daemon.loop import bounded_space, safe_corner, validate_policy
+from core.errors import InputError, TunerError
 from tuner.config import KnobBounds
-from tuner.state import DaemonState, StateStore, atomic_write
+from tuner.daemon.state import DaemonState, StateStore, atomic_write
 
 
 def _state(tmp_path):
@@ -112,7 +112,7 @@ def test_sighup_reload_keeps_old_config_when_invalid_and_applies_valid(tmp_path,
         wait_for(lambda: r.daemon.status()["state"] == "holding")
         good = cfg.read_text()
         cfg.write_text(good.replace("sla_us = 5000.0", "sla_us = -1").replace("trials = 4", "trials = \"x\""))
-        with caplog.at_level("ERROR", logger="tuner.daemon"):
+        with caplog.at_level("ERROR", logger="tuner.daemon.loop"):
             r.daemon.request_reload()
             wait_for(lambda: sum("reload rejected" in m for m in caplog.messages) >= 2)
         assert r.daemon.policy().sla_us == 5000.0
@@ -211,7 +211,7 @@ def test_bounds_and_policy_helpers():
 def test_sdnotify_sends_ready_and_watchdog_to_abstract_socket():
     import socket
 
-    from tuner.sdnotify import Notifier
+    from tuner.daemon.sdnotify import Notifier
 
     name = f"tuner-test-{os.getpid()}-{threading.get_ident()}"
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as srv:
@@ -247,7 +247,7 @@ def test_stop_interrupts_the_window_in_flight_and_abandons_its_trial(tmp_path):
 
 def test_second_daemon_on_same_state_dir_or_socket_is_refused(tmp_path):
     from tuner.config import load_config
-    from tuner.daemon import Daemon
+    from tuner.daemon.loop import Daemon
     from tests.daemon_fakes import FakeOptimizers
 
     cfg = write_config(tmp_path, sla_us=5000.0)

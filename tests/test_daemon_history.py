@@ -9,9 +9,9 @@ import json
 from actuators.host import OperatingPoint
 from tests.daemon_fakes import FakeOptimizers, Running, read_state, wait_for, write_config
 from tests.fakes import FakeHost
-from tuner.cli import main
-from tuner.history import HistoryStore, read_entries, write_trials
-from tuner.optimizer import Objective, TrialRecord
+from tuner.cli.app import main
+from tuner.store.history import HistoryStore, read_entries, write_trials
+from tuner.optimize.optimizer import Objective, TrialRecord
 
 
 def _config(tmp_path, *, history: str = "", tuning: str = "", **kw):
@@ -140,7 +140,7 @@ def test_unreadable_history_store_means_a_cold_retune_not_a_dead_daemon(tmp_path
     (tmp_path / "state").mkdir()
     (tmp_path / "state" / "history.jsonl").write_text("{broken\n")
     opts = FakeOptimizers()
-    with caplog.at_level("WARNING", logger="tuner.daemon"):
+    with caplog.at_level("WARNING", logger="tuner.daemon.loop"):
         with Running(cfg, serve=False, optimizers=opts) as r:
             wait_for(lambda: r.daemon.status()["state"] == "holding")
             assert opts.made[0].history == []
@@ -154,7 +154,7 @@ def test_unreadable_history_store_means_a_cold_retune_not_a_dead_daemon(tmp_path
 def test_adaptive_windows_size_each_trial_between_min_and_max(tmp_path):
     import pytest
 
-    pytest.importorskip("actuators.sim")
+    pytest.importorskip("actuators.sim.host")
     sim = {"seed": 1, "cores": 4, "qps": 100000}
     # a loose CI target (±50 %) is met by the first chunk: every trial window is the minimum, not window_s
     cfg = _config(tmp_path, host="sim", options=sim, window_s=0.4,
@@ -191,7 +191,7 @@ def test_reload_turns_warm_start_on_for_the_next_retune(tmp_path):
 
 
 def test_warm_start_through_the_worker_process_and_resume_after_stop(tmp_path, capsys):
-    from tuner.optworker import ProcessOptimizers
+    from tuner.daemon.worker import ProcessOptimizers
 
     cfg = _config(tmp_path, history="warm_start = true", trials=30)
     src = _trials_file(tmp_path, [100_000.0] * 3)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from actuators.dvfs import IA32_PERF_CTL
-from actuators.itr import RX_USECS
+from actuators.linux.dvfs import IA32_PERF_CTL
+from actuators.linux.itr import RX_USECS
 from actuators.real import make_real_host
 from tests import fakefs
 from tests.daemon_fakes import Running, wait_for, write_config
@@ -61,7 +61,7 @@ def test_daemon_writes_held_point_and_restores_on_stop(tmp_path, tree):
 def test_start_undoes_a_dead_runs_writes_first(tmp_path, tree):
     from tests.daemon_fakes import FakeOptimizers
     from tuner.config import load_config
-    from tuner.daemon import Daemon
+    from tuner.daemon.loop import Daemon
 
     root, nic = tree
     dead = _host(root, nic)

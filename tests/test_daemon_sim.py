@@ -1,4 +1,4 @@
-"""End to end with the project's real optimiser (`tuner.optimizer`, Ax in the worker process) and, when it
+"""End to end with the project's real optimiser (`tuner.optimize.optimizer`, Ax in the worker process) and, when it
 exists, the simulated host (`host = "sim"`). Few trials (4-5, 2 quasi-random) and 50 ms windows."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-pytest.importorskip("tuner.optimizer")
+pytest.importorskip("tuner.optimize.optimizer")
 
 from tests.daemon_fakes import Running, read_knobs, read_state, wait_for, write_config  # noqa: E402
-from tuner.optworker import ProcessOptimizers  # noqa: E402
+from tuner.daemon.worker import ProcessOptimizers  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SIM = {"seed": 1, "cores": 4, "qps": 100000}
@@ -55,7 +55,7 @@ def test_tuner_daemon_with_ax_sigkill_restart_resumes_and_sigterm_restores(tmp_p
 
 
 def test_sim_host_with_ax_decides_and_guardrail_reverts_within_one_window_on_load_jump(tmp_path):
-    pytest.importorskip("actuators.sim")
+    pytest.importorskip("actuators.sim.host")
     from actuators.host import OperatingPoint
 
     cfg = write_config(tmp_path, host="sim", options=SIM, trials=3, sobol=2, window_s=0.05, sla_us=500.0)
@@ -92,12 +92,12 @@ def test_sim_host_with_ax_decides_and_guardrail_reverts_within_one_window_on_loa
 
 
 def test_sim_daemon_with_ax_warm_starts_a_contextual_retune_from_imported_trials(tmp_path, capsys):
-    pytest.importorskip("actuators.sim")
+    pytest.importorskip("actuators.sim.host")
     from actuators.host import OperatingPoint
-    from tuner.cli import main
-    from tuner.history import HistoryStore, write_trials
+    from tuner.cli.app import main
+    from tuner.store.history import HistoryStore, write_trials
     from tuner.hosts import make_host
-    from tuner.optimizer import Objective, TrialRecord
+    from tuner.optimize.optimizer import Objective, TrialRecord
 
     # another day's trials on the same (simulated) machine, at two loads
     other = make_host("sim", **SIM)

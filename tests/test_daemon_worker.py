@@ -9,7 +9,7 @@ import signal
 import time
 
 from tests.daemon_fakes import Running, wait_for, write_config
-from tuner.optworker import ProcessOptimizers
+from tuner.daemon.worker import ProcessOptimizers
 
 
 def _state(tmp_path):
@@ -58,7 +58,7 @@ def test_crashed_worker_loses_no_trial(tmp_path, monkeypatch):
 def test_missing_optimizer_module_is_a_clear_error_not_a_dead_pipe():
     import pytest
 
-    from tuner.errors import TunerError
+    from core.errors import TunerError
     from tests.daemon_fakes import FakeHost
     from tuner.config import PolicyConfig, TuningConfig
 

@@ -62,7 +62,7 @@ def test_prometheus_config_checks():
 def _exposed_names() -> set[str]:
     from prometheus_client import generate_latest
 
-    from tuner.metrics import DaemonMetrics
+    from tuner.daemon.metrics import DaemonMetrics
 
     m = DaemonMetrics.create("test", "sim")
     m.energy.labels(zone="package").inc(1)

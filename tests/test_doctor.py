@@ -8,11 +8,11 @@ import threading
 
 import pytest
 
-from actuators import doctor
-from actuators.dvfs import IA32_PERF_CTL, IA32_PM_ENABLE, MSR_PLATFORM_INFO
-from actuators.hwio import HardwareIO
+from actuators.linux import doctor
+from actuators.linux.dvfs import IA32_PERF_CTL, IA32_PM_ENABLE, MSR_PLATFORM_INFO
+from actuators.linux.hwio import HardwareIO
 from tests import fakefs
-from tuner import cli
+from tuner.cli import app as cli
 
 ALL_CAPS = (1 << 41) - 1
 
@@ -123,7 +123,7 @@ def test_doctor_on_this_machine_is_read_only_and_honest(monkeypatch, capsys):
     """The real `/`: must not write anything and must say it cannot tune (no RAPL/DVFS here)."""
     import pyroute2.ethtool.ioctl as ioctl_mod
 
-    from actuators import hwio
+    from actuators.linux import hwio
 
     def forbidden(*_a, **_k):
         raise AssertionError("doctor attempted a write")

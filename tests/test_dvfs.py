@@ -6,12 +6,12 @@ import errno
 
 import pytest
 
-from actuators import dvfs, hwio
-from actuators.dvfs import IA32_PERF_CTL, IA32_PERF_STATUS, IA32_PM_ENABLE, MSR_PLATFORM_INFO
-from actuators.hwio import HardwareIO, Transaction
-from actuators.originals import OriginalsStore, restore_originals
+from actuators.linux import dvfs, hwio
+from actuators.linux.dvfs import IA32_PERF_CTL, IA32_PERF_STATUS, IA32_PM_ENABLE, MSR_PLATFORM_INFO
+from actuators.linux.hwio import HardwareIO, Transaction
+from actuators.linux.originals import OriginalsStore, restore_originals
 from tests import fakefs
-from tuner.errors import HostError, KnobRangeError
+from core.errors import HostError, KnobRangeError
 
 PLATFORM = (12 << 40) | (29 << 8)  # max efficiency 1.2 GHz, max non-turbo 2.9 GHz
 CPUFREQ = "sys/devices/system/cpu/cpu{}/cpufreq/{}"
@@ -130,7 +130,7 @@ def test_failure_on_core_5_rolls_back_cores_0_to_4(tmp_path, monkeypatch):
 
 def test_permission_denied_opening_msr(tmp_path, monkeypatch):
     msr_host(tmp_path, ncpus=1, cpufreq=False)
-    import actuators.msr as msr_mod
+    import actuators.linux.msr as msr_mod
 
     real_open = msr_mod.os.open
 

@@ -10,10 +10,10 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from actuators.host import KnobSpace, OperatingPoint
 from tests.fakes import FakeHost
-from tuner.errors import InputError
-from tuner.history import (SCHEMA, HistoryEntry, HistoryStore, dedupe, entries_from_records, in_space,
+from core.errors import InputError
+from tuner.store.history import (SCHEMA, HistoryEntry, HistoryStore, dedupe, entries_from_records, in_space,
                            read_entries, read_trials, write_trials)
-from tuner.optimizer import Objective, TrialRecord
+from tuner.optimize.optimizer import Objective, TrialRecord
 
 OBJ = Objective(reward="constrained", percentile=99.0, sla_us=500.0)
 

@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from actuators.host import KnobSpace, Measurement, OperatingPoint, apply_point
-from tuner.errors import KnobRangeError, TunerError
+from core.errors import KnobRangeError, TunerError
 from tuner.hosts import make_host
 
 SPACE = KnobSpace.ixgbe((1.2, 1.3, 2.9))
@@ -90,7 +90,7 @@ def test_measurement_dict_round_trip_keeps_everything():
 
 
 def test_optimizer_reports_unknown_latency_noise_as_a_bare_mean():
-    from tuner.optimizer import Objective, Optimizer, TunerSettings
+    from tuner.optimize.optimizer import Objective, Optimizer, TunerSettings
     opt = Optimizer(SPACE, Objective(reward="sla-linear"), TunerSettings(trials=2, sobol_trials=2))
     m = _measurement(ci_known=False)
     data = opt.metrics(m)

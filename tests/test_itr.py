@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from actuators.hwio import HardwareIO, Transaction
-from actuators.itr import ADAPTIVE_RX, RX_USECS, NicItr, PyrouteEthtool, physical_interfaces, profile_for
-from actuators.originals import OriginalsStore, restore_originals
+from actuators.linux.hwio import HardwareIO, Transaction
+from actuators.linux.itr import ADAPTIVE_RX, RX_USECS, NicItr, PyrouteEthtool, physical_interfaces, profile_for
+from actuators.linux.originals import OriginalsStore, restore_originals
 from tests import fakefs
-from tuner.errors import HostError, KnobRangeError
+from core.errors import HostError, KnobRangeError
 
 
 @pytest.fixture(autouse=True)
@@ -162,10 +162,10 @@ def test_real_eth0_read_only():
 
 NETNS_SCRIPT = r"""
 import json
-from actuators.hwio import COALESCE, HardwareIO, Setting, Transaction
-from actuators.itr import NicItr, PyrouteEthtool
-from actuators.originals import OriginalsStore
-from tuner.errors import HostError
+from actuators.linux.hwio import COALESCE, HardwareIO, Setting, Transaction
+from actuators.linux.itr import NicItr, PyrouteEthtool
+from actuators.linux.originals import OriginalsStore
+from core.errors import HostError
 import sys, tempfile
 io = HardwareIO("/", PyrouteEthtool())
 out = {}

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from actuators.host import PERCENTILES
-from actuators.latency_sources import CommandLatency, ExternalWindow, FileLatency, PrometheusLatency, parse_hook_json
-from actuators.prober import (
+from actuators.latency.sources import CommandLatency, ExternalWindow, FileLatency, PrometheusLatency, parse_hook_json
+from actuators.latency.prober import (
     ClientSettings,
     Prober,
     ProberConfig,
@@ -31,8 +31,8 @@ from actuators.prober import (
 from actuators.qps import MemcachedStatsQps
 from actuators.sensors import LatencySource
 from memcached_server import memcached  # noqa: F401  (fixture)
-from tuner.errors import HostError
-from tuner.stats import quantile_with_ci
+from core.errors import HostError
+from core.stats import quantile_with_ci
 
 WINDOW_S = 0.3
 
@@ -555,8 +555,8 @@ def test_file_hook_fresh_and_stale(tmp_path):
     ],
 )
 def test_target_path(target, local, bypasses):
-    from actuators.memcached_proto import MemcachedAddress
-    from actuators.prober import local_path_reason, target_warning
+    from actuators.latency.memcached import MemcachedAddress
+    from actuators.latency.prober import local_path_reason, target_warning
 
     addr = MemcachedAddress.parse(target)
     assert (local_path_reason(addr, local) is not None) is bypasses
@@ -593,7 +593,7 @@ def test_pinned_prober_reports_its_cpus(memcached):
 # -- the README's sample-size numbers ---------------------------------------------------------------
 def _expected_rel_half_width(n: int, q: float, ppf) -> float:
     """Relative CI half-width of the q-quantile from n samples, at the expected order statistics."""
-    from tuner.stats import quantile_ci_ranks
+    from core.stats import quantile_ci_ranks
 
     lo, hi = quantile_ci_ranks(n, q)
     return (ppf((hi + 1) / (n + 1)) - ppf((lo + 1) / (n + 1))) / 2 / ppf(q)
@@ -612,7 +612,7 @@ def test_readme_sample_sizes_for_5_percent_ci(dist, q, n_enough):
 
 
 def test_readme_minimum_samples_for_any_two_sided_ci():
-    from tuner.stats import quantile_ci_achievable
+    from core.stats import quantile_ci_achievable
 
     assert not quantile_ci_achievable(367, 0.99) and quantile_ci_achievable(368, 0.99)
     assert not quantile_ci_achievable(3687, 0.999) and quantile_ci_achievable(3688, 0.999)
@@ -622,7 +622,7 @@ def test_readme_minimum_samples_for_any_two_sided_ci():
 def test_standalone_prober_prints_hook_json(memcached):
     import subprocess
 
-    out = subprocess.run([sys.executable, "-m", "actuators.prober", "--target", memcached.address,
+    out = subprocess.run([sys.executable, "-m", "actuators.latency.prober", "--target", memcached.address,
                           "--rate", "200", "--seconds", "0.3"], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     w = parse_hook_json(out.stdout, "prober cli")
@@ -635,14 +635,14 @@ def test_standalone_prober_prints_hook_json(memcached):
 def test_standalone_prober_unreachable_exit_2():
     import subprocess
 
-    out = subprocess.run([sys.executable, "-m", "actuators.prober", "--target", "127.0.0.1:1", "--seconds", "0.1"],
+    out = subprocess.run([sys.executable, "-m", "actuators.latency.prober", "--target", "127.0.0.1:1", "--seconds", "0.1"],
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.strip() == "error: memcached 127.0.0.1:1: cannot connect: Connection refused"
 
 
 def test_span_hook_drives_a_prober_until_eof(memcached):
-    src = CommandLatency([sys.executable, "-m", "actuators.prober", "--target", memcached.address,
+    src = CommandLatency([sys.executable, "-m", "actuators.latency.prober", "--target", memcached.address,
                           "--rate", "200", "--until-eof"], mode="span", timeout_s=20)
     try:
         src.begin()
@@ -673,7 +673,7 @@ def test_span_hook_errors_and_close():
 
 
 def test_make_latency_source_from_config(tmp_path):
-    from actuators.latency_sources import make_latency_source
+    from actuators.latency.sources import make_latency_source
 
     p = make_latency_source({"kind": "prober", "target": "10.0.0.5:11211", "rate_hz": 500}, settings_root=tmp_path)
     assert isinstance(p, Prober) and p.config.rate_hz == 500 and p.settings.cpus

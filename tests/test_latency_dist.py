@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from actuators.host import PERCENTILES, Measurement, OperatingPoint
-from actuators.latency_dist import HdrDist, LatencyDist, SampleDist, merge_dists
-from actuators.latency_sources import hook_json, parse_hook_json
-from actuators.prober import ProberConfig, ThreadProber, new_histogram, record_ns
-from actuators.sim import SimHost
-from tuner.errors import HostError, TunerError
-from tuner.stats import quantile_with_ci
+from actuators.latency.dist import HdrDist, LatencyDist, SampleDist, merge_dists
+from actuators.latency.sources import hook_json, parse_hook_json
+from actuators.latency.prober import ProberConfig, ThreadProber, new_histogram, record_ns
+from actuators.sim.host import SimHost
+from core.errors import HostError, TunerError
+from core.stats import quantile_with_ci
 
 MEAN_US = 100.0
 
@@ -37,7 +37,7 @@ def _exact_coverage(q: float, n: int) -> float:
     """What the order-statistic interval promises: P(lo < #samples below the quantile <= hi), >= 95 %."""
     from scipy.stats import binom
 
-    from tuner.stats import quantile_ci_ranks
+    from core.stats import quantile_ci_ranks
 
     lo, hi = quantile_ci_ranks(n, q, 0.95)
     return float(binom.cdf(hi, n, q) - binom.cdf(lo, n, q))
@@ -214,7 +214,7 @@ def test_prober_window_carries_a_picklable_histogram():
 
 
 def test_vectorised_histogram_recording_matches_record_value():
-    from actuators.latency_dist import record_many
+    from actuators.latency.dist import record_many
 
     rng = np.random.default_rng(9)
     values = np.concatenate([rng.integers(1, 3000, 500), (rng.exponential(1e5, 5000) + 1).astype(np.int64),

@@ -13,9 +13,9 @@ from scipy.stats import norm
 from actuators.host import OperatingPoint
 from tests.test_contextual import OBJ, SMALL, ctx, meas
 from tests.test_safe_evidence import seeded
-from tuner.errors import TunerError
-from tuner.latscale import HEADROOM_FLOOR, LOG_CAP_SEM, LOG_CAP_X, LatencyScale
-from tuner.optimizer import Optimizer, TunerSettings
+from core.errors import TunerError
+from tuner.optimize.latscale import HEADROOM_FLOOR, LOG_CAP_SEM, LOG_CAP_X, LatencyScale
+from tuner.optimize.optimizer import Optimizer, TunerSettings
 
 LOG = LatencyScale("log", 500.0)
 HEAD = LatencyScale("headroom", 500.0)

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from actuators.memcached_proto import MemcachedAddress, MemcachedClient
+from actuators.latency.memcached import MemcachedAddress, MemcachedClient
 from actuators.qps import (
     MEMCACHED_REQUEST_COUNTERS,
     CounterReading,
@@ -21,7 +21,7 @@ from actuators.qps import (
 )
 from actuators.sensors import QpsSource
 from memcached_server import memcached, memcached_unix, start_memcached  # noqa: F401  (fixtures)
-from tuner.errors import HostError
+from core.errors import HostError
 
 
 # -- pure rate math ---------------------------------------------------------------------------------

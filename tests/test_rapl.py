@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from actuators import rapl
-from actuators.hwio import HardwareIO
+from actuators.linux import rapl
+from actuators.linux.hwio import HardwareIO
 from tests import fakefs
-from tuner.errors import HostError
+from core.errors import HostError
 
 
 @pytest.fixture(autouse=True)

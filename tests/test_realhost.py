@@ -8,17 +8,17 @@ import time
 
 import pytest
 
-from actuators.dvfs import IA32_PERF_CTL
+from actuators.linux.dvfs import IA32_PERF_CTL
 from actuators.host import Host, OperatingPoint, apply_point
-from actuators.hwio import UnavailableNic
-from actuators.itr import RX_USECS
-from actuators.originals import OriginalsStore
+from actuators.linux.hwio import UnavailableNic
+from actuators.linux.itr import RX_USECS
+from actuators.linux.originals import OriginalsStore
 from actuators.real import RealHost, default_nic, make_real_host
 from memcached_server import memcached  # noqa: F401  (fixture)
 from tests import fakefs
 from tests.fakefs import FakeLatency, FakeQps, power_meter
-from tuner import cli
-from tuner.errors import HostError, KnobRangeError
+from tuner.cli import app as cli
+from core.errors import HostError, KnobRangeError
 
 NCPU = 4
 CTL0 = 20 << 8
@@ -93,7 +93,7 @@ def test_out_of_range_refused_before_any_write(tree):
 def test_dry_run_logs_every_write_and_makes_none(tree, caplog):
     root, nic = tree
     host = host_for(root, nic, dry_run=True)
-    with caplog.at_level("INFO", logger="actuators.hwio"):
+    with caplog.at_level("INFO", logger="actuators.linux.hwio"):
         host.apply(itr_us=50, dvfs_ghz=1.5)
     assert untouched(root, nic) and nic.set_calls == [] and not host.store.path.exists()
     kinds = [(s.kind, s.reg) for s in host.io.planned]
@@ -111,8 +111,8 @@ def test_originals_survive_a_dead_process_and_first_write_wins(tree):
     assert ctl(root, 0) == 18 << 8
     third_store = OriginalsStore(second.store.state_dir, root)  # `tuner restore` in another process
     assert {e.key[0] for e in third_store.entries()} == {"sysfs", "msr", "coalesce"}
-    from actuators.hwio import HardwareIO
-    from actuators.originals import restore_originals
+    from actuators.linux.hwio import HardwareIO
+    from actuators.linux.originals import restore_originals
 
     restore_originals(HardwareIO(root, nic), third_store)
     assert untouched(root, nic) and not third_store.path.exists()
@@ -141,8 +141,8 @@ def test_real_windows_carry_their_latency_distribution_so_they_can_be_pooled(tre
     import numpy as np
 
     from actuators.host import Measurement
-    from actuators.latency_dist import SampleDist
-    from actuators.prober import ProbeWindow
+    from actuators.latency.dist import SampleDist
+    from actuators.latency.prober import ProbeWindow
 
     samples = np.random.default_rng(3).exponential(100.0, 4000)
 
@@ -259,7 +259,7 @@ def test_full_real_host_with_real_memcached_and_prober(tree, memcached):
 def test_original_is_durable_before_the_write(tree, monkeypatch):
     root, nic = tree
     host = host_for(root, nic)
-    from actuators.hwio import HardwareIO
+    from actuators.linux.hwio import HardwareIO
 
     real_apply = HardwareIO.apply
     seen = []
@@ -276,7 +276,7 @@ def test_original_is_durable_before_the_write(tree, monkeypatch):
 
 
 def test_corrupt_or_foreign_originals_are_refused(tmp_path):
-    from actuators.hwio import Setting
+    from actuators.linux.hwio import Setting
 
     state = tmp_path / "state"
     store = OriginalsStore(state, tmp_path)
@@ -306,7 +306,7 @@ def test_restore_keeps_what_failed(tree, monkeypatch):
 
 
 def test_two_processes_never_lose_each_others_originals(tmp_path):
-    from actuators.hwio import Setting
+    from actuators.linux.hwio import Setting
 
     state = tmp_path / "state"
     daemon, manual = OriginalsStore(state, tmp_path), OriginalsStore(state, tmp_path)  # both loaded empty

@@ -11,10 +11,10 @@ import pytest
 
 from actuators.host import KnobSpace, OperatingPoint
 from tests.fakes import FailingHost, FakeHost
-from tuner.cli import main
-from tuner.errors import TunerError
-from tuner.optimizer import Objective, TunerSettings
-from tuner.replay import ReplayWindow, oracle_point, parse_policies, policy_summary, replay
+from tuner.cli.app import main
+from core.errors import TunerError
+from tuner.optimize.optimizer import Objective, TunerSettings
+from tuner.replay.run import ReplayWindow, oracle_point, parse_policies, policy_summary, replay
 
 KNOBS = KnobSpace(tuple(range(20, 401, 20)), (1.2, 1.6, 2.0, 2.4, 2.9))
 SETTINGS = TunerSettings(trials=4, sobol_trials=2, settle_s=1.0, window_s=10.0, seed=5)
@@ -215,7 +215,7 @@ def _days(n: int, noise: float = 0.05) -> tuple[ReplayWindow, ...]:
 
 
 def test_multi_day_cold_replay_reports_per_day(tmp_path: Path) -> None:
-    from tuner.report import summary, window_rows, write_files
+    from tuner.replay.report import summary, window_rows, write_files
 
     cold = replace(SETTINGS, trials=2, sobol_trials=2)
     res = replay(lambda: make_model_host(0), _days(2), Objective("constrained", 99, 500), cold,
@@ -241,7 +241,7 @@ def test_multi_day_cold_replay_reports_per_day(tmp_path: Path) -> None:
     assert [r["day"] for r in rows if r["policy"] == "tuner"] == [0, 0, 1, 1]
     paths = write_files(res, tmp_path)
     assert tmp_path / "trials.jsonl" in paths
-    from tuner.history import read_trials
+    from tuner.store.history import read_trials
 
     back = read_trials(tmp_path / "trials.jsonl", space=KNOBS)
     assert [(r.point, r.qps) for r in back] == [(r.point, r.qps) for r in res.policies["tuner"].trials]
@@ -254,7 +254,7 @@ def test_history_needs_context() -> None:
 
 
 def test_presets() -> None:
-    from tuner.replay import preset_settings
+    from tuner.replay.run import preset_settings
 
     cold = preset_settings("cold", replace(SETTINGS, trials=4))
     assert (cold.trials, cold.context, cold.stop_ei_pct, cold.safe_delta, cold.window_mode) == (
@@ -289,7 +289,7 @@ def test_cli_multi_day_replay_and_save_trials(tmp_path: Path, capsys: pytest.Cap
 
 
 def test_context_mode_uses_one_optimizer_and_a_retune_per_window(monkeypatch: pytest.MonkeyPatch) -> None:
-    import tuner.replay as tr
+    import tuner.replay.run as tr
 
     made: list = []
     loads: list[float] = []
@@ -322,8 +322,8 @@ def test_context_mode_uses_one_optimizer_and_a_retune_per_window(monkeypatch: py
 
 
 def test_context_mode_seeded_from_history(tmp_path: Path) -> None:
-    from tuner.history import read_trials
-    from tuner.report import write_files
+    from tuner.store.history import read_trials
+    from tuner.replay.report import write_files
 
     obj = Objective("constrained", 99, 500)
     first = replay(lambda: make_model_host(0), WINDOWS, obj, replace(SETTINGS, trials=3, sobol_trials=2),
@@ -336,13 +336,13 @@ def test_context_mode_seeded_from_history(tmp_path: Path) -> None:
     pr = res.policies["tuner"]
     assert pr.history_used == 6 and "seeded with 6 of 6 history trials" in pr.note
     assert pr.windows[0].trials == 3 and len(pr.trials) == 3  # history is data, not this replay's trials
-    from tuner.replay import policy_summary
+    from tuner.replay.run import policy_summary
 
     assert policy_summary(res, "tuner")["history_trials_used"] == 6
 
 
 def test_adaptive_window_time_saved_is_accounted(monkeypatch: pytest.MonkeyPatch) -> None:
-    import tuner.windowing as win
+    import tuner.optimize.windowing as win
 
     monkeypatch.setattr(win, "measure_window", lambda host, policy: host.measure(policy.min_s + 1.0))
     s = replace(SETTINGS, trials=3, sobol_trials=2, window_mode="adaptive", window_min_s=2.0)

@@ -11,9 +11,9 @@ import pytest
 from actuators.host import OperatingPoint, apply_point
 from tests.fakes import FakeHost
 from tests.test_contextual import OBJ, SMALL, ctx, history, meas
-from tuner import acquisition
-from tuner.errors import TunerError
-from tuner.optimizer import SAFE_ITR_DOWN_WEIGHT, SAFE_LOAD_TOL, Optimizer, TunerSettings
+from tuner.optimize import acquisition
+from core.errors import TunerError
+from tuner.optimize.optimizer import SAFE_ITR_DOWN_WEIGHT, SAFE_LOAD_TOL, Optimizer, TunerSettings
 
 CORNER = OperatingPoint(SMALL.itr_us[0], SMALL.dvfs_ghz[-1])
 
@@ -177,8 +177,8 @@ def test_compute_s_counts_the_stopping_rule_check_before_the_suggestion() -> Non
 
 
 def test_a_saturated_window_goes_to_ax_at_the_cap() -> None:
-    from tuner.latscale import LOG_CAP_SEM as LATENCY_CAP_SEM
-    from tuner.latscale import LOG_CAP_X as LATENCY_CAP_X
+    from tuner.optimize.latscale import LOG_CAP_SEM as LATENCY_CAP_SEM
+    from tuner.optimize.latscale import LOG_CAP_X as LATENCY_CAP_X
 
     opt = Optimizer(SMALL, OBJ, ctx())
     far = opt.metrics(meas(40_000, 30))           # 80 x the SLA: saturated

@@ -8,8 +8,8 @@ import statistics
 import pytest
 
 from actuators.host import PERCENTILES, Host, LoadControl, Measurement, OperatingPoint, apply_point
-from actuators.sim import ENERGY_UNIT_J, ENERGY_WRAP, Expected, SimHost, make_sim_host
-from tuner.errors import KnobRangeError, TunerError
+from actuators.sim.host import ENERGY_UNIT_J, ENERGY_WRAP, Expected, SimHost, make_sim_host
+from core.errors import KnobRangeError, TunerError
 from tuner.hosts import make_host
 
 
@@ -218,7 +218,7 @@ def test_expected_is_consistent_interpolated_and_monotone():
 
 
 def test_adaptive_itr_is_linux_5_4_low_latency_mode():
-    from actuators.sim_model import SimParams, _ixgbe_size_itr_us, adaptive_itr_us
+    from actuators.sim.model import SimParams, _ixgbe_size_itr_us, adaptive_itr_us
 
     p = SimParams()
     # ixgbe_update_itr size table, latency mode halves: 120 B -> (120*40+2720)/2 = 3760 -> 16 µs; 420 B -> 36 µs
@@ -232,7 +232,7 @@ def test_adaptive_itr_is_linux_5_4_low_latency_mode():
 def test_tx_only_interrupts_alternate_in_runs_of_empty_periods():
     import numpy as np
 
-    from actuators.sim_model import tx_only_periods
+    from actuators.sim.model import tx_only_periods
 
     empty = np.array([[False, True, True, True, False, True, False, True, True]])
     assert tx_only_periods(empty).tolist() == [[False, True, False, True, False, True, False, True, False]]
@@ -241,7 +241,7 @@ def test_tx_only_interrupts_alternate_in_runs_of_empty_periods():
 def test_pstate_governor_runs_faster_under_more_load_and_idles_at_minimum():
     import numpy as np
 
-    from actuators.sim_model import SimParams, pstate_occupancy
+    from actuators.sim.model import SimParams, pstate_occupancy
 
     p = SimParams()
     freqs = np.array(SimHost().knobs().dvfs_ghz)
@@ -254,8 +254,8 @@ def test_pstate_governor_runs_faster_under_more_load_and_idles_at_minimum():
 def _sample_p99s(qps: float, pt: OperatingPoint, n: int, requests: int = 60_000) -> list[float]:
     import numpy as np
 
-    from actuators.sim import CHAINS
-    from actuators.sim_model import SimParams, simulate
+    from actuators.sim.host import CHAINS
+    from actuators.sim.model import SimParams, simulate
 
     p = SimParams()
     return [float(np.percentile(simulate(p, qps / 16e6, pt.itr_us, np.array([pt.dvfs_ghz]), requests, CHAINS,
@@ -300,7 +300,7 @@ def test_long_windows_keep_getting_less_noisy():
 
 
 def test_expected_cells_do_not_depend_on_what_else_is_asked():
-    from actuators.sim import clear_expected_cache
+    from actuators.sim.host import clear_expected_cache
 
     pts = [OperatingPoint(246, 1.6), OperatingPoint(110, 2.0)]
     clear_expected_cache()

@@ -1,13 +1,13 @@
 """SimHost against the dissertation's measurements (issue 2, sec. 4); each tolerance is written next to its
-assert and defined in `actuators.sim_calibration`.  Uses noise-free `expected()` (the replay oracle's view)."""
+assert and defined in `actuators.sim.calibration`.  Uses noise-free `expected()` (the replay oracle's view)."""
 
 from __future__ import annotations
 
 import pytest
 
 from actuators.host import OperatingPoint
-from actuators.sim import SimHost
-from actuators import sim_calibration as cal
+from actuators.sim.host import SimHost
+from actuators.sim import calibration as cal
 
 
 @pytest.fixture(scope="module")

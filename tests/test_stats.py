@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from tuner.stats import quantile_ci_achievable, quantile_ci_ranks, quantile_with_ci, relative_half_width
+from core.stats import quantile_ci_achievable, quantile_ci_ranks, quantile_with_ci, relative_half_width
 
 
 @pytest.mark.parametrize("q,n", [(0.99, 2000), (0.5, 200), (0.9, 500)])

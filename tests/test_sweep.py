@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from actuators.host import PERCENTILES, KnobSpace, OperatingPoint
-from tuner.errors import HostError, KnobRangeError, TunerError
-from tuner.sweep import (
+from core.errors import HostError, KnobRangeError, TunerError
+from tuner.replay.sweep import (
     SweepConfig,
     SweepPoint,
     best_under_sla,
@@ -227,7 +227,7 @@ def test_sweep_config_validation():
 
 
 def cli(*argv: str) -> int:
-    from tuner.cli import main
+    from tuner.cli.app import main
     return main(["sweep", *argv])
 
 
@@ -429,7 +429,7 @@ def test_signal_during_measurement_restores_host(tmp_path, sig):
 
 
 def test_cli_on_simulated_host_is_deterministic_per_seed(tmp_path):
-    pytest.importorskip("actuators.sim")
+    pytest.importorskip("actuators.sim.host")
     base = ["--host", "sim", "--qps", "200000", "--itr", "100:500:200", "--dvfs", "1.2,2.9",
             "--seconds", "2", "--settle", "0.2"]
     texts = []
@@ -448,7 +448,7 @@ def test_cli_on_simulated_host_is_deterministic_per_seed(tmp_path):
 
 
 def test_run_sweep_on_simulated_host_then_restore():
-    sim = pytest.importorskip("actuators.sim")
+    sim = pytest.importorskip("actuators.sim.host")
     host = sim.make_sim_host(seed=1, qps=100_000)
     out = run_sweep(host, [OperatingPoint(200, 1.5)], SweepConfig(seconds=1, settle=0), lambda r: None)
     assert host.point() == OperatingPoint(200, 1.5) and out[0].itr_us == 200
@@ -457,7 +457,7 @@ def test_run_sweep_on_simulated_host_then_restore():
 
 
 def test_progress_without_terminal_prints_plain_status_lines(capsys):
-    from tuner.commands.sweep import _progress
+    from tuner.cli.sweep import _progress
 
     with _progress(total=4, done=1, every_s=0.0) as update:
         update("measuring ITR 2 µs @ 1.2 GHz")              # no advance: no line

@@ -1,4 +1,4 @@
-"""`tuner trace stats|synth` through `tuner.cli.main`."""
+"""`tuner trace stats|synth` through `tuner.cli.app.main`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pytest
 
 from traces.schedule import sample_trace_path
-from tuner.cli import main
+from tuner.cli.app import main
 
 
 def run(capsys, *argv):

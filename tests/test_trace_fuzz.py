@@ -15,7 +15,7 @@ from traces.compression import detect
 from traces.format import OPS, RowError, parse_row
 from traces.parser import TraceParser
 from traces.series import trace_stats
-from tuner.errors import InputError
+from core.errors import InputError
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 TOL = 3

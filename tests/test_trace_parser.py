@@ -12,7 +12,7 @@ from traces.compression import detect
 from traces.format import OPS, RowError, parse_row
 from traces.parser import MAX_LINE_BYTES, TraceParser
 from traces.series import trace_stats
-from tuner.errors import InputError
+from core.errors import InputError
 
 ROWS = [
     b"0,nz:u:eeW511W3dcH3de3d15ec,24,273,7,get,0",

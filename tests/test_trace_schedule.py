@@ -9,7 +9,7 @@ import pytest
 
 from traces.schedule import Schedule, Window, load_schedule, repeat_days, sample_trace_path, scale_factor
 from traces.series import bin_series, trace_stats
-from tuner.errors import InputError, TunerError
+from core.errors import InputError, TunerError
 
 
 def trace(tmp_path, counts, name="t.csv", origin=1000, ops=("get",)):

@@ -11,7 +11,7 @@ import pytest
 from traces.clusters import cluster_stats, load_table
 from traces.format import OPS, WRITE_OPS, parse_row
 from traces.synth import diurnal_shape, rate_series, synthesize
-from tuner.errors import InputError
+from core.errors import InputError
 
 
 def test_cluster52_from_bundled_table():

@@ -12,10 +12,10 @@ import pytest
 
 from actuators.host import OperatingPoint
 from tests.fakes import FakeHost
-from tuner.cli import main
-from tuner.history import HistoryStore, read_entries, write_trials
-from tuner.optimizer import Objective, TrialRecord, _record_to_dict
-from tuner.state import DaemonState, StateStore
+from tuner.cli.app import main
+from tuner.store.history import HistoryStore, read_entries, write_trials
+from tuner.optimize.optimizer import Objective, TrialRecord, _record_to_dict
+from tuner.daemon.state import DaemonState, StateStore
 
 REPO = Path(__file__).resolve().parent.parent
 POLICY = {"reward": "constrained", "sla_us": 500.0, "percentile": 99.0}
@@ -29,7 +29,7 @@ def _measure(host: FakeHost, itr: int, ghz: float, seconds: float = 1.0):
 
 def _daemon_state(state_dir: Path, n: int = 4) -> list[dict]:
     """A state dir as the daemon leaves it: n trial rows (one failed) and one saved experiment."""
-    from tuner.daemon import measurement_dict
+    from tuner.daemon.loop import measurement_dict
 
     host = FakeHost(qps=150_000.0)
     rows = []
@@ -159,8 +159,8 @@ def test_import_against_the_real_hosts_knob_space_reads_only(tmp_path, monkeypat
     """`--host real` (here on a fake sysfs/devfs tree with a mocked NIC): the knob space comes from the
     ixgbe driver and the MSR frequencies; nothing is written to the "hardware"."""
     import actuators.real
-    from actuators.dvfs import IA32_PERF_CTL
-    from actuators.itr import RX_USECS
+    from actuators.linux.dvfs import IA32_PERF_CTL
+    from actuators.linux.itr import RX_USECS
     from tests import fakefs
 
     fakefs.guard_writes(monkeypatch, tmp_path)

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from actuators.host import PERCENTILES, KnobSpace, Measurement, OperatingPoint
-from actuators.latency_dist import HdrDist, SampleDist
-from actuators.sim import SimHost
-from tuner.errors import TunerError
-from tuner.windowing import (
+from actuators.latency.dist import HdrDist, SampleDist
+from actuators.sim.host import SimHost
+from core.errors import TunerError
+from tuner.optimize.windowing import (
     WindowPolicy,
     batch_half_width,
     measure_window,
@@ -66,7 +66,7 @@ def test_policy_validation_is_one_line():
 
 
 def test_from_settings_reads_tuner_settings_and_caps_min_at_the_window():
-    from tuner.optimizer import TunerSettings
+    from tuner.optimize.optimizer import TunerSettings
 
     s = TunerSettings(window_s=1.5)
     p = WindowPolicy.from_settings(s, 99.9)
@@ -103,7 +103,7 @@ def test_adaptive_grows_until_the_ci_is_within_target():
 
 def _seconds_needed(rate: float, target: float) -> float:
     """Seconds at which the p99 half-width of an exponential sample first drops under `target`."""
-    from tuner.stats import quantile_ci_ranks
+    from core.stats import quantile_ci_ranks
 
     q = 0.99
     for n in range(500, 10_000_000, 250):

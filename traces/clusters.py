@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from traces.format import OPS
-from tuner.errors import InputError
+from core.errors import InputError
 
 STATS_FILE = "twitter-cache-trace-2020Mar-cluster-stats.md"
 _MISSING = {"n/a", "na", ""}

@@ -17,7 +17,7 @@ import numpy as np
 
 from traces.compression import open_chunks
 from traces.format import MAX_DIGITS, OPS, RowError, parse_row
-from tuner.errors import InputError
+from core.errors import InputError
 
 #: Default tolerance for out-of-order timestamps: real traces are only roughly sorted.
 DEFAULT_TOLERANCE_S = 5.0

@@ -20,7 +20,7 @@ from importlib import resources
 
 from traces.parser import DEFAULT_MAX_SPAN_S, DEFAULT_TOLERANCE_S
 from traces.series import TraceStats, trace_stats
-from tuner.errors import InputError, TunerError
+from core.errors import InputError, TunerError
 
 #: File name of the bundled synthetic sample trace (see traces/data/README.md).
 SAMPLE_TRACE = "twitter-cluster52-synthetic-24h.csv.zst"

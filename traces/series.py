@@ -18,7 +18,7 @@ import numpy as np
 
 from traces.format import OPS
 from traces.parser import DEFAULT_MAX_SPAN_S, DEFAULT_TOLERANCE_S, TraceParser
-from tuner.errors import InputError
+from core.errors import InputError
 
 _NOPS = len(OPS)
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from traces.clusters import ClusterStats
 from traces.format import OP_INDEX, OPS, WRITE_OPS
-from tuner.errors import InputError
+from core.errors import InputError
 
 DAY_S = 86400
 #: Diurnal shape: 1 + A1 cos(2 pi (h - P1) / 24) + A2 cos(4 pi (h - P2) / 24), h in hours since midnight.

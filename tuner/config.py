@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from tuner.errors import InputError
-from tuner.latscale import KINDS as LATENCY_METRICS  # `latency_metric` values
+from core.errors import InputError
+from tuner.optimize.latscale import KINDS as LATENCY_METRICS  # `latency_metric` values
 
 #: Percentiles a policy may target (must be one of `actuators.host.PERCENTILES`).
 ALLOWED_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0, 99.9)
@@ -84,7 +84,7 @@ class TuningConfig:
     window_guard: bool = True
 
 
-#: `tuning.window_mode` values (see `tuner.windowing`).
+#: `tuning.window_mode` values (see `tuner.optimize.windowing`).
 WINDOW_MODES: tuple[str, ...] = ("fixed", "adaptive")
 #: `TuningConfig` fields passed to the optimiser's `TunerSettings` under the same names (issue 6).
 SETTINGS_FIELDS: tuple[str, ...] = ("context", "context_max_qps", "itr_resolution_us", "history_max_trials",
@@ -95,7 +95,7 @@ SETTINGS_FIELDS: tuple[str, ...] = ("context", "context_max_qps", "itr_resolutio
 
 @dataclass(frozen=True)
 class HistoryConfig:
-    """The daemon's history store of completed trials (`tuner.history`) and warm start from it."""
+    """The daemon's history store of completed trials (`tuner.store.history`) and warm start from it."""
 
     #: Seed each retune's optimiser with the stored trials (always done when `tuning.context` is on).
     warm_start: bool = False

@@ -9,10 +9,10 @@ import os
 import sys
 
 from actuators.host import Host
-from tuner.errors import TunerError
+from core.errors import TunerError
 
 BUILTIN = {
-    "sim": "actuators.sim:make_sim_host",
+    "sim": "actuators.sim.host:make_sim_host",
     "real": "actuators.real:make_real_host",
 }
 

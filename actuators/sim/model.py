@@ -1,0 +1,473 @@
+"""Pure model math of the simulated memcached host (no state, no I/O): see `actuators.sim.host`.
+
+Per core (RSS spreads connections over the queues, unevenly: simulated cores carry 1 -/+ `rss_spread` of the
+mean load), open-loop Poisson arrivals meet the NIC's interrupt throttle (fig. 2.4 of the dissertation):
+after an interrupt at T the next one fires at T + ITR if any packet arrived in (T, T + ITR], else at once
+on the next arrival.  By memorylessness the interrupt *periods* are i.i.d. -- gap = ITR (+ Exp when the
+period was empty), packet count Poisson(lam * ITR) (1 when empty), arrival positions uniform -- so a run of
+K periods is one vectorised draw.  Each interrupt costs fixed work H(f); a batch that finds the core still
+busy raises no interrupt (NAPI keeps polling) but costs a poll round.  The driver/stack processes the whole
+batch (n * s_stack(f)), then memcached serves the requests run-to-completion in arrival order (gamma-
+distributed app work + a global critical section whose hold time is cache-line traffic plus cycles under
+the lock, whose M/M/1 wait caps the server near 1 / hold and -- as the hold grows when f falls -- makes
+high load strongly DVFS-dependent; waiters block in C1).  Every work item is cycles / f + a memory-bound part.
+Batches queue FIFO per core (Lindley recursion, vectorised with a running maximum).  An idle gap puts the
+core in the C-state the menu governor picks (deepest state whose target residency fits the predicted idle
+= the shortest of the last few gaps it really slept); its exit latency delays the waking batch, and entering
+idle costs OS bookkeeping (energy only: a pending interrupt aborts it).  The replies' TX completions
+share the queue vector's throttle, so a batch is followed by an interrupt ITR later even if nothing
+arrived (`tx_only_periods`).  Every run discards a warm-up (`warmup_periods`): queues start empty.  Power = static + uncore + per core (busy:
+C f V(f)^2 + leakage V; idle: C-state power) + per-request package energy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class CState:
+    """An idle state: what the governor sees (target residency) and what the hardware does."""
+
+    name: str
+    target_residency_us: float
+    exit_latency_us: float  # effective wake-up delay added to the waking batch
+    power_w: float  # per-core power while resident (C1 scales with V, see `idle_power_w`)
+
+
+# intel_idle's Sandy Bridge table (target residency 2/20/211/345/345 µs, exit latency 2/10/80/104/109 µs);
+# C1E takes the table's 10 µs, the deep states' effective exits are below their worst-case values, as
+# measured on SNB-EP parts.
+SNB_CSTATES: tuple[CState, ...] = (
+    CState("POLL", 0.0, 0.0, -1.0),  # power = leakage + a little dynamic (idle loop); see idle_power_w
+    CState("C1", 2.0, 1.0, -2.0),  # clock gated at current voltage; see idle_power_w
+    CState("C1E", 20.0, 10.0, 0.75),
+    CState("C3", 211.0, 25.0, 0.35),
+    CState("C6", 345.0, 35.0, 0.08),
+    CState("C7", 345.0, 40.0, 0.06),
+)
+
+
+@dataclass(frozen=True)
+class SimParams:
+    """Constants of the simulated E5-2690 + 82599 memcached host (µs, GHz, W, J)."""
+
+    f_min: float = 1.2
+    f_max: float = 2.9
+    v_min: float = 0.80  # core voltage at f_min (V)
+    v_max: float = 1.10  # at f_max
+    c_dyn: float = 2.3  # W / (GHz V^2) per busy core
+    leak_w_per_v: float = 1.8  # per-core leakage while in C0 (W / V)
+    static_w: float = 16.0  # both packages, everything that is on whatever the load (W)
+    uncore_active_w: float = 5.0  # uncore/LLC/ring (W); package C-states are not modelled, so always on
+    request_j: float = 4e-6  # package energy per request outside the cores (LLC, IMC) (J)
+    # work: cycles in µs*GHz (time = cyc / f) + memory-bound µs (does not scale with f)
+    irq_cyc: float = 7.26
+    irq_mem: float = 0.06
+    stack_cyc: float = 9.98
+    stack_mem: float = 0.02
+    app_cyc: float = 10.8
+    app_mem: float = 2.89
+    poll_cyc: float = 4.0  # per poll round when the batch found the core busy (softirq + epoll round)
+    idle_cyc: float = 18.7  # OS bookkeeping to enter/leave idle after a batch (nohz tick, governor, NAPI re-arm)
+    menu_history: int = 4
+    app_shape: float = 1.57  # gamma shape of per-request app work (CV = 1/sqrt(shape))
+    net_us: float = 2.1  # constant path outside the server (fitted: the measured 43-59 µs p99 at fast settings leaves little)
+    cstates: tuple[CState, ...] = SNB_CSTATES
+    # Linux default mode
+    rx_bytes: float = 120.0  # per request packet (ETC keys 20-70 B + headers)
+    tx_bytes: float = 420.0  # per reply (75 % GETs, values up to 1 KB)
+    pstate_period_s: float = 0.010  # intel_pstate sampling interval (INTEL_PSTATE_SAMPLING_INTERVAL, 10 ms)
+    burst_mean: float = 1.0  # requests per arrival event (mutilate pipelines up to 4 per connection)
+    lock_us: float = 0.55  # global critical section per request: cache-line bound part (not f-scaled), all cores
+    lock_cyc: float = 0.95  # and the cycles executed while holding it (µs*GHz): the hold, so the wait, grows at low f
+    rss_spread: float = 0.142  # RSS imbalance: simulated cores carry (1 -/+ spread) x the mean load
+    tx_irq: bool = True  # TX completions raise an interrupt ITR after a batch (see `tx_only_periods`)
+    warmup_us: float = 20_000.0  # simulated time discarded at the start of every run (queues start empty)
+
+    def volt(self, f: np.ndarray | float) -> np.ndarray:
+        return self.v_min + (np.asarray(f, float) - self.f_min) * (self.v_max - self.v_min) / (self.f_max - self.f_min)
+
+    def busy_power_w(self, f: np.ndarray | float) -> np.ndarray:
+        """Per-core power while executing at `f` GHz."""
+        f = np.asarray(f, float)
+        v = self.volt(f)
+        return self.c_dyn * f * v * v + self.leak_w_per_v * v
+
+    def idle_power_w(self, f: np.ndarray | float) -> np.ndarray:
+        """(F, S) per-core power in each C-state at frequency `f`."""
+        f = np.atleast_1d(np.asarray(f, float))
+        v = self.volt(f)
+        out = np.empty((f.size, len(self.cstates)))
+        for s, c in enumerate(self.cstates):
+            if c.power_w == -1.0:
+                out[:, s] = self.leak_w_per_v * v + 0.3 * self.c_dyn * f * v * v
+            elif c.power_w == -2.0:
+                out[:, s] = 0.9 * self.leak_w_per_v * v
+            else:
+                out[:, s] = c.power_w
+        return out
+
+    def work_us(self, f: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(H, s_stack, mean s_app) in µs at frequencies `f`."""
+        return (self.irq_cyc / f + self.irq_mem, self.stack_cyc / f + self.stack_mem, self.app_cyc / f + self.app_mem)
+
+    def idle_w(self, cores: int) -> float:
+        """Package power with no load: all cores in the deepest state, no uncore activity."""
+        return self.static_w + cores * float(self.idle_power_w(self.f_min)[0, -1])
+
+
+@dataclass
+class SimResult:
+    """One simulated run on `chains` independent cores, for each frequency in `f`."""
+
+    f: np.ndarray  # (F,)
+    latency_us: np.ndarray  # (F, R) per-request latency
+    busy: np.ndarray  # (F,) fraction of time executing (incl. wake-up transitions)
+    residency: np.ndarray  # (F, S) fraction of time in each C-state
+    interrupts_per_us: np.ndarray  # (F,) per core
+    served: np.ndarray  # (F,) fraction of the offered requests the cores keep up with (< 1 when saturated)
+    requests_per_us: float  # per core
+    period: np.ndarray  # (R,) interrupt period of each request within its core's measured run (0..periods-1)
+    periods: int  # measured periods per core (after the warm-up)
+
+
+def rss_multipliers(spread: float, chains: int) -> np.ndarray:
+    """Per-core load multipliers (mean 1) spanning 1 - spread .. 1 + spread: RSS hashes a finite number of
+    client connections onto the queues, so some cores carry more than the mean and set the tail."""
+    if chains == 1:
+        return np.ones(1)
+    return 1.0 + spread * np.linspace(-1.0, 1.0, chains)
+
+
+def lock_hold_us(p: SimParams, f: np.ndarray | float) -> np.ndarray:
+    """Hold time (µs) of the global critical section at `f` GHz: cache-line traffic + cycles under the lock."""
+    return p.lock_us + p.lock_cyc / np.asarray(f, float)
+
+
+def lock_utilisation(p: SimParams, total_per_us: float, f: np.ndarray | float | None = None) -> np.ndarray:
+    """Utilisation of the global critical section at `total_per_us` requests/µs over all cores, at `f` GHz
+    (default f_max)."""
+    return total_per_us * lock_hold_us(p, p.f_max if f is None else f)
+
+
+def lock_time_us(p: SimParams, total_per_us: float, f: np.ndarray, rng: np.random.Generator,
+                 size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(F, size) hold + wait, and the wait alone, per request at the global critical section.
+
+    memcached's shared LRU/stats cache lines: the hold is coherence traffic plus the cycles executed under
+    the lock, so it grows as f falls; the wait is the M/M/1 waiting time at utilisation U(f) (0 w.p. 1-U,
+    else Exp(hold / (1 - U))), drawn with common random numbers across `f`.  A waiter blocks (futex) rather
+    than spins, so the wait delays its core's queue but is spent in C1, not executing.  It caps the whole
+    server's throughput at 1 / hold (Linux's ~800K QPS peak at f_max, sec. 5.3.1.1) and, because U rises as
+    the clock slows, makes high load strongly DVFS-dependent (table 6.1: alpha 1.34 at 600K QPS).
+    """
+    hold = np.atleast_1d(lock_hold_us(p, f))[:, None]  # (F, 1)
+    u = np.minimum(total_per_us * hold, 0.999)
+    coin = rng.random(size)[None, :]
+    e = rng.exponential(size=size)[None, :]
+    wait = np.where(coin < u, e * hold / (1.0 - u), 0.0)
+    return hold + wait, wait
+
+
+def _seg_cumsum(x: np.ndarray, starts: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Inclusive cumulative sum of `x` restarted at each segment start."""
+    c = np.cumsum(x)
+    base = np.concatenate(([0.0], c))[starts]
+    return c - base[idx]
+
+
+def _seg_cumsum_rows(x: np.ndarray, starts: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """`_seg_cumsum` along the last axis of a 2-D array."""
+    c = np.cumsum(x, axis=1)
+    base = np.concatenate((np.zeros((x.shape[0], 1)), c), axis=1)[:, starts]
+    return c - base[:, idx]
+
+
+def _menu_prediction(gaps: np.ndarray, idled: np.ndarray, history: int) -> np.ndarray:
+    """Predicted idle before each batch: the shortest of the last `history` *actual* idle gaps before it.
+
+    The menu governor records an interval only when the core really idled (its history is updated on idle
+    exit), so batches that found the core busy leave the history untouched rather than counting as long
+    gaps.  `gaps`, `idled`: (..., K); 1e9 (deepest state) until any history exists.
+    """
+    k = gaps.shape[-1]
+    g2 = gaps.reshape(-1, k)
+    v2 = idled.reshape(-1, k)
+    flat = np.concatenate((g2[v2], [1e9]))  # each row's actual gaps, rows concatenated
+    counts = v2.sum(axis=1)
+    row_start = np.concatenate(([0], np.cumsum(counts)[:-1]))[:, None]
+    before = np.cumsum(v2, axis=1) - v2  # actual gaps strictly before batch k
+    pred = np.full(g2.shape, 1e9)
+    for lag in range(1, history + 1):
+        pos = before - lag
+        val = flat[row_start + np.maximum(pos, 0)]
+        pred = np.minimum(pred, np.where(pos >= 0, val, 1e9))
+    return pred.reshape(gaps.shape)
+
+
+def _lindley(t: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Start times of FIFO work items arriving at `t` (ascending, last axis) with durations `w`."""
+    cw = np.cumsum(w, axis=-1)
+    prev = cw - w
+    return np.maximum.accumulate(t - prev, axis=-1) + prev
+
+
+def _seg_sum(x: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Sum of `x` over consecutive segments (last axis) of lengths `counts` (zero-length segments give 0)."""
+    c = np.concatenate((np.zeros(x.shape[:-1] + (1,)), np.cumsum(x, axis=-1)), axis=-1)
+    return c[..., starts + counts] - c[..., starts]
+
+
+def tx_only_periods(empty: np.ndarray) -> np.ndarray:
+    """Which empty interrupt periods end with a TX-completion-only interrupt, per chain (last axis).
+
+    Part of why Linux default costs "over 2X in energy" at 400K (ch. 5.2.2, seed text line ~1154): at its
+    16 µs adaptive ITR the cores wake for nearly every request and again for its reply's completion.
+
+    ixgbe's queue vector serves the RX and TX rings of its core and one throttle (EITR) gates both causes:
+    the replies sent after a batch complete on the wire and raise a TX cause, so an interrupt fires at
+    T + ITR even when no request arrived (it only cleans TX descriptors, `ixgbe_poll` -> `ixgbe_clean_tx_irq`).
+    The period after it has nothing pending, so an empty one ends at the next arrival.  In a run of
+    consecutive empty periods they therefore alternate TX-only, arrival, TX-only, ... starting with TX-only
+    (the period before the run produced replies).
+    """
+    k = empty.shape[-1]
+    pos = np.arange(k)
+    # index of the last non-empty period at or before each position (-1 if none)
+    last_full = np.maximum.accumulate(np.where(~empty, pos, -1), axis=-1)
+    return empty & ((pos - last_full - 1) % 2 == 0)
+
+
+def warmup_periods(p: SimParams, itr_us: float, run_periods: int) -> int:
+    """Interrupt periods simulated and discarded before measuring: `warmup_us` of simulated time, at least
+    32 periods and at most an eighth of the measured run (short ITRs: many near-empty periods, cost bound)."""
+    return max(32, min(int(math.ceil(p.warmup_us / max(float(itr_us), 1e-3))), run_periods // 8))
+
+
+def simulate(p: SimParams, lam: float, itr_us: float, f: np.ndarray, requests: int, chains: int,
+             rng: np.random.Generator, cores: int = 16, warmup: int | None = None) -> SimResult:
+    """Simulate about `requests` requests on `chains` cores at per-core rate `lam` (1/µs).
+
+    The same random draws serve every frequency in `f` (common random numbers), so curves over f are smooth.
+    Each chain first runs `warmup` interrupt periods (default `warmup_periods`) whose requests, busy time
+    and idle time are discarded: the queues start empty, and without a warm-up a short sample would
+    under-state the tail of a loaded core (its backlog has not built up yet).
+    """
+    f = np.atleast_1d(np.asarray(f, float))
+    itr = max(float(itr_us), 1e-3)
+    lam_c = lam * rss_multipliers(p.rss_spread, chains)[:, None]  # (C, 1) requests/µs per core
+    burst = max(p.burst_mean, 1.0)
+    ev_rate = lam_c / burst  # arrival events (a client's pipelined burst) per µs
+    m = ev_rate * itr
+    pe = np.exp(-m)
+    tx_share = pe / (1.0 + pe) if p.tx_irq else 0.0  # share of periods that are TX-only (runs alternate)
+    per_period = float(np.mean((m + pe) * (1.0 - tx_share))) * burst
+    k_run = max(int(math.ceil(requests / per_period / chains)), 2)
+    w0 = warmup_periods(p, itr, k_run) if warmup is None else int(warmup)
+    k = k_run + w0
+    ev = rng.poisson(np.broadcast_to(m, (chains, k)))
+    empty = ev == 0
+    tx_only = tx_only_periods(empty) if p.tx_irq else np.zeros_like(empty)
+    ev = np.where(empty, 1, ev)  # an empty period ends with the event that fires the next interrupt
+    ev = np.where(tx_only, 0, ev)  # ... unless a TX completion fires it at T + ITR (no request)
+    exp_gap = rng.exponential(size=(chains, k)) / ev_rate
+    gaps = itr + np.where(empty & ~tx_only, exp_gap, 0.0)
+    t = np.cumsum(gaps, axis=1)
+    evf = ev.ravel()
+    kk = evf.size
+    n_ev = int(evf.sum())
+    ev_idx = np.repeat(np.arange(kk), evf)
+    ev_starts = np.concatenate(([0], np.cumsum(evf)[:-1]))
+    # sorted uniform event positions per period via normalised exponential spacings
+    e = rng.exponential(size=n_ev)
+    extra = rng.exponential(size=kk)
+    ce = _seg_cumsum(e, ev_starts, ev_idx)
+    tot = _seg_sum(e, ev_starts, evf) + extra
+    u_ev = ce / tot[ev_idx]
+    size = rng.geometric(1.0 / burst, size=n_ev) if burst > 1.0 else np.ones(n_ev, dtype=np.int64)
+    n = np.bincount(ev_idx, weights=size, minlength=kk).astype(np.int64).reshape(chains, k)
+    nf = n.ravel()
+    r = int(nf.sum())
+    idx = np.repeat(ev_idx, size)
+    starts = np.concatenate(([0], np.cumsum(nf)[:-1]))
+    u = np.repeat(u_ev, size)
+    wait = np.where(empty.ravel()[idx], 0.0, itr * (1.0 - u))
+    x = rng.gamma(p.app_shape, 1.0 / p.app_shape, size=r)
+    lock, lock_wait = lock_time_us(p, lam * cores, f, rng, r)  # (F, R) per request, part of its app work
+    clock = _seg_cumsum_rows(lock, starts, idx)
+    slock = _seg_sum(lock, starts, nf).reshape(f.size, chains, k)
+    cx = _seg_cumsum(x, starts, idx)
+    sx = _seg_sum(x, starts, nf).reshape(chains, k)
+
+    h, ss, sa = p.work_us(f)
+    h3, ss3, sa3 = h[:, None, None], ss[:, None, None], sa[:, None, None]
+    base = n[None] * ss3 + sa3 * sx[None] + slock  # (F, C, K)
+    w1 = base + h3
+    st1 = _lindley(t[None], w1)
+    fin1 = st1 + w1
+    busy1 = st1 > t[None] + 1e-9
+    idle1 = np.empty_like(st1)
+    idle1[..., 0] = 1e9
+    idle1[..., 1:] = t[None, :, 1:] - fin1[..., :-1]
+    idle1 = np.maximum(idle1, 0.0)
+    # menu governor: predicted idle = the shortest of the last `menu_history` idle gaps (its typical-interval
+    # detection discards the long outliers of irregular traffic); regular (ITR-paced) gaps predict well
+    pred = _menu_prediction(idle1, ~busy1, p.menu_history)
+    targets = np.array([c.target_residency_us for c in p.cstates])
+    exits = np.array([c.exit_latency_us for c in p.cstates])
+    state = np.searchsorted(targets, pred, side="right") - 1  # deepest state whose residency fits
+    wake = np.where(busy1, 0.0, exits[state])
+    irq = np.where(busy1, (p.poll_cyc / f)[:, None, None], h3)  # busy: NAPI polls, no interrupt, one poll round
+    goes_idle = np.ones_like(busy1)
+    goes_idle[..., :-1] = ~busy1[..., 1:]  # the core goes idle after batch k unless batch k+1 found it busy
+    # idle entry bookkeeping is aborted by a pending interrupt, so it costs energy but never delays a batch
+    post = np.where(goes_idle, (p.idle_cyc / f)[:, None, None], 0.0)
+    w2 = base + irq + wake
+    st2 = _lindley(t[None], w2)
+    fin2 = st2 + w2
+    offset = (st2 - t[None]) + wake + irq + n[None] * ss3  # (F, C, K): time from interrupt to app start
+    lat = wait[None] + offset.reshape(f.size, kk)[:, idx] + sa[:, None] * cx[None] + clock + p.net_us
+    pos = idx % k - w0  # period of each request within its chain's measured run (< 0: warm-up)
+    kept = pos >= 0
+    lat, lock_wait, pos = lat[:, kept], lock_wait[:, kept], pos[kept]
+
+    idle2 = np.zeros_like(st2)
+    idle2[..., 1:] = np.maximum(t[None, :, 1:] - fin2[..., :-1], 0.0)
+    idle2[..., 0] = np.where(busy1[..., 0], 0.0, gaps[None, :, 0])
+    bookkeeping = np.minimum(post[..., :-1], idle2[..., 1:])  # taken out of the idle gap that follows
+    idle2[..., 1:] -= bookkeeping
+    # drop the warm-up periods from the time accounting
+    idle2, w2, state, busy1, gaps = idle2[..., w0:], w2[..., w0:], state[..., w0:], busy1[..., w0:], gaps[:, w0:]
+    bookkeeping = bookkeeping[..., w0:]
+    total_time = gaps.sum(axis=1)  # (C,)
+    span = total_time.sum()
+    nstates = len(p.cstates)
+    res = np.zeros((f.size, nstates))
+    flat_state = state.reshape(f.size, -1)
+    flat_idle = idle2.reshape(f.size, -1)
+    for fi in range(f.size):
+        res[fi] = np.bincount(flat_state[fi], weights=flat_idle[fi], minlength=nstates)[:nstates]
+    blocked = lock_wait.sum(axis=1)  # (F,) blocked on the lock: C1, not executing
+    res[:, [c.name for c in p.cstates].index("C1")] += blocked
+    work_time = w2.sum(axis=(1, 2)) + bookkeeping.sum(axis=(1, 2)) - blocked
+    idle_time = res.sum(axis=1)
+    span_f = np.maximum(span, work_time + idle_time)
+    busy = work_time / span_f
+    res = res / span_f[:, None]
+    intr = (~busy1).sum(axis=(1, 2)) / span_f
+    # share of the offered requests a saturated core can serve (work demanded per unit time > 1)
+    demand = w2.sum(axis=2) / total_time[None, :]  # (F, C)
+    rates = lam_c[:, 0]
+    served = (np.minimum(1.0, 1.0 / np.maximum(demand, 1e-12)) * rates[None, :]).sum(axis=1) / rates.sum()
+    return SimResult(f=f, latency_us=lat, busy=busy, residency=res, interrupts_per_us=intr, served=served,
+                     requests_per_us=float(lat.shape[1] / span), period=pos, periods=k_run)
+
+
+def package_power_w(p: SimParams, sim: SimResult, cores: int, qps: float) -> np.ndarray:
+    """(F,) mean package power (both sockets) for the simulated frequencies."""
+    core = sim.busy * p.busy_power_w(sim.f) + (sim.residency * p.idle_power_w(sim.f)).sum(axis=1)
+    return p.static_w + p.uncore_active_w + cores * core + p.request_j * qps
+
+
+def _ixgbe_size_itr_us(avg_wire_bytes: float, latency_mode: bool) -> int:
+    """ixgbe_update_itr's size-based delay (Linux >= 4.15, the dissertation's 5.4), 10 Gb/s link, in µs."""
+    a = float(avg_wire_bytes)
+    if a <= 60:
+        w = 5120.0  # 50K ints/s
+    elif a <= 316:
+        w = a * 40 + 2720  # 50K .. 16K ints/s
+    elif a <= 1084:
+        w = a * 15 + 11452  # 16K .. 9.2K ints/s
+    elif a < 1968:
+        w = a * 5 + 22420
+    else:
+        w = 32256.0  # 8K ints/s
+    if latency_mode:
+        w = float(int(w) >> 1)  # low-latency mode halves the delay
+    return int(math.ceil(w / (2 * 256))) * 2  # IXGBE_ITR_ADAPTIVE_MIN_INC = 2 µs
+
+
+def adaptive_itr_us(p: SimParams, qps: float, cores: int) -> float:
+    """ixgbe's adaptive ITR as in Linux 5.4 (`ixgbe_update_itr`, rewritten in 4.15), the dissertation's kernel
+    ("integrated with the Linux 5.4 kernel", ch. 4, seed text line ~564; default Linux = "dynamic ITR and DVFS
+    algorithms are enabled", ch. 7.3, line ~1533).
+
+    Per ring, every interrupt: with 1-3 packets and < 9000 bytes since the last one the ring is in
+    low-latency mode and its delay is the size-based value halved (for memcached's ~120 B requests
+    (120 * 40 + 2720) / 2 -> 16 µs; for its ~420 B replies 36 µs); with 4-47 packets the delay grows by 2 µs
+    per interrupt (up to 126 µs) until batches reach 48 packets (bulk mode).  The vector takes the smaller
+    of its RX and TX delays (`ixgbe_set_itr`).  At memcached's rates (<= ~60K packets/s per queue) a 16 µs
+    period holds < 1 packet, so the driver stays in low-latency mode at every load the dissertation ran --
+    the old three-class algorithm (8K/20K/100K ints/s by bytes per interrupt) is not what 5.4 does.
+    """
+    lam = qps / cores / 1e6  # packets per µs per queue
+    itr = min(_ixgbe_size_itr_us(p.rx_bytes, True), _ixgbe_size_itr_us(p.tx_bytes, True))
+    if lam * itr * p.burst_mean < 4.0:
+        return float(itr)
+    # bulk regime (not reached by this workload): the delay climbs until a batch holds ~48 packets
+    return float(min(126.0, max(itr, 48.0 / max(lam, 1e-12))))
+
+
+def analytic_busy(p: SimParams, lam: float, itr_us: float, f: np.ndarray) -> np.ndarray:
+    """Fast C0-fraction estimate (the P-state governor's view): work rate per µs, capped at 1.
+
+    Interrupts per µs: one per ITR period (period count lam / (m + e^-m)), plus the TX-completion-only
+    interrupts that alternate with arrival-fired ones in runs of empty periods (`tx_only_periods`).
+    """
+    f = np.asarray(f, float)
+    h, ss, sa = p.work_us(f)
+    m = lam * itr_us
+    pe = math.exp(-m)
+    tx = pe / (1.0 + pe) if p.tx_irq else 0.0
+    periods = lam / ((m + pe) * (1.0 - tx))  # interrupt periods per µs
+    wake = p.cstates[2].exit_latency_us  # typical shallow wake-up at short ITR
+    return np.minimum(lam * (ss + sa + lock_hold_us(p, f)) + periods * (h + wake + p.idle_cyc / f), 1.0)
+
+
+def pstate_occupancy(p: SimParams, lam: float, itr_us: float, freqs: np.ndarray, steps: int,
+                     rng: np.random.Generator, cores_per_package: int = 8) -> np.ndarray:
+    """Fraction of `steps` 10 ms samples the package spends at each of `freqs` under intel_pstate "powersave".
+
+    The dissertation's Linux default runs the powersave governor (ch. 7.3, seed text line ~1533: "the CPU is
+    typically set into the lowest operating frequency while idle and dynamically adjusts as workload
+    changes"); on a non-HWP Sandy Bridge-EP under Linux 5.4 that is intel_pstate's `get_target_pstate`: every
+    sample (10 ms) each core asks for 1.25 x max P-state x busy (busy = C0 share, APERF/MPERF over TSC; turbo
+    is disabled in the dissertation, ch. 3.1, line ~847: "hyperthreads and TurboBoost are disabled", so max =
+    2.9 GHz), at least the minimum, and when the P-state it actually ran at
+    was higher than that target it only comes down half the gap per sample.  Each core's busy carries the
+    sampling noise of the requests a sample holds.  Sandy Bridge-EP cores share one P-state per package,
+    so the package runs at the highest request of its cores.
+    """
+    busy = [float(b) for b in analytic_busy(p, lam, itr_us, freqs)]
+    per_period = max(lam * p.pstate_period_s * 1e6, 1.0)
+    # every per-core step below is monotone in the core's load, so the package's request (the highest of
+    # its cores') is the request of the most loaded core: only the largest noise draw per sample matters
+    zmax = (rng.standard_normal((steps, cores_per_package)) / math.sqrt(per_period)).max(axis=1).tolist()
+    occ = np.zeros(freqs.size)
+    fmin, fmax = float(freqs[0]), float(freqs[-1])
+    step = float(freqs[1] - freqs[0]) if freqs.size > 1 else 0.1
+    top = freqs.size - 1
+    i = 0
+    for z in zmax:
+        occ[i] += 1
+        cur = fmin + i * step
+        load = min(max(busy[i] * (1.0 + z), 0.0), 1.0)
+        target = max(1.25 * fmax * load, fmin)
+        if cur > target:
+            target += (cur - target) / 2.0
+        # P-states are 100 MHz ratios (int truncation in the driver)
+        i = min(max(int(math.floor((target - fmin) / step + 1e-9)), 0), top)
+    return occ / occ.sum()
+
+
+def eq63_p99_us(qps: float, itr_us: float, dvfs_ghz: float) -> float:
+    """Dissertation eq. 6.3 with table 6.1's Linux fit, DVFS in GHz, result in µs (interpolated in QPS)."""
+    table = {200e3: (86.3, -0.48, 1.09), 400e3: (251.67, 0.71, 1.08), 600e3: (687.97, 1.34, 1.02)}
+    if qps not in table:
+        raise ValueError("table 6.1 has 200K, 400K and 600K QPS")
+    z, alpha, phi = table[qps]
+    return z / dvfs_ghz ** (1.0 + alpha) + phi * itr_us

@@ -1,0 +1,49 @@
+"""`tuner` command line: subcommands live in `tuner.cli.*`; heavy imports (Ax, torch) happen inside them."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from core.errors import TunerError
+
+#: Subcommand modules, in the order `tuner --help` lists them.
+COMMANDS = ("replay", "sweep", "trace", "daemon", "ctl", "set", "restore", "doctor", "trials")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tuner",
+        description="Tune NIC interrupt throttling (ITR) and CPU frequency (DVFS) of a latency-critical "
+        "server for minimum energy under a tail-latency SLA.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"tuner.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"tuner.cli.{name}":
+                continue  # not built yet
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except TunerError as exc:
+        print(f"tuner: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("tuner: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""`tuner ctl`: talk to a running daemon over its gRPC API (status, point, trials, retune, policy, watch)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from core.errors import TunerError
+
+DEFAULT_ADDRESS = "unix:///run/tuner/tuner.sock"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("ctl", help="query or steer a running daemon over gRPC",
+                              description="Client for the daemon's tuner.v1 gRPC API.")
+    p.add_argument("--address", "-a", default=DEFAULT_ADDRESS,
+                   help="daemon address: unix:///path.sock or HOST:PORT (default: %(default)s)")
+    p.add_argument("--token-file", help="file with the bearer token (grpc.token_file of the daemon)")
+    p.add_argument("--tls-ca", help="CA certificate to verify the daemon's TLS certificate (enables TLS)")
+    p.add_argument("--tls-cert", help="client certificate (with --tls-key) for daemons that require one")
+    p.add_argument("--tls-key", help="client private key")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds per call (default: %(default)s)")
+    p.add_argument("--json", action="store_true", help="print the raw response as JSON")
+    sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    sub.add_parser("status", help="current point, load, last measurement, loop state")
+    pt = sub.add_parser("point", help="recommended ITR/DVFS for a load and SLA")
+    pt.add_argument("--qps", type=float, required=True, help="offered load (requests/s)")
+    pt.add_argument("--sla-us", type=float, default=0.0, help="SLA in µs (default: the daemon's policy)")
+    pt.add_argument("--percentile", type=float, default=0.0, help="50, 90, 95, 99 or 99.9 (default: policy)")
+    tr = sub.add_parser("trials", help="trials measured so far")
+    tr.add_argument("--limit", type=int, default=0, help="only the newest N")
+    tr.add_argument("--retune", default="", help="only this retune id")
+    rt = sub.add_parser("retune", help="ask for a retune now")
+    rt.add_argument("--reason", default="", help="free text for the daemon's log")
+    po = sub.add_parser("policy", help="show or change SLA / percentile / reward at run time")
+    po.add_argument("--sla-us", type=float)
+    po.add_argument("--percentile", type=float)
+    po.add_argument("--reward")
+    w = sub.add_parser("watch", help="stream decisions as they happen")
+    w.add_argument("--count", type=int, default=0, help="stop after N decisions (0 = until interrupted)")
+    p.set_defaults(func=run)
+
+
+def _read(path: str | None, what: str) -> bytes | None:
+    if not path:
+        return None
+    try:
+        return open(path, "rb").read()
+    except OSError as exc:
+        raise TunerError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+
+
+def _channel(args: argparse.Namespace) -> Any:
+    import grpc
+
+    ca, cert, key = _read(args.tls_ca, "CA"), _read(args.tls_cert, "certificate"), _read(args.tls_key, "key")
+    if ca or cert:
+        creds = grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
+        return grpc.secure_channel(args.address, creds)
+    return grpc.insecure_channel(args.address)
+
+
+def _metadata(args: argparse.Namespace) -> list[tuple[str, str]]:
+    token = _read(args.token_file, "token file")
+    if token is None:
+        return []
+    text = token.decode(errors="replace").strip()
+    if not text:
+        raise TunerError(f"{args.token_file}:1: expected a non-empty token")
+    return [("authorization", f"Bearer {text}")]
+
+
+def run(args: argparse.Namespace) -> int:
+    import grpc
+    from google.protobuf import json_format
+
+    from tuner.daemon.service import protos
+
+    pb, services = protos()
+    md = _metadata(args)
+    with _channel(args) as channel:
+        stub = services.TunerStub(channel)
+        kw = {"timeout": args.timeout, "metadata": md}
+        try:
+            if args.action == "status":
+                resp = stub.GetStatus(pb.GetStatusRequest(), **kw)
+            elif args.action == "point":
+                resp = stub.GetOperatingPoint(pb.GetOperatingPointRequest(
+                    qps=args.qps, sla_us=args.sla_us, percentile=args.percentile), **kw)
+            elif args.action == "trials":
+                if args.limit < 0:
+                    raise TunerError("--limit: expected a count >= 0")
+                resp = stub.ListTrials(pb.ListTrialsRequest(limit=args.limit, retune_id=args.retune), **kw)
+            elif args.action == "retune":
+                resp = stub.Retune(pb.RetuneRequest(reason=args.reason), **kw)
+            elif args.action == "policy":
+                req = pb.SetPolicyRequest()
+                if args.sla_us is not None:
+                    req.sla_us = args.sla_us
+                if args.percentile is not None:
+                    req.percentile = args.percentile
+                if args.reward is not None:
+                    req.reward = args.reward
+                resp = stub.SetPolicy(req, **kw)
+            else:
+                n = 0
+                for d in stub.WatchDecisions(pb.WatchDecisionsRequest(), metadata=md):
+                    print(json.dumps(json_format.MessageToDict(d)) if args.json else _decision_line(d),
+                          flush=True)
+                    n += 1
+                    if args.count and n >= args.count:
+                        break
+                return 0
+        except grpc.RpcError as exc:
+            raise TunerError(f"{args.address}: {exc.code().name}: {exc.details()}") from None
+    if args.json:
+        print(json.dumps(json_format.MessageToDict(resp, always_print_fields_with_no_presence=True), indent=2))
+    else:
+        print(_human(args.action, resp))
+    return 0
+
+
+def _pt(p: Any) -> str:
+    return f"ITR {p.itr_us} µs @ {p.dvfs_ghz:g} GHz"
+
+
+def _decision_line(d: Any) -> str:
+    return f"{d.retune_id} {d.reason}: {_pt(d.point)} met_sla={d.met_sla} qps={d.qps:.0f} -- {d.detail}"
+
+
+def _human(action: str, r: Any) -> str:
+    if action == "status":
+        point = _pt(r.point) if r.HasField("point") else "OS defaults"
+        lines = [f"state: {r.state}   host: {r.host}   version: {r.version}   uptime: {r.uptime_s:.0f} s",
+                 f"point: {point}",
+                 f"load: {r.offered_qps:.0f} QPS (tuned for {r.tuned_qps:.0f}, band "
+                 f"{r.band_low_qps:.0f}..{r.band_high_qps:.0f})",
+                 f"policy: p{r.policy.percentile:g} <= {r.policy.sla_us:g} µs, reward {r.policy.reward}",
+                 f"retune: {r.retune_id or '-'} ({r.retune_trials_done}/{r.retune_trials_planned} trials); "
+                 f"trials total {r.trials_total}",
+                 f"SLA violations: {r.sla_violations_total}   guardrail reverts: {r.guardrail_reverts_total}"]
+        if r.HasField("last_measurement"):
+            m = r.last_measurement
+            lat = ", ".join(f"p{k} {v:.0f} µs" for k, v in sorted(m.latency_us.items(), key=lambda kv: float(kv[0])))
+            lines.append(f"last window: {m.offered_qps:.0f} QPS, {lat}, {m.power_w:.1f} W")
+        return "\n".join(lines)
+    if action == "point":
+        src = "measured" if r.from_measured else "model"
+        return (f"{_pt(r.point)}  ({src}: {r.source}; meets SLA: {r.meets_sla})\n"
+                f"predicted latency {r.predicted_latency_us:.1f} ± {r.latency_sem_us:.1f} µs, "
+                f"power {r.predicted_power_w:.1f} ± {r.power_sem_w:.1f} W"
+                + (f"\nnote: {r.note}" if r.note else ""))
+    if action == "trials":
+        rows = [f"{'retune':8} {'#':>3} {'ITR µs':>6} {'GHz':>5} {'QPS':>9} {'p99 µs':>8} {'W':>7} {'reward':>10} status"]
+        for t in r.trials:
+            m = t.measurement
+            p99 = m.latency_us.get("99", float("nan")) if t.HasField("measurement") else float("nan")
+            rows.append(f"{t.retune_id:8} {t.index:3d} {t.point.itr_us:6d} {t.point.dvfs_ghz:5.2f} "
+                        f"{t.qps:9.0f} {p99:8.1f} {m.power_w:7.1f} "
+                        f"{(f'{t.reward:.4g}' if t.has_reward else '-'):>10} {t.status}"
+                        + (f" ({t.error})" if t.error else ""))
+        return "\n".join(rows)
+    if action == "retune":
+        return ("accepted: " if r.accepted else "refused: ") + r.message
+    if action == "policy":
+        return f"policy: p{r.percentile:g} <= {r.sla_us:g} µs, reward {r.reward}"
+    return str(r)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(0)

@@ -1,0 +1,80 @@
+"""`tuner daemon --config FILE`: run the tuning service (systemd Type=notify) until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import queue
+import signal
+import sys
+import threading
+from typing import Any
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "daemon", help="run the tuning daemon (gRPC API, Prometheus metrics, retunes hourly and on load change)",
+        description="Run the tuner as a service: tune on start, hourly and when the load leaves its band, "
+        "hold the chosen ITR/DVFS with an SLA guardrail, serve gRPC and /metrics. SIGHUP reloads the "
+        "config; SIGTERM/SIGINT restore the original knobs and exit 0.")
+    p.add_argument("--config", "-c", default="/etc/tuner/tuner.toml", help="TOML config (default: %(default)s)")
+    p.add_argument("--check", action="store_true", help="validate the config and exit (0 if valid)")
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tuner.config import load_config
+
+    if args.check:
+        load_config(args.config)  # InputError -> one line per problem, exit 2
+        print(f"{args.config}: OK")
+        return 0
+    return serve(args.config, log_level=args.log_level)
+
+
+def serve(config_path: str, *, optimizers: Any = None, log_level: str = "info") -> int:
+    """Run the daemon from `config_path` with signal handling; returns the exit status (0 after SIGTERM)."""
+    from tuner.config import load_config
+
+    config = load_config(config_path)
+    journald = bool(os.environ.get("JOURNAL_STREAM"))
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                        format="%(levelname)s %(name)s: %(message)s" if journald
+                        else "%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from tuner.daemon.loop import Daemon
+
+    daemon = Daemon(config, optimizers=optimizers)
+    # Signal handlers only queue the signal (SimpleQueue.put is reentrant); the main thread acts on it, and
+    # the control loop runs on its own thread -- no lock is ever taken inside a signal handler.
+    signals: queue.SimpleQueue = queue.SimpleQueue()
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, lambda n, _frame: signals.put(n))
+    try:
+        daemon.start()
+    except BaseException:
+        daemon._shutdown()  # restore knobs and close what did start
+        raise
+    result: list[int] = []
+
+    def loop() -> None:
+        try:
+            result.append(daemon.run())
+        except Exception:
+            logging.getLogger("tuner.daemon.loop").exception("control loop failed; original knobs restored")
+            result.append(1)
+
+    thread = threading.Thread(target=loop, name="tuner-loop")
+    thread.start()
+    while thread.is_alive():
+        try:
+            signum = signals.get(timeout=0.5)
+        except queue.Empty:
+            continue
+        if signum == signal.SIGHUP:
+            daemon.request_reload()
+        else:
+            daemon.request_stop()
+    thread.join()
+    return result[0] if result else 1

@@ -1,0 +1,189 @@
+"""`tuner trials export|import`: move completed trials between daemons, days and replays (`tuner.trial/v1`).
+
+    tuner trials export [--config FILE | --state-dir DIR | --from-replay OUT_DIR] --out FILE
+    tuner trials import FILE [--config FILE] [--state-dir DIR] [--host sim|real|module:factory]
+
+Export writes every completed trial a daemon has (its history store, state.json and saved experiments,
+duplicates dropped) or a replay saved. Import checks every line against the host's knob space (bounded by
+the config's [knobs] when --config is given) -- one bad line rejects the file with `FILE:LINE: ...` -- and
+adds the trials to the daemon's history store, from which the next retune warm-starts (config
+`history.warm_start` or `tuning.context`). It may run while the daemon runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import socket
+from pathlib import Path
+from typing import Any
+
+from core.errors import InputError, TunerError
+
+DEFAULT_STATE_DIR = Path("/var/lib/tuner")
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("trials", help="export or import completed trials (warm start from history)",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="trials_command", metavar="ACTION", required=True)
+
+    e = sub.add_parser("export", help="write a daemon's (or a replay's) completed trials to a JSON-lines file")
+    src = e.add_mutually_exclusive_group()
+    src.add_argument("--state-dir", type=Path, help="daemon state directory (default: the config's state.dir, "
+                     f"else {DEFAULT_STATE_DIR})")
+    src.add_argument("--from-replay", type=Path, metavar="OUT_DIR",
+                     help="a `tuner replay --out` directory with saved trials (trials.jsonl)")
+    e.add_argument("--config", type=Path, help="daemon config (for state.dir and history.file)")
+    e.add_argument("--out", type=Path, required=True, help="file to write (replaced atomically)")
+    e.set_defaults(func=run_export)
+
+    i = sub.add_parser("import", help="validate trials against a host's knob space and add them to a daemon's "
+                       "history store")
+    i.add_argument("file", type=Path, help="a tuner.trial/v1 JSON-lines file (from `tuner trials export`)")
+    i.add_argument("--config", type=Path, help="daemon config (host, knob bounds, state.dir, history.file)")
+    i.add_argument("--state-dir", type=Path, help="daemon state directory (default: the config's state.dir, "
+                   f"else {DEFAULT_STATE_DIR})")
+    i.add_argument("--host", help="host whose knob space the trials must fit: sim | real | module:factory "
+                   "(default: the config's host.spec, else sim)")
+    i.set_defaults(func=run_import)
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+
+def _config(path: Path | None) -> Any:
+    if path is None:
+        return None
+    from tuner.config import load_config
+
+    return load_config(path)
+
+
+def _store_path(args: argparse.Namespace, cfg: Any) -> tuple[Path, Path]:
+    """(state dir, history file) from --state-dir / the config / the default."""
+    from tuner.store.history import HISTORY_FILE
+
+    if args.state_dir is None and cfg is not None:
+        return cfg.state_dir, cfg.history_path
+    state_dir = Path(args.state_dir or DEFAULT_STATE_DIR)
+    return state_dir, Path(state_dir) / HISTORY_FILE
+
+
+def _row_objective(row: dict[str, Any], state: Any) -> dict[str, Any]:
+    """The policy a state.json trial row was measured under (rows written before objectives were recorded
+    take it from their retune's decision or signature, else the run-time/default policy)."""
+    if isinstance(row.get("objective"), dict):
+        return row["objective"]
+    rid = row.get("retune_id")
+    base = dict(state.policy_override or {})
+    cur = state.current_retune or {}
+    if cur.get("id") == rid and isinstance((cur.get("signature") or {}).get("policy"), dict):
+        return cur["signature"]["policy"]
+    for d in reversed(state.decisions):
+        if d.get("retune_id") == rid and d.get("sla_us") and d.get("percentile"):
+            return {"reward": base.get("reward", "constrained"), "sla_us": d["sla_us"],
+                    "percentile": d["percentile"]}
+    return {"reward": base.get("reward", "constrained"), "sla_us": base.get("sla_us", 500.0),
+            "percentile": base.get("percentile", 99.0)}
+
+
+def _state_entries(state_dir: Path) -> list[Any]:
+    """Completed trials in state.json and experiments/*.json, as history entries."""
+    from actuators.host import Measurement, OperatingPoint
+    from tuner.store.history import HistoryEntry, as_objective, objective_reward
+    from tuner.optimize.optimizer import TrialRecord
+    from tuner.daemon.state import StateStore
+
+    store = StateStore(state_dir)
+    state = store.load()  # a fresh (empty) state when there is no state.json
+    me = socket.gethostname()
+    out: list[HistoryEntry] = []
+
+    def add(point: Any, qps: Any, md: Any, when: float, host: str, objective: Any, index: int) -> None:
+        try:
+            m = Measurement.from_dict(md)
+            p = OperatingPoint(int(point[0]), float(point[1])) if isinstance(point, list) \
+                else OperatingPoint(int(point["itr_us"]), float(point["dvfs_ghz"]))
+            obj = as_objective(objective)
+            q = float(qps)
+            if not (math.isfinite(q) and math.isfinite(m.power_w)):
+                return
+            rec = TrialRecord(index, p, q, "completed", m, objective_reward(obj, m), None)
+        except (KeyError, TypeError, ValueError, IndexError, TunerError):
+            return  # an unreadable row is not a trial anyone can learn from
+        out.append(HistoryEntry(rec, host, float(when), obj))
+
+    for i, row in enumerate(state.trials):
+        if row.get("status") == "completed" and row.get("measurement"):
+            add(row.get("point"), row.get("qps"), row["measurement"], row.get("time", 0.0),
+                row.get("host") or me, _row_objective(row, state), i)
+    for path in sorted(store.exp_dir.glob("*.json")) if store.exp_dir.is_dir() else []:
+        if path.name.endswith(".table.json"):
+            continue
+        try:
+            data = json.loads(path.read_text())
+            rows, objective, when = data["trials"], data["objective"], path.stat().st_mtime
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not an optimiser snapshot we know
+        for row in rows if isinstance(rows, list) else []:
+            if isinstance(row, dict) and row.get("status") == "completed" and row.get("measurement"):
+                add(row.get("point"), row.get("qps"), row["measurement"], when, me, objective,
+                    int(row.get("index", 0)))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ commands
+
+def run_export(args: argparse.Namespace) -> int:
+    from tuner.store.history import REPLAY_TRIALS_FILE, HistoryStore, dedupe, read_entries, write_entries
+
+    if args.from_replay is not None:
+        src = args.from_replay / REPLAY_TRIALS_FILE
+        if not src.is_file():
+            raise InputError(f"{args.from_replay}: no {REPLAY_TRIALS_FILE}: expected the --out directory of a "
+                             f"`tuner replay` run that saved its trials")
+        entries = read_entries(src)
+        where = str(src)
+    else:
+        cfg = _config(args.config)
+        state_dir, history_file = _store_path(args, cfg)
+        if not any(p.exists() for p in (state_dir / "state.json", state_dir / "experiments", history_file)):
+            raise InputError(f"{state_dir}: no daemon state here (expected state.json, experiments/ or "
+                             f"{history_file.name})")
+        entries = HistoryStore(history_file).read() + _state_entries(state_dir)
+        where = str(state_dir)
+    entries = dedupe(entries)
+    n = write_entries(args.out, entries)
+    print(f"exported {n} completed trial(s) from {where} to {args.out}")
+    return 0
+
+
+def run_import(args: argparse.Namespace) -> int:
+    from tuner.store.history import HistoryStore, read_entries
+    from tuner.hosts import make_host
+
+    cfg = _config(args.config)
+    spec = args.host or (cfg.host.spec if cfg is not None else "sim")
+    options = dict(cfg.host.options) if cfg is not None and spec == cfg.host.spec else {}
+    if spec == "real":
+        options["parts"] = ("itr", "dvfs")  # only the knob space: no sensors, no prober, nothing written
+    host = make_host(spec, **options)
+    try:
+        space = host.knobs()
+    finally:
+        close = getattr(host, "close", None)
+        if callable(close):
+            close()
+    if cfg is not None:
+        from tuner.daemon.loop import bounded_space
+
+        space = bounded_space(space, cfg.knobs)
+    entries = read_entries(args.file, space)  # one bad line rejects the whole file
+    state_dir, history_file = _store_path(args, cfg)
+    keep = cfg.history.keep_trials if cfg is not None else None
+    store = HistoryStore(history_file) if keep is None else HistoryStore(history_file, keep)
+    added, skipped = store.add(entries)
+    print(f"imported {added} trial(s) into {history_file}; skipped {skipped} already there"
+          + (f" (the store keeps the newest {store.keep})" if len(store.read()) >= store.keep else ""))
+    return 0

@@ -1,1 +1,0 @@
-"""CLI subcommands: each module has `register(subparsers)` and keeps heavy imports inside its run function."""

@@ -1,0 +1,311 @@
+"""gRPC API `tuner.v1.Tuner` over the daemon, with health checking, reflection, TLS and bearer tokens.
+
+The .proto ships as package data and is compiled at run time (`grpc.protos_and_services`); no generated
+code is committed. Every handler validates its input and maps errors to status codes -- a bad request
+gets INVALID_ARGUMENT with a message, never a crash.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import math
+import os
+import sys
+import threading
+from concurrent import futures
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from tuner.config import GrpcConfig, read_token
+from core.errors import TunerError
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = "tuner.v1.Tuner"
+PROTO_ROOT = Path(__file__).resolve().parents[1] / "proto" / "tuner"
+MAX_WATCHERS = 8
+MAX_WORKERS = MAX_WATCHERS + 8
+
+
+@lru_cache(maxsize=1)
+def protos() -> tuple[Any, Any]:
+    """(messages module, services module) compiled from `tuner/proto/tuner/v1/tuner.proto`.
+
+    The import root is `tuner/proto/tuner` (module `v1.tuner_pb2`): rooting it at `tuner/proto` would
+    name the module `tuner.v1.tuner_pb2`, which collides with this `tuner` package.
+    """
+    root = str(PROTO_ROOT)
+    if root not in sys.path:
+        sys.path.append(root)
+    return grpc.protos_and_services("v1/tuner.proto")
+
+
+# ------------------------------------------------------------------------------------------------- conversions
+
+def _point_msg(pb: Any, p: Any) -> Any:
+    if p is None:
+        return None
+    if isinstance(p, (list, tuple)):
+        return pb.Point(itr_us=int(p[0]), dvfs_ghz=float(p[1]))
+    return pb.Point(itr_us=int(p.itr_us), dvfs_ghz=float(p.dvfs_ghz))
+
+
+def _measurement_msg(pb: Any, md: dict | None) -> Any:
+    if not md:
+        return None
+    m = pb.Measurement(seconds=md["seconds"], offered_qps=md["offered_qps"], achieved_qps=md["achieved_qps"],
+                       requests=max(0, int(md["requests"])), power_w=md["power_w"], energy_j=md["energy_j"],
+                       time=md.get("time", 0.0))
+    for k, v in md.get("latency_us", {}).items():
+        m.latency_us[k] = float(v)
+    if md.get("point"):
+        m.point.CopyFrom(_point_msg(pb, md["point"]))
+    return m
+
+
+def _policy_msg(pb: Any, p: Any) -> Any:
+    return pb.Policy(sla_us=p.sla_us, percentile=p.percentile, reward=p.reward)
+
+
+def _decision_msg(pb: Any, d: dict) -> Any:
+    msg = pb.Decision(retune_id=d.get("retune_id", ""), reason=d.get("reason", ""), met_sla=bool(d.get("met_sla")),
+                      detail=d.get("detail", ""), qps=float(d.get("qps", 0.0)), time=float(d.get("time", 0.0)))
+    if d.get("point"):
+        msg.point.CopyFrom(_point_msg(pb, d["point"]))
+    if d.get("measurement"):
+        msg.measurement.CopyFrom(_measurement_msg(pb, d["measurement"]))
+    return msg
+
+
+def _trial_msg(pb: Any, t: dict) -> Any:
+    msg = pb.Trial(retune_id=t.get("retune_id", ""), index=int(t["index"]), qps=float(t.get("qps", 0.0)),
+                   status=t.get("status", ""), has_reward=t.get("reward") is not None,
+                   reward=float(t["reward"]) if t.get("reward") is not None else 0.0,
+                   error=t.get("error") or "", time=float(t.get("time", 0.0)))
+    if t.get("point"):
+        msg.point.CopyFrom(_point_msg(pb, t["point"]))
+    if t.get("measurement"):
+        msg.measurement.CopyFrom(_measurement_msg(pb, t["measurement"]))
+    return msg
+
+
+def _finite(x: float) -> float:
+    return x if math.isfinite(x) else 0.0
+
+
+# ------------------------------------------------------------------------------------------------- servicer
+
+def make_servicer(daemon: Any) -> Any:
+    pb, services = protos()
+
+    class TunerServicer(services.TunerServicer):
+        """Adapts `tuner.daemon.loop.Daemon` to `tuner.v1.Tuner`."""
+
+        def __init__(self) -> None:
+            self._watchers = 0
+            self._watch_lock = threading.Lock()
+
+        def GetStatus(self, request: Any, context: Any) -> Any:
+            s = daemon.status()
+            msg = pb.Status(
+                state=s["state"], offered_qps=_finite(s["offered_qps"]), policy=_policy_msg(pb, s["policy"]),
+                tuned_qps=s["tuned_qps"], band_low_qps=s["band_low_qps"], band_high_qps=s["band_high_qps"],
+                retune_id=s["retune_id"], retune_trials_done=s["retune_trials_done"],
+                retune_trials_planned=s["retune_trials_planned"], last_retune_time=s["last_retune_time"],
+                next_retune_time=s["next_retune_time"], trials_total=s["trials_total"],
+                guardrail_reverts_total=s["guardrail_reverts_total"],
+                sla_violations_total=s["sla_violations_total"], host=str(s["host"]), version=s["version"],
+                uptime_s=s["uptime_s"])
+            if s["point"] is not None:
+                msg.point.CopyFrom(_point_msg(pb, s["point"]))
+            if s["last_measurement"]:
+                msg.last_measurement.CopyFrom(_measurement_msg(pb, s["last_measurement"]))
+            return msg
+
+        def GetOperatingPoint(self, request: Any, context: Any) -> Any:
+            try:
+                a = daemon.operating_point(request.qps, request.sla_us, request.percentile)
+            except TunerError as exc:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            return pb.OperatingPointResponse(
+                point=_point_msg(pb, a.point), predicted_latency_us=_finite(a.latency_us),
+                latency_sem_us=_finite(a.latency_sem_us), predicted_power_w=_finite(a.power_w),
+                power_sem_w=_finite(a.power_sem_w), from_measured=a.from_measured, meets_sla=a.meets_sla,
+                tuned_qps=_finite(a.tuned_qps), source=a.source, note=a.note)
+
+        def ListTrials(self, request: Any, context: Any) -> Any:
+            rows = daemon.trials(limit=int(request.limit), retune_id=request.retune_id)
+            return pb.ListTrialsResponse(trials=[_trial_msg(pb, t) for t in rows])
+
+        def Retune(self, request: Any, context: Any) -> Any:
+            if len(request.reason) > 200:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, "reason: expected at most 200 characters")
+            ok, message = daemon.request_retune("rpc")
+            if ok:
+                log.info("retune requested over gRPC%s", f": {request.reason}" if request.reason else "")
+            return pb.RetuneResponse(accepted=ok, message=message)
+
+        def SetPolicy(self, request: Any, context: Any) -> Any:
+            try:
+                p = daemon.set_policy(request.sla_us if request.HasField("sla_us") else None,
+                                      request.percentile if request.HasField("percentile") else None,
+                                      request.reward if request.HasField("reward") else None)
+            except TunerError as exc:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            return _policy_msg(pb, p)
+
+        def WatchDecisions(self, request: Any, context: Any) -> Any:
+            import queue
+
+            with self._watch_lock:
+                if self._watchers >= MAX_WATCHERS:
+                    context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                  f"at most {MAX_WATCHERS} WatchDecisions streams at once")
+                self._watchers += 1
+            q, latest = daemon.subscribe()
+            try:
+                if latest is not None:
+                    yield _decision_msg(pb, latest)
+                while context.is_active() and not daemon.stopping:
+                    try:
+                        d = q.get(timeout=0.25)
+                    except queue.Empty:
+                        continue
+                    yield _decision_msg(pb, d)
+            finally:
+                daemon.unsubscribe(q)
+                with self._watch_lock:
+                    self._watchers -= 1
+
+    return TunerServicer()
+
+
+#: Services open without a token: health probes, and reflection (it only serves the public .proto schema).
+_OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.v1alpha.ServerReflection/",
+                  "/grpc.reflection.v1.ServerReflection/")
+
+
+class _TokenInterceptor(grpc.ServerInterceptor):
+    """Requires `authorization: Bearer <token>` (constant-time compare) on the Tuner API."""
+
+    def __init__(self, token: bytes) -> None:
+        self._expected = b"Bearer " + token
+
+        def deny(request: Any, context: Any) -> Any:
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "expected metadata 'authorization: Bearer <token>'")
+
+        self._deny = grpc.unary_unary_rpc_method_handler(deny)
+        self._deny_stream = grpc.unary_stream_rpc_method_handler(deny)
+        self._deny_bidi = grpc.stream_stream_rpc_method_handler(deny)
+
+    def intercept_service(self, continuation: Any, details: Any) -> Any:
+        if details.method.startswith(_OPEN_PREFIXES):
+            return continuation(details)
+        given = b""
+        for key, value in details.invocation_metadata or ():
+            if key == "authorization":
+                given = value.encode() if isinstance(value, str) else bytes(value)
+        if hmac.compare_digest(given, self._expected):
+            return continuation(details)
+        handler = continuation(details)
+        if handler is None:
+            return None
+        if handler.request_streaming and handler.response_streaming:
+            return self._deny_bidi
+        if handler.response_streaming:
+            return self._deny_stream
+        return self._deny
+
+
+def _socket_alive(path: str) -> bool:
+    """True if something accepts connections on the unix socket `path`."""
+    import socket
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(path)
+            return True
+        except OSError:
+            return False
+
+
+class GrpcServer:
+    """The daemon's gRPC server: Tuner + health + reflection, on a unix socket or TCP, optional TLS/token."""
+
+    def __init__(self, daemon: Any, config: GrpcConfig) -> None:
+        self.daemon = daemon
+        self.config = config
+        self._server: Any = None
+        self._health: Any = None
+
+    def start(self) -> str:
+        """Bind and start; returns the address actually listened on (TCP port 0 resolved)."""
+        from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+        from grpc_reflection.v1alpha import reflection
+
+        pb, services = protos()
+        cfg = self.config
+        interceptors = [_TokenInterceptor(read_token(cfg.token_file))] if cfg.token_file else []
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="grpc"),
+                             interceptors=interceptors, maximum_concurrent_rpcs=64,
+                             options=[("grpc.max_receive_message_length", 1 << 20),
+                                      ("grpc.so_reuseport", 0)])  # a port in use is an error, not shared
+        services.add_TunerServicer_to_server(make_servicer(self.daemon), server)
+        self._health = health.HealthServicer(experimental_non_blocking=True)
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        for name in ("", SERVICE_NAME):
+            self._health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        names = (pb.DESCRIPTOR.services_by_name["Tuner"].full_name,
+                 health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME)
+        reflection.enable_server_reflection(names, server)
+
+        address = cfg.listen
+        if address.startswith("unix:"):
+            path = address[5:]
+            path = path[2:] if path.startswith("//") else path
+            try:
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+                if Path(path).is_socket():
+                    if _socket_alive(path):
+                        raise TunerError(f"grpc.listen: {path} is in use by a running process")
+                    os.unlink(path)  # a stale socket from a dead run
+            except OSError as exc:
+                raise TunerError(f"grpc.listen: cannot create {path}: {exc.strerror or exc}") from None
+        try:
+            if cfg.tls_cert:
+                creds = grpc.ssl_server_credentials(
+                    [(cfg.tls_key.read_bytes(), cfg.tls_cert.read_bytes())],
+                    root_certificates=cfg.tls_client_ca.read_bytes() if cfg.tls_client_ca else None,
+                    require_client_auth=bool(cfg.tls_client_ca))
+                port = server.add_secure_port(address, creds)
+            else:
+                port = server.add_insecure_port(address)
+        except (RuntimeError, OSError) as exc:
+            raise TunerError(f"grpc.listen: cannot listen on {address!r}: {exc}") from None
+        if port == 0:
+            raise TunerError(f"grpc.listen: cannot listen on {address!r} (in use, or no such local address?)")
+        server.start()
+        self._server = server
+        if address.startswith("unix:"):
+            return address
+        host = address.rpartition(":")[0]
+        return f"{host}:{port}"
+
+    def set_serving(self, serving: bool) -> None:
+        from grpc_health.v1 import health_pb2
+
+        if self._health is None:
+            return
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        for name in ("", SERVICE_NAME):
+            self._health.set(name, status)
+
+    def stop(self, grace: float = 1.0) -> None:
+        if self._server is not None:
+            self._server.stop(grace).wait(grace + 1)
+            self._server = None

@@ -1,0 +1,324 @@
+"""Run the Ax optimiser in a child process for the length of one retune.
+
+Importing Ax/PyTorch alone costs ~400 MB RSS and seconds of CPU; the daemon holds a point for an hour between
+retunes and must stay small (target: <= 400 MB, <= 1 % of a core). So each retune gets a worker process
+(spawned, never forked: the daemon has gRPC threads) that owns the `tuner.optimize.optimizer.Optimizer`; the daemon talks
+to it through `OptimizerProxy`, which has the same methods and returns plain records. When the retune ends the
+worker exits and its memory goes back to the OS. The daemon itself never imports Ax. A stop request kills a
+worker stuck in a model fit, so SIGTERM is prompt.
+
+The issue-6 methods (`add_history`, `begin_retune`, `retune_trials`, `should_stop`) are proxied when the
+optimiser has them (`OptimizerProxy.supports`), and the `TuningConfig` fields of `tuner.config.SETTINGS_FIELDS`
+become `TunerSettings` fields of the same names.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from actuators.host import KnobSpace, Measurement, OperatingPoint
+from core.errors import TunerError
+
+#: Longest a single optimiser call may take before the worker is considered hung.
+CALL_TIMEOUT_S = 900.0
+#: Niceness increment and BLAS/PyTorch threads of the worker, so model fits do not compete with the server.
+WORKER_NICE = 10
+WORKER_THREADS = 2
+
+
+@dataclass(frozen=True)
+class Record:
+    """A trial as the worker reports it (the measurement stays with the daemon)."""
+
+    index: int
+    point: OperatingPoint
+    qps: float
+    status: str
+    reward: float | None
+    error: str | None
+    measurement: Measurement | None = None
+
+
+@dataclass(frozen=True)
+class Choice:
+    point: OperatingPoint
+    measurement: Measurement | None
+    met_sla: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class Forecast:
+    latency_us: float
+    latency_sem: float
+    power_w: float
+    power_sem: float
+    from_measured: bool
+
+
+class WorkerError(TunerError):
+    """The optimiser worker failed or died."""
+
+
+# ------------------------------------------------------------------------------------------------ child side
+
+def _rec(r: Any) -> tuple:
+    return (int(r.index), (int(r.point.itr_us), float(r.point.dvfs_ghz)),
+            float(r.qps) if r.qps is not None else float("nan"), str(r.status),
+            None if r.reward is None else float(r.reward), r.error)
+
+
+#: Optimiser methods of issue 6 the daemon uses when the optimiser has them (`OptimizerProxy.supports`).
+OPTIONAL_METHODS = ("add_history", "begin_retune", "retune_trials", "should_stop")
+
+
+def _capabilities(opt: Any) -> list[str]:
+    return [name for name in OPTIONAL_METHODS if callable(getattr(opt, name, None))]
+
+
+def _extra_settings(settings_cls: Any, tuning: dict[str, Any]) -> dict[str, Any]:
+    """The issue-6 `TunerSettings` fields present in `tuning`; one the optimiser lacks is an error only if it is
+    set to something other than its (off) default."""
+    from tuner.config import SETTINGS_FIELDS, TuningConfig
+
+    known = set(getattr(settings_cls, "__dataclass_fields__", {}))
+    out: dict[str, Any] = {}
+    for name in SETTINGS_FIELDS:
+        if name not in tuning:
+            continue
+        if name in known:
+            out[name] = tuning[name]
+        elif tuning[name] != getattr(TuningConfig, name):
+            raise RuntimeError(f"this optimiser does not support tuning.{name} (= {tuning[name]!r})")
+    return out
+
+
+def _serve(conn: Any, module: str) -> None:  # pragma: no cover - runs in the child (end-to-end tests)
+    import importlib
+    import os
+
+    # The tuned server keeps priority over model fits: lower priority, and few BLAS/PyTorch threads
+    # (set before the optimiser imports torch).
+    try:
+        os.nice(WORKER_NICE)
+    except OSError:
+        pass
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(var, str(WORKER_THREADS))
+    try:
+        mod = importlib.import_module(module)
+        Objective, Optimizer, TunerSettings = mod.Objective, mod.Optimizer, mod.TunerSettings
+        broken = None
+    except Exception as exc:  # noqa: BLE001 - reported on the first call instead of a dead pipe
+        broken = f"cannot import the optimiser {module!r}: {type(exc).__name__}: {exc}"
+    opt = None
+    while True:
+        try:
+            op, args = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            if broken:
+                raise RuntimeError(broken)
+            if op == "create":
+                space, policy, tuning, name, seed = args
+                objective = Objective(reward=policy["reward"], percentile=policy["percentile"],
+                                      sla_us=policy["sla_us"])
+                settings = TunerSettings(trials=tuning["trials"],
+                                         sobol_trials=min(tuning["sobol_trials"], tuning["trials"]),
+                                         settle_s=tuning["settle_s"], window_s=tuning["window_s"], seed=seed,
+                                         **_extra_settings(TunerSettings, tuning))
+                opt = Optimizer(space, objective, settings, name=name)
+                result = _capabilities(opt)
+            elif op == "load":
+                opt = Optimizer.from_json(args[0])
+                result = _capabilities(opt)
+            elif op == "add_history":
+                result = int(opt.add_history(args[0]))
+            elif op == "begin_retune":
+                opt.begin_retune(float(args[0]))
+                result = None
+            elif op == "retune_trials":
+                result = [_rec(r) for r in opt.retune_trials()]
+            elif op == "should_stop":
+                stop, why = opt.should_stop()
+                result = (bool(stop), str(why))
+            elif op == "suggest":
+                index, p = opt.suggest()
+                result = (int(index), (int(p.itr_us), float(p.dvfs_ghz)))
+            elif op == "complete":
+                index, m, qps, settle = args
+                result = _rec(opt.complete(index, m, qps, settle=settle))
+            elif op == "fail":
+                index, reason, settle = args
+                result = _rec(opt.fail(index, reason, settle=settle))
+            elif op == "trials":
+                result = [_rec(r) for r in opt.trials()]
+            elif op == "best":
+                d = opt.best()
+                result = ((int(d.point.itr_us), float(d.point.dvfs_ghz)), d.measurement, bool(d.met_sla),
+                          str(d.reason))
+            elif op == "predict":
+                result = [(float(p.latency_us), float(p.latency_sem), float(p.power_w), float(p.power_sem),
+                           bool(p.from_measured)) for p in opt.predict(args[0])]
+            elif op == "to_json":
+                result = opt.to_json()
+            elif op == "close":
+                conn.send(("ok", None))
+                return
+            else:
+                raise ValueError(f"unknown operation {op!r}")
+            conn.send(("ok", result))
+        except Exception as exc:  # noqa: BLE001 - reported to the daemon, which decides
+            conn.send(("err", f"{type(exc).__name__}: {exc}"))
+
+
+# ------------------------------------------------------------------------------------------------ parent side
+
+class OptimizerProxy:
+    """`tuner.optimize.optimizer.Optimizer`'s methods, executed in a worker process."""
+
+    def __init__(self, ctx: Any, module: str) -> None:
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_serve, args=(child, module), name="tuner-optimizer", daemon=True)
+        self._proc.start()
+        child.close()
+        self._lock = threading.Lock()
+        self._capabilities: frozenset[str] = frozenset()
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid
+
+    def _call(self, op: str, *args: Any) -> Any:
+        with self._lock:
+            try:
+                self._conn.send((op, args))
+                if not self._conn.poll(CALL_TIMEOUT_S):
+                    self.kill()
+                    raise WorkerError(f"optimiser worker: {op} took longer than {CALL_TIMEOUT_S:.0f} s")
+                status, value = self._conn.recv()
+            except (EOFError, OSError, BrokenPipeError):
+                raise WorkerError(f"optimiser worker exited during {op} "
+                                  f"(exit code {self._proc.exitcode})") from None
+        if status != "ok":
+            raise WorkerError(f"optimiser: {op}: {value}")
+        return value
+
+    def supports(self, name: str) -> bool:
+        """Whether the optimiser in the worker has the optional method `name` (`OPTIONAL_METHODS`)."""
+        return name in self._capabilities
+
+    def add_history(self, records: list[Any]) -> int:
+        """Attach completed past trials (`tuner.optimize.optimizer.TrialRecord`s); returns how many the model used."""
+        return int(self._call("add_history", list(records)))
+
+    def begin_retune(self, qps: float) -> None:
+        self._call("begin_retune", float(qps))
+
+    def retune_trials(self) -> list[Record]:
+        return [_record(r, None) for r in self._call("retune_trials")]
+
+    def should_stop(self) -> tuple[bool, str]:
+        stop, why = self._call("should_stop")
+        return bool(stop), str(why)
+
+    def suggest(self) -> tuple[int, OperatingPoint]:
+        index, p = self._call("suggest")
+        return index, OperatingPoint(*p)
+
+    def complete(self, index: int, measurement: Measurement, qps: float,
+                 settle: Measurement | None = None) -> Record:
+        return _record(self._call("complete", index, measurement, qps, settle), measurement)
+
+    def fail(self, index: int, reason: str, settle: Measurement | None = None) -> Record:
+        return _record(self._call("fail", index, reason, settle), None)
+
+    def trials(self) -> list[Record]:
+        return [_record(r, None) for r in self._call("trials")]
+
+    def best(self) -> Choice:
+        p, m, met, reason = self._call("best")
+        return Choice(OperatingPoint(*p), m, met, reason)
+
+    def predict(self, points: list[OperatingPoint]) -> list[Forecast]:
+        return [Forecast(*row) for row in self._call("predict", list(points))]
+
+    def to_json(self) -> str:
+        return self._call("to_json")
+
+    def close(self) -> None:
+        """End the worker (its memory goes back to the OS)."""
+        if self._proc.is_alive():
+            try:
+                with self._lock:
+                    self._conn.send(("close", ()))
+                    self._conn.poll(5.0)
+            except (OSError, BrokenPipeError):
+                pass
+            self._proc.join(5.0)
+        self.kill()
+
+    def kill(self) -> None:
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(5.0)
+        self._conn.close()
+
+
+def _record(row: tuple, m: Measurement | None) -> Record:
+    index, p, qps, status, reward, error = row
+    return Record(index, OperatingPoint(*p), qps, status, reward, error, m)
+
+
+class ProcessOptimizers:
+    """The daemon's optimiser factory: one worker process per retune (`create`/`load`), killable on stop."""
+
+    def __init__(self, module: str = "tuner.optimize.optimizer") -> None:
+        """`module` provides `Optimizer`, `Objective`, `TunerSettings` (the contract of `tuner.optimize.optimizer`)."""
+        self.module = module
+        self._ctx = multiprocessing.get_context("spawn")
+        self._live: list[OptimizerProxy] = []
+        self._lock = threading.Lock()
+
+    def _new(self) -> OptimizerProxy:
+        proxy = OptimizerProxy(self._ctx, self.module)
+        with self._lock:
+            self._live = [p for p in self._live if p._proc.is_alive()] + [proxy]
+        return proxy
+
+    def create(self, space: KnobSpace, policy: Any, tuning: Any, name: str, seed: int) -> OptimizerProxy:
+        proxy = self._new()
+        try:
+            caps = proxy._call("create", space, dict(policy.__dict__), dict(tuning.__dict__), name, seed)
+            proxy._capabilities = frozenset(caps or ())
+        except BaseException:
+            proxy.kill()
+            raise
+        return proxy
+
+    def load(self, text: str) -> OptimizerProxy:
+        proxy = self._new()
+        try:
+            caps = proxy._call("load", text)
+            proxy._capabilities = frozenset(caps or ())
+        except BaseException:
+            proxy.kill()
+            raise
+        return proxy
+
+    def live_pids(self) -> list[int]:
+        with self._lock:
+            return [p.pid for p in self._live if p._proc.is_alive()]
+
+    def interrupt(self) -> None:
+        """Kill every live worker (a stop must not wait for a model fit)."""
+        with self._lock:
+            live, self._live = self._live, []
+        for proxy in live:
+            if proxy._proc.is_alive():
+                proxy._proc.kill()
+                proxy._proc.join(5.0)

@@ -1,0 +1,472 @@
+"""Replay a load schedule (a binned trace) against a host under several policies (dissertation ch. 7.3).
+
+Per window of the schedule, each policy sets the host's offered load to the window's QPS and then:
+
+* `tuner`: an Ax retune (`run_retune`) whose trials -- settle and window -- count in the window's energy and
+  time, then holds the chosen point for the rest of the window (the steady state). With
+  `settings.context` false (the dissertation's cold tuner) every window is a fresh experiment; with it true ONE
+  optimiser lives through the whole replay (all windows, all days), the offered QPS is a model input and
+  each window's retune starts from everything learnt before (`Optimizer.begin_retune` via `run_retune`),
+  optionally seeded with earlier trials (`history`, `Optimizer.add_history`);
+* `linux-default`: `host.restore()` (adaptive ITR + the OS governor) and measures the whole window;
+* `static-performance`: ITR = the host's lowest, DVFS = its highest, the whole window;
+* `oracle`: the exhaustive best static point under the SLA for the window's load over the FULL knob grid,
+  from the host's noise-free model `host.expected(points, qps)` (the simulated host has one), then measures
+  the whole window there. A host without `expected` has no oracle: the policy is reported as unavailable
+  (a measured grid would cost hours per window and still be a noisy estimate, not an oracle).
+
+Every policy runs on its own host built from the same spec and seed, so each compares like with like.
+A multi-day schedule (`traces.schedule.repeat_days`) carries each window's `day`; summaries are per day too.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from actuators.host import Host, LoadControl, Measurement, OperatingPoint, apply_point
+from core.errors import TunerError
+from tuner.optimize.optimizer import Objective, Optimizer, TrialRecord, TunerSettings, run_retune
+
+POLICIES: tuple[str, ...] = ("tuner", "linux-default", "static-performance", "oracle")
+
+#: `tuner replay --tuner NAME` / `bench/replay.py` variants: the TunerSettings fields each preset sets.
+#: `cold` is the dissertation's tuner (every issue-6 feature off, 30 trials, a fresh experiment per window);
+#: `warm` turns them all on: load as context (one experiment for the whole replay), the stopping rule,
+#: safe exploration (delta 5 %) and statistically sized (adaptive) trial windows.
+TUNER_PRESETS: dict[str, dict[str, Any]] = {
+    "cold": {"trials": 30, "context": False, "stop_ei_pct": 0.0, "safe_delta": 0.0, "window_mode": "fixed",
+             "itr_resolution_us": 8},
+    # 16 µs ITR grid: half the candidates of 8 µs for Ax's acquisition and the safety filter's predictions,
+    # within the 0.5 s per trial target, same energy (README, section "replay")
+    "warm": {"trials": 30, "context": True, "stop_ei_pct": 1.0, "safe_delta": 0.05, "window_mode": "adaptive",
+             "itr_resolution_us": 16, "safe_sd_scale": 2.0},
+}
+
+
+def preset_settings(name: str, base: TunerSettings | None = None, **overrides: Any) -> TunerSettings:
+    """`base` (default `TunerSettings()`) with preset `name`'s fields, then `overrides`, applied."""
+    if name not in TUNER_PRESETS:
+        raise TunerError(f"unknown tuner preset {name!r}: expected one of {', '.join(TUNER_PRESETS)}")
+    fields = {**TUNER_PRESETS[name], **overrides}
+    try:
+        return replace(base if base is not None else TunerSettings(), **fields)
+    except TypeError as exc:  # a field this TunerSettings does not have
+        raise TunerError(f"tuner preset {name!r}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class ReplayWindow:
+    """One window of the schedule to replay (a `traces.schedule.Window` fits)."""
+
+    index: int
+    start_s: float
+    seconds: float
+    qps: float
+    day: int = 0
+
+
+@dataclass(frozen=True)
+class WindowResult:
+    """What one policy did in one window.
+
+    `energy_j` counts everything in the window (exploration trials incl. settle, plus the hold);
+    `steady` is the hold measurement (the rest of the window at the chosen point) and decides `met_sla`.
+    `trial_window_s` is the trials' measured windows (settle excluded) and `fixed_window_s` what they would
+    have taken at the fixed `settings.window_s` each (the adaptive windows' saving is the difference).
+    """
+
+    policy: str
+    index: int
+    start_s: float
+    seconds: float
+    qps: float
+    point: OperatingPoint | None
+    steady: Measurement | None
+    energy_j: float
+    elapsed_s: float
+    trials: int = 0
+    failed_trials: int = 0
+    explore_s: float = 0.0
+    explore_energy_j: float = 0.0
+    explore_above_sla_s: float = 0.0
+    suggest_s: tuple[float, ...] = ()
+    met_sla: bool | None = None
+    note: str = ""
+    error: str | None = None
+    day: int = 0
+    trial_window_s: float = 0.0
+    fixed_window_s: float = 0.0
+    # the safety filter's calibration: completed trials it passed with a modelled P(SLA broken) (`p_violation`),
+    # the sum of those P (the violations the model expected) and how many measured over the SLA
+    gated_trials: int = 0
+    gated_p_sum: float = 0.0
+    gated_over: int = 0
+
+    @property
+    def power_w(self) -> float:
+        """Mean power over the whole window (exploration included)."""
+        return self.energy_j / self.elapsed_s if self.elapsed_s > 0 else math.nan
+
+    def latency_us(self, pct: float) -> float:
+        """The steady-state percentile (NaN if there was no steady state)."""
+        return self.steady.percentile(pct) if self.steady is not None else math.nan
+
+
+@dataclass
+class PolicyResult:
+    """One policy's windows; for `tuner` also every trial it ran (`trials`, in order, for `--save-trials`)."""
+
+    policy: str
+    windows: list[WindowResult] = field(default_factory=list)
+    wall_s: float = 0.0
+    available: bool = True
+    note: str = ""
+    trials: list[TrialRecord] = field(default_factory=list)
+    history_used: int = 0
+
+
+@dataclass
+class ReplayResult:
+    objective: Objective
+    settings: TunerSettings
+    host: str
+    seed: int
+    source: str
+    windows: tuple[ReplayWindow, ...]
+    policies: dict[str, PolicyResult]
+    wall_s: float = 0.0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+#: `progress(policy, window_index, trial_record_or_None)`: called after each trial and after each window.
+Progress = Callable[[str, int, TrialRecord | None], None]
+
+
+def parse_policies(text: str | Sequence[str]) -> tuple[str, ...]:
+    """Policy names from `a,b,c` (or a list); one-line error for unknown or repeated names."""
+    items = [s.strip() for s in (text.split(",") if isinstance(text, str) else text) if s.strip()]
+    if not items:
+        raise TunerError(f"--policies: expected a comma list of {', '.join(POLICIES)}")
+    for s in items:
+        if s not in POLICIES:
+            raise TunerError(f"--policies: unknown policy {s!r}: expected some of {', '.join(POLICIES)}")
+    if len(set(items)) != len(items):
+        raise TunerError("--policies: a policy is listed twice")
+    return tuple(items)
+
+
+def _met(objective: Objective, m: Measurement | None) -> bool | None:
+    return None if m is None else objective.met(m)
+
+
+def _above_sla_s(objective: Objective, m: Measurement | None) -> float:
+    return m.seconds if m is not None and not objective.met(m) else 0.0
+
+
+#: Coarse-to-fine oracle: ITR stride of the first pass, and how many of its best feasible ITR values are refined.
+ORACLE_COARSE_STRIDE = 16
+ORACLE_REFINE = 2
+
+
+def oracle_point(host: Any, objective: Objective, qps: float, *, exhaustive: bool = False) -> tuple[OperatingPoint, str]:
+    """The lowest-power point whose expected percentile meets the SLA at `qps` (host.expected, noise-free).
+
+    Every frequency is searched. ITR: `exhaustive=True` evaluates every host value; otherwise a coarse pass
+    over every `ORACLE_COARSE_STRIDE`-th value, then every host value within one stride of the
+    `ORACLE_REFINE` best feasible coarse ITRs (the simulated model costs ~40 ms per ITR value, so the full
+    511-value grid takes ~20 s per window; `bench/replay.py` checks that both agree). If no point meets the
+    SLA: the lowest expected latency.
+    """
+    knobs = host.knobs()
+    pct = objective.percentile
+    cache: dict[int, list[tuple[float, float, OperatingPoint]]] = {}
+
+    def evaluate(itrs: Sequence[int]) -> None:
+        todo = [i for i in itrs if i not in cache]
+        if not todo:
+            return
+        pts = [OperatingPoint(i, f) for i in todo for f in knobs.dvfs_ghz]
+        for p, e in zip(pts, host.expected(pts, qps)):
+            cache.setdefault(p.itr_us, []).append((e.power_w, e.latency_us[pct], p))
+
+    def feasible() -> list[tuple[float, int, float, OperatingPoint]]:
+        return sorted((pw, p.itr_us, p.dvfs_ghz, p) for rows in cache.values() for pw, lat, p in rows
+                      if lat <= objective.sla_us)
+
+    if exhaustive:
+        evaluate(knobs.itr_us)
+        how = f"exhaustive over {len(knobs.itr_us) * len(knobs.dvfs_ghz)} points"
+    else:
+        stride = knobs.itr_us[::ORACLE_COARSE_STRIDE // max(_step(knobs.itr_us), 1) or 1]
+        evaluate(stride)
+        width = ORACLE_COARSE_STRIDE + 1
+        tops: list[int] = []
+        for _, itr, _, _ in feasible():
+            if itr not in tops:
+                tops.append(itr)
+            if len(tops) == ORACLE_REFINE:
+                break
+        evaluate([i for i in knobs.itr_us if any(abs(i - t) <= width for t in tops)])
+        how = f"coarse-to-fine over {len(cache) * len(knobs.dvfs_ghz)} of {len(knobs.itr_us) * len(knobs.dvfs_ghz)} points"
+    feas = feasible()
+    if feas:
+        return feas[0][3], how
+    best = min((lat, pw, p.itr_us, p.dvfs_ghz, p) for rows in cache.values() for pw, lat, p in rows)
+    return best[4], f"no point meets the SLA ({how}); lowest expected latency"
+
+
+def _step(values: Sequence[int]) -> int:
+    return min((b - a for a, b in zip(values, values[1:])), default=1)
+
+
+def _set_load(host: Host, qps: float) -> None:
+    if not isinstance(host, LoadControl):
+        raise TunerError(f"host {getattr(host, 'name', '?')!r} cannot set its offered load (no set_offered_qps): "
+                         "replay needs a host with load control, e.g. --host sim")
+    host.set_offered_qps(qps)
+
+
+def _run_tuner_window(host: Host, w: ReplayWindow, objective: Objective, settings: TunerSettings,
+                      progress: Progress | None, opt: Optimizer) -> tuple[WindowResult, list[TrialRecord]]:
+    """One window of the `tuner` policy with optimiser `opt` (fresh or persistent): retune, then hold.
+
+    The retune also stops when its trials have used up the window (`should_stop`); `run_retune` calls
+    `opt.begin_retune(qps)`, so in context mode only this window's trials count here.
+    """
+    used = {"s": 0.0}
+    recs: list[TrialRecord] = []
+
+    def on_trial(rec: TrialRecord) -> None:
+        recs.append(rec)
+        for m in (rec.settle, rec.measurement):
+            if m is not None:
+                used["s"] += m.seconds
+        if progress is not None:
+            progress("tuner", w.index, rec)
+
+    decision = run_retune(host, opt, settings, on_trial=on_trial, should_stop=lambda: used["s"] >= w.seconds)
+    explore_e = sum(m.energy_j for r in recs for m in (r.settle, r.measurement) if m is not None)
+    explore_s = sum(m.seconds for r in recs for m in (r.settle, r.measurement) if m is not None)
+    above = sum(_above_sla_s(objective, m) for r in recs for m in (r.settle, r.measurement))
+    measured = [r.measurement for r in recs if r.measurement is not None]
+    gated = [r for r in recs if r.p_violation is not None and r.status == "completed" and r.measurement is not None]
+    remaining = w.seconds - explore_s
+    steady = None
+    error = None
+    if remaining > 0:
+        try:
+            steady = host.measure(remaining)
+        except Exception as exc:  # noqa: BLE001 - report, do not abort the replay
+            error = f"hold measurement failed: {type(exc).__name__}: {exc}"
+    energy = explore_e + (steady.energy_j if steady is not None else 0.0)
+    elapsed = explore_s + (steady.seconds if steady is not None else 0.0)
+    return WindowResult(
+        policy="tuner", index=w.index, start_s=w.start_s, seconds=w.seconds, qps=w.qps, point=decision.point,
+        steady=steady, energy_j=energy, elapsed_s=elapsed, trials=len(recs),
+        failed_trials=sum(1 for r in recs if r.status == "failed"), explore_s=explore_s,
+        explore_energy_j=explore_e, explore_above_sla_s=above, suggest_s=tuple(r.compute_s for r in recs),
+        met_sla=_met(objective, steady), note=decision.reason, error=error, day=w.day,
+        trial_window_s=sum(m.seconds for m in measured), fixed_window_s=len(measured) * settings.window_s,
+        gated_trials=len(gated), gated_p_sum=sum(float(r.p_violation) for r in gated),  # type: ignore[arg-type]
+        gated_over=sum(1 for r in gated if not objective.met(r.measurement)),  # type: ignore[arg-type]
+    ), recs
+
+
+def _run_static_window(policy: str, host: Host, w: ReplayWindow, objective: Objective,
+                       oracle_exhaustive: bool = False, oracle_memo: dict | None = None) -> WindowResult:
+    note = ""
+    point: OperatingPoint | None
+    if policy == "linux-default":
+        host.restore()
+        point = None
+        note = "adaptive ITR + OS governor"
+    elif policy == "static-performance":
+        k = host.knobs()
+        point = apply_point(host, OperatingPoint(k.itr_us[0], k.dvfs_ghz[-1]))
+        note = "lowest ITR, highest frequency"
+    elif policy == "oracle":
+        key = (round(w.qps, 6), objective.percentile, objective.sla_us)
+        if oracle_memo is not None and key in oracle_memo:
+            point, note = oracle_memo[key]
+        else:
+            point, note = oracle_point(host, objective, w.qps, exhaustive=oracle_exhaustive)
+            if oracle_memo is not None:
+                oracle_memo[key] = (point, note)
+        apply_point(host, point)
+    else:  # pragma: no cover - parse_policies guards this
+        raise TunerError(f"unknown policy {policy!r}")
+    try:
+        m = host.measure(w.seconds)
+    except Exception as exc:  # noqa: BLE001
+        return WindowResult(policy, w.index, w.start_s, w.seconds, w.qps, point, None, 0.0, 0.0,
+                            note=note, error=f"measurement failed: {type(exc).__name__}: {exc}", day=w.day)
+    return WindowResult(policy, w.index, w.start_s, w.seconds, w.qps, point, m, m.energy_j, m.seconds,
+                        met_sla=objective.met(m), note=note, day=w.day)
+
+
+def replay(
+    make_host: Callable[[], Host],
+    windows: Sequence[ReplayWindow],
+    objective: Objective,
+    settings: TunerSettings,
+    *,
+    policies: Sequence[str] = POLICIES,
+    progress: Progress | None = None,
+    host_label: str = "",
+    source: str = "",
+    oracle_exhaustive: bool = False,
+    oracle_memo: dict | None = None,
+    history: Sequence[TrialRecord] = (),
+) -> ReplayResult:
+    """Replay `windows` under each policy, each on a fresh host from `make_host()`; hosts are restored after.
+
+    `oracle_memo` (optional) caches oracle points by (window QPS, percentile, SLA) across replays of the same
+    host type -- they depend on the host's noise-free model only, not on the seed. `history`: earlier trials
+    (e.g. `tuner.store.history.read_trials`) that seed the persistent contextual tuner; refused without
+    `settings.context` (a cold per-window experiment has no load input to place them at).
+    """
+    if not windows:
+        raise TunerError("the schedule has no window to replay")
+    context = bool(getattr(settings, "context", False))
+    if history and not context:
+        raise TunerError("trial history needs the contextual tuner (settings.context / --context): the cold "
+                         "tuner starts a fresh experiment per window with no load input")
+    t_all = time.perf_counter()
+    result = ReplayResult(objective, settings, host_label, settings.seed, source,
+                          tuple(ReplayWindow(w.index, w.start_s, w.seconds, w.qps, getattr(w, "day", 0))
+                                for w in windows), {})
+    result.meta["started_unix"] = time.time()
+    for policy in policies:
+        host = make_host()
+        pr = PolicyResult(policy)
+        result.policies[policy] = pr
+        if policy == "oracle" and not callable(getattr(host, "expected", None)):
+            pr.available = False
+            pr.note = f"oracle unavailable: host {getattr(host, 'name', '?')!r} has no noise-free model (expected())"
+            for w in result.windows:
+                if progress is not None:
+                    progress(policy, w.index, None)
+            continue
+        t0 = time.perf_counter()
+        try:
+            persistent: Optimizer | None = None
+            if policy == "tuner" and context:
+                persistent = Optimizer(host.knobs(), objective, settings, name="replay")
+                if history:
+                    pr.history_used = persistent.add_history(history)
+                pr.note = (f"contextual tuner, one experiment for {len(result.windows)} windows"
+                           + (f", seeded with {pr.history_used} of {len(history)} history trials" if history else ""))
+            for w in result.windows:
+                _set_load(host, w.qps)
+                if policy == "tuner":
+                    opt = persistent or Optimizer(host.knobs(), objective,
+                                                  replace(settings, seed=settings.seed + w.index),
+                                                  name=f"replay-w{w.index}")
+                    wr, recs = _run_tuner_window(host, w, objective, settings, progress, opt)
+                    pr.trials.extend(recs)
+                else:
+                    wr = _run_static_window(policy, host, w, objective, oracle_exhaustive, oracle_memo)
+                pr.windows.append(wr)
+                if progress is not None:
+                    progress(policy, w.index, None)
+        finally:
+            try:
+                host.restore()
+            finally:
+                pr.wall_s = time.perf_counter() - t0
+    result.wall_s = time.perf_counter() - t_all
+    return result
+
+
+# ----------------------------------------------------------------------------------------------- summary
+
+
+def days(result: ReplayResult) -> list[int]:
+    """The days present in the replayed schedule, in order ([0] for a single day)."""
+    return sorted({w.day for w in result.windows})
+
+
+def _pct(part: float, whole: float) -> float | None:
+    return 100.0 * part / whole if whole > 0 else None
+
+
+def policy_summary(result: ReplayResult, policy: str, day: int | None = None) -> dict[str, Any]:
+    """Totals for one policy (over one `day` if given): energy, savings vs linux-default, ratio to oracle, SLA,
+    trials (also per retune), exploration above the SLA (s, % of trial time and % of all the policy's time),
+    adaptive-window saving, the safety filter's calibration (`gated_*`: trials it passed on the model's P,
+    the violations that P expected, the ones measured), timings.
+
+    `window_saved_s`: trial measurement time saved against fixed `settings.window_s` windows (0 when fixed);
+    `wall_s` is the policy's whole replay, not per day.
+    """
+    pr = result.policies[policy]
+    if not pr.available:
+        return {"available": False, "note": pr.note}
+
+    def pick(ws: list[WindowResult]) -> list[WindowResult]:
+        return ws if day is None else [w for w in ws if w.day == day]
+
+    ws = pick(pr.windows)
+    energy = sum(w.energy_j for w in ws)
+    base = result.policies.get("linux-default")
+    oracle = result.policies.get("oracle")
+    base_ws = pick(base.windows) if base is not None and base.available else []
+    oracle_ws = pick(oracle.windows) if oracle is not None and oracle.available else []
+    base_e = sum(w.energy_j for w in base_ws) if base_ws else None
+    oracle_e = sum(w.energy_j for w in oracle_ws) if oracle_ws else None
+    suggest = [s for w in ws for s in w.suggest_s]
+    elapsed = sum(w.elapsed_s for w in ws)
+    explore_s = sum(w.explore_s for w in ws)
+    above = sum(w.explore_above_sla_s for w in ws)
+    fixed = sum(w.fixed_window_s for w in ws)
+    saved = sum(max(w.fixed_window_s - w.trial_window_s, 0.0) for w in ws)
+    trials = sum(w.trials for w in ws)
+    out: dict[str, Any] = {
+        "available": True,
+        "windows": len(ws),
+        "energy_j": energy,
+        "mean_power_w": energy / elapsed if ws and elapsed > 0 else None,
+        "saved_vs_linux_default_pct": (100.0 * (1 - energy / base_e)) if base_e else None,
+        "ratio_to_oracle": (energy / oracle_e) if oracle_e else None,
+        "sla_violating_windows": sum(1 for w in ws if w.met_sla is False),
+        "sla_violating_windows_significant": sum(
+            1 for w in ws if w.steady is not None and result.objective.violated_confidently(w.steady)),
+        "windows_without_steady_state": sum(1 for w in ws if w.steady is None),
+        "explore_s": explore_s,
+        "explore_above_sla_s": above,
+        "explore_above_sla_pct": _pct(above, explore_s),
+        "explore_above_sla_pct_of_time": _pct(above, elapsed),
+        "explore_energy_j": sum(w.explore_energy_j for w in ws),
+        "trials": trials,
+        "trials_per_retune": trials / len(ws) if policy == "tuner" and ws else None,
+        "failed_trials": sum(w.failed_trials for w in ws),
+        "failed_windows": sum(1 for w in ws if w.error),
+        "trial_window_s": sum(w.trial_window_s for w in ws),
+        "window_saved_s": saved,
+        "window_saved_pct": _pct(saved, fixed),
+        "gated_trials": sum(w.gated_trials for w in ws),
+        "gated_expected_over": sum(w.gated_p_sum for w in ws),
+        "gated_over": sum(w.gated_over for w in ws),
+        "median_suggest_s": statistics.median(suggest) if suggest else None,
+        "wall_s": pr.wall_s,
+        "note": pr.note,
+    }
+    if day is not None:
+        out["day"] = day
+    elif policy == "tuner" and pr.history_used:
+        out["history_trials_used"] = pr.history_used
+    return out
+
+
+def day_summaries(result: ReplayResult) -> list[dict[str, Any]]:
+    """Per day of the schedule: `{"day", "windows", "policies": {policy: policy_summary(..., day)}}`."""
+    out = []
+    for d in days(result):
+        out.append({"day": d, "windows": sum(1 for w in result.windows if w.day == d),
+                    "policies": {p: policy_summary(result, p, day=d) for p in result.policies}})
+    return out
