@@ -11,8 +11,8 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Sequence
-from functools import cached_property
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from actuators.latency.dist import PERCENTILES
@@ -187,11 +187,15 @@ class Measurement:
             raise TunerError("Measurement.merge_all: no measurements to merge")
         for i, m in enumerate(ms):
             if m.latency_dist is None or not m.ci_known:
-                raise TunerError(f"Measurement.merge_all: window {i} has no latency distribution "
-                                 "(its host or latency source cannot be pooled; measure one window instead)")
+                raise TunerError(
+                    f"Measurement.merge_all: window {i} has no latency distribution "
+                    "(its host or latency source cannot be pooled; measure one window instead)"
+                )
             if m.point != ms[0].point:
-                raise TunerError(f"Measurement.merge_all: window {i} is at {m.point}, window 0 at {ms[0].point}: "
-                                 "only windows at the same operating point can be merged")
+                raise TunerError(
+                    f"Measurement.merge_all: window {i} is at {m.point}, window 0 at {ms[0].point}: "
+                    "only windows at the same operating point can be merged"
+                )
         if len(ms) == 1:
             return ms[0]
         seconds = sum(m.seconds for m in ms)

@@ -11,12 +11,13 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from actuators.linux.dvfs import DvfsBackend, choose_backend, parse_cpu_list
 from actuators.host import KnobSpace, Measurement, OperatingPoint
+from actuators.linux.dvfs import DvfsBackend, choose_backend, parse_cpu_list
 from actuators.linux.hwio import HardwareIO, NicIoctl, Transaction, UnavailableNic
 from actuators.linux.itr import NicItr, physical_interfaces
 from actuators.linux.originals import OriginalsStore, RestoreReport, default_state_dir, restore_originals
@@ -66,8 +67,10 @@ class RealHost:
     def apply(self, itr_us: int | None = None, dvfs_ghz: float | None = None) -> list[str]:
         """Set DVFS then ITR in one transaction: everything is validated before the first write, and if
         any write or read-back fails, every value this call changed is put back. Returns warnings."""
-        itr, dvfs = (self._need("itr") if itr_us is not None else None,
-                     self._need("dvfs") if dvfs_ghz is not None else None)
+        itr, dvfs = (
+            self._need("itr") if itr_us is not None else None,
+            self._need("dvfs") if dvfs_ghz is not None else None,
+        )
         dvfs_plan = dvfs.plan(dvfs_ghz) if dvfs is not None else []
         itr_plan = itr.plan(itr_us) if itr is not None else []
         warnings: list[str] = []
@@ -145,11 +148,18 @@ class RealHost:
         rate = max(served, 0.0) / elapsed
         self._qps_last = (t1, q1)
         return Measurement(
-            seconds=elapsed, offered_qps=rate, achieved_qps=rate, requests=window.requests,
-            latency_us=dict(window.latency_us), latency_ci_us=dict(window.latency_ci_us),
-            energy_j=reading.energy_j, point=point, energy_by_zone_j=dict(reading.by_zone_j),
+            seconds=elapsed,
+            offered_qps=rate,
+            achieved_qps=rate,
+            requests=window.requests,
+            latency_us=dict(window.latency_us),
+            latency_ci_us=dict(window.latency_ci_us),
+            energy_j=reading.energy_j,
+            point=point,
+            energy_by_zone_j=dict(reading.by_zone_j),
             ci_known=bool(getattr(window, "ci_known", True)),
-            latency_dist=getattr(window, "latency_dist", None))
+            latency_dist=getattr(window, "latency_dist", None),
+        )
 
     def close(self) -> None:
         """Release sockets and the ethtool layer (does not restore: call `restore()` for that)."""
@@ -163,8 +173,10 @@ def default_nic(root: Path) -> NicIoctl:
     """pyroute2's ethtool ioctl on the live kernel -- only when `root` is `/`: a fake root's interfaces
     are not the kernel's, and an ioctl would reach the real NIC of the same name."""
     if Path(root).resolve() != Path("/"):
-        return UnavailableNic(f"NIC coalescing talks to the live kernel's ethtool ioctl and cannot be redirected "
-                              f"under --root {root}; use --root /")
+        return UnavailableNic(
+            f"NIC coalescing talks to the live kernel's ethtool ioctl and cannot be redirected "
+            f"under --root {root}; use --root /"
+        )
     from actuators.linux.itr import PyrouteEthtool
 
     return PyrouteEthtool()
@@ -238,8 +250,12 @@ def make_real_host(
             opts = dict(latency or {})
             kind = opts.pop("kind", "prober")
             latency = _latency_source(kind, opts, root)
-            host.probe_counts_in_qps = kind == "prober" and isinstance(qps_spec, str) and \
-                qps_spec.startswith("memcached:") and qps_spec.split(":", 1)[1] == latency.config.target
+            host.probe_counts_in_qps = (
+                kind == "prober"
+                and isinstance(qps_spec, str)
+                and qps_spec.startswith("memcached:")
+                and qps_spec.split(":", 1)[1] == latency.config.target
+            )
         host.latency = latency
     return host
 

@@ -33,11 +33,19 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hold-s", type=float, default=60.0, help="seconds of holding to measure CPU over")
     ap.add_argument("--calls", type=int, default=500, help="GetOperatingPoint calls")
-    ap.add_argument("--window-s", type=float, default=20.0,
-                    help="measurement window while holding (default: the config default, 20 s)")
-    ap.add_argument("--retune-window-s", type=float, default=0.5,
-                    help="window during the first retune (short, to get to the holding phase quickly); the "
-                    "config is then switched to --window-s with SIGHUP, as an operator would")
+    ap.add_argument(
+        "--window-s",
+        type=float,
+        default=20.0,
+        help="measurement window while holding (default: the config default, 20 s)",
+    )
+    ap.add_argument(
+        "--retune-window-s",
+        type=float,
+        default=0.5,
+        help="window during the first retune (short, to get to the holding phase quickly); the "
+        "config is then switched to --window-s with SIGHUP, as an operator would",
+    )
     ap.add_argument("--trials", type=int, default=8)
     ap.add_argument("--sobol", type=int, default=4)
     ap.add_argument("--fake", action="store_true", help="test doubles instead of sim host + Ax optimiser")
@@ -74,10 +82,16 @@ listen = "127.0.0.1:0"
 """)
     log = open(tmp / "daemon.log", "w")
     t_start = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=log,
-                            stderr=subprocess.STDOUT)
-    result: dict = {"host": "fake" if args.fake else "sim", "window_s": args.window_s, "trials": args.trials,
-                    "state_dir": str(tmp / "state"), "log": str(tmp / "daemon.log")}
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=log, stderr=subprocess.STDOUT
+    )
+    result: dict = {
+        "host": "fake" if args.fake else "sim",
+        "window_s": args.window_s,
+        "trials": args.trials,
+        "state_dir": str(tmp / "state"),
+        "log": str(tmp / "daemon.log"),
+    }
     try:
         ps = psutil.Process(proc.pid)
         deadline = time.monotonic() + args.timeout_s
@@ -132,7 +146,8 @@ listen = "127.0.0.1:0"
         # children while holding: no optimiser worker; multiprocessing's resource tracker (small) stays
         result["children_while_holding"] = [
             {"cmd": " ".join(c.cmdline())[-60:], "rss_mb": round(c.memory_info().rss / 2**20, 1)}
-            for c in ps.children(recursive=True)]
+            for c in ps.children(recursive=True)
+        ]
         wall = time.monotonic() - t0
         busy = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
         result["steady_cpu_fraction_of_core"] = round(busy / wall, 5)
@@ -154,8 +169,11 @@ listen = "127.0.0.1:0"
             answers["measured" if r.from_measured else ("model" if r.meets_sla else "safe")] += 1
         lat_ms.sort()
         result["get_operating_point_ms"] = {
-            "calls": len(lat_ms), "p50": round(statistics.median(lat_ms), 3),
-            "p99": round(lat_ms[min(len(lat_ms) - 1, int(0.99 * len(lat_ms)))], 3), "max": round(lat_ms[-1], 3)}
+            "calls": len(lat_ms),
+            "p50": round(statistics.median(lat_ms), 3),
+            "p99": round(lat_ms[min(len(lat_ms) - 1, int(0.99 * len(lat_ms)))], 3),
+            "max": round(lat_ms[-1], 3),
+        }
         result["answers"] = answers
         channel.close()
     finally:
@@ -167,8 +185,12 @@ listen = "127.0.0.1:0"
             result["exit_code"] = None
         log.close()
     result["targets"] = {"cpu_fraction_max": 0.01, "rss_mb_max": 400, "get_operating_point_p99_ms_max": 20}
-    result["pass"] = (result["steady_cpu_fraction_of_core"] <= 0.01 and result["steady_rss_mb_max"] <= 400
-                      and result["get_operating_point_ms"]["p99"] <= 20 and result["exit_code"] == 0)
+    result["pass"] = (
+        result["steady_cpu_fraction_of_core"] <= 0.01
+        and result["steady_rss_mb_max"] <= 400
+        and result["get_operating_point_ms"]["p99"] <= 20
+        and result["exit_code"] == 0
+    )
     print(json.dumps(result, indent=2))
     return 0 if result["pass"] else 1
 

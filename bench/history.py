@@ -30,9 +30,9 @@ def main() -> int:
     args = ap.parse_args()
 
     from actuators.host import OperatingPoint
-    from tuner.store.history import read_trials, write_trials
     from tuner.hosts import make_host
     from tuner.optimize.optimizer import Objective, Optimizer, TrialRecord, TunerSettings
+    from tuner.store.history import read_trials, write_trials
 
     context = not args.no_context
     host = make_host("sim", seed=1, cores=4, qps=100_000)
@@ -67,8 +67,14 @@ def main() -> int:
     t3 = time.perf_counter()
     text = opt.to_json()
     t4 = time.perf_counter()
-    out.update(create_s=round(t1 - t0, 2), add_history_s=round(t2 - t1, 2), history_used=used,
-               first_suggest_s=round(t3 - t2, 2), to_json_s=round(t4 - t3, 2), to_json_bytes=len(text))
+    out.update(
+        create_s=round(t1 - t0, 2),
+        add_history_s=round(t2 - t1, 2),
+        history_used=used,
+        first_suggest_s=round(t3 - t2, 2),
+        to_json_s=round(t4 - t3, 2),
+        to_json_bytes=len(text),
+    )
     print(json.dumps(out))
     return 0
 

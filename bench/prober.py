@@ -25,14 +25,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
+from memcached_server import start_memcached  # noqa: E402
+
 from actuators.latency.memcached import MemcachedClient  # noqa: E402
 from actuators.latency.prober import Prober, read_client_settings  # noqa: E402
-from memcached_server import start_memcached  # noqa: E402
 
 
 def _pcts(samples_ns: list[int]) -> dict[str, float]:
     xs = sorted(samples_ns)
-    pick = lambda q: xs[min(int(q * len(xs)), len(xs) - 1)] / 1e3  # noqa: E731
+    pick = lambda q: xs[min(int(q * len(xs)), len(xs) - 1)] / 1e3
     return {"n": len(xs), "p50_us": round(pick(0.5), 1), "p99_us": round(pick(0.99), 1)}
 
 
@@ -60,7 +61,8 @@ def _window(prober: Prober, seconds: float, busy_main: bool) -> dict[str, float]
         time.sleep(seconds)
     w = prober.end()
     return {
-        "n": w.requests, "intended": w.intended,
+        "n": w.requests,
+        "intended": w.intended,
         **{f"p{p:g}_us": round(w.latency_us[p], 1) for p in (50.0, 99.0)},
         "p99_ci_us": [round(v, 1) for v in w.latency_ci_us[99.0]],
         "send_lag_p99_us": round(w.send_lag_p99_us, 1),
@@ -74,8 +76,11 @@ def main() -> int:
     args = ap.parse_args()
     server = start_memcached()
     result: dict[str, object] = {
-        "machine": platform.platform(), "python": platform.python_version(),
-        "client_settings": read_client_settings("/").lines(), "rate_hz": args.rate, "window_s": args.seconds,
+        "machine": platform.platform(),
+        "python": platform.python_version(),
+        "client_settings": read_client_settings("/").lines(),
+        "rate_hz": args.rate,
+        "window_s": args.seconds,
     }
     try:
         n = int(args.seconds * args.rate)

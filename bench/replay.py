@@ -45,8 +45,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-TARGETS = {"saved_pct_99_500": 45.0, "violating_windows_99_500": 0, "ratio_to_oracle": 1.10,
-           "median_suggest_s": 0.5, "replay_wall_s": 300.0}
+TARGETS = {
+    "saved_pct_99_500": 45.0,
+    "violating_windows_99_500": 0,
+    "ratio_to_oracle": 1.10,
+    "median_suggest_s": 0.5,
+    "replay_wall_s": 300.0,
+}
 
 
 def _stats(values: list[float]) -> dict[str, float] | None:
@@ -62,34 +67,51 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed0", type=int, default=0)
     ap.add_argument("--hours", type=float, default=24.0)
     ap.add_argument("--start-hour", type=int, default=0, help="first window to replay (with --hours)")
-    ap.add_argument("--every", type=int, default=1,
-                    help="replay every N-th window only (each retune is a fresh experiment, so a subsample of "
-                         "windows is a fair sample of the day at 1/N of the cost)")
+    ap.add_argument(
+        "--every",
+        type=int,
+        default=1,
+        help="replay every N-th window only (each retune is a fresh experiment, so a subsample of "
+        "windows is a fair sample of the day at 1/N of the cost)",
+    )
     ap.add_argument("--rewards", default="constrained")
     ap.add_argument("--slas", default=None, help="default 99:500,90:500,99:200 (one day), 99:500 (--days >= 2)")
     ap.add_argument("--trials", type=int, default=30)
     ap.add_argument("--sobol-trials", type=int, default=8)
-    ap.add_argument("--itr-resolution", type=int, default=None,
-                    help="µs (default: the preset's, 16 warm / 8 cold)")
-    ap.add_argument("--sla-margins", default=None,
-                    help="comma list of TunerSettings.sla_margin_pct values to compare (default: the default)")
+    ap.add_argument("--itr-resolution", type=int, default=None, help="µs (default: the preset's, 16 warm / 8 cold)")
+    ap.add_argument(
+        "--sla-margins",
+        default=None,
+        help="comma list of TunerSettings.sla_margin_pct values to compare (default: the default)",
+    )
     ap.add_argument("--peak-qps", type=float, default=600_000.0)
     ap.add_argument("--quick", action="store_true", help="6 windows from hour 12, 2 seeds")
     ap.add_argument("--check-oracle", action="store_true")
     ap.add_argument("--days", type=int, default=1, help="multi-day mode when >= 2 (see the module docstring)")
     ap.add_argument("--day-noise", type=float, default=None, help="day-to-day QPS noise sigma (default 0.05)")
     ap.add_argument("--schedule-seed", type=int, default=0, help="seed of the day-to-day noise (default 0)")
-    ap.add_argument("--tuner", default="cold", choices=("cold", "warm"),
-                    help="single-day: the tuner preset (default cold, the dissertation's; warm = the default of "
-                         "`tuner replay`, one contextual experiment across the replayed windows)")
+    ap.add_argument(
+        "--tuner",
+        default="cold",
+        choices=("cold", "warm"),
+        help="single-day: the tuner preset (default cold, the dissertation's; warm = the default of "
+        "`tuner replay`, one contextual experiment across the replayed windows)",
+    )
     ap.add_argument("--variants", default="cold,warm", help="multi-day: comma list of tuner variants")
-    ap.add_argument("--warm-set", action="append", default=[], metavar="FIELD=VALUE",
-                    help="override a TunerSettings field of the warm tuner (multi-day: every warm variant; "
-                         "single-day: with --tuner warm); repeatable, e.g. --warm-set stop_ei_pct=2")
+    ap.add_argument(
+        "--warm-set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override a TunerSettings field of the warm tuner (multi-day: every warm variant; "
+        "single-day: with --tuner warm); repeatable, e.g. --warm-set stop_ei_pct=2",
+    )
     ap.add_argument("--verbose", "-v", action="store_true", help="multi-day: one stderr line per tuner window")
-    ap.add_argument("--ablations", action="store_true",
-                    help="multi-day: add warm-no-safety, warm-no-evidence, warm-no-adaptive, warm-no-stop, "
-                         "warm-no-context")
+    ap.add_argument(
+        "--ablations",
+        action="store_true",
+        help="multi-day: add warm-no-safety, warm-no-evidence, warm-no-adaptive, warm-no-stop, warm-no-context",
+    )
     args = ap.parse_args(argv)
     if args.days >= 2:
         return multi_day(args)
@@ -98,17 +120,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.hours, args.start_hour, args.seeds = 6.0, 12, min(args.seeds, 2)
 
+    from traces.schedule import load_schedule, sample_trace_path
     from tuner.hosts import make_host
     from tuner.optimize.optimizer import Objective, TunerSettings
     from tuner.replay.run import ReplayWindow, oracle_point, policy_summary, preset_settings, replay
-    from traces.schedule import load_schedule, sample_trace_path
 
     sched = load_schedule(sample_trace_path(), peak_qps=args.peak_qps)
     windows = [ReplayWindow(w.index, w.start_s, w.seconds, w.qps) for w in sched.windows]
-    windows = windows[args.start_hour:args.start_hour + int(args.hours)][::args.every]
+    windows = windows[args.start_hour : args.start_hour + int(args.hours)][:: args.every]
     slas = [(float(a), float(b)) for a, b in (x.split(":") for x in args.slas.split(","))]
-    out: dict = {"command": " ".join(sys.argv), "tuner": args.tuner, "windows": len(windows),
-                 "qps": [round(w.qps) for w in windows], "targets": TARGETS, "runs": [], "aggregate": {}}
+    out: dict = {
+        "command": " ".join(sys.argv),
+        "tuner": args.tuner,
+        "windows": len(windows),
+        "qps": [round(w.qps) for w in windows],
+        "targets": TARGETS,
+        "runs": [],
+        "aggregate": {},
+    }
 
     memo: dict = {}
     oracle_host = make_host("sim", seed=0)
@@ -134,42 +163,72 @@ def main(argv: list[str] | None = None) -> int:
             rows = []
             for seed in range(args.seed0, args.seed0 + args.seeds):
                 obj = Objective(reward, pct, sla)
-                base = TunerSettings(trials=args.trials, sobol_trials=args.sobol_trials, seed=seed,
-                                     sla_margin_pct=margin)
-                settings = preset_settings(args.tuner, base, trials=args.trials,
-                                           **({"itr_resolution_us": args.itr_resolution} if args.itr_resolution
-                                              else {}), **(warm_overrides(args) if args.tuner == "warm" else {}))
+                base = TunerSettings(
+                    trials=args.trials, sobol_trials=args.sobol_trials, seed=seed, sla_margin_pct=margin
+                )
+                settings = preset_settings(
+                    args.tuner,
+                    base,
+                    trials=args.trials,
+                    **({"itr_resolution_us": args.itr_resolution} if args.itr_resolution else {}),
+                    **(warm_overrides(args) if args.tuner == "warm" else {}),
+                )
                 t0 = time.perf_counter()
-                res = replay(lambda seed=seed: make_host("sim", seed=seed), windows, obj, settings,
-                             policies=("tuner", "linux-default", "oracle"), host_label="sim",
-                             oracle_memo=memo)
+                res = replay(
+                    lambda seed=seed: make_host("sim", seed=seed),
+                    windows,
+                    obj,
+                    settings,
+                    policies=("tuner", "linux-default", "oracle"),
+                    host_label="sim",
+                    oracle_memo=memo,
+                )
                 wall = time.perf_counter() - t0
                 s = policy_summary(res, "tuner")
-                row = {"reward": reward, "sla_margin_pct": margin, "percentile": pct, "sla_us": sla, "seed": seed,
-                       "saved_vs_linux_default_pct": s["saved_vs_linux_default_pct"],
-                       "ratio_to_oracle": s["ratio_to_oracle"],
-                       "oracle_saved_vs_linux_default_pct": policy_summary(res, "oracle")["saved_vs_linux_default_pct"],
-                       "sla_violating_windows": s["sla_violating_windows"],
-                       "sla_violating_windows_significant": s["sla_violating_windows_significant"],
-                       "oracle_sla_violating_windows": policy_summary(res, "oracle")["sla_violating_windows"],
-                       "oracle_sla_violating_windows_significant":
-                           policy_summary(res, "oracle")["sla_violating_windows_significant"],
-                       "linux_default_sla_violating_windows": policy_summary(res, "linux-default")["sla_violating_windows"],
-                       "explore_above_sla_s": s["explore_above_sla_s"],
-                       "explore_s": s["explore_s"],
-                       "trials": s["trials"], "failed_trials": s["failed_trials"],
-                       "median_suggest_s": s["median_suggest_s"],
-                       "tuner_wall_s": s["wall_s"], "replay_wall_s": wall}
+                row = {
+                    "reward": reward,
+                    "sla_margin_pct": margin,
+                    "percentile": pct,
+                    "sla_us": sla,
+                    "seed": seed,
+                    "saved_vs_linux_default_pct": s["saved_vs_linux_default_pct"],
+                    "ratio_to_oracle": s["ratio_to_oracle"],
+                    "oracle_saved_vs_linux_default_pct": policy_summary(res, "oracle")["saved_vs_linux_default_pct"],
+                    "sla_violating_windows": s["sla_violating_windows"],
+                    "sla_violating_windows_significant": s["sla_violating_windows_significant"],
+                    "oracle_sla_violating_windows": policy_summary(res, "oracle")["sla_violating_windows"],
+                    "oracle_sla_violating_windows_significant": policy_summary(res, "oracle")[
+                        "sla_violating_windows_significant"
+                    ],
+                    "linux_default_sla_violating_windows": policy_summary(res, "linux-default")[
+                        "sla_violating_windows"
+                    ],
+                    "explore_above_sla_s": s["explore_above_sla_s"],
+                    "explore_s": s["explore_s"],
+                    "trials": s["trials"],
+                    "failed_trials": s["failed_trials"],
+                    "median_suggest_s": s["median_suggest_s"],
+                    "tuner_wall_s": s["wall_s"],
+                    "replay_wall_s": wall,
+                }
                 rows.append(row)
                 out["runs"].append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)
             out["aggregate"][key] = {
                 k: _stats([r[k] for r in rows])
-                for k in ("saved_vs_linux_default_pct", "ratio_to_oracle", "oracle_saved_vs_linux_default_pct",
-                          "sla_violating_windows", "sla_violating_windows_significant",
-                          "oracle_sla_violating_windows", "oracle_sla_violating_windows_significant",
-                          "explore_above_sla_s", "median_suggest_s", "tuner_wall_s",
-                          "replay_wall_s")
+                for k in (
+                    "saved_vs_linux_default_pct",
+                    "ratio_to_oracle",
+                    "oracle_saved_vs_linux_default_pct",
+                    "sla_violating_windows",
+                    "sla_violating_windows_significant",
+                    "oracle_sla_violating_windows",
+                    "oracle_sla_violating_windows_significant",
+                    "explore_above_sla_s",
+                    "median_suggest_s",
+                    "tuner_wall_s",
+                    "replay_wall_s",
+                )
             }
     print(json.dumps(out, indent=2))
     return 0
@@ -188,14 +247,35 @@ VARIANTS: dict[str, tuple[str, dict]] = {
     "warm-no-sd-scale": ("warm", {"safe_sd_scale": 1.0}),
     "warm-headroom": ("warm", {"latency_metric": "headroom"}),
 }
-ABLATIONS = ("warm-no-safety", "warm-no-evidence", "warm-no-adaptive", "warm-no-stop", "warm-no-context",
-             "warm-no-guard", "warm-no-sd-scale")
+ABLATIONS = (
+    "warm-no-safety",
+    "warm-no-evidence",
+    "warm-no-adaptive",
+    "warm-no-stop",
+    "warm-no-context",
+    "warm-no-guard",
+    "warm-no-sd-scale",
+)
 #: Per-day metrics reported for each variant (keys of `tuner.replay.run.policy_summary`).
-DAY_KEYS = ("trials_per_retune", "ratio_to_oracle", "saved_vs_linux_default_pct", "sla_violating_windows",
-            "sla_violating_windows_significant", "explore_above_sla_s", "explore_s", "explore_above_sla_pct",
-            "explore_above_sla_pct_of_time",
-            "window_saved_s", "window_saved_pct", "energy_j", "failed_trials", "median_suggest_s",
-            "gated_trials", "gated_expected_over", "gated_over")
+DAY_KEYS = (
+    "trials_per_retune",
+    "ratio_to_oracle",
+    "saved_vs_linux_default_pct",
+    "sla_violating_windows",
+    "sla_violating_windows_significant",
+    "explore_above_sla_s",
+    "explore_s",
+    "explore_above_sla_pct",
+    "explore_above_sla_pct_of_time",
+    "window_saved_s",
+    "window_saved_pct",
+    "energy_j",
+    "failed_trials",
+    "median_suggest_s",
+    "gated_trials",
+    "gated_expected_over",
+    "gated_over",
+)
 
 
 def multi_day(args: argparse.Namespace) -> int:
@@ -214,25 +294,37 @@ def multi_day(args: argparse.Namespace) -> int:
         names += [a for a in ABLATIONS if a not in names]
     unknown = [v for v in names if v not in VARIANTS]
     if unknown:
-        print(f"bench/replay.py: unknown variant(s) {', '.join(unknown)}: expected {', '.join(VARIANTS)}",
-              file=sys.stderr)
+        print(
+            f"bench/replay.py: unknown variant(s) {', '.join(unknown)}: expected {', '.join(VARIANTS)}", file=sys.stderr
+        )
         return 2
     warm_over = warm_overrides(args)
     pct, sla = (float(x) for x in (args.slas or "99:500").split(",")[0].split(":"))
     obj = Objective("constrained", pct, sla)
     day = load_schedule(sample_trace_path(), peak_qps=args.peak_qps, hours=args.start_hour + args.hours)
-    day = type(day)(windows=day.windows[args.start_hour:], source=day.source, scale=day.scale,
-                    raw_peak_qps=day.raw_peak_qps)
+    day = type(day)(
+        windows=day.windows[args.start_hour :], source=day.source, scale=day.scale, raw_peak_qps=day.raw_peak_qps
+    )
     noise = DEFAULT_DAY_NOISE if args.day_noise is None else args.day_noise
     full = repeat_days(day, args.days, noise=noise, seed=args.schedule_seed)
     per_day = len(day.windows)
-    windows = [ReplayWindow(w.index, w.start_s, w.seconds, w.qps, w.day) for w in full.windows
-               if (w.index % per_day) % args.every == 0]
-    out: dict = {"command": " ".join(sys.argv), "days": args.days, "day_noise": noise,
-                 "schedule_seed": args.schedule_seed, "objective": obj.describe(),
-                 "windows_per_day": len(windows) // args.days,
-                 "qps": {d: [round(w.qps) for w in windows if w.day == d] for d in range(args.days)},
-                 "variants": {}, "runs": [], "aggregate": {}}
+    windows = [
+        ReplayWindow(w.index, w.start_s, w.seconds, w.qps, w.day)
+        for w in full.windows
+        if (w.index % per_day) % args.every == 0
+    ]
+    out: dict = {
+        "command": " ".join(sys.argv),
+        "days": args.days,
+        "day_noise": noise,
+        "schedule_seed": args.schedule_seed,
+        "objective": obj.describe(),
+        "windows_per_day": len(windows) // args.days,
+        "qps": {d: [round(w.qps) for w in windows if w.day == d] for d in range(args.days)},
+        "variants": {},
+        "runs": [],
+        "aggregate": {},
+    }
     memo: dict = {}
     oracle_host = make_host("sim", seed=0)
     t0 = time.perf_counter()
@@ -253,32 +345,61 @@ def multi_day(args: argparse.Namespace) -> int:
     rows: dict[str, list[dict]] = {n: [] for n in names}
     for seed in range(args.seed0, args.seed0 + args.seeds):
         t0 = time.perf_counter()
-        base = replay(lambda seed=seed: make_host("sim", seed=seed), windows, obj, replace_seed(base_settings, seed),
-                      policies=("linux-default", "oracle"), host_label="sim", oracle_memo=memo)
-        print(json.dumps({"seed": seed, "baselines_wall_s": round(time.perf_counter() - t0, 1)}), file=sys.stderr,
-              flush=True)
+        base = replay(
+            lambda seed=seed: make_host("sim", seed=seed),
+            windows,
+            obj,
+            replace_seed(base_settings, seed),
+            policies=("linux-default", "oracle"),
+            host_label="sim",
+            oracle_memo=memo,
+        )
+        print(
+            json.dumps({"seed": seed, "baselines_wall_s": round(time.perf_counter() - t0, 1)}),
+            file=sys.stderr,
+            flush=True,
+        )
         for name in names:
             preset, over = variant_fields(name)
             st = preset_settings(preset, replace_seed(base_settings, seed), **over)
             t0 = time.perf_counter()
-            res = replay(lambda seed=seed: make_host("sim", seed=seed), windows, obj, st, policies=("tuner",),
-                         host_label="sim", progress=_window_progress(name, seed, t0) if args.verbose else None)
+            res = replay(
+                lambda seed=seed: make_host("sim", seed=seed),
+                windows,
+                obj,
+                st,
+                policies=("tuner",),
+                host_label="sim",
+                progress=_window_progress(name, seed, t0) if args.verbose else None,
+            )
             wall = time.perf_counter() - t0
             res.policies = {"tuner": res.policies["tuner"], **{p: base.policies[p] for p in base.policies}}
             assert all(isinstance(p, PolicyResult) for p in res.policies.values())
-            days = [{"day": d["day"], **{k: d["policies"]["tuner"][k] for k in DAY_KEYS}}
-                    for d in day_summaries(res)]
+            days = [{"day": d["day"], **{k: d["policies"]["tuner"][k] for k in DAY_KEYS}} for d in day_summaries(res)]
             total = policy_summary_keys(res)
             row = {"variant": name, "seed": seed, "wall_s": wall, "per_day": days, "total": total}
             rows[name].append(row)
             out["runs"].append(row)
-            print(json.dumps({"variant": name, "seed": seed, "wall_s": round(wall, 1),
-                              "per_day": [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in d.items()}
-                                          for d in days]}), file=sys.stderr, flush=True)
+            print(
+                json.dumps(
+                    {
+                        "variant": name,
+                        "seed": seed,
+                        "wall_s": round(wall, 1),
+                        "per_day": [
+                            {k: (round(v, 3) if isinstance(v, float) else v) for k, v in d.items()} for d in days
+                        ],
+                    }
+                ),
+                file=sys.stderr,
+                flush=True,
+            )
     for name in names:
         out["aggregate"][name] = {
-            "per_day": [{"day": d, **{k: _stats([r["per_day"][d][k] for r in rows[name]]) for k in DAY_KEYS}}
-                        for d in range(args.days)],
+            "per_day": [
+                {"day": d, **{k: _stats([r["per_day"][d][k] for r in rows[name]]) for k in DAY_KEYS}}
+                for d in range(args.days)
+            ],
             "total": {k: _stats([r["total"][k] for r in rows[name]]) for k in DAY_KEYS},
             "wall_s": _stats([r["wall_s"] for r in rows[name]]),
         }
@@ -307,8 +428,19 @@ def _window_progress(name: str, seed: int, t0: float):  # type: ignore[no-untype
         if rec is not None:
             count["trials"] += 1
             return
-        print(json.dumps({"variant": name, "seed": seed, "window": index, "trials": count["trials"],
-                          "wall_s": round(time.perf_counter() - t0, 1)}), file=sys.stderr, flush=True)
+        print(
+            json.dumps(
+                {
+                    "variant": name,
+                    "seed": seed,
+                    "window": index,
+                    "trials": count["trials"],
+                    "wall_s": round(time.perf_counter() - t0, 1),
+                }
+            ),
+            file=sys.stderr,
+            flush=True,
+        )
         count["trials"] = 0
 
     return progress
@@ -335,21 +467,29 @@ def _m(stat: dict | None, spec: str, pct: bool = False) -> str:
 
 def markdown_table(out: dict) -> str:
     """The README's per-day table: one row per variant and day, means over seeds."""
-    lines = ["| variant | day | trials / retune | x oracle energy | saved vs linux-default | SLA-violating windows "
-             "(significant), sum over seeds | explore s > SLA (% of trial time; % of all time) | trial window time "
-             "saved vs fixed |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| variant | day | trials / retune | x oracle energy | saved vs linux-default | SLA-violating windows "
+        "(significant), sum over seeds | explore s > SLA (% of trial time; % of all time) | trial window time "
+        "saved vs fixed |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name, agg in out["aggregate"].items():
         for d in [*agg["per_day"], {"day": "all", **agg["total"]}]:
             v, vs = d["sla_violating_windows"], d["sla_violating_windows_significant"]
             days = out["days"] if d["day"] == "all" else 1
-            count = (f"{v['mean'] * v['n']:.0f} ({vs['mean'] * vs['n']:.0f}) of "
-                     f"{out['windows_per_day'] * days * v['n']}") if v and vs else "-"
-            lines.append(f"| {name} | {d['day']} | {_m(d['trials_per_retune'], '.1f')} | "
-                         f"{_m(d['ratio_to_oracle'], '.3f')} | {_m(d['saved_vs_linux_default_pct'], '.1f', True)} | "
-                         f"{count} | {_m(d['explore_above_sla_s'], '.1f')} "
-                         f"({_m(d['explore_above_sla_pct'], '.1f', True)}; "
-                         f"{_m(d['explore_above_sla_pct_of_time'], '.2f', True)}) | "
-                         f"{_m(d['window_saved_s'], '.0f')} s ({_m(d['window_saved_pct'], '.0f', True)}) |")
+            count = (
+                (f"{v['mean'] * v['n']:.0f} ({vs['mean'] * vs['n']:.0f}) of {out['windows_per_day'] * days * v['n']}")
+                if v and vs
+                else "-"
+            )
+            lines.append(
+                f"| {name} | {d['day']} | {_m(d['trials_per_retune'], '.1f')} | "
+                f"{_m(d['ratio_to_oracle'], '.3f')} | {_m(d['saved_vs_linux_default_pct'], '.1f', True)} | "
+                f"{count} | {_m(d['explore_above_sla_s'], '.1f')} "
+                f"({_m(d['explore_above_sla_pct'], '.1f', True)}; "
+                f"{_m(d['explore_above_sla_pct_of_time'], '.2f', True)}) | "
+                f"{_m(d['window_saved_s'], '.0f')} s ({_m(d['window_saved_pct'], '.0f', True)}) |"
+            )
     return "\n".join(lines)
 
 

@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from actuators.host import OperatingPoint, apply_point  # noqa: E402
-from actuators.sim.host import SimHost, clear_expected_cache  # noqa: E402
+from actuators.host import OperatingPoint, apply_point
+from actuators.sim.host import SimHost, clear_expected_cache
 
 
 def _ms(fn, repeat: int) -> float:
@@ -65,9 +65,11 @@ def speeds(repeat: int = 5) -> dict:
     t = time.perf_counter()
     cold.expected(grid, 400_000)
     out["expected_points_per_s_cached"] = round(len(grid) / (time.perf_counter() - t))
+
     def default_cold() -> None:
         clear_expected_cache()
         SimHost(seed=1).expected_default(400_000)
+
     out["expected_default_cold_ms"] = _ms(default_cold, 3)
     return out
 
@@ -85,9 +87,11 @@ def noise(seeds: int = 8) -> dict:
             lo, hi = m.latency_ci_us[99.0]
             p99.append(m.latency_us[99.0])
             width.append(hi - lo)
-        out[f"{seconds:g}s"] = {"p99_mean_us": round(statistics.fmean(p99), 2),
-                                "p99_sd_us": round(statistics.stdev(p99), 3),
-                                "ci95_width_us": round(statistics.fmean(width), 3)}
+        out[f"{seconds:g}s"] = {
+            "p99_mean_us": round(statistics.fmean(p99), 2),
+            "p99_sd_us": round(statistics.stdev(p99), 3),
+            "ci95_width_us": round(statistics.fmean(width), 3),
+        }
     out["expected_p99_us"] = round(SimHost().expected([point], 600_000)[0].latency_us[99.0], 2)
     return out
 

@@ -47,9 +47,19 @@ def run(n: int, suggestions: int, seed: int, safe: bool) -> dict:
     from tuner.optimize.optimizer import Objective, Optimizer, TunerSettings, run_trial
 
     max_qps = 1e6
-    settings = TunerSettings(trials=suggestions, sobol_trials=8, settle_s=0.0, window_s=20.0, seed=seed,
-                             context=True, context_max_qps=max_qps, history_max_trials=max(n, 1) + suggestions,
-                             stop_ei_pct=1.0 if safe else 0.0, safe_delta=0.05 if safe else 0.0, min_trials=1)
+    settings = TunerSettings(
+        trials=suggestions,
+        sobol_trials=8,
+        settle_s=0.0,
+        window_s=20.0,
+        seed=seed,
+        context=True,
+        context_max_qps=max_qps,
+        history_max_trials=max(n, 1) + suggestions,
+        stop_ei_pct=1.0 if safe else 0.0,
+        safe_delta=0.05 if safe else 0.0,
+        min_trials=1,
+    )
     host = FakeHost(qps=120_000)
     opt = Optimizer(host.knobs(), Objective("constrained", 99, 500), settings, name="bench")
     t0 = time.perf_counter()
@@ -64,11 +74,17 @@ def run(n: int, suggestions: int, seed: int, safe: bool) -> dict:
             opt.should_stop()
             stop_s.append(time.perf_counter() - t)
     cs = [r.compute_s for r in opt.retune_trials()]
-    return {"trials_in_model": used, "safe_and_stop": safe, "suggestions": len(cs),
-            "median_suggest_s": statistics.median(cs), "first_suggest_s": cs[0], "max_suggest_s": max(cs),
-            "median_should_stop_s": statistics.median(stop_s) if stop_s else None,
-            "add_history_s": attach_s,
-            "substituted": sum(1 for r in opt.retune_trials() if "instead" in r.note)}
+    return {
+        "trials_in_model": used,
+        "safe_and_stop": safe,
+        "suggestions": len(cs),
+        "median_suggest_s": statistics.median(cs),
+        "first_suggest_s": cs[0],
+        "max_suggest_s": max(cs),
+        "median_should_stop_s": statistics.median(stop_s) if stop_s else None,
+        "add_history_s": attach_s,
+        "substituted": sum(1 for r in opt.retune_trials() if "instead" in r.note),
+    }
 
 
 def main() -> int:

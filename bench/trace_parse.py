@@ -68,14 +68,21 @@ def measure(path: str, mode: str, limit: int) -> dict:
                 if lines >= limit:
                     break
     seconds = time.perf_counter() - t0
-    return {"lines": lines, "seconds": seconds, "checksum": checksum,
-            "peak_rss_mb": _vm_hwm_mb(), "rss_before_parse_mb": base_rss}
+    return {
+        "lines": lines,
+        "seconds": seconds,
+        "checksum": checksum,
+        "peak_rss_mb": _vm_hwm_mb(),
+        "rss_before_parse_mb": base_rss,
+    }
 
 
 def child(path: Path, mode: str, limit: int = 0) -> dict:
     out = subprocess.run(
         [sys.executable, __file__, "--measure", str(path), "--mode", mode, "--limit", str(limit)],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     )
     return json.loads(out.stdout)
 
@@ -154,10 +161,12 @@ def main() -> int:
                 r = results[key]
                 r["mb_per_s_decompressed"] = round(raw_bytes / r["seconds_median"] / 1e6, 1)
             report["rss_growth_mb_5x_lines"] = round(
-                results["plain_parse"]["peak_rss_mb"] - results["plain_parse_fifth"]["peak_rss_mb"], 1)
+                results["plain_parse"]["peak_rss_mb"] - results["plain_parse_fifth"]["peak_rss_mb"], 1
+            )
         report["results"] = results
-        report["meets_target"] = {k: v["lines_per_s"] >= 1_000_000 for k, v in results.items()
-                                  if not k.startswith("reference")}
+        report["meets_target"] = {
+            k: v["lines_per_s"] >= 1_000_000 for k, v in results.items() if not k.startswith("reference")
+        }
     json.dump(report, sys.stdout, indent=1)
     sys.stdout.write("\n")
     return 0

@@ -28,9 +28,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from actuators.host import OperatingPoint, apply_point  # noqa: E402
-from actuators.sim.host import SimHost  # noqa: E402
-from tuner.optimize.windowing import WindowPolicy, measure_window  # noqa: E402
+from actuators.host import OperatingPoint, apply_point
+from actuators.sim.host import SimHost
+from tuner.optimize.windowing import WindowPolicy, measure_window
 
 LOADS = (100_000, 200_000, 300_000, 400_000, 500_000, 600_000, 700_000)
 POINTS = (OperatingPoint(10, 2.9), OperatingPoint(100, 2.3), OperatingPoint(250, 1.6), OperatingPoint(500, 2.0))
@@ -45,9 +45,13 @@ def _one(host: SimHost, policy: WindowPolicy, truth: float, truth_se: float, tol
     # the reference has its own error: widen by its 95 % half-width, in quadrature
     ref = 1.96 * truth_se
     low, high = p99 - math.hypot(p99 - lo, ref), p99 + math.hypot(hi - p99, ref)
-    return {"seconds": m.seconds, "half_width_pct": (hi - lo) / 2 / p99 * 100 if p99 > 0 else float("inf"),
-            "within": abs(p99 / truth - 1.0) <= tol, "err_pct": (p99 / truth - 1.0) * 100,
-            "ci_covers": low <= truth <= high}
+    return {
+        "seconds": m.seconds,
+        "half_width_pct": (hi - lo) / 2 / p99 * 100 if p99 > 0 else float("inf"),
+        "within": abs(p99 / truth - 1.0) <= tol,
+        "err_pct": (p99 / truth - 1.0) * 100,
+        "ci_covers": low <= truth <= high,
+    }
 
 
 def _summary(rows: list[dict]) -> dict:
@@ -80,8 +84,13 @@ def run(loads, points, reps: int, ci_pct: float, min_s: float, max_s: float, see
         for pt in points:
             truth = exp[pt].latency_us[99.0]
             truth_se = float(getattr(exp[pt], "p99_se_us", 0.0))  # expected()'s own standard error, if known
-            cell = {"qps": qps, "itr_us": pt.itr_us, "dvfs_ghz": pt.dvfs_ghz, "expected_p99_us": round(truth, 1),
-                    "expected_p99_se_us": round(truth_se, 2)}
+            cell = {
+                "qps": qps,
+                "itr_us": pt.itr_us,
+                "dvfs_ghz": pt.dvfs_ghz,
+                "expected_p99_us": round(truth, 1),
+                "expected_p99_se_us": round(truth_se, 2),
+            }
             for name, policy in modes.items():
                 got = []
                 for r in range(reps):
@@ -100,12 +109,18 @@ def run(loads, points, reps: int, ci_pct: float, min_s: float, max_s: float, see
         for part in s.values():
             if part:
                 part["time_saved_pct_vs_fixed"] = round((1 - part["mean_window_s"] / max_s) * 100, 1)
-        s["mean_window_s_by_load"] = {q: round(statistics.fmean(r["seconds"] for r in v), 2)
-                                      for q, v in per_load[name].items()}
+        s["mean_window_s_by_load"] = {
+            q: round(statistics.fmean(r["seconds"] for r in v), 2) for q, v in per_load[name].items()
+        }
         s["within_by_load"] = {q: round(sum(r["within"] for r in v) / len(v), 3) for q, v in per_load[name].items()}
         summary[name] = s
-    return {"policy": {"ci_pct": ci_pct, "min_s": min_s, "max_s": max_s, "confidence": 0.95, "percentile": 99.0},
-            "reps": reps, "relevant_p99_us_max": RELEVANT_P99_US, "summary": summary, "cells": cells}
+    return {
+        "policy": {"ci_pct": ci_pct, "min_s": min_s, "max_s": max_s, "confidence": 0.95, "percentile": 99.0},
+        "reps": reps,
+        "relevant_p99_us_max": RELEVANT_P99_US,
+        "summary": summary,
+        "cells": cells,
+    }
 
 
 def main() -> int:

@@ -11,5 +11,15 @@ REWARDS: tuple[str, ...] = tuple(sorted(REGISTRY))
 #: The default reward: see README section "replay" for the benchmark that chose it.
 DEFAULT_REWARD = "constrained"
 
-__all__ = ["REGISTRY", "REWARDS", "DEFAULT_REWARD", "Reward", "constrained", "edp", "get_reward", "latency",
-           "sla_linear", "sla_penalty"]
+__all__ = [
+    "REGISTRY",
+    "REWARDS",
+    "DEFAULT_REWARD",
+    "Reward",
+    "constrained",
+    "edp",
+    "get_reward",
+    "latency",
+    "sla_linear",
+    "sla_penalty",
+]

@@ -17,7 +17,7 @@ from typing import Any
 
 from actuators.host import KnobSpace, Measurement, OperatingPoint
 from tests.fakes import FakeHost
-from tuner.optimize.optimizer import Decision, Objective, Prediction, TrialRecord, TunerSettings  # noqa: F401
+from tuner.optimize.optimizer import Decision, Objective, Prediction, TrialRecord, TunerSettings
 
 ORIGINAL = {"itr": "adaptive", "dvfs": "schedutil"}
 
@@ -31,8 +31,9 @@ class FileHost(FakeHost):
         self.path = Path(knob_file)
         self.qps_file = Path(qps_file) if qps_file else None
         if not self.path.exists():
-            self._write({"itr": ORIGINAL["itr"], "dvfs": ORIGINAL["dvfs"], "originals": None,
-                         "restores": 0, "writes": 0})
+            self._write(
+                {"itr": ORIGINAL["itr"], "dvfs": ORIGINAL["dvfs"], "originals": None, "restores": 0, "writes": 0}
+            )
 
     def _read(self) -> dict:
         return json.loads(self.path.read_text())
@@ -110,20 +111,28 @@ def make_file_host(knob_file: str, qps: float = 100_000.0, qps_file: str | None 
 class FakeOptimizer:
     """Random search with the `Optimizer` contract (suggest/complete/fail/best/predict/to_json/from_json)."""
 
-    def __init__(self, space: KnobSpace, sla_us: float, percentile: float, trials: int, seed: int,
-                 name: str) -> None:
-        self.space, self.sla_us, self.percentile, self.n, self.seed, self.name = \
-            space, sla_us, percentile, trials, seed, name
-        self._rows: list[dict] = []   # completed/failed, JSON-able
+    def __init__(self, space: KnobSpace, sla_us: float, percentile: float, trials: int, seed: int, name: str) -> None:
+        self.space, self.sla_us, self.percentile, self.n, self.seed, self.name = (
+            space,
+            sla_us,
+            percentile,
+            trials,
+            seed,
+            name,
+        )
+        self._rows: list[dict] = []  # completed/failed, JSON-able
         self._next = 0
-        self.history: list[float] = []   # loads of the history trials given to `add_history`
+        self.history: list[float] = []  # loads of the history trials given to `add_history`
         self.begun_qps: float | None = None
-        self.stop_after = 0              # `should_stop` says stop once this many trials are done (0: never)
+        self.stop_after = 0  # `should_stop` says stop once this many trials are done (0: never)
 
     def add_history(self, records: list[TrialRecord]) -> int:
         """Like the real optimiser: completed, measured trials on this knob space are used."""
-        used = [r for r in records if r.status == "completed" and r.measurement is not None
-                and r.point.itr_us in self.space.itr_us]
+        used = [
+            r
+            for r in records
+            if r.status == "completed" and r.measurement is not None and r.point.itr_us in self.space.itr_us
+        ]
         self.history += [float(r.qps) for r in used]
         return len(used)
 
@@ -143,20 +152,37 @@ class FakeOptimizer:
     def complete(self, index: int, m: Measurement, qps: float, settle: Any = None) -> TrialRecord:
         lat = m.latency_us[self.percentile]
         reward = -m.energy_j - (m.energy_j * (lat - self.sla_us) / self.sla_us if lat > self.sla_us else 0.0)
-        row = {"index": index, "point": [m.point.itr_us, m.point.dvfs_ghz], "qps": qps, "status": "completed",
-               "lat": lat, "power": m.power_w, "reward": reward, "error": None}
+        row = {
+            "index": index,
+            "point": [m.point.itr_us, m.point.dvfs_ghz],
+            "qps": qps,
+            "status": "completed",
+            "lat": lat,
+            "power": m.power_w,
+            "reward": reward,
+            "error": None,
+        }
         self._rows.append(row)
         return self._record(row, m)
 
     def fail(self, index: int, reason: str, settle: Any = None) -> TrialRecord:
-        row = {"index": index, "point": [self.space.itr_us[0], self.space.dvfs_ghz[-1]], "qps": 0.0,
-               "status": "failed", "lat": None, "power": None, "reward": None, "error": reason}
+        row = {
+            "index": index,
+            "point": [self.space.itr_us[0], self.space.dvfs_ghz[-1]],
+            "qps": 0.0,
+            "status": "failed",
+            "lat": None,
+            "power": None,
+            "reward": None,
+            "error": reason,
+        }
         self._rows.append(row)
         return self._record(row, None)
 
     def _record(self, row: dict, m: Measurement | None) -> TrialRecord:
-        return TrialRecord(row["index"], OperatingPoint(*row["point"]), row["qps"], row["status"], m,
-                           row["reward"], row["error"])
+        return TrialRecord(
+            row["index"], OperatingPoint(*row["point"]), row["qps"], row["status"], m, row["reward"], row["error"]
+        )
 
     def trials(self) -> list[TrialRecord]:
         return [self._record(r, None) for r in self._rows]
@@ -164,8 +190,9 @@ class FakeOptimizer:
     def best(self) -> Decision:
         ok = [r for r in self._rows if r["status"] == "completed" and r["lat"] <= self.sla_us]
         if not ok:
-            return Decision(OperatingPoint(self.space.itr_us[0], self.space.dvfs_ghz[-1]), None, False,
-                            "no trial met the SLA")
+            return Decision(
+                OperatingPoint(self.space.itr_us[0], self.space.dvfs_ghz[-1]), None, False, "no trial met the SLA"
+            )
         r = min(ok, key=lambda r: r["power"])
         return Decision(OperatingPoint(*r["point"]), None, True, f"lowest power meeting the SLA: trial {r['index']}")
 
@@ -183,17 +210,27 @@ class FakeOptimizer:
         return out
 
     def to_json(self) -> str:
-        return json.dumps({"space": [list(self.space.itr_us), list(self.space.dvfs_ghz)], "sla": self.sla_us,
-                           "pct": self.percentile, "n": self.n, "seed": self.seed, "name": self.name,
-                           "rows": self._rows, "next": self._next, "history": self.history,
-                           "begun_qps": self.begun_qps, "stop_after": self.stop_after,
-                           "omp_threads": os.environ.get("OMP_NUM_THREADS")})  # where it ran
+        return json.dumps(
+            {
+                "space": [list(self.space.itr_us), list(self.space.dvfs_ghz)],
+                "sla": self.sla_us,
+                "pct": self.percentile,
+                "n": self.n,
+                "seed": self.seed,
+                "name": self.name,
+                "rows": self._rows,
+                "next": self._next,
+                "history": self.history,
+                "begun_qps": self.begun_qps,
+                "stop_after": self.stop_after,
+                "omp_threads": os.environ.get("OMP_NUM_THREADS"),
+            }
+        )  # where it ran
 
     @classmethod
     def from_json(cls, text: str) -> FakeOptimizer:
         d = json.loads(text)
-        o = cls(KnobSpace(tuple(d["space"][0]), tuple(d["space"][1])), d["sla"], d["pct"], d["n"], d["seed"],
-                d["name"])
+        o = cls(KnobSpace(tuple(d["space"][0]), tuple(d["space"][1])), d["sla"], d["pct"], d["n"], d["seed"], d["name"])
         o._rows = d["rows"]
         o._next = max([r["index"] + 1 for r in o._rows], default=0)
         o.history, o.begun_qps, o.stop_after = d.get("history", []), d.get("begun_qps"), d.get("stop_after", 0)
@@ -272,10 +309,21 @@ def merge_tuning(base: str, overrides: str) -> str:
     return "\n".join(lines.values())
 
 
-def write_config(tmp: Path, *, host: str = "tests.daemon_fakes:make_file_host", options: dict | None = None,
-                 extra: str = "", trials: int = 4, sobol: int = 2, window_s: float = 0.05,
-                 listen: str | None = None, metrics: str = "127.0.0.1:0", sla_us: float = 500.0,
-                 period_s: float = 3600.0, tuning: str = "") -> Path:
+def write_config(
+    tmp: Path,
+    *,
+    host: str = "tests.daemon_fakes:make_file_host",
+    options: dict | None = None,
+    extra: str = "",
+    trials: int = 4,
+    sobol: int = 2,
+    window_s: float = 0.05,
+    listen: str | None = None,
+    metrics: str = "127.0.0.1:0",
+    sla_us: float = 500.0,
+    period_s: float = 3600.0,
+    tuning: str = "",
+) -> Path:
     """A daemon config under `tmp` (state in tmp/state, socket in tmp/t.sock); returns its path.
 
     The [tuning] table is the cold tuner (fixed windows, no context/stop rule/safety; the daemon's own defaults
@@ -305,7 +353,7 @@ guardrail_margin_pct = 10
 [state]
 dir = "state"
 [grpc]
-listen = "{listen or 'unix://' + str(tmp / 't.sock')}"
+listen = "{listen or "unix://" + str(tmp / "t.sock")}"
 [metrics]
 listen = "{metrics}"
 {extra}

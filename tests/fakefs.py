@@ -109,9 +109,18 @@ def cpuid_only(root: Path, ncpus: int) -> None:
         write(root / "dev/cpu" / str(cpu) / "cpuid", "")
 
 
-def cpufreq(root: Path, ncpus: int, *, driver: str = "acpi-cpufreq", governor: str = "ondemand",
-            governors: str = "performance powersave ondemand userspace", available_khz: list[int] | None = None,
-            min_khz: int = 1_200_000, max_khz: int = 2_900_000, pstate_status: str | None = None) -> None:
+def cpufreq(
+    root: Path,
+    ncpus: int,
+    *,
+    driver: str = "acpi-cpufreq",
+    governor: str = "ondemand",
+    governors: str = "performance powersave ondemand userspace",
+    available_khz: list[int] | None = None,
+    min_khz: int = 1_200_000,
+    max_khz: int = 2_900_000,
+    pstate_status: str | None = None,
+) -> None:
     """`cpuN/cpufreq/` attribute files as acpi-cpufreq (with available list) or intel_pstate show them."""
     for cpu in range(ncpus):
         d = root / f"sys/devices/system/cpu/cpu{cpu}/cpufreq"
@@ -129,8 +138,9 @@ def cpufreq(root: Path, ncpus: int, *, driver: str = "acpi-cpufreq", governor: s
         write(root / "sys/devices/system/cpu/intel_pstate/status", pstate_status)
 
 
-def powercap_zone(root: Path, name: str, zone: str, energy_uj: int, max_range_uj: int,
-                  max_power_uw: int | None = None) -> Path:
+def powercap_zone(
+    root: Path, name: str, zone: str, energy_uj: int, max_range_uj: int, max_power_uw: int | None = None
+) -> Path:
     """`/sys/class/powercap/<zone>` (`intel-rapl:0`, `intel-rapl:0:0`, ...)."""
     d = root / "sys/class/powercap" / zone
     write(d / "name", name)
@@ -170,8 +180,10 @@ def proc_modules(root: Path, modules: list[str]) -> None:
 
 
 def cpuinfo(root: Path, vendor: str, ncpus: int = 1, flags: str = "fpu msr") -> None:
-    write(root / "proc/cpuinfo", "\n\n".join(
-        f"processor\t: {i}\nvendor_id\t: {vendor}\nflags\t\t: {flags}" for i in range(ncpus)))
+    write(
+        root / "proc/cpuinfo",
+        "\n\n".join(f"processor\t: {i}\nvendor_id\t: {vendor}\nflags\t\t: {flags}" for i in range(ncpus)),
+    )
 
 
 def cpuidle(root: Path, ncpus: int, states: list[tuple[str, int]] | None = None) -> None:
@@ -201,8 +213,12 @@ class FakeNic:
     set_calls: list[tuple[str, dict[str, int]]] = field(default_factory=list)
 
     def add(self, ifname: str, rx_usecs: int = 1, adaptive: int = 0, lro: bool = False) -> None:
-        self.coalesce[ifname] = {"rx_coalesce_usecs": rx_usecs, "use_adaptive_rx_coalesce": adaptive,
-                                 "rx_max_coalesced_frames": 0, "tx_coalesce_usecs": 0}
+        self.coalesce[ifname] = {
+            "rx_coalesce_usecs": rx_usecs,
+            "use_adaptive_rx_coalesce": adaptive,
+            "rx_max_coalesced_frames": 0,
+            "tx_coalesce_usecs": 0,
+        }
         self.lro[ifname] = lro
 
     def _check(self, ifname: str) -> None:
@@ -263,8 +279,12 @@ class StatusFollowsCtl(hwio.HardwareIO):
 
     def apply(self, setting: hwio.Setting) -> None:
         super().apply(setting)
-        if setting.kind == hwio.MSR and setting.reg == 0x199 and not self.dry_run \
-                and int(setting.target) not in self.stuck:
+        if (
+            setting.kind == hwio.MSR
+            and setting.reg == 0x199
+            and not self.dry_run
+            and int(setting.target) not in self.stuck
+        ):
             set_msr(self.root, int(setting.target), 0x198, setting.value & 0xFF00)
 
 
@@ -312,8 +332,7 @@ class FakeLatency:
 def power_meter(clock, watts):
     """An `EnergyMeter` over one fake powercap-style counter drawing `watts`."""
     unit = 1e-6
-    counter = EnergyCounter("package-0", True, 1 << 40, unit,
-                            lambda: int(clock() * watts / unit) % (1 << 40), "fake")
+    counter = EnergyCounter("package-0", True, 1 << 40, unit, lambda: int(clock() * watts / unit) % (1 << 40), "fake")
     return EnergyMeter([counter], 400.0, clock)
 
 
@@ -323,8 +342,11 @@ def realhost_tree(root: Path, ncpu: int, ctl0: int, extra_ifaces: tuple[str, ...
     from actuators.linux.dvfs import IA32_PERF_CTL, IA32_PERF_STATUS, IA32_PM_ENABLE, MSR_PLATFORM_INFO
 
     cpu_online(root, ncpu)
-    msr_files(root, ncpu, {MSR_PLATFORM_INFO: (12 << 40) | (29 << 8), IA32_PM_ENABLE: 0,
-                           IA32_PERF_CTL: ctl0, IA32_PERF_STATUS: ctl0})
+    msr_files(
+        root,
+        ncpu,
+        {MSR_PLATFORM_INFO: (12 << 40) | (29 << 8), IA32_PM_ENABLE: 0, IA32_PERF_CTL: ctl0, IA32_PERF_STATUS: ctl0},
+    )
     cpufreq(root, ncpu, governor="ondemand")
     powercap_zone(root, "package-0", "intel-rapl:0", 0, 262_143_328_850, max_power_uw=150_000_000)
     net_iface(root, "eth1", "ixgbe")

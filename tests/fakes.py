@@ -30,8 +30,14 @@ class FixedLoadHost:
     Overloaded points (util >= 1) serve only `cores / service` requests/s.
     """
 
-    def __init__(self, qps: float = 100_000.0, cores: int = 4, seed: int | None = None,
-                 knobs: KnobSpace | None = None, name: str = "fake") -> None:
+    def __init__(
+        self,
+        qps: float = 100_000.0,
+        cores: int = 4,
+        seed: int | None = None,
+        knobs: KnobSpace | None = None,
+        name: str = "fake",
+    ) -> None:
         self.name = name
         self.cores = cores
         self.seed = seed
@@ -72,7 +78,7 @@ class FixedLoadHost:
     def measure(self, seconds: float) -> Measurement:
         self.measure_count += 1
         self.calls.append(("measure", seconds))
-        itr = self._itr if self._itr is not None else 50   # "OS policy": a mid ITR at top frequency
+        itr = self._itr if self._itr is not None else 50  # "OS policy": a mid ITR at top frequency
         f = self._dvfs if self._dvfs is not None else self._knobs.dvfs_ghz[-1]
         lat, util, achieved = self.model(itr, f, self._qps)
         ci = {p: (v * 0.98, v * 1.02) for p, v in lat.items()}
@@ -172,13 +178,20 @@ def make_not_a_host(**_: Any) -> object:
 class _NoName:
     """Has every method but not the `name` attribute."""
 
-    def knobs(self) -> KnobSpace: return KnobSpace((2,), (1.2,))
+    def knobs(self) -> KnobSpace:
+        return KnobSpace((2,), (1.2,))
+
     def set_itr(self, itr_us: int) -> None: ...
     def set_dvfs(self, ghz: float) -> None: ...
-    def point(self) -> None: return None
+    def point(self) -> None:
+        return None
+
     def restore(self) -> None: ...
-    def offered_qps(self) -> float: return 0.0
-    def measure(self, seconds: float) -> Measurement: raise NotImplementedError
+    def offered_qps(self) -> float:
+        return 0.0
+
+    def measure(self, seconds: float) -> Measurement:
+        raise NotImplementedError
 
 
 def make_nameless_host(**_: Any) -> _NoName:

@@ -46,9 +46,7 @@ class MemcachedServer:
 
 def memcached_binary() -> str | None:
     """Path of the memcached binary, or None."""
-    return shutil.which("memcached") or (
-        "/usr/bin/memcached" if os.access("/usr/bin/memcached", os.X_OK) else None
-    )
+    return shutil.which("memcached") or ("/usr/bin/memcached" if os.access("/usr/bin/memcached", os.X_OK) else None)
 
 
 def free_port() -> int:
@@ -98,7 +96,9 @@ def start_memcached(socket_path: str | None = None, extra_args: tuple[str, ...] 
             err = proc.stderr.read() if proc.stderr else b""
         proc.wait(timeout=5)
         if socket_path or b"bind" not in err.lower():
-            raise RuntimeError(f"memcached did not answer within {START_DEADLINE_S} s: {err.decode(errors='replace').strip()}")
+            raise RuntimeError(
+                f"memcached did not answer within {START_DEADLINE_S} s: {err.decode(errors='replace').strip()}"
+            )
     raise RuntimeError("memcached could not bind a free port after 3 attempts")
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from actuators.host import Host, LoadControl
-from tuner.cli.app import COMMANDS
 from core.errors import TunerError
+from tuner.cli.app import COMMANDS
 from tuner.hosts import make_host
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,8 +45,9 @@ def _env() -> dict[str, str]:
 
 
 def test_help_lists_every_built_command_without_heavy_imports():
-    proc = subprocess.run([sys.executable, "-c", PROBE, *BUILT], capture_output=True, text=True, env=_env(),
-                          cwd=REPO, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, *BUILT], capture_output=True, text=True, env=_env(), cwd=REPO, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     top = report["helps"]["--help"]
@@ -121,9 +122,23 @@ def test_make_host_success_passes_options():
 
 
 def test_cli_reports_host_errors_as_one_line_exit_2(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "tuner.cli", "sweep", "--host", "tests.fakes:make_not_a_host",
-                           "--out", str(tmp_path / "o")], capture_output=True, text=True, env=_env(), cwd=REPO,
-                          timeout=60)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tuner.cli",
+            "sweep",
+            "--host",
+            "tests.fakes:make_not_a_host",
+            "--out",
+            str(tmp_path / "o"),
+        ],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        cwd=REPO,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("tuner: error: --host ")
     assert "Traceback" not in proc.stderr

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tuner.config import Config, check_grpc_address, is_loopback, load_config, parse_config, read_token
 from core.errors import InputError
+from tuner.config import Config, check_grpc_address, is_loopback, load_config, parse_config, read_token
 
 
 def _errors(text: str, tmp_path: Path) -> list[str]:
@@ -19,7 +19,7 @@ def _errors(text: str, tmp_path: Path) -> list[str]:
 
 
 def test_defaults_and_relative_paths(tmp_path):
-    cfg = parse_config("[state]\ndir = \"st\"\n", tmp_path / "c.toml")
+    cfg = parse_config('[state]\ndir = "st"\n', tmp_path / "c.toml")
     assert cfg.state_dir == (tmp_path / "st").resolve()
     assert cfg.tuning.retune_period_s == 3600 and cfg.policy.sla_us == 500 and cfg.policy.percentile == 99
     assert cfg.grpc.listen == "unix:///run/tuner/tuner.sock" and cfg.metrics_listen == "127.0.0.1:9464"
@@ -77,7 +77,7 @@ listen = "localhost"
 
 
 def test_unknown_table_and_wrong_table_type(tmp_path):
-    lines = _errors('tuning = 3\n\n[extra]\na = 1\n', tmp_path)
+    lines = _errors("tuning = 3\n\n[extra]\na = 1\n", tmp_path)
     f = tmp_path / "t.toml"
     assert f"{f}:1: tuning: expected a table [tuning], got int" in lines
     assert any(l.startswith(f"{f}:3: extra: unknown table") for l in lines)
@@ -96,8 +96,10 @@ def test_unreadable_file_is_one_line(tmp_path):
 def test_wide_listen_needs_token_or_client_certs(tmp_path):
     f = tmp_path / "t.toml"
     lines = _errors('[grpc]\nlisten = "0.0.0.0:50051"\n', tmp_path)
-    assert lines == [f"{f}:2: grpc.listen: expected a unix socket or loopback address unless token_file or "
-                     "tls_client_ca is set (anyone could retune the host), got '0.0.0.0:50051'"]
+    assert lines == [
+        f"{f}:2: grpc.listen: expected a unix socket or loopback address unless token_file or "
+        "tls_client_ca is set (anyone could retune the host), got '0.0.0.0:50051'"
+    ]
     (tmp_path / "tok").write_text("abc\n")
     cfg = parse_config('[grpc]\nlisten = "0.0.0.0:50051"\ntoken_file = "tok"\n', f)
     assert cfg.grpc.token_file == (tmp_path / "tok").resolve() and read_token(cfg.grpc.token_file) == b"abc"
@@ -109,14 +111,25 @@ def test_wide_listen_needs_token_or_client_certs(tmp_path):
 def test_tls_client_ca_needs_cert(tmp_path):
     (tmp_path / "ca.pem").write_text("x")
     lines = _errors('[grpc]\ntls_client_ca = "ca.pem"\n', tmp_path)
-    assert lines == [f"{tmp_path / 't.toml'}:2: grpc.tls_client_ca: expected tls_cert and tls_key as well "
-                     "(client certs need TLS)"]
+    assert lines == [
+        f"{tmp_path / 't.toml'}:2: grpc.tls_client_ca: expected tls_cert and tls_key as well (client certs need TLS)"
+    ]
 
 
-@pytest.mark.parametrize("addr, ok", [
-    ("unix:///run/tuner/tuner.sock", True), ("unix:/tmp/x.sock", True), ("127.0.0.1:0", True),
-    ("[::1]:50051", True), ("localhost:1", True), ("unix:", False), ("host", False), ("1.2.3.4:70000", False),
-    ("unix:///" + "a" * 200, False)])
+@pytest.mark.parametrize(
+    "addr, ok",
+    [
+        ("unix:///run/tuner/tuner.sock", True),
+        ("unix:/tmp/x.sock", True),
+        ("127.0.0.1:0", True),
+        ("[::1]:50051", True),
+        ("localhost:1", True),
+        ("unix:", False),
+        ("host", False),
+        ("1.2.3.4:70000", False),
+        ("unix:///" + "a" * 200, False),
+    ],
+)
 def test_grpc_address(addr, ok):
     assert (check_grpc_address(addr) is None) == ok
 
@@ -127,8 +140,9 @@ def test_loopback_detection():
 
 
 def test_metrics_off_and_host_options(tmp_path):
-    cfg = parse_config('[metrics]\nlisten = "off"\n[host]\nspec = "mod:fn"\n[host.options]\nqps = 5\n',
-                       tmp_path / "c.toml")
+    cfg = parse_config(
+        '[metrics]\nlisten = "off"\n[host]\nspec = "mod:fn"\n[host.options]\nqps = 5\n', tmp_path / "c.toml"
+    )
     assert cfg.metrics_listen is None and cfg.host.options == {"qps": 5} and cfg.host.spec == "mod:fn"
 
 
@@ -156,17 +170,26 @@ keep_trials = 500
 """
     cfg = parse_config(text, tmp_path / "c.toml")
     t = cfg.tuning
-    assert (t.context, t.context_max_qps, t.history_max_trials, t.min_trials, t.stop_ei_pct, t.safe_delta,
-            t.window_mode, t.window_ci_pct, t.window_min_s) == (True, 8e5, 300, 3, 1.5, 0.05, "adaptive", 4.0, 1.5)
+    assert (
+        t.context,
+        t.context_max_qps,
+        t.history_max_trials,
+        t.min_trials,
+        t.stop_ei_pct,
+        t.safe_delta,
+        t.window_mode,
+        t.window_ci_pct,
+        t.window_min_s,
+    ) == (True, 8e5, 300, 3, 1.5, 0.05, "adaptive", 4.0, 1.5)
     assert t.safe_radius == 0.3 and t.safe_model_error == 0.05
     assert t.safe_sd_scale == 2.5 and t.latency_metric == "headroom"
     assert cfg.history.warm_start and cfg.history.keep_trials == 500 and cfg.warm_start
     assert cfg.history_path == (tmp_path / "h" / "trials.jsonl").resolve()
-    plain = parse_config("[state]\ndir = \"st\"\n", tmp_path / "c.toml")
+    plain = parse_config('[state]\ndir = "st"\n', tmp_path / "c.toml")
     # context is on by default (issue 6's benchmark), and context implies warm start from the history store
     assert plain.history_path == (tmp_path / "st" / "history.jsonl").resolve() and plain.warm_start
     assert plain.tuning.context and not plain.history.warm_start
-    cold = parse_config("[state]\ndir = \"st\"\n[tuning]\ncontext = false\n", tmp_path / "c.toml")
+    cold = parse_config('[state]\ndir = "st"\n[tuning]\ncontext = false\n', tmp_path / "c.toml")
     assert not cold.warm_start
     # every TuningConfig issue-6 field is one of the optimiser's TunerSettings fields, and the daemon's default
     # is the same tuner `tuner replay` runs by default (the warm preset the 3-day benchmark chose)
@@ -219,13 +242,17 @@ colour = "red"
         assert want in lines, (want, lines)
     assert len(lines) == len(expected), lines
     lines = _errors('[tuning]\nsafe_sd_scale = 0.5\nlatency_metric = "raw"\nwindow_guard = "on"\n', tmp_path)
-    assert lines == [f"{f}:2: tuning.safe_sd_scale: expected a factor in [1, 10] (1 = the model's SD as it is), got 0.5",
-                     f"{f}:3: tuning.latency_metric: expected one of 'log', 'headroom', got 'raw'",
-                     f"{f}:4: tuning.window_guard: expected true or false, got 'on'"]
-    assert not parse_config('[tuning]\nwindow_guard = false\n', tmp_path / "t.toml").tuning.window_guard
+    assert lines == [
+        f"{f}:2: tuning.safe_sd_scale: expected a factor in [1, 10] (1 = the model's SD as it is), got 0.5",
+        f"{f}:3: tuning.latency_metric: expected one of 'log', 'headroom', got 'raw'",
+        f"{f}:4: tuning.window_guard: expected true or false, got 'on'",
+    ]
+    assert not parse_config("[tuning]\nwindow_guard = false\n", tmp_path / "t.toml").tuning.window_guard
     lines = _errors('[tuning]\nwindow_s = 1.0\nwindow_min_s = 2\nwindow_mode = "adaptive"\n', tmp_path)
-    assert lines == [f"{f}:3: tuning.window_min_s: expected tuning.window_min_s (2 s) at most tuning.window_s "
-                     "(1 s, the adaptive window's maximum)"]
+    assert lines == [
+        f"{f}:3: tuning.window_min_s: expected tuning.window_min_s (2 s) at most tuning.window_s "
+        "(1 s, the adaptive window's maximum)"
+    ]
     # the default minimum follows a shorter window_s instead of refusing a config that never set it
-    short = parse_config('[tuning]\nwindow_s = 1.0\n', tmp_path / "t.toml")
+    short = parse_config("[tuning]\nwindow_s = 1.0\n", tmp_path / "t.toml")
     assert short.tuning.window_mode == "adaptive" and short.tuning.window_min_s == 1.0

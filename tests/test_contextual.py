@@ -11,22 +11,29 @@ import pytest
 from scipy import stats
 
 from actuators.host import PERCENTILES, KnobSpace, Measurement, OperatingPoint, apply_point
+from core.errors import TunerError
 from tests.fakes import FakeHost
 from tuner.optimize import acquisition
-from core.errors import TunerError
 from tuner.optimize.latscale import LatencyScale
 from tuner.optimize.optimizer import Objective, Optimizer, TrialRecord, TunerSettings, run_retune
 
-SMALL = KnobSpace(tuple(range(2, 403, 16)), (1.2, 1.6, 2.0, 2.4, 2.9))   # 26 ITR x 5 DVFS
+SMALL = KnobSpace(tuple(range(2, 403, 16)), (1.2, 1.6, 2.0, 2.4, 2.9))  # 26 ITR x 5 DVFS
 OBJ = Objective("constrained", 99, 500)
 MAXQ = 1e6
 
 
 def meas(p99: float, power: float, qps: float = 1e5, seconds: float = 5.0) -> Measurement:
     lat = {p: p99 * p / 99.0 for p in PERCENTILES}
-    return Measurement(seconds=seconds, offered_qps=qps, achieved_qps=qps, requests=int(qps * seconds),
-                       latency_us=lat, latency_ci_us={p: (v * 0.98, v * 1.02) for p, v in lat.items()},
-                       energy_j=power * seconds, point=None)
+    return Measurement(
+        seconds=seconds,
+        offered_qps=qps,
+        achieved_qps=qps,
+        requests=int(qps * seconds),
+        latency_us=lat,
+        latency_ci_us={p: (v * 0.98, v * 1.02) for p, v in lat.items()},
+        energy_j=power * seconds,
+        point=None,
+    )
 
 
 def history(n: int, seed: int = 0, qps_range: tuple[float, float] = (80_000, 160_000)) -> list[TrialRecord]:
@@ -57,18 +64,21 @@ def node_of(opt: Optimizer, ax_index: int) -> str | None:
 # ------------------------------------------------------------------------------------------------ settings
 
 
-@pytest.mark.parametrize(("kw", "msg"), [
-    ({"context": 1}, "context must be true or false"),
-    ({"context_max_qps": 0}, "context_max_qps must be a number > 0"),
-    ({"history_max_trials": 0}, "history_max_trials must be an integer >= 1"),
-    ({"min_trials": 1.5}, "min_trials must be an integer >= 1"),
-    ({"stop_ei_pct": -1}, r"stop_ei_pct must be in \[0, 100\)"),
-    ({"safe_delta": 1.0}, r"safe_delta must be a probability in \[0, 1\)"),
-    ({"window_mode": "auto"}, "window_mode 'auto': expected one of fixed, adaptive"),
-    ({"window_ci_pct": 0}, r"window_ci_pct must be in \(0, 100\)"),
-    ({"window_min_s": -2}, "window_min_s must be > 0 seconds"),
-    ({"window_mode": "adaptive", "window_min_s": 30.0}, "window_min_s .30 s. must not exceed window_s"),
-])
+@pytest.mark.parametrize(
+    ("kw", "msg"),
+    [
+        ({"context": 1}, "context must be true or false"),
+        ({"context_max_qps": 0}, "context_max_qps must be a number > 0"),
+        ({"history_max_trials": 0}, "history_max_trials must be an integer >= 1"),
+        ({"min_trials": 1.5}, "min_trials must be an integer >= 1"),
+        ({"stop_ei_pct": -1}, r"stop_ei_pct must be in \[0, 100\)"),
+        ({"safe_delta": 1.0}, r"safe_delta must be a probability in \[0, 1\)"),
+        ({"window_mode": "auto"}, "window_mode 'auto': expected one of fixed, adaptive"),
+        ({"window_ci_pct": 0}, r"window_ci_pct must be in \(0, 100\)"),
+        ({"window_min_s": -2}, "window_min_s must be > 0 seconds"),
+        ({"window_mode": "adaptive", "window_min_s": 30.0}, "window_min_s .30 s. must not exceed window_s"),
+    ],
+)
 def test_new_settings_are_validated_in_one_line(kw: dict, msg: str) -> None:
     with pytest.raises(TunerError, match=msg) as exc:
         TunerSettings(**kw)
@@ -83,8 +93,17 @@ def test_new_defaults_are_off_and_old_state_json_still_loads() -> None:
     i, _ = opt.suggest()
     opt.complete(i, meas(300, 20), 1e5)
     d = json.loads(opt.to_json())
-    for k in ("context", "context_max_qps", "history_max_trials", "min_trials", "stop_ei_pct", "safe_delta",
-              "window_mode", "window_ci_pct", "window_min_s"):
+    for k in (
+        "context",
+        "context_max_qps",
+        "history_max_trials",
+        "min_trials",
+        "stop_ei_pct",
+        "safe_delta",
+        "window_mode",
+        "window_ci_pct",
+        "window_min_s",
+    ):
         del d["settings"][k]
     for k in ("next_index", "retune", "line_t"):
         del d[k]
@@ -105,8 +124,8 @@ def test_prob_violation_matches_the_lognormal_tail() -> None:
     got = LatencyScale("log", sla).prob_over(mu, sd, sla)
     assert got[0] == pytest.approx(stats.lognorm(s=0.3, scale=math.exp(5.0)).sf(500.0), rel=1e-9)
     assert got[1] == pytest.approx(stats.norm(6.5, 0.2).sf(math.log(500)), rel=1e-9)
-    assert got[2] == 0.0   # no uncertainty, mean ln 403 µs < ln 500
-    assert LatencyScale("log", sla).prob_over([math.nan], [0.1], sla)[0] == 1.0   # unknown is unsafe
+    assert got[2] == 0.0  # no uncertainty, mean ln 403 µs < ln 500
+    assert LatencyScale("log", sla).prob_over([math.nan], [0.1], sla)[0] == 1.0  # unknown is unsafe
 
 
 def test_expected_improvement_matches_monte_carlo_and_limits() -> None:
@@ -118,7 +137,7 @@ def test_expected_improvement_matches_monte_carlo_and_limits() -> None:
     cei = acquisition.constrained_ei([m], [s], best, [0.25])[0]
     assert cei == pytest.approx(0.75 * acquisition.expected_improvement([m], [s], best)[0])
     assert acquisition.should_stop_ei(0.09, 10.0, 1.0) and not acquisition.should_stop_ei(0.11, 10.0, 1.0)
-    assert not acquisition.should_stop_ei(0.0, 10.0, 0.0)   # 0 % = off
+    assert not acquisition.should_stop_ei(0.0, 10.0, 0.0)  # 0 % = off
 
 
 def test_safe_line_steps_out_then_bisects_and_nearest_respects_the_mask() -> None:
@@ -126,7 +145,7 @@ def test_safe_line_steps_out_then_bisects_and_nearest_respects_the_mask() -> Non
     assert acquisition.next_line_t([], 0.25) == 0.0
     assert acquisition.next_line_t([(0.0, True)], 0.25) == 0.25
     assert acquisition.next_line_t([(0.0, True), (0.25, True), (0.5, False)], 0.25) == 0.375
-    assert acquisition.next_line_t([(0.0, False)], 0.25) == 0.0    # the corner breaks it: stay there
+    assert acquisition.next_line_t([(0.0, False)], 0.25) == 0.0  # the corner breaks it: stay there
     coords = np.array([[0.0, 1.0], [0.5, 0.5], [0.6, 0.5], [1.0, 0.0]])
     assert acquisition.nearest(coords, [0.55, 0.5], np.array([True, False, True, True])) == 2
     assert acquisition.nearest(coords, [0.9, 0.1], np.array([True, True, False, False])) == 1
@@ -140,15 +159,17 @@ def test_safe_line_steps_out_then_bisects_and_nearest_respects_the_mask() -> Non
 def test_history_warm_start_first_suggestion_is_from_the_gp_at_the_pinned_load() -> None:
     opt = Optimizer(SMALL, OBJ, ctx())
     recs = history(6)
-    bad = [TrialRecord(90, OperatingPoint(3, 2.0), 1e5, "completed", meas(300, 20), None, None),   # ITR off-space
-           TrialRecord(91, OperatingPoint(2, 2.0), 1e5, "failed", None, None, "boom"),
-           TrialRecord(92, OperatingPoint(2, 2.0), 1e5, "completed", meas(math.inf, 20), None, None)]
+    bad = [
+        TrialRecord(90, OperatingPoint(3, 2.0), 1e5, "completed", meas(300, 20), None, None),  # ITR off-space
+        TrialRecord(91, OperatingPoint(2, 2.0), 1e5, "failed", None, None, "boom"),
+        TrialRecord(92, OperatingPoint(2, 2.0), 1e5, "completed", meas(math.inf, 20), None, None),
+    ]
     assert opt.add_history(recs + bad) == 6
     opt.begin_retune(123_000)
     i, p = opt.suggest()
-    ax_index = max(opt._client._experiment.trials)   # after the 6 attached ones
+    ax_index = max(opt._client._experiment.trials)  # after the 6 attached ones
     assert ax_index == 6
-    assert node_of(opt, ax_index) == "MBM"                                   # not Sobol: warm
+    assert node_of(opt, ax_index) == "MBM"  # not Sobol: warm
     assert opt._client._experiment.trials[ax_index].arm.parameters["load"] == pytest.approx(0.123)
     assert SMALL.check(p) == p and i == 0
     # a cold experiment starts with Sobol
@@ -170,9 +191,9 @@ def test_context_retunes_share_one_experiment_and_later_ones_start_from_the_mode
     assert [r.index for r in second] == [5, 6, 7, 8, 9] and len(opt.trials()) == 10
     assert all(r.qps == 140_000 for r in second)
     exp = opt._client._experiment
-    assert node_of(opt, 5) == "MBM"                                          # no Sobol in the 2nd retune
+    assert node_of(opt, 5) == "MBM"  # no Sobol in the 2nd retune
     assert {round(exp.trials[k].arm.parameters["load"], 6) for k in range(5, 10)} == {0.14}
-    assert d2.measurement in [r.measurement for r in second]                # best() is of THIS retune
+    assert d2.measurement in [r.measurement for r in second]  # best() is of THIS retune
     assert host.point() == d2.point
 
 
@@ -188,7 +209,7 @@ def test_trial_measured_at_another_load_is_filed_at_its_own_load() -> None:
     assert done[0].arm.parameters["load"] == pytest.approx(0.15)
     assert exp.trials[5].status.name == "FAILED" and "re-filed" in exp.trials[5].status_reason
     j, _ = opt.suggest()
-    opt.complete(j, meas(300, 20, qps=100_400), 100_400)        # within 0.5 % of max QPS: kept as suggested
+    opt.complete(j, meas(300, 20, qps=100_400), 100_400)  # within 0.5 % of max QPS: kept as suggested
     assert exp.trials[max(exp.trials)].arm.parameters["load"] == pytest.approx(0.1)
 
 
@@ -201,8 +222,8 @@ def test_history_bound_keeps_the_newest_trials() -> None:
     assert loads == sorted(round(r.qps / MAXQ, 9) for r in recs[-8:])
     opt.begin_retune(100_000)
     i, _ = opt.suggest()
-    opt.complete(i, meas(300, 20), 100_000)           # 9 observed > 8
-    j, _ = opt.suggest()                             # rebuilt from the newest 6 before generating
+    opt.complete(i, meas(300, 20), 100_000)  # 9 observed > 8
+    j, _ = opt.suggest()  # rebuilt from the newest 6 before generating
     assert len(opt._observed()) == 6
     exp = opt._client._experiment
     kept = sorted(round(exp.trials[k].arm.parameters["load"], 9) for k in opt._observed())
@@ -210,7 +231,7 @@ def test_history_bound_keeps_the_newest_trials() -> None:
     opt.complete(j, meas(300, 20), 100_000)
     for _ in range(3):
         k, _ = opt.suggest()
-        assert len(opt._observed()) <= 8                 # the model never holds more than the bound
+        assert len(opt._observed()) <= 8  # the model never holds more than the bound
         opt.complete(k, meas(300, 20), 100_000)
     assert [r.index for r in opt.retune_trials()] == [0, 1, 2, 3, 4]
 
@@ -220,7 +241,7 @@ def test_json_round_trip_keeps_context_state() -> None:
     opt.begin_retune(100_000)
     i, _ = opt.suggest()
     opt.complete(i, meas(120, 40), 100_000)
-    j, p = opt.suggest()   # left pending
+    j, p = opt.suggest()  # left pending
     back = Optimizer.from_json(opt.to_json())
     assert back.settings == opt.settings and back.trials() == opt.trials()
     assert back._load == pytest.approx(0.1) and back._retune_start == 0 and back._line_t == opt._line_t
@@ -285,7 +306,7 @@ def test_stop_rule_waits_for_min_trials_a_feasible_point_and_honours_the_budget(
 
 def test_run_retune_ends_early_on_the_stopping_rule() -> None:
     host = FakeHost(qps=100_000, knobs=SMALL)
-    s = ctx(trials=12, stop_ei_pct=50.0, min_trials=2)   # a lax threshold: must stop well before 12
+    s = ctx(trials=12, stop_ei_pct=50.0, min_trials=2)  # a lax threshold: must stop well before 12
     opt = Optimizer(SMALL, OBJ, s)
     opt.add_history(history(10, seed=4))
     run_retune(host, opt, s)
@@ -329,9 +350,9 @@ def test_safe_exploration_never_tries_a_point_the_model_deems_unsafe() -> None:
     recs = opt.trials()
     start = [r for r in recs if r.note.startswith("safe start")]
     assert len(start) == s.sobol_trials and all(r.p_violation is None for r in start)
-    assert start[0].point == OperatingPoint(SMALL.itr_us[0], SMALL.dvfs_ghz[-1])            # the safe corner
-    assert [r.point.itr_us for r in start] == sorted(r.point.itr_us for r in start)          # stepping outward
-    later = recs[len(start):]
+    assert start[0].point == OperatingPoint(SMALL.itr_us[0], SMALL.dvfs_ghz[-1])  # the safe corner
+    assert [r.point.itr_us for r in start] == sorted(r.point.itr_us for r in start)  # stepping outward
+    later = recs[len(start) :]
     assert later and all(r.p_violation is not None and r.p_violation <= delta for r in later)
     assert checked == len(later)
     subs = [r for r in later if "instead" in r.note]
@@ -345,16 +366,18 @@ def test_safe_exploration_never_tries_a_point_the_model_deems_unsafe() -> None:
 def test_when_the_model_deems_every_point_unsafe_it_steps_out_from_the_safe_corner() -> None:
     s = TunerSettings(trials=6, sobol_trials=3, seed=2, safe_delta=0.05)
     opt = Optimizer(SMALL, OBJ, s)
-    for _ in range(3):   # safe start: every step breaks the SLA badly
+    for _ in range(3):  # safe start: every step breaks the SLA badly
         i, p = opt.suggest()
         assert opt._pending[i].note.startswith("safe start")
         opt.complete(i, meas(5000, 30), 1e5)
     i, p = opt.suggest()
     pend = opt._pending[i]
-    assert "no point is within δ and near a point measured safe at this load or above, stepping out from the " \
-           "safe corner" in pend.note
+    assert (
+        "no point is within δ and near a point measured safe at this load or above, stepping out from the "
+        "safe corner" in pend.note
+    )
     assert p == OperatingPoint(SMALL.itr_us[0], SMALL.dvfs_ghz[-1])
-    assert pend.p_violation is not None and pend.p_violation > 0.05   # recorded honestly
+    assert pend.p_violation is not None and pend.p_violation > 0.05  # recorded honestly
 
 
 def test_adaptive_window_mode_measures_through_windowing(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -369,18 +392,25 @@ def test_adaptive_window_mode_measures_through_windowing(monkeypatch: pytest.Mon
 
     monkeypatch.setattr(windowing, "measure_window", fake_measure_window)
     host = FakeHost(qps=100_000, knobs=SMALL)
-    s = TunerSettings(trials=1, sobol_trials=1, settle_s=0.0, window_s=12.0, window_mode="adaptive",
-                      window_ci_pct=4.0, window_min_s=2.0)
+    s = TunerSettings(
+        trials=1,
+        sobol_trials=1,
+        settle_s=0.0,
+        window_s=12.0,
+        window_mode="adaptive",
+        window_ci_pct=4.0,
+        window_min_s=2.0,
+    )
     rec = run_trial(host, Optimizer(SMALL, Objective("constrained", 95, 500), s), s)
     assert rec.status == "completed" and rec.measurement.seconds == 3.0
     (pol,) = seen
     assert (pol.mode, pol.percentile, pol.ci_pct, pol.min_s, pol.max_s) == ("adaptive", 95.0, 4.0, 2.0, 12.0)
     # the window ends once its CI clears the limit `best` applies (SLA less the 5 % margin): never chosen anyway
     assert pol.stop_above_us == pytest.approx(500 * 0.95)
-    assert pol.abort_above_us == pytest.approx(500)     # the guard: a chunk wholly over the SLA ends it at once
+    assert pol.abort_above_us == pytest.approx(500)  # the guard: a chunk wholly over the SLA ends it at once
     unguarded = replace(s, window_guard=False)
     run_trial(host, Optimizer(SMALL, Objective("constrained", 95, 500), unguarded), unguarded)
     assert seen[-1].abort_above_us is None and seen[-1].stop_above_us == pytest.approx(500 * 0.95)
     fixed = TunerSettings(trials=1, sobol_trials=1, settle_s=0.0, window_s=7.0)
     rec = run_trial(host, Optimizer(SMALL, OBJ, fixed), fixed)
-    assert rec.measurement.seconds == 7.0 and len(seen) == 2    # fixed mode: host.measure(window_s) as before
+    assert rec.measurement.seconds == 7.0 and len(seen) == 2  # fixed mode: host.measure(window_s) as before

@@ -9,10 +9,10 @@ import threading
 import pytest
 
 from actuators.host import OperatingPoint
-from tests.daemon_fakes import Running, make_file_host, wait_for, write_config
-from tuner.daemon.loop import bounded_space, safe_corner, validate_policy
 from core.errors import InputError, TunerError
+from tests.daemon_fakes import Running, make_file_host, wait_for, write_config
 from tuner.config import KnobBounds
+from tuner.daemon.loop import bounded_space, safe_corner, validate_policy
 from tuner.daemon.state import DaemonState, StateStore, atomic_write
 
 
@@ -74,8 +74,14 @@ def test_fallback_prefers_last_point_known_good_at_this_load(tmp_path):
         wait_for(lambda: r.daemon.status()["state"] == "holding")
         good = OperatingPoint(100, 2.9)
         m = r.daemon.state.windows
-        m.append({"point": [good.itr_us, good.dvfs_ghz], "qps": 300_000.0,
-                  "measurement": {"latency_us": {"99": 400.0}, "offered_qps": 300_000.0}, "time": 4e9})
+        m.append(
+            {
+                "point": [good.itr_us, good.dvfs_ghz],
+                "qps": 300_000.0,
+                "measurement": {"latency_us": {"99": 400.0}, "offered_qps": 300_000.0},
+                "time": 4e9,
+            }
+        )
         assert r.daemon.fallback_point(250_000.0, exclude=None)[0] == good
         # not good enough for a higher load, nor when it is the point that just failed
         assert r.daemon.fallback_point(400_000.0, exclude=None)[0] == safe_corner(r.daemon.space)
@@ -90,7 +96,7 @@ def test_load_change_triggers_retune_but_small_drift_does_not(tmp_path):
         n = r.host.measure_count
         wait_for(lambda: r.host.measure_count >= n + 5)
         assert r.daemon.status()["state"] == "holding" and not st_reason(tmp_path, "load")
-        r.host.set_offered_qps(50_000.0)   # -50 %
+        r.host.set_offered_qps(50_000.0)  # -50 %
         wait_for(lambda: st_reason(tmp_path, "load"), timeout=5)
         assert r.daemon.status()["tuned_qps"] == pytest.approx(50_000.0)
         assert r.daemon.metrics.retunes.labels(reason="load")._value.get() == 1
@@ -111,7 +117,7 @@ def test_sighup_reload_keeps_old_config_when_invalid_and_applies_valid(tmp_path,
     with Running(cfg, serve=False) as r:
         wait_for(lambda: r.daemon.status()["state"] == "holding")
         good = cfg.read_text()
-        cfg.write_text(good.replace("sla_us = 5000.0", "sla_us = -1").replace("trials = 4", "trials = \"x\""))
+        cfg.write_text(good.replace("sla_us = 5000.0", "sla_us = -1").replace("trials = 4", 'trials = "x"'))
         with caplog.at_level("ERROR", logger="tuner.daemon.loop"):
             r.daemon.request_reload()
             wait_for(lambda: sum("reload rejected" in m for m in caplog.messages) >= 2)
@@ -150,7 +156,7 @@ def test_stop_mid_retune_abandons_trial_and_restart_resumes_without_loss(tmp_pat
     try:
         wait_for(lambda: len(_state(tmp_path)["trials"]) >= len(done) + 2)
         st2 = _state(tmp_path)
-        assert [t["index"] for t in st2["trials"]][: len(done)] == done   # nothing lost, no index reused
+        assert [t["index"] for t in st2["trials"]][: len(done)] == done  # nothing lost, no index reused
         assert st2["current_retune"]["id"] == st["current_retune"]["id"]
         assert r2.optimizers.loaded == 1 and r2.optimizers.created == 0
     finally:
@@ -234,21 +240,22 @@ def test_stop_interrupts_the_window_in_flight_and_abandons_its_trial(tmp_path):
     cfg = write_config(tmp_path, trials=10, window_s=0.05)
     host = BlockingHost(block_from=3)
     r = Running(cfg, host=host, serve=False)
-    assert host.blocking.wait(10)          # the 3rd trial is measuring
+    assert host.blocking.wait(10)  # the 3rd trial is measuring
     import time as _t
+
     t0 = _t.monotonic()
     assert r.stop() == 0
     assert _t.monotonic() - t0 < 5 and host.interrupts == 1
     st = _state(tmp_path)
-    assert [t["status"] for t in st["trials"]] == ["completed", "completed"]   # not reported as failed
-    assert host.point() is None and host.restore_count >= 2                    # restored on the way out
+    assert [t["status"] for t in st["trials"]] == ["completed", "completed"]  # not reported as failed
+    assert host.point() is None and host.restore_count >= 2  # restored on the way out
     assert r.daemon.metrics.trials.labels(status="abandoned")._value.get() == 1
 
 
 def test_second_daemon_on_same_state_dir_or_socket_is_refused(tmp_path):
+    from tests.daemon_fakes import FakeOptimizers
     from tuner.config import load_config
     from tuner.daemon.loop import Daemon
-    from tests.daemon_fakes import FakeOptimizers
 
     cfg = write_config(tmp_path, sla_us=5000.0)
     with Running(cfg) as r:
@@ -285,13 +292,22 @@ def test_operating_point_counts_every_window_not_only_good_ones(tmp_path):
         r.stop()
 
         def win(point, lat, power):
-            return {"point": list(point), "qps": 300_000.0, "time": 1.0,
-                    "measurement": {"offered_qps": 300_000.0, "power_w": power, "latency_us": {"99": lat},
-                                    "latency_ci_us": {"99": [lat * 0.99, lat * 1.01]}}}
+            return {
+                "point": list(point),
+                "qps": 300_000.0,
+                "time": 1.0,
+                "measurement": {
+                    "offered_qps": 300_000.0,
+                    "power_w": power,
+                    "latency_us": {"99": lat},
+                    "latency_ci_us": {"99": [lat * 0.99, lat * 1.01]},
+                },
+            }
 
         flaky, steady = (100, 1.2), (50, 2.9)
-        r.daemon.state.windows[:] = [win(flaky, lat, 10.0) for lat in (400, 800) * 5] + \
-                                    [win(steady, 500, 30.0) for _ in range(10)]
+        r.daemon.state.windows[:] = [win(flaky, lat, 10.0) for lat in (400, 800) * 5] + [
+            win(steady, 500, 30.0) for _ in range(10)
+        ]
         a = r.daemon.operating_point(300_000.0, sla_us=700.0, percentile=99)
         # the flaky point meets 700 µs in half its windows (mean 600 µs): its upper bound does not
         assert (a.point.itr_us, a.point.dvfs_ghz) == steady and a.from_measured
@@ -299,10 +315,17 @@ def test_operating_point_counts_every_window_not_only_good_ones(tmp_path):
         assert r.daemon.operating_point(300_000.0, sla_us=1000.0, percentile=99).point.itr_us == 100
 
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
-_ANY = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True, allow_infinity=True),
-                 st.text(max_size=20), st.lists(st.integers(), max_size=2))
+_ANY = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=20),
+    st.lists(st.integers(), max_size=2),
+)
 
 
 @settings(max_examples=300, deadline=None)

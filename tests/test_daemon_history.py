@@ -10,8 +10,8 @@ from actuators.host import OperatingPoint
 from tests.daemon_fakes import FakeOptimizers, Running, read_state, wait_for, write_config
 from tests.fakes import FakeHost
 from tuner.cli.app import main
-from tuner.store.history import HistoryStore, read_entries, write_trials
 from tuner.optimize.optimizer import Objective, TrialRecord
+from tuner.store.history import HistoryStore, read_entries, write_trials
 
 
 def _config(tmp_path, *, history: str = "", tuning: str = "", **kw):
@@ -51,20 +51,20 @@ def test_imported_history_seeds_the_first_retune_and_survives_restart(tmp_path, 
         assert r.daemon.status()["retune_history_trials"] == 5
         first = opts.made[0]
         assert sorted(first.history) == [95_000.0, 100_000.0, 100_000.0, 105_000.0, 110_000.0]
-        assert first.begun_qps == 100_000.0                  # begin_retune at the host's offered load
+        assert first.begun_qps == 100_000.0  # begin_retune at the host's offered load
         d = _decisions(tmp_path, "startup")[0]
         assert d["history_trials"] == 5 and d["trials"] == 4
         assert r.stop() == 0
     store = HistoryStore(tmp_path / "state" / "history.jsonl")
     stored = store.read()
-    assert len(stored) == 7 + 4                                # the retune's 4 completed trials were appended
+    assert len(stored) == 7 + 4  # the retune's 4 completed trials were appended
     own = [e for e in stored if e.host != "other/fake"]
     assert len(own) == 4 and all(e.objective.sla_us == 5000.0 and e.record.qps == 100_000.0 for e in own)
     # a restarted daemon seeds its next retune from everything stored, its own earlier trials included
     opts2 = FakeOptimizers()
     with Running(cfg, serve=False, optimizers=opts2) as r:
         wait_for(lambda: r.daemon.status()["state"] == "holding")
-        assert opts2.created == 0                              # holding the decision from before the restart
+        assert opts2.created == 0  # holding the decision from before the restart
         assert r.daemon.request_retune("rpc")[0]
         wait_for(lambda: _decisions(tmp_path, "rpc"))
         assert _decisions(tmp_path, "rpc")[0]["history_trials"] == 5 + 4
@@ -75,8 +75,20 @@ def test_imported_history_seeds_the_first_retune_and_survives_restart(tmp_path, 
 def test_warm_start_off_starts_cold_but_still_records_history(tmp_path):
     cfg = _config(tmp_path)
     src = _trials_file(tmp_path, [100_000.0] * 3)
-    assert main(["trials", "import", str(src), "--state-dir", str(tmp_path / "state"),
-                 "--host", "tests.fakes:make_fake_host"]) == 0
+    assert (
+        main(
+            [
+                "trials",
+                "import",
+                str(src),
+                "--state-dir",
+                str(tmp_path / "state"),
+                "--host",
+                "tests.fakes:make_fake_host",
+            ]
+        )
+        == 0
+    )
     opts = FakeOptimizers()
     with Running(cfg, serve=False, optimizers=opts) as r:
         wait_for(lambda: r.daemon.status()["state"] == "holding")
@@ -98,7 +110,7 @@ def test_context_mode_uses_history_at_every_load(tmp_path):
 
 def test_history_outside_the_knob_bounds_is_left_out(tmp_path):
     cfg = _config(tmp_path, history="warm_start = true")
-    src = _trials_file(tmp_path, [100_000.0] * 4)      # ITR 100, 120, 140, 160 µs
+    src = _trials_file(tmp_path, [100_000.0] * 4)  # ITR 100, 120, 140, 160 µs
     assert main(["trials", "import", str(src), "--config", str(cfg)]) == 0
     cfg.write_text(cfg.read_text() + "\n[knobs]\nitr_us = [2, 130]\n")
     opts = FakeOptimizers()
@@ -144,8 +156,9 @@ def test_unreadable_history_store_means_a_cold_retune_not_a_dead_daemon(tmp_path
         with Running(cfg, serve=False, optimizers=opts) as r:
             wait_for(lambda: r.daemon.status()["state"] == "holding")
             assert opts.made[0].history == []
-    assert any("history store unreadable" in m and "history.jsonl:1: expected one JSON object" in m
-               for m in caplog.messages)
+    assert any(
+        "history store unreadable" in m and "history.jsonl:1: expected one JSON object" in m for m in caplog.messages
+    )
     # the retune's own trials start a new store; the damaged one is kept aside
     assert len(HistoryStore(tmp_path / "state" / "history.jsonl").read()) == 4
     assert [p.read_text() for p in (tmp_path / "state").glob("history.jsonl.bad-*")] == ["{broken\n"]
@@ -157,8 +170,13 @@ def test_adaptive_windows_size_each_trial_between_min_and_max(tmp_path):
     pytest.importorskip("actuators.sim.host")
     sim = {"seed": 1, "cores": 4, "qps": 100000}
     # a loose CI target (±50 %) is met by the first chunk: every trial window is the minimum, not window_s
-    cfg = _config(tmp_path, host="sim", options=sim, window_s=0.4,
-                  tuning='window_mode = "adaptive"\nwindow_min_s = 0.05\nwindow_ci_pct = 50')
+    cfg = _config(
+        tmp_path,
+        host="sim",
+        options=sim,
+        window_s=0.4,
+        tuning='window_mode = "adaptive"\nwindow_min_s = 0.05\nwindow_ci_pct = 50',
+    )
     with Running(cfg, serve=False) as r:
         wait_for(lambda: r.daemon.status()["state"] == "holding", timeout=30)
         secs = [t["measurement"]["seconds"] for t in read_state(tmp_path)["trials"]]
@@ -187,7 +205,7 @@ def test_reload_turns_warm_start_on_for_the_next_retune(tmp_path):
         wait_for(lambda: r.daemon.config.history.warm_start)
         assert r.daemon.request_retune("rpc")[0]
         wait_for(lambda: _decisions(tmp_path, "rpc"))
-        assert _decisions(tmp_path, "rpc")[0]["history_trials"] == 4   # the first retune's own trials
+        assert _decisions(tmp_path, "rpc")[0]["history_trials"] == 4  # the first retune's own trials
 
 
 def test_warm_start_through_the_worker_process_and_resume_after_stop(tmp_path, capsys):
@@ -199,7 +217,7 @@ def test_warm_start_through_the_worker_process_and_resume_after_stop(tmp_path, c
     r = Running(cfg, serve=False, optimizers=ProcessOptimizers(module="tests.daemon_fakes"))
     try:
         wait_for(lambda: len(read_state(tmp_path).get("trials", [])) >= 2, timeout=30)
-        assert r.daemon.status()["retune_history_trials"] == 3      # TrialRecords pickled to the worker
+        assert r.daemon.status()["retune_history_trials"] == 3  # TrialRecords pickled to the worker
         cur = read_state(tmp_path)["current_retune"]
         saved = json.loads(cur["optimizer"])
         assert cur["history_trials"] == 3 and len(saved["history"]) == 3 and saved["begun_qps"] == 100_000.0

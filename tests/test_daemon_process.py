@@ -34,18 +34,20 @@ def _serving(sock: Path) -> bool:
         return False
     try:
         with grpc.insecure_channel(f"unix://{sock}") as ch:
-            r = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service="tuner.v1.Tuner"),
-                                                     timeout=1)
+            r = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service="tuner.v1.Tuner"), timeout=1)
             return r.status == health_pb2.HealthCheckResponse.SERVING
     except grpc.RpcError:
         return False
 
 
-
-
 def _ctl(tmp: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([PY, "-m", "tuner.cli", "ctl", "--address", f"unix://{tmp / 't.sock'}", *args],
-                          cwd=REPO, capture_output=True, text=True, timeout=30)
+    return subprocess.run(
+        [PY, "-m", "tuner.cli", "ctl", "--address", f"unix://{tmp / 't.sock'}", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
 
 
 def _stop(p: subprocess.Popen) -> tuple[int, str]:
@@ -61,11 +63,16 @@ def test_ctl_every_command_then_sigterm_restores_knobs(tmp_path):
         wait_for(lambda: _serving(tmp_path / "t.sock"), timeout=20)
         wait_for(lambda: (read_state(tmp_path).get("held") or {}).get("reason") == "startup", timeout=20)
         # the loop reports "holding" once the decision's model table is saved and the worker has exited
-        r = wait_for(lambda: (lambda r: r if r.returncode == 0 and json.loads(r.stdout)["state"] == "holding"
-                              else None)(_ctl(tmp_path, "--json", "status")), timeout=20, interval=0.1)
+        r = wait_for(
+            lambda: (lambda r: r if r.returncode == 0 and json.loads(r.stdout)["state"] == "holding" else None)(
+                _ctl(tmp_path, "--json", "status")
+            ),
+            timeout=20,
+            interval=0.1,
+        )
         s = json.loads(r.stdout)
         assert s["state"] == "holding" and s["policy"]["slaUs"] == 900.0
-        assert read_knobs(tmp_path)["itr"] == s["point"]["itrUs"]        # the knobs really are set
+        assert read_knobs(tmp_path)["itr"] == s["point"]["itrUs"]  # the knobs really are set
         r = _ctl(tmp_path, "point", "--qps", "100000")
         assert r.returncode == 0 and "meets SLA: True" in r.stdout and "measured" in r.stdout, r.stdout + r.stderr
         r = _ctl(tmp_path, "point", "--qps", "-1")
@@ -125,8 +132,9 @@ def test_sigkill_then_restart_resumes_without_losing_a_trial_and_restores_knobs(
 def test_invalid_config_lists_every_problem_and_exits_2(tmp_path):
     cfg = tmp_path / "bad.toml"
     cfg.write_text('[tuning]\ntrials = 0\nwindow_s = "x"\n[grpc]\nlisten = "0.0.0.0:50051"\n[bogus]\n')
-    r = subprocess.run([PY, "-m", "tuner.cli", "daemon", "--config", str(cfg)], cwd=REPO, capture_output=True,
-                       text=True, timeout=30)
+    r = subprocess.run(
+        [PY, "-m", "tuner.cli", "daemon", "--config", str(cfg)], cwd=REPO, capture_output=True, text=True, timeout=30
+    )
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert lines[0].startswith("tuner: error: ")
@@ -147,13 +155,19 @@ def test_sd_notify_ready_watchdog_stopping(tmp_path):
         srv.bind("\0" + name)
         srv.settimeout(20)
         env = {**os.environ, "PYTHONPATH": str(REPO), "NOTIFY_SOCKET": "@" + name, "WATCHDOG_USEC": "200000"}
-        p = subprocess.Popen([PY, "-m", "tests.daemon_fakes", str(cfg)], cwd=REPO, env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        p = subprocess.Popen(
+            [PY, "-m", "tests.daemon_fakes", str(cfg)],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         try:
             msgs = [srv.recv(200).decode()]
             assert msgs[0].startswith("READY=1")
-            assert _serving(tmp_path / "t.sock")   # READY only once the API answers
-            while msgs.count("WATCHDOG=1") < 3:    # pinged every WATCHDOG_USEC / 2
+            assert _serving(tmp_path / "t.sock")  # READY only once the API answers
+            while msgs.count("WATCHDOG=1") < 3:  # pinged every WATCHDOG_USEC / 2
                 msgs.append(srv.recv(200).decode())
         finally:
             code, out = _stop(p)
@@ -162,7 +176,7 @@ def test_sd_notify_ready_watchdog_stopping(tmp_path):
         try:
             while True:
                 rest.append(srv.recv(200).decode())
-        except socket.timeout:
+        except TimeoutError:
             pass
     assert code == 0, out
     assert "STOPPING=1" in rest
@@ -172,8 +186,13 @@ def test_sighup_reload_rejects_bad_file_and_applies_good_one(tmp_path):
     cfg = write_config(tmp_path, sla_us=900.0, window_s=0.05)
     log = tmp_path / "daemon.log"
     with open(log, "w") as out:
-        p = subprocess.Popen([PY, "-m", "tests.daemon_fakes", str(cfg)], cwd=REPO,
-                             env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=out, stderr=subprocess.STDOUT)
+        p = subprocess.Popen(
+            [PY, "-m", "tests.daemon_fakes", str(cfg)],
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         wait_for(lambda: (read_state(tmp_path).get("held") or {}).get("reason") == "startup", timeout=20)
         good = cfg.read_text()

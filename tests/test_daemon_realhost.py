@@ -4,7 +4,6 @@ before anything else at start. Energy/QPS/latency are canned sensors; no real ha
 
 from __future__ import annotations
 
-
 import pytest
 
 from actuators.linux.dvfs import IA32_PERF_CTL
@@ -34,14 +33,18 @@ def _host(root, nic):
 
     host = make_real_host(root=root, nic=nic, backend="msr", parts=("itr", "dvfs"))
     clock = time.monotonic
-    host.energy, host.qps, host.latency = (fakefs.power_meter(clock, 60.0), fakefs.FakeQps(clock, 50_000.0),
-                                           fakefs.FakeLatency(requests=1000))
+    host.energy, host.qps, host.latency = (
+        fakefs.power_meter(clock, 60.0),
+        fakefs.FakeQps(clock, 50_000.0),
+        fakefs.FakeLatency(requests=1000),
+    )
     return host
 
 
 def _untouched(root, nic):
-    return (all(fakefs.get_msr(root, c, IA32_PERF_CTL) == CTL0 for c in range(NCPU))
-            and nic.coalesce["eth1"][RX_USECS] == 1)
+    return (
+        all(fakefs.get_msr(root, c, IA32_PERF_CTL) == CTL0 for c in range(NCPU)) and nic.coalesce["eth1"][RX_USECS] == 1
+    )
 
 
 def test_daemon_writes_held_point_and_restores_on_stop(tmp_path, tree):
@@ -65,12 +68,12 @@ def test_start_undoes_a_dead_runs_writes_first(tmp_path, tree):
 
     root, nic = tree
     dead = _host(root, nic)
-    dead.apply(itr_us=300, dvfs_ghz=1.5)      # a previous daemon wrote the knobs, then was SIGKILLed
+    dead.apply(itr_us=300, dvfs_ghz=1.5)  # a previous daemon wrote the knobs, then was SIGKILLed
     del dead
     assert not _untouched(root, nic)
     cfg = write_config(tmp_path, options={}, window_s=0.1)
     d = Daemon(load_config(cfg), host=_host(root, nic), optimizers=FakeOptimizers(), serve=False)
-    d.start()                                  # before the loop runs a single trial
+    d.start()  # before the loop runs a single trial
     try:
         assert _untouched(root, nic)
     finally:

@@ -14,13 +14,11 @@ import pytest
 
 pytest.importorskip("tuner.optimize.optimizer")
 
-from tests.daemon_fakes import Running, read_knobs, read_state, wait_for, write_config  # noqa: E402
-from tuner.daemon.worker import ProcessOptimizers  # noqa: E402
+from tests.daemon_fakes import Running, read_knobs, read_state, wait_for, write_config
+from tuner.daemon.worker import ProcessOptimizers
 
 REPO = Path(__file__).resolve().parent.parent
 SIM = {"seed": 1, "cores": 4, "qps": 100000}
-
-
 
 
 def test_tuner_daemon_with_ax_sigkill_restart_resumes_and_sigterm_restores(tmp_path):
@@ -36,16 +34,16 @@ def test_tuner_daemon_with_ax_sigkill_restart_resumes_and_sigterm_restores(tmp_p
         p.kill()
         p.wait(10)
     assert workers, "the optimiser runs in a worker process"
-    psutil.wait_procs(workers, timeout=15)           # orphaned workers notice the closed pipe and exit
+    psutil.wait_procs(workers, timeout=15)  # orphaned workers notice the closed pipe and exit
     assert not any(w.is_running() and w.status() != psutil.STATUS_ZOMBIE for w in workers)
     done = [(t["index"], t["point"]) for t in read_state(tmp_path)["trials"]]
-    assert read_knobs(tmp_path)["originals"] is not None   # died with the knobs changed
+    assert read_knobs(tmp_path)["originals"] is not None  # died with the knobs changed
     p = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         wait_for(lambda: len(read_state(tmp_path).get("trials", [])) >= len(done) + 2, timeout=120, interval=0.1)
         st = read_state(tmp_path)
         assert [(t["index"], t["point"]) for t in st["trials"]][: len(done)] == done
-        assert len({t["index"] for t in st["trials"]}) == len(st["trials"])   # no index measured twice
+        assert len({t["index"] for t in st["trials"]}) == len(st["trials"])  # no index measured twice
     finally:
         p.send_signal(signal.SIGTERM)
         out, _ = p.communicate(timeout=60)
@@ -69,8 +67,14 @@ def test_sim_host_with_ax_decides_and_guardrail_reverts_within_one_window_on_loa
         if held == corner:
             pytest.skip("the decision is already the safe corner: nothing to revert to")
         # a load at which the held point is far over the SLA (noise-free model of the simulator)
-        load = next((SIM["qps"] * k for k in (1.5, 2, 3, 4, 6, 8)
-                     if r.host.expected([held], SIM["qps"] * k)[0].latency_us[99.0] > 1.5 * 500.0), None)
+        load = next(
+            (
+                SIM["qps"] * k
+                for k in (1.5, 2, 3, 4, 6, 8)
+                if r.host.expected([held], SIM["qps"] * k)[0].latency_us[99.0] > 1.5 * 500.0
+            ),
+            None,
+        )
         assert load is not None
         seen: list[float] = []
         measure = r.host.measure
@@ -85,7 +89,7 @@ def test_sim_host_with_ax_decides_and_guardrail_reverts_within_one_window_on_loa
         r.host.set_offered_qps(load)
         wait_for(lambda: any(d["reason"] == "guardrail" for d in r.daemon.state.decisions[n:]), timeout=30)
         windows_at_new_load = sum(1 for q in seen if abs(q - load) < 0.2 * load)
-        assert windows_at_new_load <= 2          # the first window at the new load triggered the revert
+        assert windows_at_new_load <= 2  # the first window at the new load triggered the revert
         revert = next(d for d in r.daemon.state.decisions[n:] if d["reason"] == "guardrail")
         assert OperatingPoint(*revert["point"]) != held
         assert r.daemon.status()["guardrail_reverts_total"] >= 1
@@ -95,31 +99,51 @@ def test_sim_daemon_with_ax_warm_starts_a_contextual_retune_from_imported_trials
     pytest.importorskip("actuators.sim.host")
     from actuators.host import OperatingPoint
     from tuner.cli.app import main
-    from tuner.store.history import HistoryStore, write_trials
     from tuner.hosts import make_host
     from tuner.optimize.optimizer import Objective, TrialRecord
+    from tuner.store.history import HistoryStore, write_trials
 
     # another day's trials on the same (simulated) machine, at two loads
     other = make_host("sim", **SIM)
     recs = []
-    for i, (itr, ghz, qps) in enumerate([(50, 2.9, 100_000), (200, 2.0, 100_000), (400, 1.5, 100_000),
-                                         (100, 2.5, 150_000), (300, 1.8, 150_000), (600, 1.2, 150_000)]):
+    for i, (itr, ghz, qps) in enumerate(
+        [
+            (50, 2.9, 100_000),
+            (200, 2.0, 100_000),
+            (400, 1.5, 100_000),
+            (100, 2.5, 150_000),
+            (300, 1.8, 150_000),
+            (600, 1.2, 150_000),
+        ]
+    ):
         other.set_offered_qps(float(qps))
         other.set_itr(itr)
         other.set_dvfs(ghz)
         m = other.measure(0.2)
         recs.append(TrialRecord(i, OperatingPoint(itr, ghz), float(qps), "completed", m, m.power_w, None))
     src = tmp_path / "yesterday.jsonl"
-    assert write_trials(src, recs, host="yesterday/sim", objective=Objective(sla_us=700.0),
-                        times=[float(i) for i in range(6)]) == 6
-    cfg = write_config(tmp_path, host="sim", options=SIM, trials=3, sobol=2, window_s=0.05, sla_us=700.0,
-                       tuning="context = true\ncontext_max_qps = 1e6")
+    assert (
+        write_trials(
+            src, recs, host="yesterday/sim", objective=Objective(sla_us=700.0), times=[float(i) for i in range(6)]
+        )
+        == 6
+    )
+    cfg = write_config(
+        tmp_path,
+        host="sim",
+        options=SIM,
+        trials=3,
+        sobol=2,
+        window_s=0.05,
+        sla_us=700.0,
+        tuning="context = true\ncontext_max_qps = 1e6",
+    )
     assert main(["trials", "import", str(src), "--config", str(cfg)]) == 0
     assert "imported 6 trial(s)" in capsys.readouterr().out
     with Running(cfg, optimizers=ProcessOptimizers()) as r:
         wait_for(lambda: r.daemon.status()["state"] == "holding", timeout=120)
-        assert r.daemon.status()["retune_history_trials"] == 6     # the real optimiser's add_history used all 6
+        assert r.daemon.status()["retune_history_trials"] == 6  # the real optimiser's add_history used all 6
         st = read_state(tmp_path)
         assert st["held"]["history_trials"] == 6 and st["held"]["trials"] == 3
-        assert len(st["trials"]) == 3                              # history is data, not this retune's trials
+        assert len(st["trials"]) == 3  # history is data, not this retune's trials
     assert len(HistoryStore(tmp_path / "state" / "history.jsonl").read()) == 6 + 3

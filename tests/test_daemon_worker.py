@@ -37,7 +37,7 @@ def test_stop_kills_a_worker_stuck_in_a_fit(tmp_path, monkeypatch):
     t0 = time.monotonic()
     assert r.stop() == 0
     assert time.monotonic() - t0 < 10
-    assert not os.path.exists(f"/proc/{pid}")   # killed and reaped
+    assert not os.path.exists(f"/proc/{pid}")  # killed and reaped
     st = _state(tmp_path)
     assert st["trials"] == [] and st["current_retune"] is not None and st["knobs_dirty"] is False
 

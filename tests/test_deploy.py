@@ -53,8 +53,9 @@ def test_unit_hardening_and_capabilities():
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 def test_prometheus_config_checks():
-    r = subprocess.run(["promtool", "check", "config", str(DEPLOY / "prometheus.yml")], capture_output=True,
-                       text=True, timeout=60)
+    r = subprocess.run(
+        ["promtool", "check", "config", str(DEPLOY / "prometheus.yml")], capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "127.0.0.1:9464" in (DEPLOY / "prometheus.yml").read_text()
 
@@ -79,10 +80,19 @@ def test_dashboard_queries_only_exported_metrics():
     exposed = _exposed_names()
     assert used and used <= exposed, used - exposed
     # every headline metric of the issue is on the dashboard
-    for name in ("tuner_itr_seconds", "tuner_cpu_frequency_hertz", "tuner_offered_requests_per_second",
-                 "tuner_latency_seconds", "tuner_power_watts", "tuner_energy_joules_total", "tuner_trials_total",
-                 "tuner_retunes_total", "tuner_sla_violations_total", "tuner_guardrail_reverts_total",
-                 "tuner_optimizer_seconds_bucket"):
+    for name in (
+        "tuner_itr_seconds",
+        "tuner_cpu_frequency_hertz",
+        "tuner_offered_requests_per_second",
+        "tuner_latency_seconds",
+        "tuner_power_watts",
+        "tuner_energy_joules_total",
+        "tuner_trials_total",
+        "tuner_retunes_total",
+        "tuner_sla_violations_total",
+        "tuner_guardrail_reverts_total",
+        "tuner_optimizer_seconds_bucket",
+    ):
         assert name in used, name
     assert len({p["id"] for p in dash["panels"]}) == len(dash["panels"])
 
@@ -92,9 +102,27 @@ def test_example_config_is_valid_and_documents_every_key():
     assert isinstance(cfg, Config) and cfg.grpc.listen == "unix:///run/tuner/tuner.sock"
     assert cfg.metrics_listen == "127.0.0.1:9464" and cfg.tuning.retune_period_s == 3600
     text = (DEPLOY / "tuner.example.toml").read_text()
-    for key in ("spec", "itr_us", "dvfs_ghz", "reward", "sla_us", "percentile", "trials", "sobol_trials", "window_s",
-                "settle_s", "retune_period_s", "load_change_pct", "guardrail_margin_pct", "dir", "listen",
-                "tls_cert", "tls_key", "tls_client_ca", "token_file"):
+    for key in (
+        "spec",
+        "itr_us",
+        "dvfs_ghz",
+        "reward",
+        "sla_us",
+        "percentile",
+        "trials",
+        "sobol_trials",
+        "window_s",
+        "settle_s",
+        "retune_period_s",
+        "load_change_pct",
+        "guardrail_margin_pct",
+        "dir",
+        "listen",
+        "tls_cert",
+        "tls_key",
+        "tls_client_ca",
+        "token_file",
+    ):
         assert re.search(rf"^{key} = .*#|^# .*\n{key} = |^{key} = ", text, re.M), key
 
 
@@ -106,8 +134,9 @@ def test_udev_and_tmpfiles_grant_group_tuner():
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 def test_alert_rules_check_and_use_exported_metrics():
-    r = subprocess.run(["promtool", "check", "rules", str(DEPLOY / "tuner-alerts.yml")], capture_output=True,
-                       text=True, timeout=60)
+    r = subprocess.run(
+        ["promtool", "check", "rules", str(DEPLOY / "tuner-alerts.yml")], capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     used = set(re.findall(r"\b(tuner_[a-z_]+)", (DEPLOY / "tuner-alerts.yml").read_text()))
     assert used and used <= _exposed_names(), used - _exposed_names()

@@ -50,11 +50,19 @@ def fake_memcached():
 def good_host(root, hwp=False, caps=ALL_CAPS):
     fakefs.cpu_online(root, 2)
     fakefs.cpuinfo(root, "GenuineIntel", 2, flags="fpu msr hwp")
-    fakefs.msr_files(root, 2, {MSR_PLATFORM_INFO: (10 << 40) | (24 << 8), IA32_PM_ENABLE: int(hwp),
-                               IA32_PERF_CTL: 20 << 8})
-    fakefs.cpufreq(root, 2, driver="intel_pstate", governor="powersave",
-                   governors="performance powersave", pstate_status="active", min_khz=1_000_000,
-                   max_khz=2_400_000)
+    fakefs.msr_files(
+        root, 2, {MSR_PLATFORM_INFO: (10 << 40) | (24 << 8), IA32_PM_ENABLE: int(hwp), IA32_PERF_CTL: 20 << 8}
+    )
+    fakefs.cpufreq(
+        root,
+        2,
+        driver="intel_pstate",
+        governor="powersave",
+        governors="performance powersave",
+        pstate_status="active",
+        min_khz=1_000_000,
+        max_khz=2_400_000,
+    )
     fakefs.powercap_zone(root, "package-0", "intel-rapl:0", 10, 262_143_328_850, max_power_uw=120_000_000)
     fakefs.net_iface(root, "eth1", "ixgbe")
     fakefs.proc_status(root, caps)
@@ -112,8 +120,15 @@ def test_unsupported_nic_and_no_msr_module(tmp_path):
 
 def test_summarize_rules():
     F = doctor.Finding
-    base = [F("dvfs-msr", "ok", ""), F("cap-sys-rawio", "fail", ""), F("dvfs-cpufreq", "fail", ""),
-            F("nic:eth1", "warn", ""), F("cap-net-admin", "ok", ""), F("rapl", "ok", ""), F("memcached", "ok", "")]
+    base = [
+        F("dvfs-msr", "ok", ""),
+        F("cap-sys-rawio", "fail", ""),
+        F("dvfs-cpufreq", "fail", ""),
+        F("nic:eth1", "warn", ""),
+        F("cap-net-admin", "ok", ""),
+        F("rapl", "ok", ""),
+        F("memcached", "ok", ""),
+    ]
     assert doctor.summarize(base).missing == ("dvfs",)  # MSR backend without CAP_SYS_RAWIO is no backend
     base[2] = F("dvfs-cpufreq", "ok", "")
     assert doctor.summarize(base).can_tune
@@ -133,13 +148,24 @@ def test_doctor_on_this_machine_is_read_only_and_honest(monkeypatch, capsys):
     monkeypatch.setattr(ioctl_mod.IoctlEthtool, "set_coalesce", forbidden)
     rc = cli.main(["doctor", "--json", "--memcached", "127.0.0.1:1"])
     data = json.loads(capsys.readouterr().out)
-    has_rapl = any((p / "energy_uj").exists() for p in __import__("pathlib").Path("/sys/class/powercap").glob("intel-rapl:*"))
+    has_rapl = any(
+        (p / "energy_uj").exists() for p in __import__("pathlib").Path("/sys/class/powercap").glob("intel-rapl:*")
+    )
     if has_rapl:
         pytest.skip("this machine has RAPL; the honesty assertion is for the CI VM")
     assert rc == 1 and data["can_tune"] is False and "energy" in data["missing"]
-    assert {f["check"] for f in data["findings"]} >= {"msr-module", "cap-net-admin", "cap-sys-rawio", "hwp",
-                                                       "cpufreq", "dvfs-msr", "dvfs-cpufreq", "rapl",
-                                                       "memcached", "prober"}
+    assert {f["check"] for f in data["findings"]} >= {
+        "msr-module",
+        "cap-net-admin",
+        "cap-sys-rawio",
+        "hwp",
+        "cpufreq",
+        "dvfs-msr",
+        "dvfs-cpufreq",
+        "rapl",
+        "memcached",
+        "prober",
+    }
 
 
 def test_hwp_seen_through_intel_pstate_without_msr(tmp_path):

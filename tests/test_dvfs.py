@@ -10,8 +10,8 @@ from actuators.linux import dvfs, hwio
 from actuators.linux.dvfs import IA32_PERF_CTL, IA32_PERF_STATUS, IA32_PM_ENABLE, MSR_PLATFORM_INFO
 from actuators.linux.hwio import HardwareIO, Transaction
 from actuators.linux.originals import OriginalsStore, restore_originals
-from tests import fakefs
 from core.errors import HostError, KnobRangeError
+from tests import fakefs
 
 PLATFORM = (12 << 40) | (29 << 8)  # max efficiency 1.2 GHz, max non-turbo 2.9 GHz
 CPUFREQ = "sys/devices/system/cpu/cpu{}/cpufreq/{}"
@@ -24,8 +24,16 @@ def _guard(monkeypatch, tmp_path):
 
 def msr_host(root, ncpus=4, hwp=False, ctl_ratio=20, cpufreq=True):
     fakefs.cpu_online(root, ncpus)
-    fakefs.msr_files(root, ncpus, {MSR_PLATFORM_INFO: PLATFORM, IA32_PM_ENABLE: int(hwp),
-                                   IA32_PERF_CTL: (1 << 32) | (ctl_ratio << 8), IA32_PERF_STATUS: ctl_ratio << 8})
+    fakefs.msr_files(
+        root,
+        ncpus,
+        {
+            MSR_PLATFORM_INFO: PLATFORM,
+            IA32_PM_ENABLE: int(hwp),
+            IA32_PERF_CTL: (1 << 32) | (ctl_ratio << 8),
+            IA32_PERF_STATUS: ctl_ratio << 8,
+        },
+    )
     if cpufreq:
         fakefs.cpufreq(root, ncpus, governor="ondemand")
 
@@ -125,7 +133,7 @@ def test_failure_on_core_5_rolls_back_cores_0_to_4(tmp_path, monkeypatch):
         apply(io, store, backend, 2.4)
     for cpu in range(8):
         assert fakefs.get_msr(tmp_path, cpu, IA32_PERF_CTL) == (1 << 32) | (20 << 8), cpu
-        assert (tmp_path / CPUFREQ.format(cpu, "scaling_governor")).read_text() .strip() == "ondemand"
+        assert (tmp_path / CPUFREQ.format(cpu, "scaling_governor")).read_text().strip() == "ondemand"
 
 
 def test_permission_denied_opening_msr(tmp_path, monkeypatch):
@@ -146,8 +154,13 @@ def test_permission_denied_opening_msr(tmp_path, monkeypatch):
 
 def test_cpufreq_available_list_and_setspeed(tmp_path):
     fakefs.cpu_online(tmp_path, 2)
-    fakefs.cpufreq(tmp_path, 2, governor="schedutil", governors="performance schedutil userspace",
-                   available_khz=[2_900_000, 2_400_000, 1_800_000, 1_200_000])
+    fakefs.cpufreq(
+        tmp_path,
+        2,
+        governor="schedutil",
+        governors="performance schedutil userspace",
+        available_khz=[2_900_000, 2_400_000, 1_800_000, 1_200_000],
+    )
     io = fakefs.KernelLikeIO(tmp_path)
     store = OriginalsStore(tmp_path / "state", tmp_path)
     backend = dvfs.choose_backend(io, None, "auto")
@@ -166,8 +179,15 @@ def test_cpufreq_available_list_and_setspeed(tmp_path):
 
 def test_cpufreq_min_max_steps_and_intel_pstate_active(tmp_path):
     fakefs.cpu_online(tmp_path, 1)
-    fakefs.cpufreq(tmp_path, 1, driver="intel_pstate", governors="performance powersave",
-                   min_khz=800_000, max_khz=1_200_000, pstate_status="active")
+    fakefs.cpufreq(
+        tmp_path,
+        1,
+        driver="intel_pstate",
+        governors="performance powersave",
+        min_khz=800_000,
+        max_khz=1_200_000,
+        pstate_status="active",
+    )
     io = HardwareIO(tmp_path)
     backend = dvfs.CpufreqBackend(io, (0,))
     assert backend.frequencies() == (0.8, 0.9, 1.0, 1.1, 1.2)

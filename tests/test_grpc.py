@@ -11,7 +11,8 @@ import pytest
 from google.protobuf import descriptor_pool, json_format, message_factory
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.daemon_fakes import Running, wait_for, write_config
 
@@ -36,12 +37,12 @@ class ReflectionClient:
         req = json_format.ParseDict(fields, req_cls())
         path = f"/tuner.v1.Tuner/{method}"
         if m.server_streaming:
-            return self.channel.unary_stream(path, request_serializer=req_cls.SerializeToString,
-                                             response_deserializer=resp_cls.FromString)(
-                req, metadata=self.metadata)
-        return self.channel.unary_unary(path, request_serializer=req_cls.SerializeToString,
-                                        response_deserializer=resp_cls.FromString)(
-            req, timeout=5, metadata=self.metadata)
+            return self.channel.unary_stream(
+                path, request_serializer=req_cls.SerializeToString, response_deserializer=resp_cls.FromString
+            )(req, metadata=self.metadata)
+        return self.channel.unary_unary(
+            path, request_serializer=req_cls.SerializeToString, response_deserializer=resp_cls.FromString
+        )(req, timeout=5, metadata=self.metadata)
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +73,7 @@ def test_health_serving(running):
 def test_get_status(client, running):
     s = client.call("GetStatus")
     assert s.state == "holding"
-    assert (s.point.itr_us, round(s.point.dvfs_ghz, 3)) == (running.host.point().itr_us,
-                                                            running.host.point().dvfs_ghz)
+    assert (s.point.itr_us, round(s.point.dvfs_ghz, 3)) == (running.host.point().itr_us, running.host.point().dvfs_ghz)
     assert s.offered_qps == pytest.approx(100_000.0) and s.policy.sla_us == 900.0 and s.policy.percentile == 99.0
     assert s.retune_trials_planned == 4 and s.trials_total >= 4 and s.tuned_qps == 100_000.0
     assert s.last_measurement.latency_us["99"] > 0 and s.last_measurement.power_w > 0
@@ -107,11 +107,18 @@ def test_get_operating_point_from_model_when_nothing_measured_meets(client, runn
     assert not r.meets_sla and "predicts p99 only" in r.note
 
 
-@pytest.mark.parametrize("fields, word", [
-    ({"qps": 0.0}, "qps"), ({"qps": -5.0}, "qps"), ({"qps": "NaN"}, "qps"), ({"qps": "Infinity"}, "qps"),
-    ({"qps": 1e5, "percentile": 42.0}, "percentile"), ({"qps": 1e5, "sla_us": -1.0}, "sla_us"),
-    ({"qps": 1e5, "sla_us": "NaN"}, "sla_us"),
-])
+@pytest.mark.parametrize(
+    "fields, word",
+    [
+        ({"qps": 0.0}, "qps"),
+        ({"qps": -5.0}, "qps"),
+        ({"qps": "NaN"}, "qps"),
+        ({"qps": "Infinity"}, "qps"),
+        ({"qps": 1e5, "percentile": 42.0}, "percentile"),
+        ({"qps": 1e5, "sla_us": -1.0}, "sla_us"),
+        ({"qps": 1e5, "sla_us": "NaN"}, "sla_us"),
+    ],
+)
 def test_get_operating_point_invalid_argument(client, fields, word):
     with pytest.raises(grpc.RpcError) as e:
         client.call("GetOperatingPoint", **fields)
@@ -119,13 +126,19 @@ def test_get_operating_point_invalid_argument(client, fields, word):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(qps=st.floats(allow_nan=True, allow_infinity=True), sla=st.floats(allow_nan=True, allow_infinity=True),
-       pct=st.one_of(st.sampled_from([0.0, 50.0, 99.0, 99.9]), st.floats(allow_nan=True, allow_infinity=True)))
+@given(
+    qps=st.floats(allow_nan=True, allow_infinity=True),
+    sla=st.floats(allow_nan=True, allow_infinity=True),
+    pct=st.one_of(st.sampled_from([0.0, 50.0, 99.0, 99.9]), st.floats(allow_nan=True, allow_infinity=True)),
+)
 def test_fuzz_get_operating_point_never_crashes(client, qps, sla, pct):
     m, req_cls, resp_cls = client._classes("GetOperatingPoint")
     req = req_cls(qps=qps, sla_us=sla, percentile=pct)
-    call = client.channel.unary_unary("/tuner.v1.Tuner/GetOperatingPoint", request_serializer=req_cls.SerializeToString,
-                                      response_deserializer=resp_cls.FromString)
+    call = client.channel.unary_unary(
+        "/tuner.v1.Tuner/GetOperatingPoint",
+        request_serializer=req_cls.SerializeToString,
+        response_deserializer=resp_cls.FromString,
+    )
     try:
         r = call(req, timeout=5)
         assert math.isfinite(r.predicted_latency_us) and r.point.dvfs_ghz > 0
@@ -177,16 +190,21 @@ def test_retune_rpc(client, running):
 def test_bearer_token_required_when_configured(tmp_path):
     token = tmp_path / "token"
     token.write_text("s3cret-token\n")
-    cfg = write_config(tmp_path, sla_us=900.0, listen="127.0.0.1:0", metrics="off",
-                       extra="").read_text().replace("[grpc]\n", f'[grpc]\ntoken_file = "{token}"\n')
+    cfg = (
+        write_config(tmp_path, sla_us=900.0, listen="127.0.0.1:0", metrics="off", extra="")
+        .read_text()
+        .replace("[grpc]\n", f'[grpc]\ntoken_file = "{token}"\n')
+    )
     (tmp_path / "tuner.toml").write_text(cfg)
     with Running(tmp_path / "tuner.toml") as r:
         addr = r.daemon.grpc_address
         assert addr.startswith("127.0.0.1:") and not addr.endswith(":0")
         with grpc.insecure_channel(addr) as ch:
             # health (probes) and reflection (public schema) stay open; the API needs the token
-            assert health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5).status \
+            assert (
+                health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5).status
                 == health_pb2.HealthCheckResponse.SERVING
+            )
             good = ReflectionClient(ch, metadata=[("authorization", "Bearer s3cret-token")])
             assert good.call("GetStatus").version
             for md in ([], [("authorization", "Bearer wrong")], [("authorization", "s3cret-token")]):
@@ -209,16 +227,67 @@ def _openssl(*args, cwd):
 @pytest.mark.skipif(__import__("shutil").which("openssl") is None, reason="openssl not installed")
 def test_tls_with_client_certificates(tmp_path):
     d = tmp_path
-    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "1",
-             "-subj", "/CN=tuner-test-ca", "-keyout", "ca.key", "-out", "ca.pem", cwd=d)
-    for name, ext in (("server", "subjectAltName=DNS:localhost,IP:127.0.0.1"), ("client", "extendedKeyUsage=clientAuth")):
-        _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", f"/CN={name}",
-                 "-keyout", f"{name}.key", "-out", f"{name}.csr", cwd=d)
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=tuner-test-ca",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        cwd=d,
+    )
+    for name, ext in (
+        ("server", "subjectAltName=DNS:localhost,IP:127.0.0.1"),
+        ("client", "extendedKeyUsage=clientAuth"),
+    ):
+        _openssl(
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-subj",
+            f"/CN={name}",
+            "-keyout",
+            f"{name}.key",
+            "-out",
+            f"{name}.csr",
+            cwd=d,
+        )
         (d / f"{name}.ext").write_text(ext + "\n")
-        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-                 "-days", "1", "-extfile", f"{name}.ext", "-out", f"{name}.pem", cwd=d)
-    text = write_config(d, sla_us=900.0, listen="0.0.0.0:0", metrics="off").read_text().replace(
-        "[grpc]\n", '[grpc]\ntls_cert = "server.pem"\ntls_key = "server.key"\ntls_client_ca = "ca.pem"\n')
+        _openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "1",
+            "-extfile",
+            f"{name}.ext",
+            "-out",
+            f"{name}.pem",
+            cwd=d,
+        )
+    text = (
+        write_config(d, sla_us=900.0, listen="0.0.0.0:0", metrics="off")
+        .read_text()
+        .replace("[grpc]\n", '[grpc]\ntls_cert = "server.pem"\ntls_key = "server.key"\ntls_client_ca = "ca.pem"\n')
+    )
     (d / "tuner.toml").write_text(text)
     with Running(d / "tuner.toml") as r:
         port = r.daemon.grpc_address.rpartition(":")[2]
@@ -230,13 +299,26 @@ def test_tls_with_client_certificates(tmp_path):
         with grpc.secure_channel(f"127.0.0.1:{port}", grpc.ssl_channel_credentials(ca), options=opts) as ch:
             with pytest.raises(grpc.RpcError) as e:
                 health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5)
-            assert e.value.code() == grpc.StatusCode.UNAVAILABLE   # handshake refused without a client cert
+            assert e.value.code() == grpc.StatusCode.UNAVAILABLE  # handshake refused without a client cert
         import subprocess
         import sys
 
-        ctl = [sys.executable, "-m", "tuner.cli", "ctl", "--address", f"127.0.0.1:{port}", "--tls-ca", str(d / "ca.pem")]
-        ok = subprocess.run(ctl + ["--tls-cert", str(d / "client.pem"), "--tls-key", str(d / "client.key"), "status"],
-                            capture_output=True, text=True, timeout=60)
+        ctl = [
+            sys.executable,
+            "-m",
+            "tuner.cli",
+            "ctl",
+            "--address",
+            f"127.0.0.1:{port}",
+            "--tls-ca",
+            str(d / "ca.pem"),
+        ]
+        ok = subprocess.run(
+            ctl + ["--tls-cert", str(d / "client.pem"), "--tls-key", str(d / "client.key"), "status"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert ok.returncode == 0 and ok.stdout.startswith("state: "), ok.stderr
         bad = subprocess.run(ctl + ["--timeout", "2", "status"], capture_output=True, text=True, timeout=60)
         assert bad.returncode == 2 and "UNAVAILABLE" in bad.stderr

@@ -6,14 +6,24 @@ import json
 import math
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from actuators.host import KnobSpace, OperatingPoint
-from tests.fakes import FakeHost
 from core.errors import InputError
-from tuner.store.history import (SCHEMA, HistoryEntry, HistoryStore, dedupe, entries_from_records, in_space,
-                           read_entries, read_trials, write_trials)
+from tests.fakes import FakeHost
 from tuner.optimize.optimizer import Objective, TrialRecord
+from tuner.store.history import (
+    SCHEMA,
+    HistoryEntry,
+    HistoryStore,
+    dedupe,
+    entries_from_records,
+    in_space,
+    read_entries,
+    read_trials,
+    write_trials,
+)
 
 OBJ = Objective(reward="constrained", percentile=99.0, sla_us=500.0)
 
@@ -55,19 +65,31 @@ def test_round_trip_keeps_every_completed_trial_and_drops_failed(tmp_path):
     assert len(back) == len(done)
     for i, (a, b) in enumerate(zip(done, back)):
         assert b.index == i and b.status == "completed" and b.error is None
-        assert (b.point, b.qps, b.measurement) == (a.point, a.qps, a.measurement)   # exact, floats included
-        assert b.reward == pytest.approx(a.measurement.power_w)                      # scored under its objective
+        assert (b.point, b.qps, b.measurement) == (a.point, a.qps, a.measurement)  # exact, floats included
+        assert b.reward == pytest.approx(a.measurement.power_w)  # scored under its objective
     entries = read_entries(path)
     assert [e.time for e in entries] == [t for t, r in zip(times, recs) if r.status == "completed"]
     assert {e.host for e in entries} == {"h1/fake"} and {e.objective for e in entries} == {OBJ}
     # writing what was read gives the same file, byte for byte
     again = tmp_path / "again.jsonl"
-    write_trials(again, back, host="h1/fake", objective={"reward": "constrained", "percentile": 99, "sla_us": 500},
-                 times=[e.time for e in entries])
+    write_trials(
+        again,
+        back,
+        host="h1/fake",
+        objective={"reward": "constrained", "percentile": 99, "sla_us": 500},
+        times=[e.time for e in entries],
+    )
     assert again.read_bytes() == path.read_bytes()
     first = json.loads(path.read_text().splitlines()[0])
-    assert first["schema"] == SCHEMA and set(first) == {"schema", "host", "time", "objective", "point", "qps",
-                                                        "measurement"}
+    assert first["schema"] == SCHEMA and set(first) == {
+        "schema",
+        "host",
+        "time",
+        "objective",
+        "point",
+        "qps",
+        "measurement",
+    }
 
 
 def test_empty_and_blank_lines(tmp_path):
@@ -78,22 +100,25 @@ def test_empty_and_blank_lines(tmp_path):
     assert [r.index for r in read_trials(path)] == [0, 1]
 
 
-@pytest.mark.parametrize("line, message", [
-    ("{not json", "3: expected one JSON object per line (Expecting property name"),
-    ("[1, 2]", "3: expected a JSON object (one trial), got list"),
-    ({"schema": "tuner.trial/v2"}, "3: schema: expected 'tuner.trial/v1', got 'tuner.trial/v2'"),
-    ("no-schema", "3: schema: expected 'tuner.trial/v1', got nothing (missing)"),
-    ({"host": ""}, "3: host: expected a non-empty string, got ''"),
-    ({"time": "yesterday"}, "3: time: expected a finite number >= 0, got 'yesterday'"),
-    ({"qps": -1}, "3: qps: expected a finite number >= 0, got -1"),
-    ({"objective": {"reward": "money", "percentile": 99, "sla_us": 500}}, "3: objective: unknown reward 'money'"),
-    ({"objective": {"reward": "constrained"}}, "3: objective: expected an object with reward, percentile, sla_us"),
-    ({"point": [250, 1.6]}, "3: point: expected an object"),
-    ({"point": {"itr_us": 250.5, "dvfs_ghz": 1.6}}, "3: point.itr_us: expected an integer >= 0 (µs), got 250.5"),
-    ({"point": {"itr_us": 250}}, "3: point.dvfs_ghz: expected a number, got nothing (missing)"),
-    ("no-measurement", "3: measurement: expected an object (Measurement.to_dict()), got nothing (missing)"),
-    ({"measurement": {"seconds": 0}}, "3: measurement.seconds: expected a finite number > 0, got 0"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("{not json", "3: expected one JSON object per line (Expecting property name"),
+        ("[1, 2]", "3: expected a JSON object (one trial), got list"),
+        ({"schema": "tuner.trial/v2"}, "3: schema: expected 'tuner.trial/v1', got 'tuner.trial/v2'"),
+        ("no-schema", "3: schema: expected 'tuner.trial/v1', got nothing (missing)"),
+        ({"host": ""}, "3: host: expected a non-empty string, got ''"),
+        ({"time": "yesterday"}, "3: time: expected a finite number >= 0, got 'yesterday'"),
+        ({"qps": -1}, "3: qps: expected a finite number >= 0, got -1"),
+        ({"objective": {"reward": "money", "percentile": 99, "sla_us": 500}}, "3: objective: unknown reward 'money'"),
+        ({"objective": {"reward": "constrained"}}, "3: objective: expected an object with reward, percentile, sla_us"),
+        ({"point": [250, 1.6]}, "3: point: expected an object"),
+        ({"point": {"itr_us": 250.5, "dvfs_ghz": 1.6}}, "3: point.itr_us: expected an integer >= 0 (µs), got 250.5"),
+        ({"point": {"itr_us": 250}}, "3: point.dvfs_ghz: expected a number, got nothing (missing)"),
+        ("no-measurement", "3: measurement: expected an object (Measurement.to_dict()), got nothing (missing)"),
+        ({"measurement": {"seconds": 0}}, "3: measurement.seconds: expected a finite number > 0, got 0"),
+    ],
+)
 def test_bad_line_is_one_line_error_with_file_and_line(tmp_path, line, message):
     if line == "no-schema":
         line = {k: v for k, v in _line().items() if k != "schema"}
@@ -114,18 +139,30 @@ def test_measurement_fields_are_checked(tmp_path):
     good = _line()
     cases = {
         "latency_us": ({**good["measurement"], "latency_us": {"99": float("inf")}}, "expected a JSON object"),
-        "nan": ({**good["measurement"], "latency_us": {**good["measurement"]["latency_us"], "99": -3}},
-                "measurement.latency_us.99: expected a finite latency > 0 µs, got -3.0"),
-        "pct": ({**good["measurement"], "latency_us": {"50": 10.0, "99": 20.0, "42": 5.0}},
-                "measurement.latency_us: expected percentiles among 50, 90, 95, 99, 99.9, got 42"),
-        "missing pct": ({**good["measurement"], "latency_us": {"50": 10.0}, "latency_ci_us": {}},
-                        "measurement.latency_us: expected the objective's percentile 99"),
-        "ci": ({**good["measurement"], "latency_ci_us": {"99": [5, 1]}},
-               "measurement.latency_ci_us.99: expected finite [low, high] with low <= high"),
-        "no requests": ({k: v for k, v in good["measurement"].items() if k != "requests"},
-                        "measurement: expected Measurement.to_dict() fields (missing 'requests')"),
-        "other point": ({**good["measurement"], "point": {"itr_us": 2, "dvfs_ghz": 2.9}},
-                        "measurement.point: expected the trial's point"),
+        "nan": (
+            {**good["measurement"], "latency_us": {**good["measurement"]["latency_us"], "99": -3}},
+            "measurement.latency_us.99: expected a finite latency > 0 µs, got -3.0",
+        ),
+        "pct": (
+            {**good["measurement"], "latency_us": {"50": 10.0, "99": 20.0, "42": 5.0}},
+            "measurement.latency_us: expected percentiles among 50, 90, 95, 99, 99.9, got 42",
+        ),
+        "missing pct": (
+            {**good["measurement"], "latency_us": {"50": 10.0}, "latency_ci_us": {}},
+            "measurement.latency_us: expected the objective's percentile 99",
+        ),
+        "ci": (
+            {**good["measurement"], "latency_ci_us": {"99": [5, 1]}},
+            "measurement.latency_ci_us.99: expected finite [low, high] with low <= high",
+        ),
+        "no requests": (
+            {k: v for k, v in good["measurement"].items() if k != "requests"},
+            "measurement: expected Measurement.to_dict() fields (missing 'requests')",
+        ),
+        "other point": (
+            {**good["measurement"], "point": {"itr_us": 2, "dvfs_ghz": 2.9}},
+            "measurement.point: expected the trial's point",
+        ),
     }
     for name, (m, message) in cases.items():
         text = json.dumps({**good, "measurement": m}).replace("Infinity", "1e999")
@@ -134,17 +171,24 @@ def test_measurement_fields_are_checked(tmp_path):
             message = "measurement.latency_us.99: expected a finite latency > 0 µs, got inf"
         with pytest.raises(InputError) as e:
             read_trials(path)
-        assert str(e.value) == f"{path}:1: {message}" or str(e.value).startswith(f"{path}:1: {message}"), \
-            (name, str(e.value))
+        assert str(e.value) == f"{path}:1: {message}" or str(e.value).startswith(f"{path}:1: {message}"), (
+            name,
+            str(e.value),
+        )
 
 
 def test_point_outside_the_hosts_knob_space_is_refused_with_its_line(tmp_path):
     path = tmp_path / "t.jsonl"
-    _write_lines(path, [_line(), _line(point={"itr_us": 3, "dvfs_ghz": 1.6},
-                                       measurement={**_line()["measurement"], "point": None})])
-    assert len(read_trials(path)) == 2                          # no space given: not checked
-    with pytest.raises(InputError, match=rf"^{path}:2: point: outside this host's knob space: ITR 3 µs is not "
-                                         r"supported: expected an integer in 2\.\.1022 in steps of 2$"):
+    _write_lines(
+        path,
+        [_line(), _line(point={"itr_us": 3, "dvfs_ghz": 1.6}, measurement={**_line()["measurement"], "point": None})],
+    )
+    assert len(read_trials(path)) == 2  # no space given: not checked
+    with pytest.raises(
+        InputError,
+        match=rf"^{path}:2: point: outside this host's knob space: ITR 3 µs is not "
+        r"supported: expected an integer in 2\.\.1022 in steps of 2$",
+    ):
         read_trials(path, space=FakeHost().knobs())
     narrow = KnobSpace(tuple(range(2, 1023, 2)), (2.0, 2.9))  # line 1 runs at 1.2 GHz
     with pytest.raises(InputError, match=rf"^{path}:1: point: outside .*DVFS .* GHz is not available"):
@@ -163,12 +207,16 @@ def test_not_utf8_and_unreadable(tmp_path):
 _JSONISH = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
-    max_leaves=8)
+    max_leaves=8,
+)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(field=st.sampled_from(["schema", "host", "time", "objective", "point", "qps", "measurement"]),
-       value=_JSONISH, drop=st.booleans())
+@given(
+    field=st.sampled_from(["schema", "host", "time", "objective", "point", "qps", "measurement"]),
+    value=_JSONISH,
+    drop=st.booleans(),
+)
 def test_fuzz_any_field_value_is_accepted_or_one_line_error(tmp_path, field, value, drop):
     line = _line()
     if drop:
@@ -202,10 +250,10 @@ def test_store_adds_skips_duplicates_and_keeps_the_newest(tmp_path):
     store = HistoryStore(tmp_path / "state" / "history.jsonl", keep=4)
     assert store.read() == []
     assert store.add(entries[:3]) == (3, 0)
-    assert store.add(entries[1:]) == (3, 2)                 # 1 and 2 were already there
+    assert store.add(entries[1:]) == (3, 2)  # 1 and 2 were already there
     kept = store.read()
-    assert [e.time for e in kept] == [102.0, 103.0, 104.0, 105.0]   # newest 4 by time
-    assert sorted(p.name for p in (tmp_path / "state").iterdir()) == ["history.jsonl"]   # no lock/tmp files left
+    assert [e.time for e in kept] == [102.0, 103.0, 104.0, 105.0]  # newest 4 by time
+    assert sorted(p.name for p in (tmp_path / "state").iterdir()) == ["history.jsonl"]  # no lock/tmp files left
     assert dedupe(kept + kept[::-1]) == kept
 
 
@@ -214,8 +262,10 @@ def test_concurrent_writers_lose_nothing(tmp_path):
 
     recs = _records(8)
     store = HistoryStore(tmp_path / "history.jsonl")
-    chunks = [entries_from_records(recs[i::4], host=f"w{i}", objective=OBJ, times=[float(i + 4 * k) for k in range(2)])
-              for i in range(4)]
+    chunks = [
+        entries_from_records(recs[i::4], host=f"w{i}", objective=OBJ, times=[float(i + 4 * k) for k in range(2)])
+        for i in range(4)
+    ]
     threads = [threading.Thread(target=store.add, args=(c,)) for c in chunks]
     for t in threads:
         t.start()

@@ -12,9 +12,17 @@ SPACE = KnobSpace.ixgbe((1.2, 1.3, 2.9))
 
 
 def _measurement(ci_known=True):
-    return Measurement(seconds=2.0, offered_qps=10.0, achieved_qps=10.0, requests=20,
-                       latency_us={99.0: 100.0}, latency_ci_us={99.0: (90.0, 129.2)}, energy_j=100.0,
-                       point=None, ci_known=ci_known)
+    return Measurement(
+        seconds=2.0,
+        offered_qps=10.0,
+        achieved_qps=10.0,
+        requests=20,
+        latency_us={99.0: 100.0},
+        latency_ci_us={99.0: (90.0, 129.2)},
+        energy_j=100.0,
+        point=None,
+        ci_known=ci_known,
+    )
 
 
 def test_knob_space_refuses_out_of_range_and_odd_itr():
@@ -67,7 +75,8 @@ def test_percentile_sem_from_ci_and_unknown_ci():
 
 def test_module_factory_found_in_current_directory(tmp_path, monkeypatch):
     (tmp_path / "cwd_host_mod.py").write_text(
-        "from tests.fakes import make_fake_host\n\ndef make(**kw):\n    return make_fake_host(**kw)\n")
+        "from tests.fakes import make_fake_host\n\ndef make(**kw):\n    return make_fake_host(**kw)\n"
+    )
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
     monkeypatch.chdir(tmp_path)
     host = make_host("cwd_host_mod:make")
@@ -81,9 +90,19 @@ def test_bad_spec_is_one_line():
 
 def test_measurement_dict_round_trip_keeps_everything():
     from actuators.host import Measurement as M
-    m = M(seconds=20.0, offered_qps=4e5, achieved_qps=3.99e5, requests=123, latency_us={99.0: 480.5, 99.9: 700.0},
-          latency_ci_us={99.0: (470.0, 490.0), 99.9: (650.0, 760.0)}, energy_j=1200.0,
-          point=OperatingPoint(300, 1.3), energy_by_zone_j={"package-0": 600.0}, ci_known=False)
+
+    m = M(
+        seconds=20.0,
+        offered_qps=4e5,
+        achieved_qps=3.99e5,
+        requests=123,
+        latency_us={99.0: 480.5, 99.9: 700.0},
+        latency_ci_us={99.0: (470.0, 490.0), 99.9: (650.0, 760.0)},
+        energy_j=1200.0,
+        point=OperatingPoint(300, 1.3),
+        energy_by_zone_j={"package-0": 600.0},
+        ci_known=False,
+    )
     assert M.from_dict(m.to_dict()) == m
     as_list = {**m.to_dict(), "point": [300, 1.3]}
     assert M.from_dict(as_list).point == OperatingPoint(300, 1.3)
@@ -91,6 +110,7 @@ def test_measurement_dict_round_trip_keeps_everything():
 
 def test_optimizer_reports_unknown_latency_noise_as_a_bare_mean():
     from tuner.optimize.optimizer import Objective, Optimizer, TunerSettings
+
     opt = Optimizer(SPACE, Objective(reward="sla-linear"), TunerSettings(trials=2, sobol_trials=2))
     m = _measurement(ci_known=False)
     data = opt.metrics(m)

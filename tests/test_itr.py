@@ -10,8 +10,8 @@ import pytest
 from actuators.linux.hwio import HardwareIO, Transaction
 from actuators.linux.itr import ADAPTIVE_RX, RX_USECS, NicItr, PyrouteEthtool, physical_interfaces, profile_for
 from actuators.linux.originals import OriginalsStore, restore_originals
-from tests import fakefs
 from core.errors import HostError, KnobRangeError
+from tests import fakefs
 
 
 @pytest.fixture(autouse=True)
@@ -198,14 +198,17 @@ def test_real_ioctl_path_in_a_private_network_namespace():
     if shutil.which("unshare") is None:
         pytest.skip("unshare not installed")
     repo = Path(__file__).resolve().parents[1]
-    proc = subprocess.run(["unshare", "-n", sys.executable, "-c", NETNS_SCRIPT], cwd=repo,
-                          capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(
+        ["unshare", "-n", sys.executable, "-c", NETNS_SCRIPT], cwd=repo, capture_output=True, text=True, timeout=30
+    )
     if proc.returncode != 0 and "unshare" in proc.stderr:
         pytest.skip(f"cannot create a network namespace: {proc.stderr.strip()}")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert out["plan"] == ("NIC lo (driver virtual) does not support interrupt coalescing "
-                           "(ETHTOOL_GCOALESCE: EOPNOTSUPP)")
-    assert out["set"] == ("NIC lo (driver virtual) does not support interrupt coalescing "
-                          "(ETHTOOL_SCOALESCE: EOPNOTSUPP)")
+    assert out["plan"] == (
+        "NIC lo (driver virtual) does not support interrupt coalescing (ETHTOOL_GCOALESCE: EOPNOTSUPP)"
+    )
+    assert out["set"] == (
+        "NIC lo (driver virtual) does not support interrupt coalescing (ETHTOOL_SCOALESCE: EOPNOTSUPP)"
+    )
     assert out["eth0"] == "no network interface 'eth0' (ENODEV)"

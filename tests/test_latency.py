@@ -15,9 +15,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 import pytest
+from memcached_server import memcached  # noqa: F401  (fixture)
 
 from actuators.host import PERCENTILES
-from actuators.latency.sources import CommandLatency, ExternalWindow, FileLatency, PrometheusLatency, parse_hook_json
 from actuators.latency.prober import (
     ClientSettings,
     Prober,
@@ -28,9 +28,9 @@ from actuators.latency.prober import (
     read_client_settings,
     record_ns,
 )
+from actuators.latency.sources import CommandLatency, ExternalWindow, FileLatency, PrometheusLatency, parse_hook_json
 from actuators.qps import MemcachedStatsQps
 from actuators.sensors import LatencySource
-from memcached_server import memcached  # noqa: F401  (fixture)
 from core.errors import HostError
 from core.stats import quantile_with_ci
 
@@ -241,8 +241,7 @@ def test_end_without_begin(memcached, iso):
 
 def test_sets_in_the_mix(memcached):
     stats = MemcachedStatsQps(memcached.address)
-    prober = Prober(target=memcached.address, rate_hz=200, set_every=4, keys=4, settings_root=None,
-                    isolation="thread")
+    prober = Prober(target=memcached.address, rate_hz=200, set_every=4, keys=4, settings_root=None, isolation="thread")
     try:
         prober.begin()  # seeds 4 keys first
         before = stats.snapshot().counters["cmd_set"]
@@ -320,8 +319,10 @@ QUERY = "histogram_quantile({q}, sum(rate(app_latency_seconds_bucket[{window}]))
 
 
 def _vector(value: str, series: int = 1) -> dict:
-    return {"status": "success", "data": {"resultType": "vector",
-            "result": [{"metric": {}, "value": [1700000000.0, value]}] * series}}
+    return {
+        "status": "success",
+        "data": {"resultType": "vector", "result": [{"metric": {}, "value": [1700000000.0, value]}] * series},
+    }
 
 
 class _Prom:
@@ -334,7 +335,7 @@ class _Prom:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802
+            def do_GET(self):
                 url = urlsplit(self.path)
                 params = {k: v[0] for k, v in parse_qs(url.query).items()}
                 outer.seen.append({"path": url.path, "auth": self.headers.get("Authorization"), **params})
@@ -386,8 +387,13 @@ def test_prometheus_percentiles_and_count(prom):
 
     server = prom(reply)
     clock = iter([1000.0, 1001.5])
-    src = PrometheusLatency(server.url + "/", QUERY, count_query="sum(increase(app_latency_seconds_count[{window}]))",
-                            headers={"Authorization": "Bearer t0k"}, clock=lambda: next(clock))
+    src = PrometheusLatency(
+        server.url + "/",
+        QUERY,
+        count_query="sum(increase(app_latency_seconds_count[{window}]))",
+        headers={"Authorization": "Bearer t0k"},
+        clock=lambda: next(clock),
+    )
     assert isinstance(src, LatencySource)
     src.begin()
     w = src.end()
@@ -404,8 +410,11 @@ def test_prometheus_percentiles_and_count(prom):
 @pytest.mark.parametrize(
     "status,body,match",
     [
-        (400, {"status": "error", "errorType": "bad_data", "error": "parse error at char 5"},
-         "HTTP 400: bad_data: parse error at char 5"),
+        (
+            400,
+            {"status": "error", "errorType": "bad_data", "error": "parse error at char 5"},
+            "HTTP 400: bad_data: parse error at char 5",
+        ),
         (503, b"<html>down</html>", "HTTP 503"),
         (200, {"status": "success", "data": {"resultType": "vector", "result": []}}, "no series"),
         (200, _vector("NaN"), "NaN"),
@@ -490,8 +499,10 @@ def _py(code: str) -> list[str]:
 
 
 def test_command_hook_gets_the_window_in_its_environment():
-    code = ("import json, os; s = float(os.environ['TUNER_WINDOW_SECONDS']); "
-            f"d = {GOOD!r}; d['requests'] = int(s * 1000); print(json.dumps(d))")
+    code = (
+        "import json, os; s = float(os.environ['TUNER_WINDOW_SECONDS']); "
+        f"d = {GOOD!r}; d['requests'] = int(s * 1000); print(json.dumps(d))"
+    )
     clock = iter([time.time(), time.time() + 2.0])
     src = CommandLatency(_py(code), clock=lambda: next(clock))
     assert isinstance(src, LatencySource)
@@ -622,8 +633,22 @@ def test_readme_minimum_samples_for_any_two_sided_ci():
 def test_standalone_prober_prints_hook_json(memcached):
     import subprocess
 
-    out = subprocess.run([sys.executable, "-m", "actuators.latency.prober", "--target", memcached.address,
-                          "--rate", "200", "--seconds", "0.3"], capture_output=True, text=True, timeout=30)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "actuators.latency.prober",
+            "--target",
+            memcached.address,
+            "--rate",
+            "200",
+            "--seconds",
+            "0.3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert out.returncode == 0, out.stderr
     w = parse_hook_json(out.stdout, "prober cli")
     assert w.ci_known and abs(w.requests - 60) <= 3
@@ -635,15 +660,31 @@ def test_standalone_prober_prints_hook_json(memcached):
 def test_standalone_prober_unreachable_exit_2():
     import subprocess
 
-    out = subprocess.run([sys.executable, "-m", "actuators.latency.prober", "--target", "127.0.0.1:1", "--seconds", "0.1"],
-                         capture_output=True, text=True, timeout=30)
+    out = subprocess.run(
+        [sys.executable, "-m", "actuators.latency.prober", "--target", "127.0.0.1:1", "--seconds", "0.1"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.strip() == "error: memcached 127.0.0.1:1: cannot connect: Connection refused"
 
 
 def test_span_hook_drives_a_prober_until_eof(memcached):
-    src = CommandLatency([sys.executable, "-m", "actuators.latency.prober", "--target", memcached.address,
-                          "--rate", "200", "--until-eof"], mode="span", timeout_s=20)
+    src = CommandLatency(
+        [
+            sys.executable,
+            "-m",
+            "actuators.latency.prober",
+            "--target",
+            memcached.address,
+            "--rate",
+            "200",
+            "--until-eof",
+        ],
+        mode="span",
+        timeout_s=20,
+    )
     try:
         src.begin()
         time.sleep(1.0)  # the window (the child's interpreter start-up is cut off its front)

@@ -10,8 +10,8 @@ import pytest
 
 from actuators.host import PERCENTILES, Measurement, OperatingPoint
 from actuators.latency.dist import HdrDist, LatencyDist, SampleDist, merge_dists
-from actuators.latency.sources import hook_json, parse_hook_json
 from actuators.latency.prober import ProberConfig, ThreadProber, new_histogram, record_ns
+from actuators.latency.sources import hook_json, parse_hook_json
 from actuators.sim.host import SimHost
 from core.errors import HostError, TunerError
 from core.stats import quantile_with_ci
@@ -63,8 +63,10 @@ def test_hdr_ci_covers_the_true_quantile_about_95_percent(q, n):
 def test_a_too_narrow_interval_fails_the_coverage_band():
     # the same check catches a CI that is too narrow (80 % confidence passed off as 95 %)
     rng = np.random.default_rng(11)
-    hits = sum(lo <= _truth(0.99) <= hi for lo, hi in
-               (SampleDist(rng.exponential(MEAN_US, 1200)).quantile_ci(0.99, 0.80)[1:] for _ in range(600)))
+    hits = sum(
+        lo <= _truth(0.99) <= hi
+        for lo, hi in (SampleDist(rng.exponential(MEAN_US, 1200)).quantile_ci(0.99, 0.80)[1:] for _ in range(600))
+    )
     assert hits / 600 < 0.92
 
 
@@ -131,9 +133,19 @@ def _m(samples, seconds=2.0, energy=100.0, point=OperatingPoint(100, 2.0), **kw)
     for pct in PERCENTILES:
         e, lo, hi = d.quantile_ci(pct / 100)
         lat[pct], ci[pct] = e, (lo, hi)
-    return Measurement(seconds=seconds, offered_qps=1000.0 * kw.pop("qps_scale", 1.0), achieved_qps=900.0,
-                       requests=len(samples), latency_us=lat, latency_ci_us=ci, energy_j=energy, point=point,
-                       energy_by_zone_j={"package-0": energy / 2, "package-1": energy / 2}, latency_dist=d, **kw)
+    return Measurement(
+        seconds=seconds,
+        offered_qps=1000.0 * kw.pop("qps_scale", 1.0),
+        achieved_qps=900.0,
+        requests=len(samples),
+        latency_us=lat,
+        latency_ci_us=ci,
+        energy_j=energy,
+        point=point,
+        energy_by_zone_j={"package-0": energy / 2, "package-1": energy / 2},
+        latency_dist=d,
+        **kw,
+    )
 
 
 def test_merge_all_sums_and_recomputes_percentiles():
@@ -174,9 +186,24 @@ def test_latency_dist_is_not_serialised_or_compared_and_raw_arrays_are_wrapped()
     assert "latency_dist" not in d
     back = Measurement.from_dict(d)
     assert back.latency_dist is None and back == a
-    raw = Measurement(**{**{k: getattr(a, k) for k in ("seconds", "offered_qps", "achieved_qps", "requests",
-                                                        "latency_us", "latency_ci_us", "energy_j", "point")},
-                         "latency_dist": x})
+    raw = Measurement(
+        **{
+            **{
+                k: getattr(a, k)
+                for k in (
+                    "seconds",
+                    "offered_qps",
+                    "achieved_qps",
+                    "requests",
+                    "latency_us",
+                    "latency_ci_us",
+                    "energy_j",
+                    "point",
+                )
+            },
+            "latency_dist": x,
+        }
+    )
     assert isinstance(raw.latency_dist, SampleDist) and raw.latency_dist.count == 500
 
 
@@ -217,8 +244,13 @@ def test_vectorised_histogram_recording_matches_record_value():
     from actuators.latency.dist import record_many
 
     rng = np.random.default_rng(9)
-    values = np.concatenate([rng.integers(1, 3000, 500), (rng.exponential(1e5, 5000) + 1).astype(np.int64),
-                             [1, 2047, 2048, 4095, 4096, 10**9, 60_000_000_000]])
+    values = np.concatenate(
+        [
+            rng.integers(1, 3000, 500),
+            (rng.exponential(1e5, 5000) + 1).astype(np.int64),
+            [1, 2047, 2048, 4095, 4096, 10**9, 60_000_000_000],
+        ]
+    )
     one, many = new_histogram(), new_histogram()
     for v in values.tolist():
         one.record_value(v)
@@ -248,8 +280,10 @@ def test_weighted_samples_behave_like_repeated_ones():
 def test_raw_samples_in_a_measurement_stand_for_its_requests():
     x = np.random.default_rng(11).exponential(MEAN_US, 1000)
     base = _m(x)
-    kw = {k: getattr(base, k) for k in ("seconds", "offered_qps", "achieved_qps", "latency_us", "latency_ci_us",
-                                        "energy_j", "point")}
+    kw = {
+        k: getattr(base, k)
+        for k in ("seconds", "offered_qps", "achieved_qps", "latency_us", "latency_ci_us", "energy_j", "point")
+    }
     many = Measurement(**kw, requests=50_000, latency_dist=x)
     few = Measurement(**kw, requests=100, latency_dist=x)  # fewer requests than samples: weight 1
     assert many.latency_dist.count == 50_000 and few.latency_dist.count == 1000

@@ -11,9 +11,9 @@ import pytest
 from scipy.stats import norm
 
 from actuators.host import OperatingPoint
+from core.errors import TunerError
 from tests.test_contextual import OBJ, SMALL, ctx, meas
 from tests.test_safe_evidence import seeded
-from core.errors import TunerError
 from tuner.optimize.latscale import HEADROOM_FLOOR, LOG_CAP_SEM, LOG_CAP_X, LatencyScale
 from tuner.optimize.optimizer import Optimizer, TunerSettings
 
@@ -24,7 +24,7 @@ HEAD = LatencyScale("headroom", 500.0)
 def test_values_and_sems_by_the_delta_method() -> None:
     assert LOG.metric == "log_latency" and HEAD.metric == "latency_headroom"
     assert LOG.value(400.0, 8.0) == (pytest.approx(math.log(400.0)), pytest.approx(0.02))
-    assert LOG.value(400.0, None) == pytest.approx(math.log(400.0))       # no CI: a bare mean
+    assert LOG.value(400.0, None) == pytest.approx(math.log(400.0))  # no CI: a bare mean
     # far over the SLA (saturated): ln of the cap, with its fixed SEM
     assert LOG.value(40_000.0, 100.0) == (pytest.approx(math.log(LOG_CAP_X * 500.0)), LOG_CAP_SEM)
     assert HEAD.value(400.0, 8.0) == (pytest.approx(1.25), pytest.approx(1.25 * 0.02))
@@ -40,7 +40,7 @@ def test_back_to_microseconds() -> None:
         for sc in (LOG, HEAD):
             v = sc.value(p, 1.0)[0]
             assert sc.to_us(v) == pytest.approx(p)
-    assert HEAD.to_us(-0.2) == pytest.approx(500.0 / HEADROOM_FLOOR)     # a negative headroom: saturated
+    assert HEAD.to_us(-0.2) == pytest.approx(500.0 / HEADROOM_FLOOR)  # a negative headroom: saturated
     lat, sd = HEAD.latency_mean_sd(1.25, 0.05)
     assert lat == pytest.approx(400.0) and sd == pytest.approx(400.0 * 0.05 / 1.25)
     lat, sd = LOG.latency_mean_sd(math.log(400.0), 0.1)
@@ -89,9 +89,9 @@ def test_the_optimizer_fits_headroom_when_asked_and_predicts_in_microseconds() -
     log.begin_retune(120_000)
     pts = [OperatingPoint(SMALL.itr_us[0], SMALL.dvfs_ghz[-1]), OperatingPoint(SMALL.itr_us[-1], SMALL.dvfs_ghz[0])]
     for o in (head, log):
-        assert o._grid_model(o._load, refit=True) is not None    # past the Sobol phase: a fitted model
+        assert o._grid_model(o._load, refit=True) is not None  # past the Sobol phase: a fitted model
     ph, pl = head.predict(pts, 120_000), log.predict(pts, 120_000)
-    for a, b in zip(ph, pl):   # the same data on two scales: predictions of the same size, in µs
+    for a, b in zip(ph, pl):  # the same data on two scales: predictions of the same size, in µs
         assert a.latency_us > 0 and b.latency_us > 0 and 0.5 < a.latency_us / b.latency_us < 2.0
     grid = head._grid_model(head._load, refit=False)
     assert grid is not None and (grid["p_violation"] >= 0).all() and (grid["p_violation"] <= 1).all()
@@ -115,8 +115,9 @@ def test_the_sd_scale_widens_the_safety_check_by_that_factor() -> None:
         grid = opt._grid_model(opt._load, refit=True)
         assert grid is not None
         return grid
+
     one, three = gate(1.0), gate(3.0)
-    assert np.allclose(one["mu"], three["mu"]) and np.allclose(one["sd"], three["sd"])   # the same model
+    assert np.allclose(one["mu"], three["mu"]) and np.allclose(one["sd"], three["sd"])  # the same model
     want = LOG.prob_over(three["mu"], 3.0 * three["sd"], OBJ.sla_us)
     assert three["p_violation"] == pytest.approx(want)
-    assert (~three["unsafe"]).sum() < (~one["unsafe"]).sum()   # fewer points pass
+    assert (~three["unsafe"]).sum() < (~one["unsafe"]).sum()  # fewer points pass

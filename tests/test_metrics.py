@@ -54,11 +54,17 @@ def test_values_follow_the_loop(scraped):
     assert 0 < s[("tuner_latency_seconds", (("percentile", "99"),))] < 1
     assert s[("tuner_energy_joules_total", (("zone", "package"),))] > 0
     assert s[("tuner_power_watts", ())] > 0
-    assert s[("tuner_optimizer_seconds_count", ())] >= 9   # 4 suggest + 4 complete + best (+ to_json)
+    assert s[("tuner_optimizer_seconds_count", ())] >= 9  # 4 suggest + 4 complete + best (+ to_json)
     assert s[("tuner_trial_seconds_count", ())] == 4
     assert s[("tuner_loop_state", (("tuner_loop_state", "holding"),))] == 1
-    assert ("tuner_build_info", (("host", "tests.daemon_fakes:make_file_host"),
-                                 ("python", __import__("platform").python_version()), ("version", "0.1.0"))) in s
+    assert (
+        "tuner_build_info",
+        (
+            ("host", "tests.daemon_fakes:make_file_host"),
+            ("python", __import__("platform").python_version()),
+            ("version", "0.1.0"),
+        ),
+    ) in s
 
 
 def test_no_microsecond_or_global_registry_names(scraped):

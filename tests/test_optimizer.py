@@ -8,8 +8,8 @@ import math
 import pytest
 
 from actuators.host import PERCENTILES, KnobSpace, Measurement, OperatingPoint
-from tests.fakes import FailingHost, FakeHost
 from core.errors import TunerError
+from tests.fakes import FailingHost, FakeHost
 from tuner.optimize.optimizer import Objective, Optimizer, TunerSettings, run_retune
 
 SPACE = KnobSpace.ixgbe((1.2, 1.6, 2.0, 2.4, 2.9))
@@ -18,9 +18,16 @@ FAST = TunerSettings(trials=5, sobol_trials=3, settle_s=1.0, window_s=5.0, seed=
 
 def meas(p99: float, power: float, seconds: float = 5.0, qps: float = 1e5) -> Measurement:
     lat = {p: p99 * p / 99.0 for p in PERCENTILES}
-    return Measurement(seconds=seconds, offered_qps=qps, achieved_qps=qps, requests=int(qps * seconds),
-                       latency_us=lat, latency_ci_us={p: (v * 0.97, v * 1.03) for p, v in lat.items()},
-                       energy_j=power * seconds, point=None)
+    return Measurement(
+        seconds=seconds,
+        offered_qps=qps,
+        achieved_qps=qps,
+        requests=int(qps * seconds),
+        latency_us=lat,
+        latency_ci_us={p: (v * 0.97, v * 1.03) for p, v in lat.items()},
+        energy_j=power * seconds,
+        point=None,
+    )
 
 
 @pytest.mark.parametrize(
@@ -47,8 +54,9 @@ def test_settings_validation() -> None:
 
 
 def _fed(objective: Objective, values: list[tuple[float, float]], sla_check: str = "ci") -> Optimizer:
-    opt = Optimizer(SPACE, objective, TunerSettings(trials=len(values), sobol_trials=len(values), seed=1,
-                                                   sla_check=sla_check))
+    opt = Optimizer(
+        SPACE, objective, TunerSettings(trials=len(values), sobol_trials=len(values), seed=1, sla_check=sla_check)
+    )
     for p99, power in values:
         i, _ = opt.suggest()
         opt.complete(i, meas(p99, power), 1e5)
@@ -61,7 +69,7 @@ def test_best_is_lowest_reward_among_points_meeting_the_sla() -> None:
     opt = _fed(Objective("constrained", 99, 500), values, sla_check="estimate")
     d = opt.best()
     assert d.met_sla and d.measurement is not None
-    assert d.measurement.power_w == pytest.approx(25.0)   # the 10 W point broke the SLA
+    assert d.measurement.power_w == pytest.approx(25.0)  # the 10 W point broke the SLA
     assert d.point == opt.trials()[3].point
     assert "best measured point meeting p99 <= 500 µs (3 of 4" in d.reason
     # ci (default): 499 µs has a CI reaching 514 µs, so the 450 µs / 30 W point is chosen
@@ -104,7 +112,7 @@ def test_metrics_carry_standard_errors() -> None:
 def test_failed_trials_are_marked_failed_in_ax_and_the_retune_continues() -> None:
     from ax.core.base_trial import TrialStatus
 
-    host = FailingHost(fail_at=4, qps=150_000)   # measurements: settle, window, settle, WINDOW(fails)
+    host = FailingHost(fail_at=4, qps=150_000)  # measurements: settle, window, settle, WINDOW(fails)
     opt = Optimizer(host.knobs(), Objective(), FAST)
     seen = []
     d = run_retune(host, opt, FAST, on_trial=seen.append)
@@ -114,10 +122,10 @@ def test_failed_trials_are_marked_failed_in_ax_and_the_retune_continues() -> Non
     assert [r.index for r in failed] == [1]
     assert failed[0].reward is None and failed[0].measurement is None
     assert "HostError: fake host: measurement failed" in failed[0].error
-    assert failed[0].settle is not None   # its settle period was measured and counts
+    assert failed[0].settle is not None  # its settle period was measured and counts
     assert opt._client._experiment.trials[1].status == TrialStatus.FAILED
-    assert opt._client._experiment.lookup_data(trial_indices=[1]).df.empty   # no made-up value
-    assert host.point() == d.point   # the decision was applied
+    assert opt._client._experiment.lookup_data(trial_indices=[1]).df.empty  # no made-up value
+    assert host.point() == d.point  # the decision was applied
 
 
 def test_run_retune_settles_measures_and_applies_the_decision() -> None:
@@ -177,17 +185,20 @@ def test_reporting_unknown_or_repeated_trials_is_refused() -> None:
 
 def test_confident_and_significant_sla_judgements() -> None:
     obj = Objective("constrained", 99, 500)
-    assert obj.met_confidently(meas(480.0, 1.0))          # CI high 494.4
-    assert not obj.met_confidently(meas(490.0, 1.0))      # CI high 504.7
-    assert obj.violated_confidently(meas(520.0, 1.0))     # CI low 504.4
+    assert obj.met_confidently(meas(480.0, 1.0))  # CI high 494.4
+    assert not obj.met_confidently(meas(490.0, 1.0))  # CI high 504.7
+    assert obj.violated_confidently(meas(520.0, 1.0))  # CI low 504.4
     assert not obj.violated_confidently(meas(510.0, 1.0))  # CI low 494.7
     assert not obj.met(meas(510.0, 1.0))
 
 
 def test_sla_margin_tightens_the_final_choice() -> None:
     def best(margin: float) -> float:
-        opt = Optimizer(SPACE, Objective("constrained", 99, 500),
-                        TunerSettings(trials=2, sobol_trials=2, seed=1, sla_margin_pct=margin))
+        opt = Optimizer(
+            SPACE,
+            Objective("constrained", 99, 500),
+            TunerSettings(trials=2, sobol_trials=2, seed=1, sla_margin_pct=margin),
+        )
         for p99, power in [(450, 30.0), (480, 25.0)]:
             i, _ = opt.suggest()
             opt.complete(i, meas(p99, power), 1e5)
@@ -196,8 +207,8 @@ def test_sla_margin_tightens_the_final_choice() -> None:
         return d.measurement.power_w
 
     assert TunerSettings().sla_margin_pct == 5.0
-    assert best(0.0) == pytest.approx(25.0)    # CI high 494 µs <= 500
-    assert best(5.0) == pytest.approx(30.0)    # 494 > 475: only the 450 µs point (CI high 464) qualifies
+    assert best(0.0) == pytest.approx(25.0)  # CI high 494 µs <= 500
+    assert best(5.0) == pytest.approx(30.0)  # 494 > 475: only the 450 µs point (CI high 464) qualifies
     with pytest.raises(TunerError, match="sla_margin_pct"):
         TunerSettings(sla_margin_pct=100)
 

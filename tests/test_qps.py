@@ -7,6 +7,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
+from memcached_server import memcached, memcached_unix, start_memcached  # noqa: F401  (fixtures)
 
 from actuators.latency.memcached import MemcachedAddress, MemcachedClient
 from actuators.qps import (
@@ -20,7 +21,6 @@ from actuators.qps import (
     qps_source_from_spec,
 )
 from actuators.sensors import QpsSource
-from memcached_server import memcached, memcached_unix, start_memcached  # noqa: F401  (fixtures)
 from core.errors import HostError
 
 
@@ -221,7 +221,8 @@ def test_default_counters_exist_in_real_stats(memcached):
 def test_nic_counter_reset_and_scale():
     seq = iter([1000, 1500, 200, 300])
     src = NicRxQps(
-        "eth9", requests_per_packet=0.5,
+        "eth9",
+        requests_per_packet=0.5,
         counters_fn=lambda: {"eth9": SimpleNamespace(packets_recv=next(seq)), "lo": None},
     )
     assert [src.total_requests() for _ in range(4)] == [500.0, 750.0, 850.0, 900.0]

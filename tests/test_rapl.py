@@ -6,8 +6,8 @@ import pytest
 
 from actuators.linux import rapl
 from actuators.linux.hwio import HardwareIO
-from tests import fakefs
 from core.errors import HostError
+from tests import fakefs
 
 
 @pytest.fixture(autouse=True)
@@ -72,9 +72,15 @@ def test_safe_interval_and_missed_wrap_detection(tmp_path):
 def test_msr_intel_units_and_32bit_wrap(tmp_path):
     fakefs.cpu_online(tmp_path, 2)
     fakefs.cpuinfo(tmp_path, "GenuineIntel", 2)
-    fakefs.msr_files(tmp_path, 2, {rapl.MSR_RAPL_POWER_UNIT: 0x000A0E03,  # ESU 14 -> 61 µJ, PU 3
-                                   rapl.MSR_PKG_ENERGY_STATUS: 0xFFFF_FF00,
-                                   rapl.MSR_PKG_POWER_INFO: 8 * 125})  # 125 W TDP in 1/8 W
+    fakefs.msr_files(
+        tmp_path,
+        2,
+        {
+            rapl.MSR_RAPL_POWER_UNIT: 0x000A0E03,  # ESU 14 -> 61 µJ, PU 3
+            rapl.MSR_PKG_ENERGY_STATUS: 0xFFFF_FF00,
+            rapl.MSR_PKG_POWER_INFO: 8 * 125,
+        },
+    )  # 125 W TDP in 1/8 W
     for cpu, pkg in ((0, "0"), (1, "1")):
         fakefs.write(tmp_path / f"sys/devices/system/cpu/cpu{cpu}/topology/physical_package_id", pkg)
     meter = rapl.discover_meter(HardwareIO(tmp_path))

@@ -7,18 +7,18 @@ import threading
 import time
 
 import pytest
+from memcached_server import memcached  # noqa: F401  (fixture)
 
-from actuators.linux.dvfs import IA32_PERF_CTL
 from actuators.host import Host, OperatingPoint, apply_point
+from actuators.linux.dvfs import IA32_PERF_CTL
 from actuators.linux.hwio import UnavailableNic
 from actuators.linux.itr import RX_USECS
 from actuators.linux.originals import OriginalsStore
 from actuators.real import RealHost, default_nic, make_real_host
-from memcached_server import memcached  # noqa: F401  (fixture)
+from core.errors import HostError, KnobRangeError
 from tests import fakefs
 from tests.fakefs import FakeLatency, FakeQps, power_meter
 from tuner.cli import app as cli
-from core.errors import HostError, KnobRangeError
 
 NCPU = 4
 CTL0 = 20 << 8
@@ -41,9 +41,11 @@ def ctl(root, cpu):
 
 
 def untouched(root, nic):
-    return (all(ctl(root, c) == CTL0 for c in range(NCPU))
-            and all((root / GOV.format(c)).read_text().strip() == "ondemand" for c in range(NCPU))
-            and nic.coalesce["eth1"][RX_USECS] == 1)
+    return (
+        all(ctl(root, c) == CTL0 for c in range(NCPU))
+        and all((root / GOV.format(c)).read_text().strip() == "ondemand" for c in range(NCPU))
+        and nic.coalesce["eth1"][RX_USECS] == 1
+    )
 
 
 def host_for(root, nic, **kw):
@@ -56,8 +58,11 @@ def test_protocol_knobs_point_and_restore(tree):
     host = host_for(root, nic)
     assert isinstance(host, Host)
     knobs = host.knobs()
-    assert knobs.itr_us[0] == 2 and knobs.itr_us[-1] == 1022 and knobs.dvfs_ghz == tuple(
-        round(0.1 * r, 1) for r in range(12, 30))
+    assert (
+        knobs.itr_us[0] == 2
+        and knobs.itr_us[-1] == 1022
+        and knobs.dvfs_ghz == tuple(round(0.1 * r, 1) for r in range(12, 30))
+    )
     assert host.point() is None
     assert apply_point(host, OperatingPoint(100, 2.4)) == OperatingPoint(100, 2.4)
     assert host.point() == OperatingPoint(100, 2.4)
@@ -208,8 +213,9 @@ def test_cli_set_then_restore(tree, monkeypatch, capsys):
 
     monkeypatch.setattr(real, "default_nic", lambda r: nic)
     state = root.parent / "state"
-    rc = cli.main(["set", "--itr", "64", "--dvfs", "2.2", "--backend", "msr", "--root", str(root),
-                   "--state-dir", str(state)])
+    rc = cli.main(
+        ["set", "--itr", "64", "--dvfs", "2.2", "--backend", "msr", "--root", str(root), "--state-dir", str(state)]
+    )
     out = capsys.readouterr().out
     assert rc == 0 and "DVFS 2.2 GHz on CPUs 0,1,2,3 (msr backend)" in out and "ITR 64 µs" in out
     assert ctl(root, 3) == 22 << 8 and nic.coalesce["eth1"][RX_USECS] == 64
@@ -242,8 +248,13 @@ def test_full_real_host_with_real_memcached_and_prober(tree, memcached):
     """make_real_host with every part: fake hardware tree, the real QPS reader and prober on a real
     memcached (127.0.0.1, free port)."""
     root, nic = tree
-    host = make_real_host(root=root, nic=nic, backend="msr", qps=f"memcached:{memcached.address}",
-                          latency={"target": memcached.address, "rate_hz": 400.0})
+    host = make_real_host(
+        root=root,
+        nic=nic,
+        backend="msr",
+        qps=f"memcached:{memcached.address}",
+        latency={"target": memcached.address, "rate_hz": 400.0},
+    )
     try:
         assert host.probe_counts_in_qps
         fakefs.advance_zone(root, "intel-rapl:0", 0)
@@ -314,7 +325,9 @@ def test_two_processes_never_lose_each_others_originals(tmp_path):
     assert manual.remember(Setting("sysfs", "sys/b", "1"))
     assert not manual.remember(Setting("sysfs", "sys/a", "userspace"))  # daemon's original wins
     assert [(e.target, e.value) for e in OriginalsStore(state, tmp_path).entries()] == [
-        ("sys/a", "ondemand"), ("sys/b", "1")]
+        ("sys/a", "ondemand"),
+        ("sys/b", "1"),
+    ]
     daemon.forget({("sysfs", "sys/a", 0)})
     assert [e.target for e in OriginalsStore(state, tmp_path).entries()] == ["sys/b"]
 

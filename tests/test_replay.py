@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from actuators.host import KnobSpace, OperatingPoint
+from core.errors import TunerError
 from tests.fakes import FailingHost, FakeHost
 from tuner.cli.app import main
-from core.errors import TunerError
 from tuner.optimize.optimizer import Objective, TunerSettings
 from tuner.replay.run import ReplayWindow, oracle_point, parse_policies, policy_summary, replay
 
@@ -34,8 +34,9 @@ class ModelHost(FakeHost):
         out = []
         for p in points:
             lat, util, _ = self.model(p.itr_us, p.dvfs_ghz, qps)
-            power = 10.0 + self.cores * (min(util, 1.0) * 0.6 * p.dvfs_ghz ** 3
-                                         + max(1.0 - util, 0.0) * self.idle_w(p.itr_us))
+            power = 10.0 + self.cores * (
+                min(util, 1.0) * 0.6 * p.dvfs_ghz**3 + max(1.0 - util, 0.0) * self.idle_w(p.itr_us)
+            )
             out.append(Expected(lat, power))
         return out
 
@@ -75,7 +76,8 @@ def test_replay_all_policies_accounts_energy_and_beats_baselines() -> None:
     assert s["energy_j"] == pytest.approx(sum(w.energy_j for w in tw))
     assert s["ratio_to_oracle"] >= 1.0
     assert s["saved_vs_linux_default_pct"] == pytest.approx(
-        100 * (1 - s["energy_j"] / sum(w.energy_j for w in res.policies["linux-default"].windows)))
+        100 * (1 - s["energy_j"] / sum(w.energy_j for w in res.policies["linux-default"].windows))
+    )
     assert policy_summary(res, "linux-default")["saved_vs_linux_default_pct"] == pytest.approx(0.0)
 
 
@@ -94,8 +96,10 @@ def test_oracle_point_falls_back_to_lowest_latency() -> None:
     host = make_model_host()
     p, why = oracle_point(host, Objective("constrained", 99, 1.0), 150_000.0)
     assert "no point meets the SLA" in why
-    lat = {q: host.expected([q], 150_000.0)[0].latency_us[99.0] for q in
-           (OperatingPoint(i, f) for i in KNOBS.itr_us for f in KNOBS.dvfs_ghz)}
+    lat = {
+        q: host.expected([q], 150_000.0)[0].latency_us[99.0]
+        for q in (OperatingPoint(i, f) for i in KNOBS.itr_us for f in KNOBS.dvfs_ghz)
+    }
     assert lat[p] == min(lat.values())
 
 
@@ -111,9 +115,32 @@ def _tiny_trace(path: Path, seconds: int) -> Path:
 def test_cli_short_replay_writes_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = _tiny_trace(tmp_path / "t.csv", 180)
     out = tmp_path / "out"
-    rc = main([ "replay", str(trace), "--host", "tests.test_replay:make_model_host", "--hours", "0.05",
-                "--bin", "60", "--peak-qps", "200000", "--trials", "3", "--sobol-trials", "2", "--settle", "0.5",
-                "--window", "5", "--seed", "2", "--out", str(out)])
+    rc = main(
+        [
+            "replay",
+            str(trace),
+            "--host",
+            "tests.test_replay:make_model_host",
+            "--hours",
+            "0.05",
+            "--bin",
+            "60",
+            "--peak-qps",
+            "200000",
+            "--trials",
+            "3",
+            "--sobol-trials",
+            "2",
+            "--settle",
+            "0.5",
+            "--window",
+            "5",
+            "--seed",
+            "2",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     text = capsys.readouterr().out
     assert "summary" in text and "oracle" in text
@@ -165,11 +192,24 @@ def test_cli_short_replay_writes_report(tmp_path: Path, capsys: pytest.CaptureFi
         (["--history", "nope.jsonl", "--context", ""], "--history nope.jsonl: no such file"),
     ],
 )
-def test_cli_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str],
-                                   message: str) -> None:
+def test_cli_bad_input_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
     trace = _tiny_trace(tmp_path / "t.csv", 180)
-    argv = ["replay", str(trace), "--host", "tests.test_replay:make_model_host", "--hours", "0.05", "--bin", "60",
-            "--trials", "2", "--out", str(tmp_path / "o")]
+    argv = [
+        "replay",
+        str(trace),
+        "--host",
+        "tests.test_replay:make_model_host",
+        "--hours",
+        "0.05",
+        "--bin",
+        "60",
+        "--trials",
+        "2",
+        "--out",
+        str(tmp_path / "o"),
+    ]
     if "--window-min-s" in extra:
         argv += ["--window-mode", "adaptive"]
     for i in range(0, len(extra), 2):
@@ -178,7 +218,7 @@ def test_cli_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture
         elif extra[i] in argv:
             argv[argv.index(extra[i]) + 1] = extra[i + 1]
         else:
-            argv += extra[i:i + 2]
+            argv += extra[i : i + 2]
     rc = main(argv)
     err = capsys.readouterr().err
     assert rc == 2
@@ -210,16 +250,23 @@ def _days(n: int, noise: float = 0.05) -> tuple[ReplayWindow, ...]:
     from traces.schedule import Schedule, Window, repeat_days
 
     one = Schedule(tuple(Window(w.index, w.start_s, w.seconds, w.qps) for w in WINDOWS), "t", 1.0, 1.0)
-    return tuple(ReplayWindow(w.index, w.start_s, w.seconds, w.qps, w.day)
-                 for w in repeat_days(one, n, noise=noise, seed=3).windows)
+    return tuple(
+        ReplayWindow(w.index, w.start_s, w.seconds, w.qps, w.day)
+        for w in repeat_days(one, n, noise=noise, seed=3).windows
+    )
 
 
 def test_multi_day_cold_replay_reports_per_day(tmp_path: Path) -> None:
     from tuner.replay.report import summary, window_rows, write_files
 
     cold = replace(SETTINGS, trials=2, sobol_trials=2)
-    res = replay(lambda: make_model_host(0), _days(2), Objective("constrained", 99, 500), cold,
-                 policies=("tuner", "linux-default", "oracle"))
+    res = replay(
+        lambda: make_model_host(0),
+        _days(2),
+        Objective("constrained", 99, 500),
+        cold,
+        policies=("tuner", "linux-default", "oracle"),
+    )
     tw = res.policies["tuner"].windows
     assert [(w.index, w.day) for w in tw] == [(0, 0), (1, 0), (2, 1), (3, 1)]
     assert len(res.policies["tuner"].trials) == 8
@@ -249,8 +296,7 @@ def test_multi_day_cold_replay_reports_per_day(tmp_path: Path) -> None:
 
 def test_history_needs_context() -> None:
     with pytest.raises(TunerError, match="needs the contextual tuner"):
-        replay(lambda: make_model_host(0), WINDOWS, Objective(), SETTINGS, policies=("tuner",),
-               history=[object()])  # type: ignore[list-item]
+        replay(lambda: make_model_host(0), WINDOWS, Objective(), SETTINGS, policies=("tuner",), history=[object()])  # type: ignore[list-item]
 
 
 def test_presets() -> None:
@@ -258,7 +304,12 @@ def test_presets() -> None:
 
     cold = preset_settings("cold", replace(SETTINGS, trials=4))
     assert (cold.trials, cold.context, cold.stop_ei_pct, cold.safe_delta, cold.window_mode) == (
-        30, False, 0.0, 0.0, "fixed")
+        30,
+        False,
+        0.0,
+        0.0,
+        "fixed",
+    )
     warm = preset_settings("warm", SETTINGS, safe_delta=0.0)
     assert warm.context and warm.stop_ei_pct > 0 and warm.window_mode == "adaptive" and warm.safe_delta == 0.0
     assert warm.window_s == SETTINGS.window_s and warm.seed == SETTINGS.seed
@@ -269,10 +320,41 @@ def test_presets() -> None:
 def test_cli_multi_day_replay_and_save_trials(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = _tiny_trace(tmp_path / "t.csv", 180)
     out = tmp_path / "out"
-    rc = main(["replay", str(trace), "--host", "tests.test_replay:make_model_host", "--hours", str(2 / 60), "--bin", "60", "--peak-qps", "200000", "--tuner", "cold", "--trials", "2",
-        "--sobol-trials", "2", "--settle", "0.5", "--window", "5", "--days", "3", "--day-noise", "0.1",
-        "--policies", "tuner,oracle", "--out", str(out), "--save-trials", str(tmp_path / "t" / "trials.jsonl"),
-        "-q"])
+    rc = main(
+        [
+            "replay",
+            str(trace),
+            "--host",
+            "tests.test_replay:make_model_host",
+            "--hours",
+            str(2 / 60),
+            "--bin",
+            "60",
+            "--peak-qps",
+            "200000",
+            "--tuner",
+            "cold",
+            "--trials",
+            "2",
+            "--sobol-trials",
+            "2",
+            "--settle",
+            "0.5",
+            "--window",
+            "5",
+            "--days",
+            "3",
+            "--day-noise",
+            "0.1",
+            "--policies",
+            "tuner,oracle",
+            "--out",
+            str(out),
+            "--save-trials",
+            str(tmp_path / "t" / "trials.jsonl"),
+            "-q",
+        ]
+    )
     assert rc == 0
     text = capsys.readouterr().out
     assert "tuner per day" in text and "saved 12 completed tuner trial(s)" in text
@@ -313,21 +395,27 @@ def test_context_mode_uses_one_optimizer_and_a_retune_per_window(monkeypatch: py
     assert [r.index for r in pr.trials] == list(range(8))  # trial numbers continue across windows
     assert [w.trials for w in pr.windows] == [2, 2, 2, 2]
     for w, start in zip(pr.windows, range(0, 8, 2)):
-        assert [r.qps for r in pr.trials[start:start + 2]] == pytest.approx([w.qps] * 2)
+        assert [r.qps for r in pr.trials[start : start + 2]] == pytest.approx([w.qps] * 2)
     assert "contextual tuner, one experiment for 4 windows" in pr.note
     made.clear()
-    cold = replay(lambda: make_model_host(0), windows, Objective("constrained", 99, 500),
-                  replace(warm, context=False), policies=("tuner",))
+    cold = replay(
+        lambda: make_model_host(0),
+        windows,
+        Objective("constrained", 99, 500),
+        replace(warm, context=False),
+        policies=("tuner",),
+    )
     assert len(made) == 4 and [r.index for r in cold.policies["tuner"].trials] == [0, 1] * 4
 
 
 def test_context_mode_seeded_from_history(tmp_path: Path) -> None:
-    from tuner.store.history import read_trials
     from tuner.replay.report import write_files
+    from tuner.store.history import read_trials
 
     obj = Objective("constrained", 99, 500)
-    first = replay(lambda: make_model_host(0), WINDOWS, obj, replace(SETTINGS, trials=3, sobol_trials=2),
-                   policies=("tuner",))
+    first = replay(
+        lambda: make_model_host(0), WINDOWS, obj, replace(SETTINGS, trials=3, sobol_trials=2), policies=("tuner",)
+    )
     write_files(first, tmp_path)
     history = read_trials(tmp_path / "trials.jsonl", space=KNOBS)
     assert len(history) == 6
@@ -357,15 +445,52 @@ def test_adaptive_window_time_saved_is_accounted(monkeypatch: pytest.MonkeyPatch
 def test_cli_warm_preset_with_overrides(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = _tiny_trace(tmp_path / "t.csv", 180)
     out = tmp_path / "out"
-    rc = main(["replay", str(trace), "--host", "tests.test_replay:make_model_host", "--hours", str(2 / 60),
-               "--bin", "60", "--peak-qps", "200000", "--tuner", "warm", "--trials", "3", "--sobol-trials", "2",
-               "--settle", "0.5", "--window", "5", "--window-min-s", "1", "--no-context", "--safe-delta", "0",
-               "--days", "2", "--policies", "tuner", "--out", str(out), "-q"])
+    rc = main(
+        [
+            "replay",
+            str(trace),
+            "--host",
+            "tests.test_replay:make_model_host",
+            "--hours",
+            str(2 / 60),
+            "--bin",
+            "60",
+            "--peak-qps",
+            "200000",
+            "--tuner",
+            "warm",
+            "--trials",
+            "3",
+            "--sobol-trials",
+            "2",
+            "--settle",
+            "0.5",
+            "--window",
+            "5",
+            "--window-min-s",
+            "1",
+            "--no-context",
+            "--safe-delta",
+            "0",
+            "--days",
+            "2",
+            "--policies",
+            "tuner",
+            "--out",
+            str(out),
+            "-q",
+        ]
+    )
     assert rc == 0
     assert "tuner per day (cold" in capsys.readouterr().out  # --no-context overrides the preset
     st = json.loads((out / "summary.json").read_text())["settings"]
     assert (st["context"], st["window_mode"], st["safe_delta"], st["window_min_s"], st["trials"]) == (
-        False, "adaptive", 0.0, 1.0, 3)
+        False,
+        "adaptive",
+        0.0,
+        1.0,
+        3,
+    )
     assert st["stop_ei_pct"] > 0
 
 
@@ -377,6 +502,6 @@ def test_the_safety_filters_calibration_is_counted_from_its_trials() -> None:
     gated = [r for r in recs if r.p_violation is not None and r.status == "completed"]
     assert gated, "the model passed no trial: nothing checked"
     ps = policy_summary(res, "tuner")
-    assert ps["gated_trials"] == len(gated) < len(recs)      # the safe-start trials carry no model P
+    assert ps["gated_trials"] == len(gated) < len(recs)  # the safe-start trials carry no model P
     assert ps["gated_expected_over"] == pytest.approx(sum(r.p_violation for r in gated))
     assert ps["gated_over"] == sum(1 for r in gated if r.measurement.percentile(99.0) > 500)

@@ -14,7 +14,9 @@ def test_registry_names_and_default() -> None:
     assert set(reward.REWARDS) == {"constrained", "sla-linear", "edp", "latency"}
     assert reward.DEFAULT_REWARD in REGISTRY
     assert REGISTRY["constrained"].constrained and not REGISTRY["sla-linear"].constrained
-    with pytest.raises(ValueError, match="unknown reward 'energy': expected one of constrained, edp, latency, sla-linear"):
+    with pytest.raises(
+        ValueError, match="unknown reward 'energy': expected one of constrained, edp, latency, sla-linear"
+    ):
         get_reward("energy")
 
 

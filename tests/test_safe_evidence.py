@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
 import pytest
 
 from actuators.host import OperatingPoint, apply_point
+from core.errors import TunerError
 from tests.fakes import FakeHost
 from tests.test_contextual import OBJ, SMALL, ctx, history, meas
 from tuner.optimize import acquisition
-from core.errors import TunerError
 from tuner.optimize.optimizer import SAFE_ITR_DOWN_WEIGHT, SAFE_LOAD_TOL, Optimizer, TunerSettings
 
 CORNER = OperatingPoint(SMALL.itr_us[0], SMALL.dvfs_ghz[-1])
@@ -41,14 +40,17 @@ def test_supported_needs_met_evidence_near_it_at_this_load_or_above() -> None:
     # evidence that broke the limit vouches for nothing; no load (no context) ignores the loads
     assert not acquisition.supported(cand, ev, np.array([0.9]), np.array([False]), 0.5, 0.15, 0.1).any()
     assert acquisition.supported(cand, ev, np.array([0.0]), np.array([True]), None, 0.15, 0.1).tolist() == got.tolist()
-    assert acquisition.supported(cand, np.zeros((0, 2)), np.zeros(0), np.zeros(0, bool), 0.5, 0.15, 0.1).tolist() \
-        == [False] * len(cand)
+    assert acquisition.supported(cand, np.zeros((0, 2)), np.zeros(0), np.zeros(0, bool), 0.5, 0.15, 0.1).tolist() == [
+        False
+    ] * len(cand)
     # a lower ITR than the evidence (more interrupts, steeper toward saturation) counts double with weight 2
     side = np.array([[0.4, 0.8], [0.6, 0.8]])
     mid = np.array([[0.5, 0.8]])
     assert acquisition.supported(side, mid, np.array([0.5]), np.array([True]), 0.5, 0.15, 0.1).tolist() == [True, True]
-    assert acquisition.supported(side, mid, np.array([0.5]), np.array([True]), 0.5, 0.15, 0.1, 2.0).tolist() \
-        == [False, True]
+    assert acquisition.supported(side, mid, np.array([0.5]), np.array([True]), 0.5, 0.15, 0.1, 2.0).tolist() == [
+        False,
+        True,
+    ]
 
 
 def test_vetoed_rules_out_neighbours_of_a_violation_at_its_frequency_or_below_and_its_load_or_above() -> None:
@@ -68,7 +70,7 @@ def test_the_filter_never_tries_next_to_a_point_just_measured_over_the_sla() -> 
     opt, s = seeded()
     opt.begin_retune(120_000)
     i, p = opt.suggest()
-    opt.complete(i, meas(900, 25, qps=120_000), 120_000)        # whatever it was, it broke the SLA badly
+    opt.complete(i, meas(900, 25, qps=120_000), 120_000)  # whatever it was, it broke the SLA badly
     for _ in range(3):
         j, q = opt.suggest()
         if opt._pending[j].line_t is None:
@@ -81,7 +83,7 @@ def test_the_filter_never_tries_next_to_a_point_just_measured_over_the_sla() -> 
 def test_line_step_is_shortened_where_latency_climbs_toward_the_limit() -> None:
     step = 1 / 7
     flat = [(0.0, True, 0.10), (step, True, 0.12)]
-    assert acquisition.next_line_t(flat, step) == pytest.approx(2 * step)        # far from the limit: full step
+    assert acquisition.next_line_t(flat, step) == pytest.approx(2 * step)  # far from the limit: full step
     steep = [(4 * step, True, 0.76), (5 * step, True, 0.94)]
     t = acquisition.next_line_t(steep, step)
     # the straight line through the last two reaches the limit (ratio 1) at t; never less than a quarter step
@@ -115,7 +117,7 @@ def _dist(a: OperatingPoint, b: OperatingPoint) -> float:
 def test_a_load_above_every_measured_one_starts_at_the_safe_corner_then_expands_from_evidence() -> None:
     opt, s = seeded()
     host = FakeHost(knobs=SMALL)
-    qps = 160_000 / (1 - SAFE_LOAD_TOL) * 1.3          # well above what any measurement vouches for
+    qps = 160_000 / (1 - SAFE_LOAD_TOL) * 1.3  # well above what any measurement vouches for
     host.set_offered_qps(qps)
     opt.begin_retune(qps)
     i, p = opt.suggest()
@@ -124,7 +126,7 @@ def test_a_load_above_every_measured_one_starts_at_the_safe_corner_then_expands_
     apply_point(host, p)
     opt.complete(i, host.measure(5.0), qps)
     met = [opt.trials()[-1].point]
-    for _ in range(4):   # each later point is near a point measured within the limit at this load
+    for _ in range(4):  # each later point is near a point measured within the limit at this load
         i, p = opt.suggest()
         pend = opt._pending[i]
         if pend.line_t is None:
@@ -156,9 +158,10 @@ def test_safe_model_error_widens_the_gate_and_is_validated() -> None:
         grid = opt._grid_model(opt._load, refit=True)
         assert grid is not None
         return float(grid["p_violation"].mean()), float((~grid["unsafe"]).mean())
+
     pv0, open0 = filtered(0.0)
     pv1, open1 = filtered(0.2)
-    assert pv1 > pv0 and open1 < open0      # the same model, a wider error: higher P, fewer points pass
+    assert pv1 > pv0 and open1 < open0  # the same model, a wider error: higher P, fewer points pass
     with pytest.raises(TunerError, match=r"safe_model_error must be in \[0, 1\]"):
         TunerSettings(safe_model_error=-0.1)
 
@@ -181,8 +184,8 @@ def test_a_saturated_window_goes_to_ax_at_the_cap() -> None:
     from tuner.optimize.latscale import LOG_CAP_X as LATENCY_CAP_X
 
     opt = Optimizer(SMALL, OBJ, ctx())
-    far = opt.metrics(meas(40_000, 30))           # 80 x the SLA: saturated
+    far = opt.metrics(meas(40_000, 30))  # 80 x the SLA: saturated
     assert far["log_latency"] == (pytest.approx(math.log(LATENCY_CAP_X * OBJ.sla_us)), LATENCY_CAP_SEM)
-    near = opt.metrics(meas(600, 30))             # over the SLA but under the cap: as measured
+    near = opt.metrics(meas(600, 30))  # over the SLA but under the cap: as measured
     assert near["log_latency"][0] == pytest.approx(math.log(600))
     assert far["power"] == near["power"]

@@ -209,8 +209,11 @@ def test_expected_is_consistent_interpolated_and_monotone():
     assert exp[0].latency_us[99.0] > exp[2].latency_us[99.0]  # ... and lower tail
     lo, hi = host.expected([OperatingPoint(100, 1.5), OperatingPoint(120, 1.5)], 400_000)
     mid = exp[3]
-    assert min(lo.latency_us[99.0], hi.latency_us[99.0]) <= mid.latency_us[99.0] <= max(lo.latency_us[99.0],
-                                                                                          hi.latency_us[99.0])
+    assert (
+        min(lo.latency_us[99.0], hi.latency_us[99.0])
+        <= mid.latency_us[99.0]
+        <= max(lo.latency_us[99.0], hi.latency_us[99.0])
+    )
     with pytest.raises(KnobRangeError):
         host.expected([OperatingPoint(3, 1.5)], 400_000)
     d = host.expected_default(400_000)
@@ -245,8 +248,10 @@ def test_pstate_governor_runs_faster_under_more_load_and_idles_at_minimum():
 
     p = SimParams()
     freqs = np.array(SimHost().knobs().dvfs_ghz)
-    mean_f = {q: float(np.dot(pstate_occupancy(p, q / 16e6, 16.0, freqs, 400, np.random.default_rng(1)), freqs))
-              for q in (1.0, 200_000.0, 400_000.0)}
+    mean_f = {
+        q: float(np.dot(pstate_occupancy(p, q / 16e6, 16.0, freqs, 400, np.random.default_rng(1)), freqs))
+        for q in (1.0, 200_000.0, 400_000.0)
+    }
     assert mean_f[1.0] == pytest.approx(1.2)  # idle: lowest P-state
     assert 1.2 < mean_f[200_000.0] < mean_f[400_000.0] <= 2.9
 
@@ -258,12 +263,28 @@ def _sample_p99s(qps: float, pt: OperatingPoint, n: int, requests: int = 60_000)
     from actuators.sim.model import SimParams, simulate
 
     p = SimParams()
-    return [float(np.percentile(simulate(p, qps / 16e6, pt.itr_us, np.array([pt.dvfs_ghz]), requests, CHAINS,
-                                         np.random.default_rng(1000 + s)).latency_us[0], 99.0)) for s in range(n)]
+    return [
+        float(
+            np.percentile(
+                simulate(
+                    p, qps / 16e6, pt.itr_us, np.array([pt.dvfs_ghz]), requests, CHAINS, np.random.default_rng(1000 + s)
+                ).latency_us[0],
+                99.0,
+            )
+        )
+        for s in range(n)
+    ]
 
 
-@pytest.mark.parametrize("qps,pt", [(600_000.0, OperatingPoint(246, 1.6)), (600_000.0, OperatingPoint(100, 1.7)),
-                                    (400_000.0, OperatingPoint(318, 1.2)), (200_000.0, OperatingPoint(384, 1.2))])
+@pytest.mark.parametrize(
+    "qps,pt",
+    [
+        (600_000.0, OperatingPoint(246, 1.6)),
+        (600_000.0, OperatingPoint(100, 1.7)),
+        (400_000.0, OperatingPoint(318, 1.2)),
+        (200_000.0, OperatingPoint(384, 1.2)),
+    ],
+)
 def test_expected_is_the_long_run_value_of_independent_samples(qps, pt):
     # bias check without the shrink: independent 60K-request samples (what one measure() simulates, warm-up
     # included) at the nominal load; their mean p99 must lie within 3 standard errors of expected(), counting
@@ -274,8 +295,15 @@ def test_expected_is_the_long_run_value_of_independent_samples(qps, pt):
     assert abs(statistics.fmean(vals) - exp.latency_us[99.0]) <= 3 * se + 0.005 * exp.latency_us[99.0]
 
 
-@pytest.mark.parametrize("qps,pt", [(600_000.0, OperatingPoint(246, 1.6)), (600_000.0, OperatingPoint(100, 1.7)),
-                                    (400_000.0, OperatingPoint(318, 1.2)), (200_000.0, OperatingPoint(384, 1.2))])
+@pytest.mark.parametrize(
+    "qps,pt",
+    [
+        (600_000.0, OperatingPoint(246, 1.6)),
+        (600_000.0, OperatingPoint(100, 1.7)),
+        (400_000.0, OperatingPoint(318, 1.2)),
+        (200_000.0, OperatingPoint(384, 1.2)),
+    ],
+)
 def test_mean_of_20s_windows_matches_expected(qps, pt):
     host = SimHost(seed=21, qps=qps)
     apply_point(host, pt)

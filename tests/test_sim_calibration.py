@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from actuators.host import OperatingPoint
-from actuators.sim.host import SimHost
 from actuators.sim import calibration as cal
+from actuators.sim.host import SimHost
 
 
 @pytest.fixture(scope="module")
@@ -70,20 +70,29 @@ def test_max_qps_at_fastest_settings(host):
     assert 700_000 <= q <= 900_000  # tolerance: 700K-900K QPS (dissertation: Linux peaks near 800K)
 
 
-@pytest.mark.xfail(strict=True, reason="known miss (README sim table): 600K <= 1.5 GHz violates the SLA where the fit "
-                   "does not (1.3 GHz saturates), 24/40 within; short ITR (2-10 µs, TX-completion interrupts double "
-                   "the wake-ups) runs high: 400K 37/44 ((2, 1.3) 263 vs 163 µs), 200K 42/44 ((2, 1.3) 102 vs 77)")
+@pytest.mark.xfail(
+    strict=True,
+    reason="known miss (README sim table): 600K <= 1.5 GHz violates the SLA where the fit "
+    "does not (1.3 GHz saturates), 24/40 within; short ITR (2-10 µs, TX-completion interrupts double "
+    "the wake-ups) runs high: 400K 37/44 ((2, 1.3) 263 vs 163 µs), 200K 42/44 ((2, 1.3) 102 vs 77)",
+)
 @pytest.mark.parametrize("qps", [200_000.0, 400_000.0, 600_000.0])
 def test_p99_follows_eq63(host, qps):
     rows = cal.eq63_rows(host, qps)  # sampled ITR x DVFS points where the fit predicts <= 600 µs
     assert len(rows) >= 30
-    bad = [(r.itr_us, r.dvfs_ghz, round(r.sim_p99_us), round(r.fit_p99_us)) for r in rows
-           if abs(r.rel_error) > cal.EQ63_TOLERANCE]
+    bad = [
+        (r.itr_us, r.dvfs_ghz, round(r.sim_p99_us), round(r.fit_p99_us))
+        for r in rows
+        if abs(r.rel_error) > cal.EQ63_TOLERANCE
+    ]
     assert not bad  # tolerance: ±20 % of eq. 6.3 with table 6.1's Linux parameters
 
 
-@pytest.mark.xfail(strict=True, reason="known miss (README sim table): even on SLA-meeting points, 600K ITR 2 at "
-                   ">= 2.1 GHz +42..+60 %; 400K (2, 1.3) +61 %, (2, 2.9) +40 % (60 vs 43 µs); 200K (2, 1.3) +31 %")
+@pytest.mark.xfail(
+    strict=True,
+    reason="known miss (README sim table): even on SLA-meeting points, 600K ITR 2 at "
+    ">= 2.1 GHz +42..+60 %; 400K (2, 1.3) +61 %, (2, 2.9) +40 % (60 vs 43 µs); 200K (2, 1.3) +31 %",
+)
 @pytest.mark.parametrize("qps", [200_000.0, 400_000.0, 600_000.0])
 def test_p99_follows_eq63_on_sla_meeting_points(host, qps):
     # Comparison domain restricted to the fit's own data set: the dissertation fitted eq. 6.3 only on
@@ -91,8 +100,11 @@ def test_p99_follows_eq63_on_sla_meeting_points(host, qps):
     # set", ch. 6.1), so points where the simulated p99 exceeds 500 µs are outside what the fit describes.
     rows = cal.eq63_rows(host, qps, sla_us=cal.SLA_US)
     assert len(rows) >= 20
-    bad = [(r.itr_us, r.dvfs_ghz, round(r.sim_p99_us), round(r.fit_p99_us)) for r in rows
-           if abs(r.rel_error) > cal.EQ63_TOLERANCE]
+    bad = [
+        (r.itr_us, r.dvfs_ghz, round(r.sim_p99_us), round(r.fit_p99_us))
+        for r in rows
+        if abs(r.rel_error) > cal.EQ63_TOLERANCE
+    ]
     assert not bad  # tolerance: ±20 % of eq. 6.3 with table 6.1's Linux parameters
 
 

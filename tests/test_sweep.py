@@ -47,33 +47,39 @@ def test_itr_full_ixgbe_range_and_coarse_step():
     assert len(coarse) == 52 and coarse[:3] == (2, 22, 42) and coarse[-1] == 1022
 
 
-@pytest.mark.parametrize("spec,expected", [
-    ("100:105:2", (100, 102, 104)),       # HI off the grid: stop below it
-    ("10:16", (10, 12, 14, 16)),          # LO:HI -> the host's own values in range
-    ("9:15", (10, 12, 14)),
-    ("300", (300,)),
-    (" 300, 2 ", (300, 2)),               # list order kept
-    ("ALL", tuple(range(2, 1023, 2))),
-])
+@pytest.mark.parametrize(
+    "spec,expected",
+    [
+        ("100:105:2", (100, 102, 104)),  # HI off the grid: stop below it
+        ("10:16", (10, 12, 14, 16)),  # LO:HI -> the host's own values in range
+        ("9:15", (10, 12, 14)),
+        ("300", (300,)),
+        (" 300, 2 ", (300, 2)),  # list order kept
+        ("ALL", tuple(range(2, 1023, 2))),
+    ],
+)
 def test_itr_forms(spec, expected):
     assert parse_itr_spec(spec, KNOBS) == expected
 
 
-@pytest.mark.parametrize("spec,exc,fragment", [
-    ("", TunerError, "expected 'all'"),
-    ("2:1022:0", TunerError, "STEP must be a positive integer"),
-    ("2:1022:-2", TunerError, "STEP must be a positive integer"),
-    ("100:2:2", TunerError, "LO 100 is greater than HI 2"),
-    ("2:4:6:8", TunerError, "expected LO:HI or LO:HI:STEP"),
-    ("a:b", TunerError, "'a' is not an integer"),
-    ("1.5", TunerError, "'1.5' is not an integer"),
-    ("2:1022:2.5", TunerError, "'2.5' is not an integer"),
-    ("300,300", TunerError, "listed twice"),
-    ("3", KnobRangeError, "ITR 3 µs is not supported"),          # odd: ixgbe steps of 2
-    ("0:10:2", KnobRangeError, "ITR 0 µs is not supported"),
-    ("1000:1100:10", KnobRangeError, "ITR 1030 µs"),             # runs past 1022 -> refused, not clipped
-    ("2000:3000", KnobRangeError, "supports no ITR in 2000..3000"),
-])
+@pytest.mark.parametrize(
+    "spec,exc,fragment",
+    [
+        ("", TunerError, "expected 'all'"),
+        ("2:1022:0", TunerError, "STEP must be a positive integer"),
+        ("2:1022:-2", TunerError, "STEP must be a positive integer"),
+        ("100:2:2", TunerError, "LO 100 is greater than HI 2"),
+        ("2:4:6:8", TunerError, "expected LO:HI or LO:HI:STEP"),
+        ("a:b", TunerError, "'a' is not an integer"),
+        ("1.5", TunerError, "'1.5' is not an integer"),
+        ("2:1022:2.5", TunerError, "'2.5' is not an integer"),
+        ("300,300", TunerError, "listed twice"),
+        ("3", KnobRangeError, "ITR 3 µs is not supported"),  # odd: ixgbe steps of 2
+        ("0:10:2", KnobRangeError, "ITR 0 µs is not supported"),
+        ("1000:1100:10", KnobRangeError, "ITR 1030 µs"),  # runs past 1022 -> refused, not clipped
+        ("2000:3000", KnobRangeError, "supports no ITR in 2000..3000"),
+    ],
+)
 def test_itr_bad_specs_are_one_line_errors(spec, exc, fragment):
     with pytest.raises(exc) as info:
         parse_itr_spec(spec, KNOBS)
@@ -92,19 +98,22 @@ def test_dvfs_decimal_range_is_exact():
     assert parse_dvfs_spec("1.30", KNOBS)[0] is KNOBS.dvfs_ghz[1]
 
 
-@pytest.mark.parametrize("spec,exc,fragment", [
-    ("", TunerError, "expected 'all'"),
-    ("1.25", KnobRangeError, "not available"),
-    ("1.2:2.9:0", TunerError, "STEP must be positive"),
-    ("1.2:2.9:-0.1", TunerError, "STEP must be positive"),
-    ("2.9:1.2:0.1", TunerError, "greater than HI"),
-    ("nan", TunerError, "not a finite number"),
-    ("inf,1.2", TunerError, "not a finite number"),
-    ("fast", TunerError, "not a number"),
-    ("1.2,1.20", TunerError, "listed twice"),
-    ("1.0:1.1", KnobRangeError, "no frequency in"),
-    ("1.2:3.0:0.1", KnobRangeError, "DVFS 3.0 GHz is not available"),
-])
+@pytest.mark.parametrize(
+    "spec,exc,fragment",
+    [
+        ("", TunerError, "expected 'all'"),
+        ("1.25", KnobRangeError, "not available"),
+        ("1.2:2.9:0", TunerError, "STEP must be positive"),
+        ("1.2:2.9:-0.1", TunerError, "STEP must be positive"),
+        ("2.9:1.2:0.1", TunerError, "greater than HI"),
+        ("nan", TunerError, "not a finite number"),
+        ("inf,1.2", TunerError, "not a finite number"),
+        ("fast", TunerError, "not a number"),
+        ("1.2,1.20", TunerError, "listed twice"),
+        ("1.0:1.1", KnobRangeError, "no frequency in"),
+        ("1.2:3.0:0.1", KnobRangeError, "DVFS 3.0 GHz is not available"),
+    ],
+)
 def test_dvfs_bad_specs_are_one_line_errors(spec, exc, fragment):
     with pytest.raises(exc) as info:
         parse_dvfs_spec(spec, KNOBS)
@@ -138,22 +147,32 @@ def _pt(itr, ghz, p99, energy, qps=100.0, achieved=100.0, p50=None, ci=None):
     lat = {p: p99 for p in PERCENTILES}
     if p50 is not None:
         lat[50.0] = p50
-    return SweepPoint(itr, ghz, qps, achieved, lat, {99.0: ci or (p99 * 0.9, p99 * 1.1)},
-                      energy, energy / 20, 20.0, int(achieved * 20))
+    return SweepPoint(
+        itr,
+        ghz,
+        qps,
+        achieved,
+        lat,
+        {99.0: ci or (p99 * 0.9, p99 * 1.1)},
+        energy,
+        energy / 20,
+        20.0,
+        int(achieved * 20),
+    )
 
 
 def test_best_under_sla_hand_checked():
     a = _pt(100, 2.9, p99=200, energy=1500)
-    b = _pt(300, 1.3, p99=480, energy=1100)        # the answer at SLA 500
-    c = _pt(400, 1.2, p99=650, energy=900)         # cheaper but over the SLA
+    b = _pt(300, 1.3, p99=480, energy=1100)  # the answer at SLA 500
+    c = _pt(400, 1.2, p99=650, energy=900)  # cheaper but over the SLA
     d = _pt(450, 1.2, p99=300, energy=800, achieved=50.0)  # cheapest, "meets" SLA, but drops half the load
-    e = _pt(350, 1.3, p99=499, energy=1100)        # ties b on energy with higher latency
+    e = _pt(350, 1.3, p99=499, energy=1100)  # ties b on energy with higher latency
     pts = [a, b, c, d, e]
     assert best_under_sla(pts, 500, 99) is b
     assert best_under_sla(pts, 700, 99) is c
     assert best_under_sla(pts, 250, 99) is a
     assert best_under_sla(pts, 100, 99) is None
-    assert best_under_sla(pts, 500, 99, min_load_ratio=0.5) is d   # if dropping half is acceptable
+    assert best_under_sla(pts, 500, 99, min_load_ratio=0.5) is d  # if dropping half is acceptable
     # the percentile matters: at p50 the cheap point c is fine
     c50 = _pt(400, 1.2, p99=650, energy=900, p50=120)
     assert best_under_sla([a, b, c50], 500, 50) is c50
@@ -166,7 +185,7 @@ def test_summarize_best_met_and_not_met():
     worst = _pt(2, 2.9, p99=60, energy=2000)
     s = summarize_best([good, worst], 500, 99)
     assert s["met"] is True and s["best"]["itr_us"] == 300 and s["points_meeting_sla"] == 2
-    assert s["sla_met_at_ci_upper_bound"] is False      # 510 > 500: the point estimate may be lucky
+    assert s["sla_met_at_ci_upper_bound"] is False  # 510 > 500: the point estimate may be lucky
     assert s["energy_saved_vs_worst_point"] == pytest.approx(0.5)
     none = summarize_best([good, worst], 50, 99)
     assert none["met"] is False and "best" not in none
@@ -228,6 +247,7 @@ def test_sweep_config_validation():
 
 def cli(*argv: str) -> int:
     from tuner.cli.app import main
+
     return main(["sweep", *argv])
 
 
@@ -237,20 +257,50 @@ def read_points(out: Path) -> list[dict]:
 
 def test_cli_end_to_end_on_fake_host(tmp_path, capsys):
     out = tmp_path / "sw"
-    rc = cli("--host", "tests.fakes:make_fake_host", "--qps", "120000", "--itr", "100:500:100",
-             "--dvfs", "1.2,2.0,2.9", "--seconds", "5", "--settle", "0.5", "--seed", "7", "--out", str(out))
+    rc = cli(
+        "--host",
+        "tests.fakes:make_fake_host",
+        "--qps",
+        "120000",
+        "--itr",
+        "100:500:100",
+        "--dvfs",
+        "1.2,2.0,2.9",
+        "--seconds",
+        "5",
+        "--settle",
+        "0.5",
+        "--seed",
+        "7",
+        "--out",
+        str(out),
+    )
     assert rc == 0
     host = fakes.LAST["fake"]
     assert host.seed == 7
-    assert host.calls[0] == ("set_offered_qps", 120000.0)            # load set before any knob
+    assert host.calls[0] == ("set_offered_qps", 120000.0)  # load set before any knob
     assert host.calls[-1] == ("restore", None) and host.point() is None
 
     rows = read_points(out)
     assert len(rows) == 15
-    assert {(r["itr_us"], r["dvfs_ghz"]) for r in rows} == {(i, f) for i in (100, 200, 300, 400, 500) for f in (1.2, 2.0, 2.9)}
+    assert {(r["itr_us"], r["dvfs_ghz"]) for r in rows} == {
+        (i, f) for i in (100, 200, 300, 400, 500) for f in (1.2, 2.0, 2.9)
+    }
     for r in rows:
-        for k in ("qps", "achieved_qps", "p50_us", "p90_us", "p95_us", "p99_us", "p999_us", "p99_ci_us",
-                  "energy_j", "power_w", "seconds", "requests"):
+        for k in (
+            "qps",
+            "achieved_qps",
+            "p50_us",
+            "p90_us",
+            "p95_us",
+            "p99_us",
+            "p999_us",
+            "p99_ci_us",
+            "energy_j",
+            "power_w",
+            "seconds",
+            "requests",
+        ):
             assert k in r
         lat, _, _ = host.model(r["itr_us"], r["dvfs_ghz"], 120000)
         assert r["p99_us"] == pytest.approx(lat[99.0]) and r["qps"] == 120000.0 and r["seconds"] == 5
@@ -267,8 +317,11 @@ def test_cli_end_to_end_on_fake_host(tmp_path, capsys):
     front = json.loads((out / "pareto.json").read_text())["front"]
     key = lambda r: (r["itr_us"], r["dvfs_ghz"])
     on = {key(r) for r in front}
-    dominates = lambda a, b: a["p99_us"] <= b["p99_us"] and a["energy_j"] <= b["energy_j"] and (
-        a["p99_us"] < b["p99_us"] or a["energy_j"] < b["energy_j"])
+    dominates = lambda a, b: (
+        a["p99_us"] <= b["p99_us"]
+        and a["energy_j"] <= b["energy_j"]
+        and (a["p99_us"] < b["p99_us"] or a["energy_j"] < b["energy_j"])
+    )
     for r in rows:
         assert any(dominates(o, r) for o in rows) == (key(r) not in on)
     assert [r["p99_us"] for r in front] == sorted(r["p99_us"] for r in front)
@@ -283,8 +336,21 @@ def test_cli_end_to_end_on_fake_host(tmp_path, capsys):
 
 def test_cli_no_point_meets_sla(tmp_path, capsys):
     out = tmp_path / "sw"
-    assert cli("--host", "tests.fakes:make_fake_host", "--itr", "100,200", "--dvfs", "1.2,2.9",
-               "--sla-us", "5", "--out", str(out)) == 0
+    assert (
+        cli(
+            "--host",
+            "tests.fakes:make_fake_host",
+            "--itr",
+            "100,200",
+            "--dvfs",
+            "1.2,2.9",
+            "--sla-us",
+            "5",
+            "--out",
+            str(out),
+        )
+        == 0
+    )
     best = json.loads((out / "best.json").read_text())
     assert best["met"] is False and "no measured point met p99 <= 5 µs" in best["message"]
     assert "best: no measured point met" in capsys.readouterr().out
@@ -293,8 +359,21 @@ def test_cli_no_point_meets_sla(tmp_path, capsys):
 
 def test_cli_qps_needs_load_control_and_host_load_is_recorded(tmp_path, capsys):
     out = tmp_path / "sw"
-    assert cli("--host", "tests.fakes:make_fixed_load_host", "--qps", "1000", "--itr", "100",
-               "--dvfs", "1.2", "--out", str(out)) == 2
+    assert (
+        cli(
+            "--host",
+            "tests.fakes:make_fixed_load_host",
+            "--qps",
+            "1000",
+            "--itr",
+            "100",
+            "--dvfs",
+            "1.2",
+            "--out",
+            str(out),
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     assert err.startswith("tuner: error: --qps: host 'fake' cannot set its offered load") and "\n" not in err
     host = fakes.LAST["fixed"]
@@ -305,17 +384,20 @@ def test_cli_qps_needs_load_control_and_host_load_is_recorded(tmp_path, capsys):
     assert read_points(out)[0]["qps"] == 100_000.0
 
 
-@pytest.mark.parametrize("argv,fragment", [
-    (["--itr", "2:1022:0"], "--itr '2:1022:0': STEP must be a positive integer"),
-    (["--itr", "600"], "--itr '600': ITR 600 µs is not supported"),      # small host: 100..500 only
-    (["--dvfs", "1.3"], "--dvfs '1.3': DVFS 1.3 GHz is not available"),
-    (["--seconds", "0"], "--seconds '0': expected a positive number"),
-    (["--settle", "-1"], "--settle '-1': expected a non-negative number"),
-    (["--qps", "-5"], "--qps '-5': expected a positive number"),
-    (["--sla-us", "abc"], "--sla-us 'abc': expected a positive number"),
-    (["--percentile", "98"], "--percentile '98': expected one of"),
-    (["--min-load", "1.5"], "--min-load '1.5': expected a positive number <= 1"),
-])
+@pytest.mark.parametrize(
+    "argv,fragment",
+    [
+        (["--itr", "2:1022:0"], "--itr '2:1022:0': STEP must be a positive integer"),
+        (["--itr", "600"], "--itr '600': ITR 600 µs is not supported"),  # small host: 100..500 only
+        (["--dvfs", "1.3"], "--dvfs '1.3': DVFS 1.3 GHz is not available"),
+        (["--seconds", "0"], "--seconds '0': expected a positive number"),
+        (["--settle", "-1"], "--settle '-1': expected a non-negative number"),
+        (["--qps", "-5"], "--qps '-5': expected a positive number"),
+        (["--sla-us", "abc"], "--sla-us 'abc': expected a positive number"),
+        (["--percentile", "98"], "--percentile '98': expected one of"),
+        (["--min-load", "1.5"], "--min-load '1.5': expected a positive number <= 1"),
+    ],
+)
 def test_cli_bad_arguments_refused_before_anything_is_set(tmp_path, capsys, argv, fragment):
     fakes.LAST.pop("small", None)
     out = tmp_path / "sw"
@@ -323,26 +405,49 @@ def test_cli_bad_arguments_refused_before_anything_is_set(tmp_path, capsys, argv
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and fragment in err and "Traceback" not in err
     host = fakes.LAST.get("small")
-    if host is not None:   # built only when the arguments themselves were fine
+    if host is not None:  # built only when the arguments themselves were fine
         assert all(c[0] == "restore" for c in host.calls)
     assert not out.exists()
 
 
 def test_cli_host_error_mid_sweep_keeps_points_and_restores(tmp_path, capsys):
     out = tmp_path / "sw"
-    assert cli("--host", "tests.fakes:make_failing_host", "--itr", "100:500:100", "--dvfs", "1.2",
-               "--settle", "0", "--out", str(out)) == 2
+    assert (
+        cli(
+            "--host",
+            "tests.fakes:make_failing_host",
+            "--itr",
+            "100:500:100",
+            "--dvfs",
+            "1.2",
+            "--settle",
+            "0",
+            "--out",
+            str(out),
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "tuner: error: fake host: measurement failed" in err and "Traceback" not in err
-    assert len(read_points(out)) == 2                                   # points 1-2 kept, 3rd failed
+    assert len(read_points(out)) == 2  # points 1-2 kept, 3rd failed
     assert fakes.LAST["failing"].restore_count == 1 and fakes.LAST["failing"].point() is None
     assert json.loads((out / "best.json").read_text())["points_measured"] == 2
 
 
 def test_cli_interrupt_then_resume(tmp_path, capsys):
     out = tmp_path / "sw"
-    args = ["--host", "tests.fakes:make_interrupted_host", "--itr", "100:500:100", "--dvfs", "1.2",
-            "--settle", "0", "--out", str(out)]
+    args = [
+        "--host",
+        "tests.fakes:make_interrupted_host",
+        "--itr",
+        "100:500:100",
+        "--dvfs",
+        "1.2",
+        "--settle",
+        "0",
+        "--out",
+        str(out),
+    ]
     assert cli(*args) == 130
     first = fakes.LAST["interrupted"]
     assert first.restore_count == 1 and first.point() is None
@@ -368,7 +473,7 @@ def test_cli_resume_drops_torn_last_line_and_rejects_corrupt_line(tmp_path, caps
     base = ["--host", "tests.fakes:make_fake_host", "--itr", "100:300:100", "--dvfs", "1.2", "--out", str(out)]
     assert cli(*base) == 0
     lines = (out / "points.jsonl").read_text().splitlines(keepends=True)
-    (out / "points.jsonl").write_text(lines[0] + lines[1][:40])            # killed mid-write
+    (out / "points.jsonl").write_text(lines[0] + lines[1][:40])  # killed mid-write
     assert cli(*base, "--resume") == 0
     assert "dropping an incomplete last record" in capsys.readouterr().err
     assert [r["itr_us"] for r in read_points(out)] == [100, 200, 300]
@@ -406,10 +511,27 @@ def test_signal_during_measurement_restores_host(tmp_path, sig):
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}", "FAKE_STATE": str(state)}
     # as from a terminal: SIGINT at its default in the child even when the test run itself was started in the
     # background (a non-interactive shell's `&` ignores SIGINT, and an ignored signal is inherited across exec)
-    proc = subprocess.Popen([sys.executable, "-m", "tuner.cli", "sweep", "--host", "slowhost:make", "--itr", "100",
-                             "--dvfs", "1.2", "--out", str(tmp_path / "sw")],
-                            env=env, stderr=subprocess.PIPE, text=True, cwd=REPO,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tuner.cli",
+            "sweep",
+            "--host",
+            "slowhost:make",
+            "--itr",
+            "100",
+            "--dvfs",
+            "1.2",
+            "--out",
+            str(tmp_path / "sw"),
+        ],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         deadline = time.monotonic() + 20
         while not Path(f"{state}.measuring").exists():
@@ -430,16 +552,34 @@ def test_signal_during_measurement_restores_host(tmp_path, sig):
 
 def test_cli_on_simulated_host_is_deterministic_per_seed(tmp_path):
     pytest.importorskip("actuators.sim.host")
-    base = ["--host", "sim", "--qps", "200000", "--itr", "100:500:200", "--dvfs", "1.2,2.9",
-            "--seconds", "2", "--settle", "0.2"]
+    base = [
+        "--host",
+        "sim",
+        "--qps",
+        "200000",
+        "--itr",
+        "100:500:200",
+        "--dvfs",
+        "1.2,2.9",
+        "--seconds",
+        "2",
+        "--settle",
+        "0.2",
+    ]
     texts = []
     for name, seed in (("a", "5"), ("b", "5"), ("c", "6")):
         assert cli(*base, "--seed", seed, "--out", str(tmp_path / name)) == 0
         texts.append((tmp_path / name / "points.jsonl").read_text())
     assert texts[0] == texts[1] and texts[0] != texts[2]
     rows = [json.loads(line) for line in texts[0].splitlines()]
-    assert [(r["itr_us"], r["dvfs_ghz"]) for r in rows] == [(100, 1.2), (300, 1.2), (500, 1.2),
-                                                           (100, 2.9), (300, 2.9), (500, 2.9)]
+    assert [(r["itr_us"], r["dvfs_ghz"]) for r in rows] == [
+        (100, 1.2),
+        (300, 1.2),
+        (500, 1.2),
+        (100, 2.9),
+        (300, 2.9),
+        (500, 2.9),
+    ]
     for r in rows:
         assert r["qps"] == pytest.approx(200000, rel=0.05) and r["seconds"] == 2
         assert r["p50_us"] <= r["p99_us"] <= r["p999_us"] and r["energy_j"] > 0 and r["requests"] > 100_000
@@ -460,7 +600,7 @@ def test_progress_without_terminal_prints_plain_status_lines(capsys):
     from tuner.cli.sweep import _progress
 
     with _progress(total=4, done=1, every_s=0.0) as update:
-        update("measuring ITR 2 µs @ 1.2 GHz")              # no advance: no line
+        update("measuring ITR 2 µs @ 1.2 GHz")  # no advance: no line
         update("last 2 µs @ 1.2 GHz", advance=1)
-    err = capsys.readouterr().err                             # capsys: stderr is not a TTY
+    err = capsys.readouterr().err  # capsys: stderr is not a TTY
     assert err == "sweep: 2/4 points; last 2 µs @ 1.2 GHz\n"

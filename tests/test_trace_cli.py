@@ -80,8 +80,21 @@ def test_peak_and_scale_are_exclusive(capsys):
 
 def test_synth_then_stats(capsys, tmp_path):
     out_file = tmp_path / "c18.csv.zst"
-    code, out, _ = run(capsys, "trace", "synth", "--cluster", "18", "--hours", "2", "--mean-qps", "5",
-                       "--seed", "3", "--out", str(out_file))
+    code, out, _ = run(
+        capsys,
+        "trace",
+        "synth",
+        "--cluster",
+        "18",
+        "--hours",
+        "2",
+        "--mean-qps",
+        "5",
+        "--seed",
+        "3",
+        "--out",
+        str(out_file),
+    )
     assert code == 0 and "wrote" in out and out_file.read_bytes()[:4] == b"\x28\xb5\x2f\xfd"
     code, out, _ = run(capsys, "trace", "stats", str(out_file), "--json")
     doc = json.loads(out)
@@ -116,8 +129,10 @@ def test_stats_several_files_and_start(capsys, tmp_path):
     assert code == 0 and doc["start_s"] == 3600 and [x["qps"] for x in doc["bins"]] == [2.0]
 
 
-@pytest.mark.parametrize("option", [["--hours", "inf"], ["--start-hours", "nan"], ["--peak-qps", "inf"],
-                                    ["--max-span-days", "-1"], ["--bin", "0"]])
+@pytest.mark.parametrize(
+    "option",
+    [["--hours", "inf"], ["--start-hours", "nan"], ["--peak-qps", "inf"], ["--max-span-days", "-1"], ["--bin", "0"]],
+)
 def test_stats_refuses_non_finite_or_non_positive_options(capsys, option):
     with pytest.raises(SystemExit) as exc:
         main(["trace", "stats", "x.csv", *option])

@@ -11,11 +11,11 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from core.errors import InputError
 from traces.compression import detect
 from traces.format import OPS, RowError, parse_row
 from traces.parser import TraceParser
 from traces.series import trace_stats
-from core.errors import InputError
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 TOL = 3
@@ -57,8 +57,9 @@ def fast(path, skip_bad: bool, chunk: int):
     rows = []
     try:
         for b in parser.blocks():
-            rows += list(zip(b.timestamp.tolist(), b.op.tolist(), b.key_size.tolist(), b.value_size.tolist(),
-                             b.ttl.tolist()))
+            rows += list(
+                zip(b.timestamp.tolist(), b.op.tolist(), b.key_size.tolist(), b.value_size.tolist(), b.ttl.tolist())
+            )
     except InputError as exc:
         return rows, parser.skipped, str(exc)
     return rows, parser.skipped, None
@@ -88,13 +89,24 @@ def check_agreement(tmp_path, body: bytes, chunk: int) -> None:
 _digits = st.integers(0, 10**6).map(lambda n: str(n).encode())
 _field = st.one_of(_digits, _digits, st.sampled_from([b"", b"-1", b"1.5", b" 3", b"x", b"9" * 19, b"\xff", b"\r"]))
 _op = st.one_of(st.sampled_from([o.encode() for o in OPS]), st.sampled_from([b"GET", b"get ", b"ge", b"", b"gett"]))
-_key = st.one_of(st.sampled_from([b"k", b"a,b", b"nz:u:eeW5", b",", b"", b"\xe2\x82\xac,x"]),
-                 st.binary(max_size=6).filter(lambda b: b"\n" not in b))
-_row = st.builds(lambda t, k, ks, vs, c, o, ttl: b",".join([t, k, ks, vs, c, o, ttl]),
-                 _field, _key, _field, _field, _field, _op, _field)
+_key = st.one_of(
+    st.sampled_from([b"k", b"a,b", b"nz:u:eeW5", b",", b"", b"\xe2\x82\xac,x"]),
+    st.binary(max_size=6).filter(lambda b: b"\n" not in b),
+)
+_row = st.builds(
+    lambda t, k, ks, vs, c, o, ttl: b",".join([t, k, ks, vs, c, o, ttl]),
+    _field,
+    _key,
+    _field,
+    _field,
+    _field,
+    _op,
+    _field,
+)
 _line = st.one_of(_row, _row, _row, st.binary(max_size=20).filter(lambda b: b"\n" not in b))
 _body = st.lists(_line, max_size=25).flatmap(
-    lambda ls: st.sampled_from([b"\n".join(ls), b"\n".join(ls) + b"\n", b"\r\n".join(ls)]))
+    lambda ls: st.sampled_from([b"\n".join(ls), b"\n".join(ls) + b"\n", b"\r\n".join(ls)])
+)
 
 
 @FUZZ
@@ -110,8 +122,11 @@ def test_arbitrary_bytes_agree_with_reference(tmp_path, body, chunk):
 
 
 @FUZZ
-@given(payload=st.binary(max_size=200), magic=st.sampled_from([b"\x28\xb5\x2f\xfd", b"\x1f\x8b", b"\x5a\x2a\x4d\x18"]),
-       suffix=st.sampled_from([".csv", ".zst", ".gz"]))
+@given(
+    payload=st.binary(max_size=200),
+    magic=st.sampled_from([b"\x28\xb5\x2f\xfd", b"\x1f\x8b", b"\x5a\x2a\x4d\x18"]),
+    suffix=st.sampled_from([".csv", ".zst", ".gz"]),
+)
 def test_garbage_after_magic_is_input_error_or_success(tmp_path, payload, magic, suffix):
     path = tmp_path / f"fuzz{suffix}"
     path.write_bytes(magic + payload)

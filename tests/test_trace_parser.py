@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import zstandard
 
+from core.errors import InputError
 from traces.compression import detect
 from traces.format import OPS, RowError, parse_row
 from traces.parser import MAX_LINE_BYTES, TraceParser
 from traces.series import trace_stats
-from core.errors import InputError
 
 ROWS = [
     b"0,nz:u:eeW511W3dcH3de3d15ec,24,273,7,get,0",
@@ -36,8 +36,10 @@ def write(tmp_path, name: str, body: bytes, kind: str = "plain"):
 def parse_all(path, **kw):
     parser = TraceParser(path, **kw)
     blocks = list(parser.blocks())
-    cat = {k: np.concatenate([getattr(b, k) for b in blocks]) if blocks else np.array([])
-           for k in ("timestamp", "op", "key_size", "value_size", "ttl")}
+    cat = {
+        k: np.concatenate([getattr(b, k) for b in blocks]) if blocks else np.array([])
+        for k in ("timestamp", "op", "key_size", "value_size", "ttl")
+    }
     return parser, cat
 
 
@@ -65,9 +67,19 @@ def test_every_operation_and_crlf_and_no_final_newline(tmp_path):
 @pytest.mark.parametrize("chunk", [7, 64, 1 << 20])
 def test_result_independent_of_chunk_boundaries(tmp_path, chunk):
     rng = np.random.default_rng(3)
-    rows = [b"%d,k,%d,%d,%d,1,%d,%s,%d" % (t, rng.integers(9), rng.integers(99), rng.integers(9999), 5,
-                                        OPS[rng.integers(11)].encode(), rng.integers(100))
-            for t in range(500)]
+    rows = [
+        b"%d,k,%d,%d,%d,1,%d,%s,%d"
+        % (
+            t,
+            rng.integers(9),
+            rng.integers(99),
+            rng.integers(9999),
+            5,
+            OPS[rng.integers(11)].encode(),
+            rng.integers(100),
+        )
+        for t in range(500)
+    ]
     path = write(tmp_path, "t.csv", b"\n".join(rows) + b"\n")
     _, ref = parse_all(path)
     _, got = parse_all(path, chunk_bytes=chunk)
@@ -76,8 +88,9 @@ def test_result_independent_of_chunk_boundaries(tmp_path, chunk):
     assert ref["timestamp"].size == 500
 
 
-@pytest.mark.parametrize("kind,name", [("plain", "t.csv"), ("gzip", "t.csv.gz"), ("zstd", "t.csv.zst"),
-                                       ("gzip", "t.dat"), ("zstd", "t.bin")])
+@pytest.mark.parametrize(
+    "kind,name", [("plain", "t.csv"), ("gzip", "t.csv.gz"), ("zstd", "t.csv.zst"), ("gzip", "t.dat"), ("zstd", "t.bin")]
+)
 def test_compression_by_magic_bytes(tmp_path, kind, name):
     path = write(tmp_path, name, b"\n".join(ROWS) + b"\n", kind)
     assert detect(path) == kind
@@ -124,7 +137,7 @@ BAD = [
 @pytest.mark.parametrize("row,expected", BAD)
 def test_bad_row_names_file_line_and_expectation(tmp_path, row, expected):
     path = write(tmp_path, "trace.csv", b"0,k,1,2,3,get,0\n1,k,1,2,3,set,5\n" + row + b"\n2,k,1,2,3,get,0\n")
-    msg = expect_error(path, f"{path}:3: ", expected)
+    expect_error(path, f"{path}:3: ", expected)
     with pytest.raises(RowError) as exc:  # the reference parser agrees
         parse_row(row)
     assert expected in exc.value.message
@@ -171,16 +184,32 @@ def test_order_checked_across_blocks(tmp_path):
 
 
 def test_skip_bad_counts_by_reason(tmp_path):
-    body = b"\n".join([
-        b"0,k,1,2,3,get,0", b"garbage", b"1,k,x,2,3,get,0", b"2,k,1,2,3,fetch,0", b"3,k,1,2,3,get,0",
-        b"", b"4,k,1,y,3,set,0", b"50,k,1,2,3,get,0", b"5,k,1,2,3,get,0", b"51,k,1,2,3,get,0",
-    ]) + b"\n"
+    body = (
+        b"\n".join(
+            [
+                b"0,k,1,2,3,get,0",
+                b"garbage",
+                b"1,k,x,2,3,get,0",
+                b"2,k,1,2,3,fetch,0",
+                b"3,k,1,2,3,get,0",
+                b"",
+                b"4,k,1,y,3,set,0",
+                b"50,k,1,2,3,get,0",
+                b"5,k,1,2,3,get,0",
+                b"51,k,1,2,3,get,0",
+            ]
+        )
+        + b"\n"
+    )
     path = write(tmp_path, "t.csv", body)
     parser, f = parse_all(path, skip_bad=True)
     assert parser.lines == 10
     assert f["timestamp"].tolist() == [0, 3, 50, 51]
     assert dict(parser.skipped) == {
-        "field count": 2, "field 'key size'": 1, "field 'operation'": 1, "field 'value size'": 1,
+        "field count": 2,
+        "field 'key size'": 1,
+        "field 'operation'": 1,
+        "field 'value size'": 1,
         "timestamp out of order": 1,
     }
     st = trace_stats(path, skip_bad=True)
@@ -243,8 +272,11 @@ def test_missing_file(tmp_path):
 
 def test_timestamp_beyond_trace_span(tmp_path):
     path = write(tmp_path, "t.csv", b"100,k,1,2,3,get,0\n200,k,1,2,3,get,0\n999999999999,k,1,2,3,get,0\n")
-    expect_error(path, f"{path}:3: timestamp 999999999999 is 999999999899 s after the first row's 100",
-                 "expected a trace spanning at most 2678400 s")
+    expect_error(
+        path,
+        f"{path}:3: timestamp 999999999999 is 999999999899 s after the first row's 100",
+        "expected a trace spanning at most 2678400 s",
+    )
     parser, f = parse_all(path, skip_bad=True)
     assert f["timestamp"].tolist() == [100, 200] and parser.skipped == {"timestamp beyond trace span": 1}
     expect_error(path, f"{path}:2: timestamp 200 is 100 s after", max_span_s=50)

@@ -7,9 +7,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from core.errors import InputError, TunerError
 from traces.schedule import Schedule, Window, load_schedule, repeat_days, sample_trace_path, scale_factor
 from traces.series import bin_series, trace_stats
-from core.errors import InputError, TunerError
 
 
 def trace(tmp_path, counts, name="t.csv", origin=1000, ops=("get",)):
@@ -18,7 +18,9 @@ def trace(tmp_path, counts, name="t.csv", origin=1000, ops=("get",)):
     n = 0
     for sec, c in enumerate(counts):
         for _ in range(c):
-            lines.append(b"%d,key%d,%d,%d,1,%s,0" % (origin + sec, n, 10 + n % 3, 100 * (n % 4), ops[n % len(ops)].encode()))
+            lines.append(
+                b"%d,key%d,%d,%d,1,%s,0" % (origin + sec, n, 10 + n % 3, 100 * (n % 4), ops[n % len(ops)].encode())
+            )
             n += 1
     path = tmp_path / name
     path.write_bytes(b"\n".join(lines) + b"\n")
@@ -73,7 +75,8 @@ def test_schedule_full_windows_and_peak_scaling(tmp_path):
     assert isinstance(sch, Schedule) and sch.source == str(path)
     assert sch.raw_peak_qps == 3.0 and sch.scale == pytest.approx(200.0)
     assert sch.windows == (
-        Window(0, 0.0, 4.0, pytest.approx(200.0)), Window(1, 4.0, 4.0, pytest.approx(600.0)),
+        Window(0, 0.0, 4.0, pytest.approx(200.0)),
+        Window(1, 4.0, 4.0, pytest.approx(600.0)),
         Window(2, 8.0, 4.0, pytest.approx(400.0)),
     )
     assert sch.peak_qps == pytest.approx(600.0)
@@ -203,10 +206,13 @@ def test_repeat_days_clips_to_max_qps():
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
-    [({"days": 0}, "days must be an integer >= 1"), ({"days": 1.5}, "days must be an integer >= 1"),
-     ({"days": 2, "noise": -0.1}, r"day noise must be a fraction in \[0, 1\]"),
-     ({"days": 2, "noise": float("nan")}, "day noise"),
-     ({"days": 2, "max_qps": 0.0}, "max_qps must be finite and > 0")],
+    [
+        ({"days": 0}, "days must be an integer >= 1"),
+        ({"days": 1.5}, "days must be an integer >= 1"),
+        ({"days": 2, "noise": -0.1}, r"day noise must be a fraction in \[0, 1\]"),
+        ({"days": 2, "noise": float("nan")}, "day noise"),
+        ({"days": 2, "max_qps": 0.0}, "max_qps must be finite and > 0"),
+    ],
 )
 def test_repeat_days_bad_arguments(kwargs, message):
     with pytest.raises(TunerError, match=message):

@@ -8,10 +8,10 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from core.errors import InputError
 from traces.clusters import cluster_stats, load_table
 from traces.format import OPS, WRITE_OPS, parse_row
 from traces.synth import diurnal_shape, rate_series, synthesize
-from core.errors import InputError
 
 
 def test_cluster52_from_bundled_table():
@@ -29,8 +29,9 @@ def test_fractional_ttl_units():
     assert any(t == pytest.approx(92.6 * 86400) for t in ttls) and 3600.0 in ttls
 
 
-@pytest.mark.parametrize("cluster,missing", [(5, "key size, value size"), (43, "zipf alpha is N/A"),
-                                             (46, "zipf alpha is N/A")])
+@pytest.mark.parametrize(
+    "cluster,missing", [(5, "key size, value size"), (43, "zipf alpha is N/A"), (46, "zipf alpha is N/A")]
+)
 def test_clusters_with_na_fields_are_refused_by_name(cluster, missing):
     with pytest.raises(InputError, match=f"cluster{cluster}: {missing}"):
         cluster_stats(cluster)
@@ -46,8 +47,10 @@ def test_malformed_stats_file(tmp_path):
     path.write_text("| cluster | key size |\n|:-:|:-:|\n| cluster1 | 3 |\n")
     with pytest.raises(InputError, match=r"stats\.md:1: expected a column 'production miss ratio'"):
         cluster_stats(1, path)
-    head = ("| cluster | production miss ratio | key size | value size | request rate (kqps) | common TTL "
-            "| operation | Zipf alpha |\n|-|-|-|-|-|-|-|-|\n")
+    head = (
+        "| cluster | production miss ratio | key size | value size | request rate (kqps) | common TTL "
+        "| operation | Zipf alpha |\n|-|-|-|-|-|-|-|-|\n"
+    )
     path.write_text(head + "| cluster1 | 0.1 | 3 | 4 | 1.0 | 60s:1.0, | get:0.5 fetch:0.5 | 1.0 |\n")
     with pytest.raises(InputError, match="cluster1: operation: unknown operation 'fetch'"):
         cluster_stats(1, path)

@@ -51,16 +51,31 @@ class SampleHost:
         d = SampleDist(x)
         lat = {p: d.quantile_ci(p / 100)[0] for p in PERCENTILES}
         ci = {p: d.quantile_ci(p / 100)[1:] for p in PERCENTILES}
-        return Measurement(seconds=seconds, offered_qps=self.rate, achieved_qps=self.rate, requests=n,
-                           latency_us=lat, latency_ci_us=ci, energy_j=50.0 * seconds, point=POINT,
-                           energy_by_zone_j={"package-0": 50.0 * seconds},
-                           latency_dist=d if self.dists else None, ci_known=self.dists)
+        return Measurement(
+            seconds=seconds,
+            offered_qps=self.rate,
+            achieved_qps=self.rate,
+            requests=n,
+            latency_us=lat,
+            latency_ci_us=ci,
+            energy_j=50.0 * seconds,
+            point=POINT,
+            energy_by_zone_j={"package-0": 50.0 * seconds},
+            latency_dist=d if self.dists else None,
+            ci_known=self.dists,
+        )
 
 
 def test_policy_validation_is_one_line():
-    for kwargs, match in [({"mode": "smart"}, "mode"), ({"ci_pct": 0}, "ci_pct"), ({"percentile": 100}, "percentile"),
-                          ({"min_s": 30}, "min_s"), ({"max_s": math.inf}, "max_s"), ({"confidence": 1.0}, "confidence"),
-                          ({"batches": 0}, "batches")]:
+    for kwargs, match in [
+        ({"mode": "smart"}, "mode"),
+        ({"ci_pct": 0}, "ci_pct"),
+        ({"percentile": 100}, "percentile"),
+        ({"min_s": 30}, "min_s"),
+        ({"max_s": math.inf}, "max_s"),
+        ({"confidence": 1.0}, "confidence"),
+        ({"batches": 0}, "batches"),
+    ]:
         with pytest.raises(TunerError, match=match):
             WindowPolicy(**kwargs)
 
@@ -127,12 +142,13 @@ def test_adaptive_ends_a_window_whose_estimate_is_above_the_limit():
     wide = WindowPolicy(mode="adaptive", min_s=1.0, max_s=10.0, stop_above_us=250.0)
     host = SampleHost(rate=50, seed=3)
     m = measure_window(host, wide)
-    assert m.seconds == pytest.approx(1.0) and sum(host.asked) == pytest.approx(1.0)   # min_s, then stop
+    assert m.seconds == pytest.approx(1.0) and sum(host.asked) == pytest.approx(1.0)  # min_s, then stop
     assert m.latency_us[99.0] > 250.0
     # a limit the estimate stays under leaves the window as it was: grown to max_s
     host = SampleHost(rate=50, seed=3)
-    assert measure_window(host, WindowPolicy(mode="adaptive", min_s=1.0, max_s=10.0,
-                                             stop_above_us=5000.0)).seconds == pytest.approx(10.0)
+    assert measure_window(
+        host, WindowPolicy(mode="adaptive", min_s=1.0, max_s=10.0, stop_above_us=5000.0)
+    ).seconds == pytest.approx(10.0)
     with pytest.raises(TunerError, match="stop_above_us"):
         WindowPolicy(mode="adaptive", stop_above_us=0.0)
 
@@ -142,7 +158,7 @@ def test_the_guard_ends_a_window_after_the_first_chunk_wholly_over_the_sla():
     guard = WindowPolicy(mode="adaptive", min_s=1.0, max_s=10.0, abort_above_us=400.0)
     host = SampleHost(rate=20_000, seed=1)
     m = measure_window(host, guard)
-    assert len(host.asked) == 1 and m.seconds == pytest.approx(1.0 / 3)    # one chunk, not min_s
+    assert len(host.asked) == 1 and m.seconds == pytest.approx(1.0 / 3)  # one chunk, not min_s
     assert m.latency_ci_us[99.0][0] > 400.0
     # an SLA inside the CI (estimate above, lower end below) is not a confident violation: min_s at least
     host = SampleHost(rate=50, seed=3)
@@ -150,8 +166,9 @@ def test_the_guard_ends_a_window_after_the_first_chunk_wholly_over_the_sla():
     assert sum(host.asked) >= 1.0 - 1e-9
     # an SLA the percentile stays under: the window is sized by its CI as without the guard
     plain = measure_window(SampleHost(rate=20_000, seed=1), WindowPolicy(mode="adaptive", min_s=1.0, max_s=10.0))
-    again = measure_window(SampleHost(rate=20_000, seed=1), WindowPolicy(mode="adaptive", min_s=1.0, max_s=10.0,
-                                                                          abort_above_us=900.0))
+    again = measure_window(
+        SampleHost(rate=20_000, seed=1), WindowPolicy(mode="adaptive", min_s=1.0, max_s=10.0, abort_above_us=900.0)
+    )
     assert again.seconds == pytest.approx(plain.seconds) and plain.seconds >= 1.0
     with pytest.raises(TunerError, match="abort_above_us"):
         WindowPolicy(mode="adaptive", abort_above_us=-1.0)
@@ -179,8 +196,9 @@ def test_adaptive_p99_covers_the_truth_at_about_the_nominal_rate():
     truth = -MEAN_US * math.log(0.01)
     hits, reps = 0, 120
     for seed in range(reps):
-        m = measure_window(SampleHost(rate=400, seed=100 + seed),
-                           WindowPolicy(mode="adaptive", min_s=2.0, max_s=100.0, ci_pct=8.0))
+        m = measure_window(
+            SampleHost(rate=400, seed=100 + seed), WindowPolicy(mode="adaptive", min_s=2.0, max_s=100.0, ci_pct=8.0)
+        )
         lo, hi = m.latency_ci_us[99.0]
         hits += lo <= truth <= hi
     assert hits / reps >= 0.9
@@ -207,7 +225,9 @@ def test_next_chunk_and_batch_half_width_are_pure_math():
     from scipy.stats import t
 
     # equal lengths: plain t interval of the mean of [90, 100, 110] relative to 100
-    assert batch_half_width([90, 100, 110], [1, 1, 1], 100.0) == pytest.approx(t.ppf(0.975, 2) * 10 / math.sqrt(3) / 100)
+    assert batch_half_width([90, 100, 110], [1, 1, 1], 100.0) == pytest.approx(
+        t.ppf(0.975, 2) * 10 / math.sqrt(3) / 100
+    )
     assert batch_half_width([100.0], [1.0], 100.0) == math.inf
     assert batch_half_width([100, 100], [1, 3], 100.0) == 0.0
 

@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-from traces.format import OPS
 from core.errors import InputError
+from traces.format import OPS
 
 STATS_FILE = "twitter-cache-trace-2020Mar-cluster-stats.md"
 _MISSING = {"n/a", "na", ""}
@@ -132,13 +132,16 @@ def cluster_stats(cluster: int, path: str | os.PathLike[str] | None = None) -> C
     row = table[cluster]
     missing = [name for name in COLUMNS if row[name].lower() in _MISSING]
     reads = row["operation"].lower() not in _MISSING and any(
-        item.partition(":")[0] in ("get", "gets") for item in row["operation"].split())
+        item.partition(":")[0] in ("get", "gets") for item in row["operation"].split()
+    )
     if "production miss ratio" in missing and not reads:
         missing.remove("production miss ratio")  # only reads can miss
     if missing:
         verb = "is" if len(missing) == 1 else "are"
-        raise InputError(f"cluster{cluster}: {', '.join(missing)} {verb} N/A in {source.name}; "
-                         "expected a cluster with complete statistics (e.g. 52, 18 or 25)")
+        raise InputError(
+            f"cluster{cluster}: {', '.join(missing)} {verb} N/A in {source.name}; "
+            "expected a cluster with complete statistics (e.g. 52, 18 or 25)"
+        )
     where = f"{source.name}: cluster{cluster}"
     return ClusterStats(
         cluster=cluster,

@@ -38,8 +38,10 @@ def detect(path: str | os.PathLike[str]) -> str:
         kind = "plain"
     claimed = _SUFFIX.get(Path(path).suffix.lower())
     if claimed and kind != claimed and head:
-        raise InputError(f"{path}: name says {claimed} but the file does not start with {claimed} magic bytes "
-                         f"(got {head.hex(' ')}); expected a {claimed}-compressed trace")
+        raise InputError(
+            f"{path}: name says {claimed} but the file does not start with {claimed} magic bytes "
+            f"(got {head.hex(' ')}); expected a {claimed}-compressed trace"
+        )
     return kind
 
 

@@ -95,5 +95,11 @@ def parse_row(line: bytes) -> Row:
 def format_row(row: Row) -> bytes:
     """The inverse of `parse_row` (without the newline)."""
     return b"%d,%s,%d,%d,%s,%s,%d" % (
-        row.timestamp, row.key, row.key_size, row.value_size, row.client_id, OPS[row.op].encode(), row.ttl,
+        row.timestamp,
+        row.key,
+        row.key_size,
+        row.value_size,
+        row.client_id,
+        OPS[row.op].encode(),
+        row.ttl,
     )

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from core.errors import InputError
 from traces.compression import open_chunks
 from traces.format import MAX_DIGITS, OPS, RowError, parse_row
-from core.errors import InputError
 
 #: Default tolerance for out-of-order timestamps: real traces are only roughly sorted.
 DEFAULT_TOLERANCE_S = 5.0
@@ -33,9 +33,7 @@ _TOO_LONG = "line too long"
 _LONG_MESSAGE = f"line longer than {MAX_LINE_BYTES} bytes; expected a trace row (is this a trace file?)"
 
 # Operation codes: the op's bytes packed little-endian into 7 bytes, its length in the top byte.
-_OP_CODES = np.array(
-    [int.from_bytes(op.encode(), "little") | (len(op) << 56) for op in OPS], dtype=np.uint64
-)
+_OP_CODES = np.array([int.from_bytes(op.encode(), "little") | (len(op) << 56) for op in OPS], dtype=np.uint64)
 _OP_SORT = np.argsort(_OP_CODES)
 _OP_SORTED = _OP_CODES[_OP_SORT]
 _OP_MIN_LEN, _OP_MAX_LEN = min(map(len, OPS)), max(map(len, OPS))
@@ -186,7 +184,7 @@ class TraceParser:
                 cut = chunk.find(b"\n")
                 if cut < 0:
                     continue
-                chunk, discarding = chunk[cut + 1:], False
+                chunk, discarding = chunk[cut + 1 :], False
                 self._count_lines(1)
                 self.skipped[_TOO_LONG] += 1
             data = carry + chunk if carry else chunk
@@ -194,7 +192,7 @@ class TraceParser:
             if cut < 0:
                 carry = data
             else:
-                carry = data[cut + 1:]
+                carry = data[cut + 1 :]
                 if block := self._block(data[: cut + 1]):
                     yield block
             if len(carry) > MAX_LINE_BYTES:
@@ -248,11 +246,16 @@ class TraceParser:
                 if long[i]:
                     raise self._fail(base + i + 1, _LONG_MESSAGE)
                 if beyond[i]:
-                    raise self._fail(base + i + 1, (
-                        f"timestamp {int(ts[i])} is {int(ts[i]) - self.origin} s after the first row's "
-                        f"{self.origin}; expected a trace spanning at most {self.max_span_s} s"))
-                raise self._fail(base + i + 1, self._describe(data, starts[i], ends[i], late[i], int(ts[i]),
-                                                              int(before_all[i])))
+                    raise self._fail(
+                        base + i + 1,
+                        (
+                            f"timestamp {int(ts[i])} is {int(ts[i]) - self.origin} s after the first row's "
+                            f"{self.origin}; expected a trace spanning at most {self.max_span_s} s"
+                        ),
+                    )
+                raise self._fail(
+                    base + i + 1, self._describe(data, starts[i], ends[i], late[i], int(ts[i]), int(before_all[i]))
+                )
             for i in bad_idx:
                 if long[i]:
                     reason = _TOO_LONG
@@ -261,7 +264,7 @@ class TraceParser:
                 elif late[i]:
                     reason = _OUT_OF_ORDER
                 else:
-                    reason = self._reason(data[starts[i]: ends[i]])
+                    reason = self._reason(data[starts[i] : ends[i]])
                 self.skipped[reason] += 1
             keep = ~bad
         else:
@@ -283,8 +286,10 @@ class TraceParser:
 
     def _describe(self, data: bytes, s: int, e: int, late: bool, ts: int, before: int) -> str:
         if late:
-            return (f"timestamp {ts} is {before - ts} s earlier than {before} on an earlier line "
-                    f"(tolerance {self.tolerance_s:g} s); expected a trace sorted by time")
+            return (
+                f"timestamp {ts} is {before - ts} s earlier than {before} on an earlier line "
+                f"(tolerance {self.tolerance_s:g} s); expected a trace sorted by time"
+            )
         try:
             parse_row(data[s:e])
         except RowError as exc:

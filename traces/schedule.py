@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 
+from core.errors import InputError, TunerError
 from traces.parser import DEFAULT_MAX_SPAN_S, DEFAULT_TOLERANCE_S
 from traces.series import TraceStats, trace_stats
-from core.errors import InputError, TunerError
 
 #: File name of the bundled synthetic sample trace (see traces/data/README.md).
 SAMPLE_TRACE = "twitter-cluster52-synthetic-24h.csv.zst"
@@ -54,8 +54,9 @@ class Schedule:
 DEFAULT_DAY_NOISE = 0.05
 
 
-def repeat_days(schedule: Schedule, days: int, *, noise: float = DEFAULT_DAY_NOISE, seed: int = 0,
-                max_qps: float | None = None) -> Schedule:
+def repeat_days(
+    schedule: Schedule, days: int, *, noise: float = DEFAULT_DAY_NOISE, seed: int = 0, max_qps: float | None = None
+) -> Schedule:
     """`schedule` repeated `days` times back to back, each later day with per-window multiplicative noise.
 
     Day 0 is `schedule` unchanged (so `days=1` is the schedule itself). On day d >= 1, window i's QPS is
@@ -92,10 +93,10 @@ def repeat_days(schedule: Schedule, days: int, *, noise: float = DEFAULT_DAY_NOI
             factors = np.exp(noise * rng.standard_normal(len(base)) - noise**2 / 2)
         for w, f in zip(base, factors):
             qps = w.qps if day == 0 else min(w.qps * float(f), cap)
-            out.append(Window(index=len(out), start_s=w.start_s + day * day_s, seconds=w.seconds,
-                              qps=qps, day=day))
-    return Schedule(windows=tuple(out), source=schedule.source, scale=schedule.scale,
-                    raw_peak_qps=schedule.raw_peak_qps, days=days)
+            out.append(Window(index=len(out), start_s=w.start_s + day * day_s, seconds=w.seconds, qps=qps, day=day))
+    return Schedule(
+        windows=tuple(out), source=schedule.source, scale=schedule.scale, raw_peak_qps=schedule.raw_peak_qps, days=days
+    )
 
 
 def sample_trace_path() -> pathlib.Path:
@@ -130,8 +131,10 @@ def schedule_from_stats(
         if want == 0:
             raise InputError(f"{stats.path}: {hours:g} h is shorter than one {bin_s} s window")
         if want > len(full):
-            raise InputError(f"{stats.path}: trace covers {len(full)} full {bin_s} s window(s) "
-                             f"({stats.seconds} s), fewer than the {want} that {hours:g} h needs")
+            raise InputError(
+                f"{stats.path}: trace covers {len(full)} full {bin_s} s window(s) "
+                f"({stats.seconds} s), fewer than the {want} that {hours:g} h needs"
+            )
         full = full[:want]
     if not full:
         raise InputError(f"{stats.path}: trace covers {stats.seconds} s, shorter than one {bin_s} s window")
@@ -160,6 +163,13 @@ def load_schedule(
     if hours is not None and not (hours > 0 and math.isfinite(hours)):
         raise TunerError(f"hours must be finite and > 0, got {hours}")
     max_s = None if hours is None else hours * 3600
-    stats = trace_stats(path, bin_s=bin_s, skip_bad=skip_bad, tolerance_s=tolerance_s, max_seconds=max_s,
-                        max_span_s=max_span_s, start_s=start_s)
+    stats = trace_stats(
+        path,
+        bin_s=bin_s,
+        skip_bad=skip_bad,
+        tolerance_s=tolerance_s,
+        max_seconds=max_s,
+        max_span_s=max_span_s,
+        start_s=start_s,
+    )
     return schedule_from_stats(stats, hours=hours, peak_qps=peak_qps, scale=scale)

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from core.errors import InputError
 from traces.format import OPS
 from traces.parser import DEFAULT_MAX_SPAN_S, DEFAULT_TOLERANCE_S, TraceParser
-from core.errors import InputError
 
 _NOPS = len(OPS)
 
@@ -138,7 +138,7 @@ def trace_stats(
         if rel.size:
             rows += int(rel.size)
             lo, hi = int(rel.min()), int(rel.max())
-            per_sec.ensure(hi + 1)[lo: hi + 1] += np.bincount(rel - lo, minlength=hi - lo + 1)
+            per_sec.ensure(hi + 1)[lo : hi + 1] += np.bincount(rel - lo, minlength=hi - lo + 1)
             b = rel // width
             nb = int(b.max()) + 1
             np.add.at(ops.ensure(nb), (b, block_op), 1)
@@ -154,14 +154,19 @@ def trace_stats(
             break
     if rows == 0:
         if parser.rows:
-            raise InputError(f"{parser.name}: no requests {start} s or more after the first row "
-                             f"(the trace has {parser.rows} rows before that)")
+            raise InputError(
+                f"{parser.name}: no requests {start} s or more after the first row "
+                f"(the trace has {parser.rows} rows before that)"
+            )
         if parser.skipped:
             detail = ", ".join(f"{n} {r}" for r, n in sorted(parser.skipped.items()))
-            raise InputError(f"{parser.name}: empty trace: no valid rows ({sum(parser.skipped.values())} "
-                             f"skipped: {detail})")
-        raise InputError(f"{parser.name}: empty trace: no request rows; expected CSV rows "
-                         "'timestamp,key,key size,value size,client id,operation,TTL'")
+            raise InputError(
+                f"{parser.name}: empty trace: no valid rows ({sum(parser.skipped.values())} skipped: {detail})"
+            )
+        raise InputError(
+            f"{parser.name}: empty trace: no request rows; expected CSV rows "
+            "'timestamp,key,key size,value size,client id,operation,TTL'"
+        )
     series = per_sec.a
     seconds = int(np.flatnonzero(series)[-1]) + 1
     if limit is not None:
@@ -170,24 +175,33 @@ def trace_stats(
     nbins = -(-seconds // width)
     bins = []
     for i in range(nbins):
-        n_req = int(series[i * width: (i + 1) * width].sum())
+        n_req = int(series[i * width : (i + 1) * width].sum())
         length = min(width, seconds - i * width)
         counts = {OPS[j]: int(c) for j, c in enumerate(ops.a[i]) if i < ops.a.shape[0] and c}
         has = n_req > 0
-        bins.append(BinStats(
-            index=i,
-            start_s=i * width,
-            seconds=length,
-            requests=n_req,
-            qps=n_req / length,
-            ops=counts,
-            key_size=SizeStats(float(ksum.a[i] / n_req), int(kmin.a[i]), int(kmax.a[i])) if has else None,
-            value_size=SizeStats(float(vsum.a[i] / n_req), int(vmin.a[i]), int(vmax.a[i])) if has else None,
-        ))
+        bins.append(
+            BinStats(
+                index=i,
+                start_s=i * width,
+                seconds=length,
+                requests=n_req,
+                qps=n_req / length,
+                ops=counts,
+                key_size=SizeStats(float(ksum.a[i] / n_req), int(kmin.a[i]), int(kmax.a[i])) if has else None,
+                value_size=SizeStats(float(vsum.a[i] / n_req), int(vmin.a[i]), int(vmax.a[i])) if has else None,
+            )
+        )
     return TraceStats(
-        path=parser.name, origin=origin if origin is not None else 0, bin_s=width, per_second=series,
-        bins=tuple(bins), lines=parser.lines, rows=rows, skipped=dict(parser.skipped),
-        truncated_at_s=limit if stopped else None, start_s=start,
+        path=parser.name,
+        origin=origin if origin is not None else 0,
+        bin_s=width,
+        per_second=series,
+        bins=tuple(bins),
+        lines=parser.lines,
+        rows=rows,
+        skipped=dict(parser.skipped),
+        truncated_at_s=limit if stopped else None,
+        start_s=start,
     )
 
 
@@ -197,5 +211,5 @@ def bin_series(per_second: np.ndarray, bin_s: int, *, partial: bool = False) -> 
     full = per_second.size // bin_s
     rates = per_second[: full * bin_s].reshape(full, bin_s).mean(axis=1)
     if partial and per_second.size > full * bin_s:
-        rates = np.append(rates, per_second[full * bin_s:].mean())
+        rates = np.append(rates, per_second[full * bin_s :].mean())
     return rates

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from core.errors import InputError
 from traces.clusters import ClusterStats
 from traces.format import OP_INDEX, OPS, WRITE_OPS
-from core.errors import InputError
 
 DAY_S = 86400
 #: Diurnal shape: 1 + A1 cos(2 pi (h - P1) / 24) + A2 cos(4 pi (h - P2) / 24), h in hours since midnight.
@@ -68,7 +68,7 @@ def rate_series(seconds: int, mean_qps: float, rng: np.random.Generator) -> np.n
 
 def _sizes(n: int, mean: float, sigma: float, rng: np.random.Generator) -> np.ndarray:
     """Per-key sizes, log-normal with the given log-scale spread, mean about `mean`, at least 1 byte."""
-    raw = rng.lognormal(-sigma**2 / 2, sigma, n) * mean
+    raw = rng.lognormal(-(sigma**2) / 2, sigma, n) * mean
     return np.maximum(1, np.rint(raw)).astype(np.int64)
 
 
@@ -128,7 +128,7 @@ def synthesize(
     rng_rate, rng_keys, rng_req = (np.random.default_rng(s) for s in ss.spawn(3))
     # the key population
     ranks = np.arange(1, keys + 1, dtype=np.float64)
-    cdf = np.cumsum(ranks ** -stats.zipf_alpha)
+    cdf = np.cumsum(ranks**-stats.zipf_alpha)
     cdf /= cdf[-1]
     key_bytes = _keys(keys, stats.cluster, seed)
     key_size = _sizes(keys, stats.key_size, KEY_SIZE_SIGMA, rng_keys)
@@ -154,7 +154,7 @@ def synthesize(
         sink = writer if writer is not None else raw
         with raw:
             for lo in range(0, seconds, 3600):
-                counts = rng_req.poisson(expected[lo: lo + 3600])
+                counts = rng_req.poisson(expected[lo : lo + 3600])
                 # at least one request in the first and the last second, so the trace spans exactly `hours`
                 if lo == 0:
                     counts[0] = max(counts[0], 1)
@@ -170,11 +170,16 @@ def synthesize(
                 miss = np.isin(op, reads) & (rng_req.random(n) < stats.miss_ratio)
                 vsize = np.where((op == OP_INDEX["delete"]) | miss, 0, value_size[idx])
                 ttl = np.where(is_write[op], key_ttl[idx], 0)
-                sink.write(b"".join([
-                    b"%d,%s%d,%d,%s,%d\n" % (t, prefix[k], v, c, op_names[o], tt)
-                    for t, k, v, c, o, tt in zip(ts.tolist(), idx.tolist(), vsize.tolist(), client.tolist(),
-                                                 op.tolist(), ttl.tolist())
-                ]))
+                sink.write(
+                    b"".join(
+                        [
+                            b"%d,%s%d,%d,%s,%d\n" % (t, prefix[k], v, c, op_names[o], tt)
+                            for t, k, v, c, o, tt in zip(
+                                ts.tolist(), idx.tolist(), vsize.tolist(), client.tolist(), op.tolist(), ttl.tolist()
+                            )
+                        ]
+                    )
+                )
                 rows += n
             if writer is not None:
                 writer.close()

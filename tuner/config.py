@@ -9,9 +9,10 @@ import ipaddress
 import math
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from core.errors import InputError
 from tuner.optimize.latscale import KINDS as LATENCY_METRICS  # `latency_metric` values
@@ -87,10 +88,23 @@ class TuningConfig:
 #: `tuning.window_mode` values (see `tuner.optimize.windowing`).
 WINDOW_MODES: tuple[str, ...] = ("fixed", "adaptive")
 #: `TuningConfig` fields passed to the optimiser's `TunerSettings` under the same names (issue 6).
-SETTINGS_FIELDS: tuple[str, ...] = ("context", "context_max_qps", "itr_resolution_us", "history_max_trials",
-                                    "min_trials", "stop_ei_pct", "safe_delta", "safe_radius", "safe_model_error",
-                                    "safe_sd_scale", "latency_metric", "window_mode", "window_ci_pct", "window_min_s",
-                                    "window_guard")
+SETTINGS_FIELDS: tuple[str, ...] = (
+    "context",
+    "context_max_qps",
+    "itr_resolution_us",
+    "history_max_trials",
+    "min_trials",
+    "stop_ei_pct",
+    "safe_delta",
+    "safe_radius",
+    "safe_model_error",
+    "safe_sd_scale",
+    "latency_metric",
+    "window_mode",
+    "window_ci_pct",
+    "window_min_s",
+    "window_guard",
+)
 
 
 @dataclass(frozen=True)
@@ -148,8 +162,9 @@ def _locate(lines: list[str], table: str, key: str | None) -> int:
     current = ""
     header_line = 0
     key_re = re.compile(rf"^\s*\"?{re.escape(key)}\"?\s*=") if key else None
-    dotted_re = (re.compile(rf"^\s*{re.escape(table.split('.')[-1])}\s*\.\s*{re.escape(key)}\s*=")
-                 if key and table else None)
+    dotted_re = (
+        re.compile(rf"^\s*{re.escape(table.split('.')[-1])}\s*\.\s*{re.escape(key)}\s*=") if key and table else None
+    )
     for number, line in enumerate(lines, start=1):
         m = _TABLE_RE.match(line)
         if m and not line.lstrip().startswith("[["):
@@ -188,8 +203,15 @@ class _Checker:
             self.error(name, key, f"unknown key: expected one of {', '.join(sorted(allowed))}")
         return value
 
-    def get(self, table: dict, tname: str, key: str, default: Any, kind: str,
-            check: Callable[[Any], str | None] | None = None) -> Any:
+    def get(
+        self,
+        table: dict,
+        tname: str,
+        key: str,
+        default: Any,
+        kind: str,
+        check: Callable[[Any], str | None] | None = None,
+    ) -> Any:
         if key not in table:
             return default
         value = table[key]
@@ -250,7 +272,7 @@ def _non_negative(value: float) -> str | None:
 def check_grpc_address(address: str) -> str | None:
     """None if `address` is `unix:PATH` or `HOST:PORT`; else what was expected."""
     if address.startswith("unix:"):
-        path = address[len("unix:"):]
+        path = address[len("unix:") :]
         path = path[2:] if path.startswith("//") else path
         if not path:
             return "unix:///absolute/path.sock"
@@ -282,8 +304,11 @@ def is_loopback(address: str) -> bool:
 
 
 def _check_percentile(value: float) -> str | None:
-    return None if any(abs(value - p) < 1e-9 for p in ALLOWED_PERCENTILES) else \
-        "one of " + ", ".join(f"{p:g}" for p in ALLOWED_PERCENTILES)
+    return (
+        None
+        if any(abs(value - p) < 1e-9 for p in ALLOWED_PERCENTILES)
+        else "one of " + ", ".join(f"{p:g}" for p in ALLOWED_PERCENTILES)
+    )
 
 
 def _check_reward(value: str) -> str | None:
@@ -320,10 +345,22 @@ def parse_config(text: str, path: Path) -> Config:
 
     t = c.table(data, "knobs", {"itr_us", "dvfs_ghz"})
     knobs = KnobBounds(
-        itr_us=c.get(t, "knobs", "itr_us", KnobBounds.itr_us, "range_int",
-                     lambda r: None if r[0] >= 0 else "[low, high] with low >= 0"),
-        dvfs_ghz=c.get(t, "knobs", "dvfs_ghz", KnobBounds.dvfs_ghz, "range_float",
-                       lambda r: None if r[0] >= 0 else "[low, high] with low >= 0"),
+        itr_us=c.get(
+            t,
+            "knobs",
+            "itr_us",
+            KnobBounds.itr_us,
+            "range_int",
+            lambda r: None if r[0] >= 0 else "[low, high] with low >= 0",
+        ),
+        dvfs_ghz=c.get(
+            t,
+            "knobs",
+            "dvfs_ghz",
+            KnobBounds.dvfs_ghz,
+            "range_float",
+            lambda r: None if r[0] >= 0 else "[low, high] with low >= 0",
+        ),
     )
 
     t = c.table(data, "policy", {"reward", "sla_us", "percentile"})
@@ -337,61 +374,156 @@ def parse_config(text: str, path: Path) -> Config:
     d = TuningConfig()
     tuning = TuningConfig(
         trials=c.get(t, "tuning", "trials", d.trials, "int", lambda v: None if 1 <= v <= 1000 else "1..1000"),
-        sobol_trials=c.get(t, "tuning", "sobol_trials", d.sobol_trials, "int",
-                           lambda v: None if 1 <= v <= 1000 else "1..1000"),
-        window_s=c.get(t, "tuning", "window_s", d.window_s, "float",
-                       lambda v: None if 0.001 <= v <= 3600 else "0.001..3600 seconds"),
-        settle_s=c.get(t, "tuning", "settle_s", d.settle_s, "float",
-                       lambda v: None if 0 <= v <= 600 else "0..600 seconds"),
+        sobol_trials=c.get(
+            t, "tuning", "sobol_trials", d.sobol_trials, "int", lambda v: None if 1 <= v <= 1000 else "1..1000"
+        ),
+        window_s=c.get(
+            t,
+            "tuning",
+            "window_s",
+            d.window_s,
+            "float",
+            lambda v: None if 0.001 <= v <= 3600 else "0.001..3600 seconds",
+        ),
+        settle_s=c.get(
+            t, "tuning", "settle_s", d.settle_s, "float", lambda v: None if 0 <= v <= 600 else "0..600 seconds"
+        ),
         seed=c.get(t, "tuning", "seed", d.seed, "int", _non_negative),
-        retune_period_s=c.get(t, "tuning", "retune_period_s", d.retune_period_s, "float",
-                              lambda v: None if v >= 1 else "a period >= 1 second"),
-        load_change_pct=c.get(t, "tuning", "load_change_pct", d.load_change_pct, "float",
-                              lambda v: None if 0 < v <= 1000 else "a percentage in (0, 1000]"),
-        guardrail_margin_pct=c.get(t, "tuning", "guardrail_margin_pct", d.guardrail_margin_pct, "float",
-                                   lambda v: None if 0 <= v <= 1000 else "a percentage in [0, 1000]"),
+        retune_period_s=c.get(
+            t,
+            "tuning",
+            "retune_period_s",
+            d.retune_period_s,
+            "float",
+            lambda v: None if v >= 1 else "a period >= 1 second",
+        ),
+        load_change_pct=c.get(
+            t,
+            "tuning",
+            "load_change_pct",
+            d.load_change_pct,
+            "float",
+            lambda v: None if 0 < v <= 1000 else "a percentage in (0, 1000]",
+        ),
+        guardrail_margin_pct=c.get(
+            t,
+            "tuning",
+            "guardrail_margin_pct",
+            d.guardrail_margin_pct,
+            "float",
+            lambda v: None if 0 <= v <= 1000 else "a percentage in [0, 1000]",
+        ),
         context=c.get(t, "tuning", "context", d.context, "bool"),
         context_max_qps=c.get(t, "tuning", "context_max_qps", d.context_max_qps, "float", _positive),
-        itr_resolution_us=c.get(t, "tuning", "itr_resolution_us", d.itr_resolution_us, "int",
-                                lambda v: None if 1 <= v <= 1024 else "1..1024 µs"),
-        history_max_trials=c.get(t, "tuning", "history_max_trials", d.history_max_trials, "int",
-                                 lambda v: None if 1 <= v <= 100_000 else "1..100000"),
-        min_trials=c.get(t, "tuning", "min_trials", d.min_trials, "int",
-                         lambda v: None if 1 <= v <= 1000 else "1..1000"),
-        stop_ei_pct=c.get(t, "tuning", "stop_ei_pct", d.stop_ei_pct, "float",
-                          lambda v: None if 0 <= v < 100 else "a percentage in [0, 100) (0 = off)"),
-        safe_delta=c.get(t, "tuning", "safe_delta", d.safe_delta, "float",
-                         lambda v: None if 0 <= v < 1 else "a probability in [0, 1) (0 = off)"),
-        safe_radius=c.get(t, "tuning", "safe_radius", d.safe_radius, "float",
-                          lambda v: None if 0 <= v <= 2 else "a normalised knob distance in [0, 2] (0 = off)"),
-        safe_model_error=c.get(t, "tuning", "safe_model_error", d.safe_model_error, "float",
-                               lambda v: None if 0 <= v <= 1 else "an SD of ln latency in [0, 1] (0 = off)"),
-        safe_sd_scale=c.get(t, "tuning", "safe_sd_scale", d.safe_sd_scale, "float",
-                            lambda v: None if 1 <= v <= 10 else "a factor in [1, 10] (1 = the model's SD as it is)"),
-        latency_metric=c.get(t, "tuning", "latency_metric", d.latency_metric, "str",
-                             lambda v: None if v in LATENCY_METRICS else "one of "
-                             + ", ".join(map(repr, LATENCY_METRICS))),
-        window_mode=c.get(t, "tuning", "window_mode", d.window_mode, "str",
-                          lambda v: None if v in WINDOW_MODES else "one of " + ", ".join(map(repr, WINDOW_MODES))),
-        window_ci_pct=c.get(t, "tuning", "window_ci_pct", d.window_ci_pct, "float",
-                            lambda v: None if 0 < v < 100 else "a percentage in (0, 100)"),
-        window_min_s=c.get(t, "tuning", "window_min_s", d.window_min_s, "float",
-                           lambda v: None if 0.001 <= v <= 3600 else "0.001..3600 seconds"),
+        itr_resolution_us=c.get(
+            t,
+            "tuning",
+            "itr_resolution_us",
+            d.itr_resolution_us,
+            "int",
+            lambda v: None if 1 <= v <= 1024 else "1..1024 µs",
+        ),
+        history_max_trials=c.get(
+            t,
+            "tuning",
+            "history_max_trials",
+            d.history_max_trials,
+            "int",
+            lambda v: None if 1 <= v <= 100_000 else "1..100000",
+        ),
+        min_trials=c.get(
+            t, "tuning", "min_trials", d.min_trials, "int", lambda v: None if 1 <= v <= 1000 else "1..1000"
+        ),
+        stop_ei_pct=c.get(
+            t,
+            "tuning",
+            "stop_ei_pct",
+            d.stop_ei_pct,
+            "float",
+            lambda v: None if 0 <= v < 100 else "a percentage in [0, 100) (0 = off)",
+        ),
+        safe_delta=c.get(
+            t,
+            "tuning",
+            "safe_delta",
+            d.safe_delta,
+            "float",
+            lambda v: None if 0 <= v < 1 else "a probability in [0, 1) (0 = off)",
+        ),
+        safe_radius=c.get(
+            t,
+            "tuning",
+            "safe_radius",
+            d.safe_radius,
+            "float",
+            lambda v: None if 0 <= v <= 2 else "a normalised knob distance in [0, 2] (0 = off)",
+        ),
+        safe_model_error=c.get(
+            t,
+            "tuning",
+            "safe_model_error",
+            d.safe_model_error,
+            "float",
+            lambda v: None if 0 <= v <= 1 else "an SD of ln latency in [0, 1] (0 = off)",
+        ),
+        safe_sd_scale=c.get(
+            t,
+            "tuning",
+            "safe_sd_scale",
+            d.safe_sd_scale,
+            "float",
+            lambda v: None if 1 <= v <= 10 else "a factor in [1, 10] (1 = the model's SD as it is)",
+        ),
+        latency_metric=c.get(
+            t,
+            "tuning",
+            "latency_metric",
+            d.latency_metric,
+            "str",
+            lambda v: None if v in LATENCY_METRICS else "one of " + ", ".join(map(repr, LATENCY_METRICS)),
+        ),
+        window_mode=c.get(
+            t,
+            "tuning",
+            "window_mode",
+            d.window_mode,
+            "str",
+            lambda v: None if v in WINDOW_MODES else "one of " + ", ".join(map(repr, WINDOW_MODES)),
+        ),
+        window_ci_pct=c.get(
+            t,
+            "tuning",
+            "window_ci_pct",
+            d.window_ci_pct,
+            "float",
+            lambda v: None if 0 < v < 100 else "a percentage in (0, 100)",
+        ),
+        window_min_s=c.get(
+            t,
+            "tuning",
+            "window_min_s",
+            d.window_min_s,
+            "float",
+            lambda v: None if 0.001 <= v <= 3600 else "0.001..3600 seconds",
+        ),
         window_guard=c.get(t, "tuning", "window_guard", d.window_guard, "bool"),
     )
     if tuning.window_mode == "adaptive" and tuning.window_min_s > tuning.window_s and "window_min_s" not in t:
         # the default minimum (2 s) follows a shorter window_s (the adaptive window's maximum)
         tuning = TuningConfig(**{**tuning.__dict__, "window_min_s": tuning.window_s})
     if tuning.window_mode == "adaptive" and tuning.window_min_s > tuning.window_s:
-        c.error("tuning", "window_min_s",
-                f"expected tuning.window_min_s ({tuning.window_min_s:g} s) at most tuning.window_s "
-                f"({tuning.window_s:g} s, the adaptive window's maximum)")
+        c.error(
+            "tuning",
+            "window_min_s",
+            f"expected tuning.window_min_s ({tuning.window_min_s:g} s) at most tuning.window_s "
+            f"({tuning.window_s:g} s, the adaptive window's maximum)",
+        )
     if "trials" in t and "sobol_trials" in t and tuning.sobol_trials > tuning.trials:
-        c.error("tuning", "sobol_trials", f"expected at most tuning.trials ({tuning.trials}), "
-                f"got {tuning.sobol_trials}")
+        c.error(
+            "tuning", "sobol_trials", f"expected at most tuning.trials ({tuning.trials}), got {tuning.sobol_trials}"
+        )
     elif tuning.sobol_trials > tuning.trials:
-        tuning = TuningConfig(**{**tuning.__dict__, "sobol_trials": max(1, min(tuning.sobol_trials,
-                                                                                tuning.trials))})
+        tuning = TuningConfig(**{**tuning.__dict__, "sobol_trials": max(1, min(tuning.sobol_trials, tuning.trials))})
 
     t = c.table(data, "state", {"dir"})
     state_dir = c.get(t, "state", "dir", "/var/lib/tuner", "str", lambda v: None if v else "a directory")
@@ -414,13 +546,18 @@ def parse_config(text: str, path: Path) -> Config:
     if files["tls_client_ca"] and not files["tls_cert"]:
         c.error("grpc", "tls_client_ca", "expected tls_cert and tls_key as well (client certs need TLS)")
     if not is_loopback(listen) and not (files["token_file"] or files["tls_client_ca"]):
-        c.error("grpc", "listen", f"expected a unix socket or loopback address unless token_file or "
-                f"tls_client_ca is set (anyone could retune the host), got {listen!r}")
+        c.error(
+            "grpc",
+            "listen",
+            f"expected a unix socket or loopback address unless token_file or "
+            f"tls_client_ca is set (anyone could retune the host), got {listen!r}",
+        )
     grpc_cfg = GrpcConfig(listen=listen, **files)
 
     t = c.table(data, "metrics", {"listen"})
-    metrics_listen = c.get(t, "metrics", "listen", "127.0.0.1:9464", "str",
-                           lambda v: None if v in ("", "off") else check_host_port(v))
+    metrics_listen = c.get(
+        t, "metrics", "listen", "127.0.0.1:9464", "str", lambda v: None if v in ("", "off") else check_host_port(v)
+    )
 
     t = c.table(data, "history", set(HistoryConfig.__dataclass_fields__))
     hd = HistoryConfig()
@@ -428,9 +565,11 @@ def parse_config(text: str, path: Path) -> Config:
     history = HistoryConfig(
         warm_start=c.get(t, "history", "warm_start", hd.warm_start, "bool"),
         file=((base / history_file).resolve() if not Path(history_file).is_absolute() else Path(history_file))
-        if history_file else None,
-        keep_trials=c.get(t, "history", "keep_trials", hd.keep_trials, "int",
-                          lambda v: None if 1 <= v <= 1_000_000 else "1..1000000"),
+        if history_file
+        else None,
+        keep_trials=c.get(
+            t, "history", "keep_trials", hd.keep_trials, "int", lambda v: None if 1 <= v <= 1_000_000 else "1..1000000"
+        ),
     )
 
     if c.errors:

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import importlib
-from typing import Any
-
 import os
 import sys
+from typing import Any
 
 from actuators.host import Host
 from core.errors import TunerError
@@ -47,9 +46,14 @@ def make_host(spec: str, **options: Any) -> Host:
         raise
     except Exception as exc:  # noqa: BLE001
         raise TunerError(f"--host {spec!r}: factory failed: {type(exc).__name__}: {_one_line(exc)}") from None
-    missing = [m for m in ("knobs", "set_itr", "set_dvfs", "point", "restore", "offered_qps", "measure")
-               if not callable(getattr(host, m, None))]
+    missing = [
+        m
+        for m in ("knobs", "set_itr", "set_dvfs", "point", "restore", "offered_qps", "measure")
+        if not callable(getattr(host, m, None))
+    ]
     if missing or not isinstance(host, Host):
         what = ", ".join(missing) if missing else "attribute 'name'"
-        raise TunerError(f"--host {spec!r}: object from {attr!r} does not implement the Host protocol (missing: {what})")
+        raise TunerError(
+            f"--host {spec!r}: object from {attr!r} does not implement the Host protocol (missing: {what})"
+        )
     return host

@@ -99,8 +99,9 @@ class SampleDist:
 
     __slots__ = ("_x", "_weight", "_w")
 
-    def __init__(self, samples_us: Sequence[float] | np.ndarray, weight: float = 1.0,
-                 _weights: np.ndarray | None = None) -> None:
+    def __init__(
+        self, samples_us: Sequence[float] | np.ndarray, weight: float = 1.0, _weights: np.ndarray | None = None
+    ) -> None:
         x = np.array(samples_us, dtype=np.float32).ravel()  # always a private copy
         if x.size == 0:
             raise ValueError("a latency distribution needs at least one sample")
@@ -168,8 +169,7 @@ class SampleDist:
             return self.to_hdr(other.unit_per_value, other.layout).merge(other)
         raise TypeError(f"cannot merge a SampleDist with {type(other).__name__}")
 
-    def to_hdr(self, unit_per_value: float = 1.0 / NS_PER_US,
-               layout: tuple[int, int, int] | None = None) -> HdrDist:
+    def to_hdr(self, unit_per_value: float = 1.0 / NS_PER_US, layout: tuple[int, int, int] | None = None) -> HdrDist:
         """The same samples in an HdrHistogram (values in units of `unit_per_value` µs, e.g. ns).
 
         A sample of weight w is recorded w times (rounded to whole requests).
@@ -285,8 +285,11 @@ class HdrDist:
         self._encoded: bytes = hist.encode()
         self._count = count
         self.unit_per_value = float(unit_per_value)
-        self.layout = (int(hist.lowest_trackable_value), int(hist.highest_trackable_value),
-                       int(hist.significant_figures))
+        self.layout = (
+            int(hist.lowest_trackable_value),
+            int(hist.highest_trackable_value),
+            int(hist.significant_figures),
+        )
 
     @property
     def count(self) -> int:
@@ -309,8 +312,9 @@ class HdrDist:
         (est,), ((lo, hi),) = values.values(), cis.values()
         return est, lo, hi
 
-    def percentiles(self, percentiles: Iterable[float],
-                    confidence: float = 0.95) -> tuple[dict[float, float], dict[float, tuple[float, float]]]:
+    def percentiles(
+        self, percentiles: Iterable[float], confidence: float = 0.95
+    ) -> tuple[dict[float, float], dict[float, tuple[float, float]]]:
         """All of `percentiles` from one decode (faster than `percentile_table`, same numbers)."""
         _, values, cis = histogram_quantiles(self.histogram(), percentiles, confidence, self.unit_per_value)
         return values, cis
@@ -321,8 +325,10 @@ class HdrDist:
         if not isinstance(other, HdrDist):
             raise TypeError(f"cannot merge an HdrDist with {type(other).__name__}")
         if other.unit_per_value != self.unit_per_value:
-            raise ValueError(f"cannot merge histograms in different units ({self.unit_per_value:g} vs "
-                             f"{other.unit_per_value:g} µs per value)")
+            raise ValueError(
+                f"cannot merge histograms in different units ({self.unit_per_value:g} vs "
+                f"{other.unit_per_value:g} µs per value)"
+            )
         total = _new_hist(self.layout)  # the wider of the two would also do; layouts match in practice
         total.add(self.histogram())
         total.add(other.histogram())

@@ -27,7 +27,6 @@ from actuators.latency.dist import HdrDist
 from actuators.sensors import LatencyWindow
 from core.errors import HostError
 
-
 #: Hook JSON key for each percentile.
 HOOK_KEYS: dict[float, str] = {50.0: "p50", 90.0: "p90", 95.0: "p95", 99.0: "p99", 99.9: "p99.9"}
 _PCT_LIKE = re.compile(r"^p\d")
@@ -45,13 +44,17 @@ class ExternalWindow(LatencyWindow):
 
 
 # -- hook JSON --------------------------------------------------------------------------------------
-def parse_hook_json(text: str, origin: str, seconds: float = 0.0, not_before_unix: float | None = None) -> ExternalWindow:
+def parse_hook_json(
+    text: str, origin: str, seconds: float = 0.0, not_before_unix: float | None = None
+) -> ExternalWindow:
     """Parse the hook format (module docstring); HostError `origin: what was wrong` on bad input."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         snippet = text.strip()[:60]
-        raise HostError(f"{origin}: output is not JSON ({exc.msg} at line {exc.lineno} col {exc.colno}): {snippet!r}") from None
+        raise HostError(
+            f"{origin}: output is not JSON ({exc.msg} at line {exc.lineno} col {exc.colno}): {snippet!r}"
+        ) from None
     if not isinstance(data, dict):
         raise HostError(f"{origin}: expected a JSON object with requests, p50..p99.9; got {type(data).__name__}")
     known = set(HOOK_KEYS.values())
@@ -87,7 +90,9 @@ def parse_hook_json(text: str, origin: str, seconds: float = 0.0, not_before_uni
     dist = None
     if "hdr" in data:
         if not isinstance(data["hdr"], str):
-            raise HostError(f"{origin}: 'hdr' must be an encoded HdrHistogram string (ns), got {type(data['hdr']).__name__}")
+            raise HostError(
+                f"{origin}: 'hdr' must be an encoded HdrHistogram string (ns), got {type(data['hdr']).__name__}"
+            )
         try:
             dist = HdrDist.from_encoded(data["hdr"])
         except ValueError as exc:
@@ -99,8 +104,13 @@ def parse_hook_json(text: str, origin: str, seconds: float = 0.0, not_before_uni
                 f"{origin}: stale result: window_end_unix {end:.3f} is before this window began ({not_before_unix:.3f})"
             )
     return ExternalWindow(
-        requests=requests, latency_us=values, latency_ci_us=cis, source=origin, seconds=seconds,
-        ci_known=set(ci_raw) == set(HOOK_KEYS.values()), latency_dist=dist,
+        requests=requests,
+        latency_us=values,
+        latency_ci_us=cis,
+        source=origin,
+        seconds=seconds,
+        ci_known=set(ci_raw) == set(HOOK_KEYS.values()),
+        latency_dist=dist,
     )
 
 

@@ -32,8 +32,7 @@ from pathlib import Path
 
 from hdrh.histogram import HdrHistogram
 
-from actuators.latency.dist import PERCENTILES
-from actuators.latency.dist import HdrDist, histogram_quantiles
+from actuators.latency.dist import PERCENTILES, HdrDist, histogram_quantiles
 from actuators.latency.memcached import MemcachedAddress, MemcachedClient, MemcachedTimeout, as_address, check_key
 from actuators.sensors import LatencyWindow
 from core.errors import HostError
@@ -84,8 +83,10 @@ class ClientSettings:
     def deep_states(self, threshold_us: int = 10) -> list[IdleState]:
         """Enabled idle states whose exit latency exceeds `threshold_us`."""
         return [
-            s for s in self.idle_states
-            if s.exit_latency_us is not None and s.exit_latency_us > threshold_us
+            s
+            for s in self.idle_states
+            if s.exit_latency_us is not None
+            and s.exit_latency_us > threshold_us
             and set(s.disabled_on) != set(self.cpus)
         ]
 
@@ -110,10 +111,13 @@ class ClientSettings:
     def lines(self) -> list[str]:
         """Human-readable summary for `tuner doctor`."""
         govs = sorted({g or "none" for g in self.governors.values()})
-        states = ", ".join(
-            f"{s.name}({s.exit_latency_us}µs{', off' if set(s.disabled_on) == set(self.cpus) else ''})"
-            for s in self.idle_states
-        ) or "none listed"
+        states = (
+            ", ".join(
+                f"{s.name}({s.exit_latency_us}µs{', off' if set(s.disabled_on) == set(self.cpus) else ''})"
+                for s in self.idle_states
+            )
+            or "none listed"
+        )
         return [
             f"prober CPUs: {_cpu_list(self.cpus)}",
             f"cpufreq: driver {self.cpufreq_driver or 'none'}, governor {', '.join(govs)}, boost {self.boost or 'n/a'}",
@@ -130,8 +134,17 @@ class ClientSettings:
         return d
 
 
-_CMDLINE_KEYS = ("idle=", "intel_idle.max_cstate=", "processor.max_cstate=", "intel_pstate=", "cpuidle.off=",
-                 "nohz=", "nohz_full=", "cpufreq.default_governor=", "cpuidle_haltpoll.force=")
+_CMDLINE_KEYS = (
+    "idle=",
+    "intel_idle.max_cstate=",
+    "processor.max_cstate=",
+    "intel_pstate=",
+    "cpuidle.off=",
+    "nohz=",
+    "nohz_full=",
+    "cpufreq.default_governor=",
+    "cpuidle_haltpoll.force=",
+)
 
 
 def read_client_settings(root: str | os.PathLike = "/", cpus: Iterable[int] | None = None) -> ClientSettings:
@@ -150,7 +163,9 @@ def read_client_settings(root: str | os.PathLike = "/", cpus: Iterable[int] | No
     for sd in state_dirs:
         lat = _read(sd / "latency")
         disabled_on = tuple(c for c in cpu_set if _read(cpu_dir / f"cpu{c}/cpuidle/{sd.name}/disable") == "1")
-        states.append(IdleState(_read(sd / "name") or sd.name, int(lat) if lat and lat.isdigit() else None, disabled_on))
+        states.append(
+            IdleState(_read(sd / "name") or sd.name, int(lat) if lat and lat.isdigit() else None, disabled_on)
+        )
     cmdline = _read(base / "proc/cmdline") or ""
     flags = tuple(tok for tok in cmdline.split() if tok.startswith(_CMDLINE_KEYS))
     return ClientSettings(
@@ -196,8 +211,12 @@ def local_path_reason(address: MemcachedAddress, local_ips: Iterable[str] | None
     if local_ips is None:
         import psutil
 
-        local_ips = [a.address for addrs in psutil.net_if_addrs().values() for a in addrs
-                     if a.family in (socket.AF_INET, socket.AF_INET6)]
+        local_ips = [
+            a.address
+            for addrs in psutil.net_if_addrs().values()
+            for a in addrs
+            if a.family in (socket.AF_INET, socket.AF_INET6)
+        ]
     local = {ip.split("%", 1)[0] for ip in local_ips}
     for info in infos:
         ip = str(info[4][0]).split("%", 1)[0]
@@ -213,9 +232,11 @@ def target_warning(address: MemcachedAddress, local_ips: Iterable[str] | None = 
     reason = local_path_reason(address, local_ips)
     if reason is None:
         return None
-    return (f"prober target {reason}: probes never cross the NIC, so they miss interrupt-throttling (ITR) "
-            "delay and the tuner would see large ITR as free; run the prober on a client machine "
-            "(target this host's NIC address) or use the prometheus/hook latency source")
+    return (
+        f"prober target {reason}: probes never cross the NIC, so they miss interrupt-throttling (ITR) "
+        "delay and the tuner would see large ITR as free; run the prober on a client machine "
+        "(target this host's NIC address) or use the prometheus/hook latency source"
+    )
 
 
 # -- the prober ------------------------------------------------------------------------------------
@@ -387,10 +408,19 @@ class ProcessProber:
         env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-c", "from actuators.latency.prober import _serve; _serve()",
-                 str(cmd_r), str(res_w), json.dumps(asdict(self.config))],
-                pass_fds=(cmd_r, res_w), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                env=env, start_new_session=True,  # Ctrl-C goes to the parent, which closes us
+                [
+                    sys.executable,
+                    "-c",
+                    "from actuators.latency.prober import _serve; _serve()",
+                    str(cmd_r),
+                    str(res_w),
+                    json.dumps(asdict(self.config)),
+                ],
+                pass_fds=(cmd_r, res_w),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,  # Ctrl-C goes to the parent, which closes us
             )
         except OSError as exc:
             for fd in (cmd_r, cmd_w, res_r, res_w):
@@ -401,7 +431,7 @@ class ProcessProber:
         self._tx = Connection(cmd_w, readable=False)
         self._rx = Connection(res_r, writable=False)
 
-    def _call(self, cmd: str, timeout_s: float):  # noqa: ANN202 - None or ProbeWindow
+    def _call(self, cmd: str, timeout_s: float):
         if self._closed:
             raise HostError("prober is closed")
         if self.process is None:
@@ -575,8 +605,14 @@ class ThreadProber:
         self._seeded = True
 
     def _summarise(
-        self, hist: HdrHistogram, lag: HdrHistogram, seconds: float, intended: int, timeouts: int,
-        incomplete: int, misses: int,
+        self,
+        hist: HdrHistogram,
+        lag: HdrHistogram,
+        seconds: float,
+        intended: int,
+        timeouts: int,
+        incomplete: int,
+        misses: int,
     ) -> ProbeWindow:
         from core.stats import quantile_ci_achievable
 
@@ -696,8 +732,15 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         ap.error(f"--cpus {args.cpus!r}: expected CPU numbers like 2,3")
     try:
-        config = ProberConfig(target=args.target, rate_hz=args.rate, timeout_s=args.timeout, keys=args.keys,
-                              set_every=args.set_every, isolation="thread", cpus=cpus)
+        config = ProberConfig(
+            target=args.target,
+            rate_hz=args.rate,
+            timeout_s=args.timeout,
+            keys=args.keys,
+            set_every=args.set_every,
+            isolation="thread",
+            cpus=cpus,
+        )
         engine = ThreadProber(config)
         try:
             engine.begin()
@@ -714,9 +757,14 @@ def main(argv: list[str] | None = None) -> int:
     from actuators.latency.hook import HOOK_KEYS, hook_json
 
     doc = hook_json(window, time.time())
-    doc.update(ci_achieved={HOOK_KEYS[p]: ok for p, ok in window.ci_achieved.items()}, timeouts=window.timeouts, incomplete=window.incomplete,
-               send_lag_p99_us=window.send_lag_p99_us, target=str(config.target),
-               client_warnings=read_client_settings("/", cpus=cpus or None).warnings())
+    doc.update(
+        ci_achieved={HOOK_KEYS[p]: ok for p, ok in window.ci_achieved.items()},
+        timeouts=window.timeouts,
+        incomplete=window.incomplete,
+        send_lag_p99_us=window.send_lag_p99_us,
+        target=str(config.target),
+        client_warnings=read_client_settings("/", cpus=cpus or None).warnings(),
+    )
     print(json.dumps(doc))
     return 0
 

@@ -26,8 +26,16 @@ from actuators.latency.dist import PERCENTILES
 from actuators.latency.hook import HOOK_KEYS, ExternalWindow, hook_json, parse_hook_json
 from core.errors import HostError
 
-__all__ = ["HOOK_KEYS", "CommandLatency", "ExternalWindow", "FileLatency", "PrometheusLatency", "hook_json",
-           "make_latency_source", "parse_hook_json"]
+__all__ = [
+    "HOOK_KEYS",
+    "CommandLatency",
+    "ExternalWindow",
+    "FileLatency",
+    "PrometheusLatency",
+    "hook_json",
+    "make_latency_source",
+    "parse_hook_json",
+]
 
 
 class CommandLatency:
@@ -90,11 +98,17 @@ class CommandLatency:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.communicate()
-                raise HostError(f"{self.origin}: did not finish within {self.timeout_s:g} s of end() (killed)") from None
+                raise HostError(
+                    f"{self.origin}: did not finish within {self.timeout_s:g} s of end() (killed)"
+                ) from None
             not_before = None
         else:
-            env = dict(os.environ, TUNER_WINDOW_START_UNIX=f"{start:.6f}", TUNER_WINDOW_END_UNIX=f"{end:.6f}",
-                       TUNER_WINDOW_SECONDS=f"{end - start:.6f}")
+            env = dict(
+                os.environ,
+                TUNER_WINDOW_START_UNIX=f"{start:.6f}",
+                TUNER_WINDOW_END_UNIX=f"{end:.6f}",
+                TUNER_WINDOW_SECONDS=f"{end - start:.6f}",
+            )
             proc = self._spawn(env, stdin=subprocess.DEVNULL)
             try:
                 out, err = proc.communicate(timeout=self.timeout_s)
@@ -115,8 +129,9 @@ class CommandLatency:
 
     def _spawn(self, env: dict[str, str], stdin: int) -> subprocess.Popen:
         try:
-            return subprocess.Popen(self.argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    text=True, env=env)
+            return subprocess.Popen(
+                self.argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+            )
         except FileNotFoundError:
             raise HostError(f"{self.origin}: not found (give an absolute path or put it on PATH)") from None
         except PermissionError:
@@ -139,7 +154,9 @@ class FileLatency:
     the file's mtime when that key is absent, must not be older than `begin()`.
     """
 
-    def __init__(self, path: str | os.PathLike, require_fresh: bool = True, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, path: str | os.PathLike, require_fresh: bool = True, clock: Callable[[], float] = time.time
+    ) -> None:
         self.path = Path(path)
         self.require_fresh = require_fresh
         self._clock = clock
@@ -167,7 +184,9 @@ class FileLatency:
         not_before = start if self.require_fresh else None
         window = parse_hook_json(text, self.origin, end - start, not_before_unix=not_before)
         if self.require_fresh and "window_end_unix" not in json.loads(text) and mtime < start:
-            raise HostError(f"{self.origin}: stale: not modified since the window began (mtime {mtime:.3f} < {start:.3f})")
+            raise HostError(
+                f"{self.origin}: stale: not modified since the window began (mtime {mtime:.3f} < {start:.3f})"
+            )
         return window
 
     def close(self) -> None:
@@ -204,8 +223,10 @@ class PrometheusLatency:
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise HostError(f"Prometheus URL {url!r}: expected http(s)://host:port")
         if "{q}" not in quantile_query:
-            raise HostError("Prometheus quantile_query must contain {q}, e.g. "
-                            "histogram_quantile({q}, sum(rate(X_bucket[{window}])) by (le))")
+            raise HostError(
+                "Prometheus quantile_query must contain {q}, e.g. "
+                "histogram_quantile({q}, sum(rate(X_bucket[{window}])) by (le))"
+            )
         if not timeout_s > 0 or not scale_to_us > 0:
             raise HostError("Prometheus timeout_s and scale_to_us must be positive")
         self.url = url.rstrip("/")
@@ -242,8 +263,13 @@ class PrometheusLatency:
             requests = int(round(count))
             warnings += warn
         return ExternalWindow(
-            requests=requests, latency_us=values, latency_ci_us={p: (v, v) for p, v in values.items()},
-            source=f"prometheus {self.url}", seconds=end - start, ci_known=False, warnings=tuple(warnings),
+            requests=requests,
+            latency_us=values,
+            latency_ci_us={p: (v, v) for p, v in values.items()},
+            source=f"prometheus {self.url}",
+            seconds=end - start,
+            ci_known=False,
+            warnings=tuple(warnings),
         )
 
     def close(self) -> None:
@@ -258,7 +284,7 @@ class PrometheusLatency:
         where = f"Prometheus {self.url}: query {promql!r}"
         try:
             request = urllib.request.Request(address, headers=self._headers)
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as resp:  # noqa: S310 - scheme checked
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as resp:
                 body = resp.read()
         except urllib.error.HTTPError as exc:
             detail = _prom_error(exc.read()) or exc.reason
@@ -298,7 +324,9 @@ def _prom_value(body: bytes, where: str) -> tuple[float, list[str]]:
         sample = res
     elif kind == "vector":
         if not res:
-            raise HostError(f"{where}: no series (metric not scraped, or the window is shorter than two scrape intervals)")
+            raise HostError(
+                f"{where}: no series (metric not scraped, or the window is shorter than two scrape intervals)"
+            )
         if len(res) > 1:
             raise HostError(f"{where}: {len(res)} series; aggregate to one, e.g. sum(...) by (le)")
         sample = res[0].get("value")
@@ -333,7 +361,7 @@ def make_latency_source(spec: Mapping[str, Any], settings_root: str | os.PathLik
         from actuators.latency.prober import Prober, ProberConfig
 
         allowed = {f.name for f in dataclasses.fields(ProberConfig)}
-        factory: Callable[..., Any] = lambda **kw: Prober(ProberConfig(**kw), settings_root=settings_root)  # noqa: E731
+        factory: Callable[..., Any] = lambda **kw: Prober(ProberConfig(**kw), settings_root=settings_root)
     else:
         cls = {"prometheus": PrometheusLatency, "command": CommandLatency, "file": FileLatency}.get(str(kind))
         if cls is None:
@@ -342,7 +370,9 @@ def make_latency_source(spec: Mapping[str, Any], settings_root: str | os.PathLik
         factory = cls
     unknown = sorted(set(options) - allowed)
     if unknown:
-        raise HostError(f"latency source {kind!r}: unknown option {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})")
+        raise HostError(
+            f"latency source {kind!r}: unknown option {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})"
+        )
     try:
         return factory(**options)
     except TypeError as exc:

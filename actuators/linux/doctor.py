@@ -9,8 +9,9 @@ reachable memcached.
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from actuators.linux.dvfs import CPU_DIR, IA32_PM_ENABLE, CpufreqBackend, MsrBackend, online_cpus
 from actuators.linux.hwio import HardwareIO, nic_driver
@@ -40,8 +41,11 @@ class Report:
     missing: tuple[str, ...]
 
     def to_json(self) -> dict[str, Any]:
-        return {"can_tune": self.can_tune, "missing": list(self.missing),
-                "findings": [asdict(f) for f in self.findings]}
+        return {
+            "can_tune": self.can_tune,
+            "missing": list(self.missing),
+            "findings": [asdict(f) for f in self.findings],
+        }
 
 
 def _status_of(findings: Iterable[Finding], check: str) -> str | None:
@@ -53,13 +57,17 @@ def summarize(findings: list[Finding]) -> Report:
     with coalescing, ok or unverified driver, and CAP_NET_ADMIN), RAPL energy, memcached reachable."""
     usable = (OK, WARN)
     dvfs = _status_of(findings, "dvfs-cpufreq") in usable or (
-        _status_of(findings, "dvfs-msr") in usable and _status_of(findings, "cap-sys-rawio") == OK)
-    itr = any(f.check.startswith("nic:") and f.status in usable for f in findings) and \
-        _status_of(findings, "cap-net-admin") == OK
+        _status_of(findings, "dvfs-msr") in usable and _status_of(findings, "cap-sys-rawio") == OK
+    )
+    itr = (
+        any(f.check.startswith("nic:") and f.status in usable for f in findings)
+        and _status_of(findings, "cap-net-admin") == OK
+    )
     energy = _status_of(findings, "rapl") in usable
     memcached = _status_of(findings, "memcached") in usable
-    missing = tuple(name for name, good in (("dvfs", dvfs), ("itr", itr), ("energy", energy),
-                                            ("memcached", memcached)) if not good)
+    missing = tuple(
+        name for name, good in (("dvfs", dvfs), ("itr", itr), ("energy", energy), ("memcached", memcached)) if not good
+    )
     return Report(tuple(findings), not missing, missing)
 
 
@@ -73,9 +81,13 @@ def check_msr_module(io: HardwareIO) -> Finding:
     except HostError:
         loaded = False
     detail = f"{path} missing" + (" although msr is listed in /proc/modules" if loaded else "; msr module not loaded")
-    return Finding("msr-module", FAIL, detail,
-                   "modprobe msr (persist: echo msr > /etc/modules-load.d/msr.conf); needed by --backend msr "
-                   "and MSR energy counters only")
+    return Finding(
+        "msr-module",
+        FAIL,
+        detail,
+        "modprobe msr (persist: echo msr > /etc/modules-load.d/msr.conf); needed by --backend msr "
+        "and MSR energy counters only",
+    )
 
 
 def check_capabilities(io: HardwareIO) -> list[Finding]:
@@ -83,16 +95,25 @@ def check_capabilities(io: HardwareIO) -> list[Finding]:
         status = io.read_text("proc/self/status")
         cap_eff = next(int(line.split()[1], 16) for line in status.splitlines() if line.startswith("CapEff:"))
     except (HostError, StopIteration, ValueError, IndexError):
-        return [Finding("cap-net-admin", FAIL, "cannot read CapEff from /proc/self/status", "run on Linux"),
-                Finding("cap-sys-rawio", FAIL, "cannot read CapEff from /proc/self/status", "run on Linux")]
+        return [
+            Finding("cap-net-admin", FAIL, "cannot read CapEff from /proc/self/status", "run on Linux"),
+            Finding("cap-sys-rawio", FAIL, "cannot read CapEff from /proc/self/status", "run on Linux"),
+        ]
     out = []
-    for name, bit, why in (("cap-net-admin", CAP_NET_ADMIN, "set NIC coalescing (ETHTOOL_SCOALESCE)"),
-                           ("cap-sys-rawio", CAP_SYS_RAWIO, "read/write /dev/cpu/N/msr")):
+    for name, bit, why in (
+        ("cap-net-admin", CAP_NET_ADMIN, "set NIC coalescing (ETHTOOL_SCOALESCE)"),
+        ("cap-sys-rawio", CAP_SYS_RAWIO, "read/write /dev/cpu/N/msr"),
+    ):
         has = bool(cap_eff >> bit & 1)
-        out.append(Finding(name, OK if has else FAIL,
-                           f"CAP_{name[4:].upper().replace('-', '_')} {'present' if has else 'missing'} "
-                           f"(CapEff {cap_eff:#x}); needed to {why}",
-                           "" if has else "run as root or grant it: AmbientCapabilities= in the systemd unit"))
+        out.append(
+            Finding(
+                name,
+                OK if has else FAIL,
+                f"CAP_{name[4:].upper().replace('-', '_')} {'present' if has else 'missing'} "
+                f"(CapEff {cap_eff:#x}); needed to {why}",
+                "" if has else "run as root or grant it: AmbientCapabilities= in the systemd unit",
+            )
+        )
     return out
 
 
@@ -100,30 +121,46 @@ def check_hwp(io: HardwareIO, cpu: int) -> Finding:
     try:
         enabled = bool(io.read_msr(cpu, IA32_PM_ENABLE) & 1)
         if enabled:
-            return Finding("hwp", FAIL, "HWP enabled (IA32_PM_ENABLE 0x770 bit 0 = 1): IA32_PERF_CTL is ignored",
-                           "boot with intel_pstate=no_hwp for --backend msr, or use cpufreq (intel_pstate=passive)")
+            return Finding(
+                "hwp",
+                FAIL,
+                "HWP enabled (IA32_PM_ENABLE 0x770 bit 0 = 1): IA32_PERF_CTL is ignored",
+                "boot with intel_pstate=no_hwp for --backend msr, or use cpufreq (intel_pstate=passive)",
+            )
         return Finding("hwp", OK, "HWP off (IA32_PM_ENABLE 0x770 bit 0 = 0)")
     except HostError as exc:
         if "not implemented" in str(exc):
             return Finding("hwp", OK, "no HWP (IA32_PM_ENABLE not implemented on this CPU)")
         if io.path(f"{CPU_DIR}/intel_pstate/hwp_dynamic_boost").exists():  # exists only with HWP on
-            return Finding("hwp", FAIL, "HWP enabled (intel_pstate exposes hwp_dynamic_boost): IA32_PERF_CTL is "
-                           "ignored", "boot with intel_pstate=no_hwp for --backend msr, or use cpufreq")
+            return Finding(
+                "hwp",
+                FAIL,
+                "HWP enabled (intel_pstate exposes hwp_dynamic_boost): IA32_PERF_CTL is ignored",
+                "boot with intel_pstate=no_hwp for --backend msr, or use cpufreq",
+            )
         try:
             flags = io.read_text("proc/cpuinfo")
         except HostError:
             flags = ""
         if " hwp " in f" {flags.replace(chr(10), ' ')} ":
-            return Finding("hwp", WARN, f"CPU supports HWP; state unknown ({exc})",
-                           "load msr to read IA32_PM_ENABLE, or check /sys/devices/system/cpu/intel_pstate/status")
+            return Finding(
+                "hwp",
+                WARN,
+                f"CPU supports HWP; state unknown ({exc})",
+                "load msr to read IA32_PM_ENABLE, or check /sys/devices/system/cpu/intel_pstate/status",
+            )
         return Finding("hwp", INFO, f"HWP state unknown ({exc}); /proc/cpuinfo lists no hwp flag")
 
 
 def check_cpufreq(io: HardwareIO, cpu: int) -> Finding:
     d = f"{CPU_DIR}/cpu{cpu}/cpufreq"
     if not io.path(d).is_dir():
-        return Finding("cpufreq", FAIL, f"no cpufreq for CPU {cpu} ({io.path(d)} missing): no frequency driver",
-                       "load acpi-cpufreq / intel_pstate / amd-pstate (virtual machines usually have none)")
+        return Finding(
+            "cpufreq",
+            FAIL,
+            f"no cpufreq for CPU {cpu} ({io.path(d)} missing): no frequency driver",
+            "load acpi-cpufreq / intel_pstate / amd-pstate (virtual machines usually have none)",
+        )
     try:
         driver = io.read_text(f"{d}/scaling_driver")
         governor = io.read_text(f"{d}/scaling_governor")
@@ -138,17 +175,24 @@ def check_cpufreq(io: HardwareIO, cpu: int) -> Finding:
 
 def check_dvfs_backends(io: HardwareIO, cores: tuple[int, ...]) -> list[Finding]:
     out = []
-    fixes = {"cpufreq": "intel_pstate=passive (Intel) or amd-pstate=passive (AMD), with the userspace governor",
-             "msr": "modprobe msr, CAP_SYS_RAWIO, HWP off (intel_pstate=no_hwp)"}
+    fixes = {
+        "cpufreq": "intel_pstate=passive (Intel) or amd-pstate=passive (AMD), with the userspace governor",
+        "msr": "modprobe msr, CAP_SYS_RAWIO, HWP off (intel_pstate=no_hwp)",
+    }
     for cls in (CpufreqBackend, MsrBackend):
         backend = cls(io, cores)
         try:
             backend.preflight()
             freqs = backend.frequencies()
             listed = " ".join(f"{f:g}" for f in freqs) if len(freqs) <= 40 else f"{freqs[0]:g} .. {freqs[-1]:g}"
-            out.append(Finding(f"dvfs-{backend.name}", OK,
-                               f"usable on CPUs {cores[0]}..{cores[-1]}: {len(freqs)} frequencies "
-                               f"{freqs[0]:g}..{freqs[-1]:g} GHz ({listed})"))
+            out.append(
+                Finding(
+                    f"dvfs-{backend.name}",
+                    OK,
+                    f"usable on CPUs {cores[0]}..{cores[-1]}: {len(freqs)} frequencies "
+                    f"{freqs[0]:g}..{freqs[-1]:g} GHz ({listed})",
+                )
+            )
         except HostError as exc:
             out.append(Finding(f"dvfs-{backend.name}", FAIL, str(exc), fixes[backend.name]))
     return out
@@ -158,19 +202,28 @@ def check_rapl(io: HardwareIO) -> Finding:
     try:
         meter = discover_meter(io)
     except HostError as exc:
-        return Finding("rapl", FAIL, f"no readable RAPL energy: {exc}",
-                       "bare metal with intel_rapl_common/rapl loaded (powercap) or the msr module; "
-                       "root to read energy_uj; VMs expose no RAPL")
+        return Finding(
+            "rapl",
+            FAIL,
+            f"no readable RAPL energy: {exc}",
+            "bare metal with intel_rapl_common/rapl loaded (powercap) or the msr module; "
+            "root to read energy_uj; VMs expose no RAPL",
+        )
     zones = ", ".join(c.zone for c in meter.counters)
-    return Finding("rapl", OK, f"{zones} readable (max power {meter.max_power_w:g} W, read at least every "
-                               f"{meter.safe_interval_s:.0f} s to never miss a wrap)")
+    return Finding(
+        "rapl",
+        OK,
+        f"{zones} readable (max power {meter.max_power_w:g} W, read at least every "
+        f"{meter.safe_interval_s:.0f} s to never miss a wrap)",
+    )
 
 
 def check_nics(io: HardwareIO, ifaces: tuple[str, ...]) -> list[Finding]:
     ifaces = ifaces or physical_interfaces(io.root)
     if not ifaces:
-        return [Finding("nic", FAIL, f"no interface bound to a driver under {io.path('sys/class/net')}",
-                        "pass --iface")]
+        return [
+            Finding("nic", FAIL, f"no interface bound to a driver under {io.path('sys/class/net')}", "pass --iface")
+        ]
     out = []
     for ifname in ifaces:
         driver = nic_driver(io.root, ifname)
@@ -178,8 +231,14 @@ def check_nics(io: HardwareIO, ifaces: tuple[str, ...]) -> list[Finding]:
         try:
             values = io.get_coalesce(ifname)
         except HostError as exc:
-            out.append(Finding(f"nic:{ifname}", FAIL, str(exc),
-                               "use a NIC whose driver implements ethtool coalescing (ixgbe, i40e, ice, ...)"))
+            out.append(
+                Finding(
+                    f"nic:{ifname}",
+                    FAIL,
+                    str(exc),
+                    "use a NIC whose driver implements ethtool coalescing (ixgbe, i40e, ice, ...)",
+                )
+            )
             continue
         seen = f"rx-usecs {values.get(RX_USECS)}, adaptive-rx {'on' if values.get(ADAPTIVE_RX) else 'off'}"
         try:
@@ -188,13 +247,24 @@ def check_nics(io: HardwareIO, ifaces: tuple[str, ...]) -> list[Finding]:
         except (HostError, OSError):
             pass
         if prof.verified:
-            out.append(Finding(f"nic:{ifname}", OK, f"driver {driver}: coalescing readable ({seen}); ITR "
-                                                    f"{prof.min_us}..{prof.max_us} µs step {prof.step_us}"))
+            out.append(
+                Finding(
+                    f"nic:{ifname}",
+                    OK,
+                    f"driver {driver}: coalescing readable ({seen}); ITR "
+                    f"{prof.min_us}..{prof.max_us} µs step {prof.step_us}",
+                )
+            )
         else:
-            out.append(Finding(f"nic:{ifname}", WARN,
-                               f"driver {driver}: coalescing readable ({seen}) but no verified profile; whether "
-                               f"it accepts static rx-usecs shows only on the first set (doctor never writes)",
-                               "prefer ixgbe/i40e/ice; `tuner set --itr N --dry-run`, then a real set, to try"))
+            out.append(
+                Finding(
+                    f"nic:{ifname}",
+                    WARN,
+                    f"driver {driver}: coalescing readable ({seen}) but no verified profile; whether "
+                    f"it accepts static rx-usecs shows only on the first set (doctor never writes)",
+                    "prefer ixgbe/i40e/ice; `tuner set --itr N --dry-run`, then a real set, to try",
+                )
+            )
     return out
 
 
@@ -214,8 +284,12 @@ def check_memcached(address: str, timeout_s: float = 1.0) -> Finding:
             sock.sendall(b"version\r\n")
             reply = sock.recv(256).decode(errors="replace").strip()
     except (OSError, ValueError) as exc:
-        return Finding("memcached", FAIL, f"memcached at {address} not reachable: {exc}",
-                       "start memcached or pass --memcached HOST:PORT / unix:/path")
+        return Finding(
+            "memcached",
+            FAIL,
+            f"memcached at {address} not reachable: {exc}",
+            "start memcached or pass --memcached HOST:PORT / unix:/path",
+        )
     if not reply.startswith("VERSION"):
         return Finding("memcached", FAIL, f"{address} answered {reply[:60]!r}, not memcached", "check the address")
     return Finding("memcached", OK, f"{address}: {reply}")
@@ -232,8 +306,12 @@ def check_prober(io: HardwareIO) -> Finding:
     return Finding("prober", WARN if warnings else OK, "; ".join(settings.lines()), " | ".join(warnings))
 
 
-def run_checks(io: HardwareIO, ifaces: tuple[str, ...] = (), memcached: str = "127.0.0.1:11211",
-               cores: tuple[int, ...] | None = None) -> Report:
+def run_checks(
+    io: HardwareIO,
+    ifaces: tuple[str, ...] = (),
+    memcached: str = "127.0.0.1:11211",
+    cores: tuple[int, ...] | None = None,
+) -> Report:
     """All checks, read-only (`io` should be dry-run so even a bug cannot write)."""
     findings: list[Finding] = []
     try:

@@ -123,18 +123,28 @@ class CpufreqBackend:
     def preflight(self) -> None:
         for cpu in self.cores:
             if not self.io.path(_freq_dir(cpu)).is_dir():
-                raise HostError(f"cpufreq is not available for CPU {cpu} ({self.io.path(_freq_dir(cpu))} missing): "
-                                f"no cpufreq driver loaded; use --backend msr")
+                raise HostError(
+                    f"cpufreq is not available for CPU {cpu} ({self.io.path(_freq_dir(cpu))} missing): "
+                    f"no cpufreq driver loaded; use --backend msr"
+                )
         driver = self._read(self.cores[0], "scaling_driver")
         status_path = f"{CPU_DIR}/intel_pstate/status"
-        if driver == "intel_pstate" and self.io.path(status_path).exists() and self.io.read_text(status_path) == "active":
-            raise HostError("intel_pstate is in active mode, which has no userspace governor: switch it to passive "
-                            "(echo passive > /sys/devices/system/cpu/intel_pstate/status, or boot with "
-                            "intel_pstate=passive) or use --backend msr with HWP off")
+        if (
+            driver == "intel_pstate"
+            and self.io.path(status_path).exists()
+            and self.io.read_text(status_path) == "active"
+        ):
+            raise HostError(
+                "intel_pstate is in active mode, which has no userspace governor: switch it to passive "
+                "(echo passive > /sys/devices/system/cpu/intel_pstate/status, or boot with "
+                "intel_pstate=passive) or use --backend msr with HWP off"
+            )
         governors = self._read(self.cores[0], "scaling_available_governors").split()
         if "userspace" not in governors:
-            raise HostError(f"cpufreq driver {driver} offers no userspace governor (has: {' '.join(governors)}): "
-                            f"load cpufreq_userspace (CONFIG_CPU_FREQ_GOV_USERSPACE)")
+            raise HostError(
+                f"cpufreq driver {driver} offers no userspace governor (has: {' '.join(governors)}): "
+                f"load cpufreq_userspace (CONFIG_CPU_FREQ_GOV_USERSPACE)"
+            )
 
     def frequencies(self) -> tuple[float, ...]:
         cpu = self.cores[0]
@@ -148,8 +158,9 @@ class CpufreqBackend:
             khz = list(range(-(-lo // 100_000) * 100_000, hi + 1, 100_000))
         freqs = sorted({round(k / 1e6, 3) for k in khz if lo_khz <= k <= hi_khz})
         if not freqs:
-            raise HostError(f"CPU {cpu}: no frequency inside scaling_min_freq..scaling_max_freq "
-                            f"({lo_khz}..{hi_khz} kHz)")
+            raise HostError(
+                f"CPU {cpu}: no frequency inside scaling_min_freq..scaling_max_freq ({lo_khz}..{hi_khz} kHz)"
+            )
         return tuple(freqs)
 
     def plan(self, ghz: float) -> list[Setting]:
@@ -166,8 +177,9 @@ class CpufreqBackend:
         for cpu in self.cores:
             gov, speed = self._read(cpu, "scaling_governor"), self._read(cpu, "scaling_setspeed")
             if gov != "userspace" or not speed.isdigit() or abs(int(speed) - khz) > SETSPEED_TOLERANCE_KHZ:
-                raise HostError(f"CPU {cpu} reads back governor={gov} setspeed={speed} kHz after setting "
-                                f"userspace at {khz} kHz")
+                raise HostError(
+                    f"CPU {cpu} reads back governor={gov} setspeed={speed} kHz after setting userspace at {khz} kHz"
+                )
         return []
 
     def current(self) -> float | None:
@@ -208,8 +220,10 @@ class MsrBackend:
     def preflight(self) -> None:
         self.io.read_msr(self.cores[0], IA32_PERF_CTL)  # msr module, permission, register present
         if self.hwp_enabled():
-            raise HostError("HWP is enabled (IA32_PM_ENABLE 0x770 bit 0): the CPU picks its own P-states and "
-                            "ignores IA32_PERF_CTL; boot with intel_pstate=no_hwp or use --backend cpufreq")
+            raise HostError(
+                "HWP is enabled (IA32_PM_ENABLE 0x770 bit 0): the CPU picks its own P-states and "
+                "ignores IA32_PERF_CTL; boot with intel_pstate=no_hwp or use --backend cpufreq"
+            )
 
     def frequencies(self) -> tuple[float, ...]:
         """Ratios from max efficiency (PLATFORM_INFO 47:40) to max non-turbo (15:8); else cpufreq's min/max."""
@@ -225,8 +239,10 @@ class MsrBackend:
                     lo = -(-int(self.io.read_text(f"{d}/cpuinfo_min_freq")) // 100_000)
                     hi = int(self.io.read_text(f"{d}/cpuinfo_max_freq")) // 100_000
                 except (HostError, ValueError):
-                    raise HostError("cannot tell the CPU's frequency range: MSR_PLATFORM_INFO (0xce) and "
-                                    "cpufreq cpuinfo_min/max_freq are both unreadable") from None
+                    raise HostError(
+                        "cannot tell the CPU's frequency range: MSR_PLATFORM_INFO (0xce) and "
+                        "cpufreq cpuinfo_min/max_freq are both unreadable"
+                    ) from None
             self._freqs = tuple(ratio_to_ghz(r) for r in range(lo, hi + 1))
         return self._freqs
 
@@ -241,8 +257,10 @@ class MsrBackend:
             governors = self.io.read_text(f"{d}/scaling_available_governors").split()
             if "userspace" not in governors:
                 driver = self.io.read_text(f"{d}/scaling_driver")
-                raise HostError(f"cpufreq driver {driver} on CPU {cpu} would overwrite IA32_PERF_CTL and offers no "
-                                f"userspace governor: use intel_pstate=passive (or disable) first")
+                raise HostError(
+                    f"cpufreq driver {driver} on CPU {cpu} would overwrite IA32_PERF_CTL and offers no "
+                    f"userspace governor: use intel_pstate=passive (or disable) first"
+                )
             out.append(Setting(SYSFS, f"{d}/scaling_governor", "userspace"))
         return out
 
@@ -273,15 +291,19 @@ class MsrBackend:
         warnings = []
         for cpu in sorted(pending):
             running = ratio_of(self.io.read_msr(cpu, IA32_PERF_STATUS))
-            warnings.append(f"CPU {cpu} runs at {ratio_to_ghz(running):g} GHz (IA32_PERF_STATUS) after asking "
-                            f"{ghz:g} GHz: a power/thermal limit or a hyperthread sibling's request wins")
+            warnings.append(
+                f"CPU {cpu} runs at {ratio_to_ghz(running):g} GHz (IA32_PERF_STATUS) after asking "
+                f"{ghz:g} GHz: a power/thermal limit or a hyperthread sibling's request wins"
+            )
         for w in warnings:
             log.warning("%s", w)
         return warnings
 
     def current(self) -> float | None:
-        if any(self.io.path(_freq_dir(c)).is_dir()
-               and self.io.read_text(f"{_freq_dir(c)}/scaling_governor") != "userspace" for c in self.cores):
+        if any(
+            self.io.path(_freq_dir(c)).is_dir() and self.io.read_text(f"{_freq_dir(c)}/scaling_governor") != "userspace"
+            for c in self.cores
+        ):
             return None
         ratios = {ratio_of(self.io.read_msr(c, IA32_PERF_CTL)) for c in self.cores}
         return ratio_to_ghz(ratios.pop()) if len(ratios) == 1 else None

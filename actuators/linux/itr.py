@@ -142,18 +142,21 @@ class NicItr:
             if isinstance(itr_us, bool) or not isinstance(itr_us, int) or itr_us not in prof.values():
                 raise KnobRangeError(
                     f"ITR {itr_us!r} µs is not supported by {ifname} (driver {prof.driver}): expected "
-                    f"{prof.min_us}..{prof.max_us} in steps of {prof.step_us}")
+                    f"{prof.min_us}..{prof.max_us} in steps of {prof.step_us}"
+                )
             current = self.io.get_coalesce(ifname)  # EOPNOTSUPP here names the driver
             if not prof.verified and not self.force:
                 raise HostError(
                     f"NIC {ifname} (driver {prof.driver}) has no verified ITR profile (known: "
-                    f"{', '.join(sorted(PROFILES))}); pass --force to try static rx-usecs on it anyway")
+                    f"{', '.join(sorted(PROFILES))}); pass --force to try static rx-usecs on it anyway"
+                )
             if prof.lro_unsafe_below_us is not None and itr_us < prof.lro_unsafe_below_us and not self.force:
                 if self.io.require_nic().lro_enabled(ifname):
                     raise KnobRangeError(
                         f"ITR {itr_us} µs on {ifname} ({prof.driver}) with LRO on: values below "
                         f"{prof.lro_unsafe_below_us} µs reset the adapter (link drop); turn LRO off "
-                        f"(ethtool -K {ifname} lro off) or pass --force")
+                        f"(ethtool -K {ifname} lro off) or pass --force"
+                    )
             value = {RX_USECS: itr_us}
             if ADAPTIVE_RX in current:
                 value = {ADAPTIVE_RX: 0, RX_USECS: itr_us}
@@ -168,7 +171,8 @@ class NicItr:
                 raise HostError(
                     f"NIC {ifname} (driver {self.driver(ifname)}) reads back rx-usecs="
                     f"{got.get(RX_USECS)} adaptive-rx={got.get(ADAPTIVE_RX, 0)} after setting {itr_us} µs "
-                    f"with adaptive off")
+                    f"with adaptive off"
+                )
 
     def current(self) -> int | None:
         """The static ITR all interfaces share, or None (adaptive, dynamic mode, or they differ)."""

@@ -69,11 +69,14 @@ def write_msr(root: Path, cpu: int, reg: int, value: int) -> None:
         written = _pwrite(fd, _U64.pack(value), reg)
     except OSError as exc:
         if exc.errno == errno.EIO:
-            raise HostError(f"CPU {cpu} refused {value:#x} for MSR {reg:#x} (EIO: reserved bits or "
-                            f"unsupported register)") from None
+            raise HostError(
+                f"CPU {cpu} refused {value:#x} for MSR {reg:#x} (EIO: reserved bits or unsupported register)"
+            ) from None
         if exc.errno in (errno.EACCES, errno.EPERM):
-            raise HostError(f"permission denied writing MSR {reg:#x} on CPU {cpu}: needs CAP_SYS_RAWIO "
-                            f"(and msr.allow_writes=on on kernels that lock MSR writes)") from None
+            raise HostError(
+                f"permission denied writing MSR {reg:#x} on CPU {cpu}: needs CAP_SYS_RAWIO "
+                f"(and msr.allow_writes=on on kernels that lock MSR writes)"
+            ) from None
         raise HostError(f"cannot write MSR {reg:#x} to {path}: {os.strerror(exc.errno or 0)}") from None
     finally:
         os.close(fd)

@@ -102,8 +102,9 @@ class OriginalsStore:
                     self._entries.pop()
                     raise
         except OSError as exc:
-            raise HostError(f"cannot save originals to {self.path}: {os.strerror(exc.errno or 0)}; "
-                            f"nothing was changed") from None
+            raise HostError(
+                f"cannot save originals to {self.path}: {os.strerror(exc.errno or 0)}; nothing was changed"
+            ) from None
         return True
 
     def forget(self, keys: set[tuple[str, str, int]]) -> None:
@@ -117,8 +118,10 @@ class OriginalsStore:
                     self.path.unlink()
                     fsync_dir(self.state_dir)
         except OSError as exc:
-            raise HostError(f"cannot update {self.path}: {os.strerror(exc.errno or 0)} (the values were "
-                            f"restored; the file still lists them)") from None
+            raise HostError(
+                f"cannot update {self.path}: {os.strerror(exc.errno or 0)} (the values were "
+                f"restored; the file still lists them)"
+            ) from None
 
     def _persist(self) -> None:
         doc: dict[str, Any] = {
@@ -158,6 +161,8 @@ def restore_originals(io: Any, store: OriginalsStore) -> RestoreReport:
     report = RestoreReport(tuple(restored), tuple(failed))
     if failed:
         setting, why = failed[0]
-        raise HostError(f"restore: {len(failed)} of {len(failed) + len(restored)} values not restored "
-                        f"(first: {describe(setting, io.root)}: {why}); they stay in {store.path}")
+        raise HostError(
+            f"restore: {len(failed)} of {len(failed) + len(restored)} values not restored "
+            f"(first: {describe(setting, io.root)}: {why}); they stay in {store.path}"
+        )
     return report

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from actuators.energy import counter_delta, max_read_interval_s
 from actuators.linux.hwio import HardwareIO
@@ -61,8 +61,10 @@ def _read_uj(io: HardwareIO, rel: str) -> int:
         return int(io.read_text(rel))
     except HostError as exc:
         if "permission denied" in str(exc):
-            raise HostError(f"permission denied reading {io.path(rel)}: energy_uj is root-only since Linux 5.10 "
-                            f"(Platypus mitigation); run as root or grant read access with a udev rule") from None
+            raise HostError(
+                f"permission denied reading {io.path(rel)}: energy_uj is root-only since Linux 5.10 "
+                f"(Platypus mitigation); run as root or grant read access with a udev rule"
+            ) from None
         raise
 
 
@@ -83,8 +85,9 @@ def powercap_counters(io: HardwareIO) -> list[EnergyCounter]:
             raise HostError(f"{io.path(rel)}/max_energy_range_uj is {wrap}: expected a positive range")
         package = m.group(2) is None and name.startswith("package")  # not psys (whole platform)
         label = name if m.group(2) is None else re.sub(r"-\d+$", "", name)
-        counters.append(EnergyCounter(label, package, wrap, 1e-6,
-                                      (lambda r=f"{rel}/energy_uj": _read_uj(io, r)), str(io.path(rel))))
+        counters.append(
+            EnergyCounter(label, package, wrap, 1e-6, (lambda r=f"{rel}/energy_uj": _read_uj(io, r)), str(io.path(rel)))
+        )
     return counters
 
 
@@ -116,13 +119,22 @@ def cpu_vendor(io: HardwareIO) -> str:
 def msr_counters(io: HardwareIO) -> list[EnergyCounter]:
     """Package energy MSRs, one per package (Intel 0x611, AMD 0xC001029B)."""
     amd = cpu_vendor(io) in ("AuthenticAMD", "HygonGenuine")
-    unit_reg, energy_reg = (AMD_RAPL_POWER_UNIT, AMD_PKG_ENERGY_STATUS) if amd else (MSR_RAPL_POWER_UNIT, MSR_PKG_ENERGY_STATUS)
+    unit_reg, energy_reg = (
+        (AMD_RAPL_POWER_UNIT, AMD_PKG_ENERGY_STATUS) if amd else (MSR_RAPL_POWER_UNIT, MSR_PKG_ENERGY_STATUS)
+    )
     counters = []
     for i, cpu in enumerate(package_cpus(io)):
         esu = (io.read_msr(cpu, unit_reg) >> 8) & 0x1F
-        counters.append(EnergyCounter(
-            f"package-{i}", True, 1 << 32, 1.0 / (1 << esu),
-            (lambda c=cpu: io.read_msr(c, energy_reg) & 0xFFFFFFFF), f"MSR {energy_reg:#x} on CPU {cpu}"))
+        counters.append(
+            EnergyCounter(
+                f"package-{i}",
+                True,
+                1 << 32,
+                1.0 / (1 << esu),
+                (lambda c=cpu: io.read_msr(c, energy_reg) & 0xFFFFFFFF),
+                f"MSR {energy_reg:#x} on CPU {cpu}",
+            )
+        )
     return counters
 
 
@@ -132,7 +144,7 @@ def max_power_w(io: HardwareIO, counters: list[EnergyCounter]) -> float:
     found = 0.0
     for c in counters:
         if c.package and c.source.startswith(str(io.path(POWERCAP))):
-            rel = c.source[len(str(io.root)):].lstrip("/")
+            rel = c.source[len(str(io.root)) :].lstrip("/")
             for attr in ("constraint_0_max_power_uw", "constraint_0_power_limit_uw"):
                 try:
                     found = max(found, int(io.read_text(f"{rel}/{attr}")) / 1e6)
@@ -193,8 +205,10 @@ class EnergyMeter:
         values = self._read_all()
         gap = now - self._t_last
         if gap > self.safe_interval_s:
-            raise HostError(f"energy counters were not read for {gap:.1f} s (safe interval "
-                            f"{self.safe_interval_s:.1f} s): a counter wrap may have been missed")
+            raise HostError(
+                f"energy counters were not read for {gap:.1f} s (safe interval "
+                f"{self.safe_interval_s:.1f} s): a counter wrap may have been missed"
+            )
         for i, (c, v) in enumerate(zip(self.counters, values)):
             self._acc[i] += counter_delta(self._last[i], v, c.wrap)
         self._last, self._t_last = values, now
@@ -222,10 +236,14 @@ def discover_meter(io: HardwareIO, prefer: str = "auto", max_power: float | None
         try:
             counters = msr_counters(io)
         except HostError as exc:
-            raise HostError(f"no powercap intel-rapl zone under {io.path(POWERCAP)} and no energy MSR ({exc})") from None
+            raise HostError(
+                f"no powercap intel-rapl zone under {io.path(POWERCAP)} and no energy MSR ({exc})"
+            ) from None
     if not counters:
-        raise HostError(f"no RAPL powercap zone under {io.path(POWERCAP)} (load intel_rapl_common / "
-                        f"rapl) and energy MSRs not requested")
+        raise HostError(
+            f"no RAPL powercap zone under {io.path(POWERCAP)} (load intel_rapl_common / "
+            f"rapl) and energy MSRs not requested"
+        )
     for c in counters:
         c.read()  # fail now (permission, missing) rather than mid-window
     return EnergyMeter(counters, max_power if max_power else max_power_w(io, counters))

@@ -69,8 +69,14 @@ class Eq63Row:
         return self.sim_p99_us / self.fit_p99_us - 1.0
 
 
-def eq63_rows(host: SimHost, qps: float, itrs=EQ63_ITRS, dvfs=EQ63_DVFS,
-              limit_us: float = EQ63_LIMIT_US, sla_us: float | None = None) -> list[Eq63Row]:
+def eq63_rows(
+    host: SimHost,
+    qps: float,
+    itrs=EQ63_ITRS,
+    dvfs=EQ63_DVFS,
+    limit_us: float = EQ63_LIMIT_US,
+    sla_us: float | None = None,
+) -> list[Eq63Row]:
     """Simulated vs eq. 6.3 p99 at the sampled points where the fit predicts <= `limit_us`.
 
     With `sla_us`, only the points whose simulated p99 meets it: the dissertation fitted eq. 6.3 on
@@ -79,25 +85,40 @@ def eq63_rows(host: SimHost, qps: float, itrs=EQ63_ITRS, dvfs=EQ63_DVFS,
     """
     pts = [OperatingPoint(i, f) for i in itrs for f in dvfs if eq63_p99_us(qps, i, f) <= limit_us]
     exp = host.expected(pts, qps)
-    rows = [Eq63Row(qps, p.itr_us, p.dvfs_ghz, e.latency_us[99.0], eq63_p99_us(qps, p.itr_us, p.dvfs_ghz))
-            for p, e in zip(pts, exp)]
+    rows = [
+        Eq63Row(qps, p.itr_us, p.dvfs_ghz, e.latency_us[99.0], eq63_p99_us(qps, p.itr_us, p.dvfs_ghz))
+        for p, e in zip(pts, exp)
+    ]
     return rows if sla_us is None else [r for r in rows if r.sim_p99_us <= sla_us]
 
 
 def _eq63_summary(rows: list[Eq63Row]) -> dict:
     errs = [r.rel_error for r in rows]
-    return {"points": len(rows), "max_abs_rel_error": round(max(abs(x) for x in errs), 3),
-            "mean_rel_error": round(sum(errs) / len(errs), 3),
-            "within_tolerance": sum(abs(x) <= EQ63_TOLERANCE for x in errs),
-            "worst": [(r.itr_us, r.dvfs_ghz, round(r.sim_p99_us), round(r.fit_p99_us))
-                      for r in sorted(rows, key=lambda r: -abs(r.rel_error))[:3]]}
+    return {
+        "points": len(rows),
+        "max_abs_rel_error": round(max(abs(x) for x in errs), 3),
+        "mean_rel_error": round(sum(errs) / len(errs), 3),
+        "within_tolerance": sum(abs(x) <= EQ63_TOLERANCE for x in errs),
+        "worst": [
+            (r.itr_us, r.dvfs_ghz, round(r.sim_p99_us), round(r.fit_p99_us))
+            for r in sorted(rows, key=lambda r: -abs(r.rel_error))[:3]
+        ],
+    }
 
 
-def max_qps_meeting_sla(host: SimHost, point: OperatingPoint = OperatingPoint(2, 2.9), sla_us: float = SLA_US,
-                        lo: float = 100_000.0, hi: float = 1_500_000.0, step: float = 5_000.0) -> float:
+def max_qps_meeting_sla(
+    host: SimHost,
+    point: OperatingPoint = OperatingPoint(2, 2.9),
+    sla_us: float = SLA_US,
+    lo: float = 100_000.0,
+    hi: float = 1_500_000.0,
+    step: float = 5_000.0,
+) -> float:
     """Highest offered QPS whose expected p99 at `point` meets `sla_us` (bisection to `step`)."""
+
     def ok(q: float) -> bool:
         return host.expected([point], q)[0].latency_us[99.0] <= sla_us
+
     if not ok(lo):
         return 0.0
     while hi - lo > step:
@@ -116,28 +137,41 @@ def calibration(host: SimHost) -> dict:
     out: dict = {"optimum": {}, "default_ratio": {}, "eq63": {}, "eq63_sla_meeting": {}}
     for qps, (ilo, ihi, flo, fhi) in OPTIMUM_RANGE.items():
         pt, e = optimal_static(host, qps)
-        ok = ilo <= pt.itr_us <= ihi and flo - 1e-9 <= pt.dvfs_ghz <= fhi + 1e-9 and \
-            OPT_POWER_W[0] <= e.power_w <= OPT_POWER_W[1]
+        ok = (
+            ilo <= pt.itr_us <= ihi
+            and flo - 1e-9 <= pt.dvfs_ghz <= fhi + 1e-9
+            and OPT_POWER_W[0] <= e.power_w <= OPT_POWER_W[1]
+        )
         out["optimum"][int(qps)] = {
-            "itr_us": pt.itr_us, "dvfs_ghz": pt.dvfs_ghz, "p99_us": round(e.latency_us[99.0], 1),
-            "power_w": round(e.power_w, 2), "energy_20s_j": round(20 * e.power_w, 1),
-            "dissertation": TABLE_5_1[qps], "ok": ok}
+            "itr_us": pt.itr_us,
+            "dvfs_ghz": pt.dvfs_ghz,
+            "p99_us": round(e.latency_us[99.0], 1),
+            "power_w": round(e.power_w, 2),
+            "energy_20s_j": round(20 * e.power_w, 1),
+            "dissertation": TABLE_5_1[qps],
+            "ok": ok,
+        }
         if qps in (200_000.0, 400_000.0):
             d = host.expected_default(qps)
             ratio = d.power_w / e.power_w
             lo, hi = DEFAULT_RATIO[qps]
             out["default_ratio"][int(qps)] = {
-                "default_power_w": round(d.power_w, 2), "default_p99_us": round(d.latency_us[99.0], 1),
-                "ratio": round(ratio, 3), "accepted": [lo, hi],
-                "ok": lo <= ratio <= hi and d.latency_us[99.0] <= DEFAULT_P99_MAX_US}
+                "default_power_w": round(d.power_w, 2),
+                "default_p99_us": round(d.latency_us[99.0], 1),
+                "ratio": round(ratio, 3),
+                "accepted": [lo, hi],
+                "ok": lo <= ratio <= hi and d.latency_us[99.0] <= DEFAULT_P99_MAX_US,
+            }
         rows = eq63_rows(host, qps)
         out["eq63"][int(qps)] = _eq63_summary(rows)
         meeting = [r for r in rows if r.sim_p99_us <= SLA_US]
         out["eq63_sla_meeting"][int(qps)] = _eq63_summary(meeting)
         # where the fit itself says the SLA is met but the simulator violates it (outside the fit's data set)
         out["eq63_sla_meeting"][int(qps)]["fit_meets_sim_violates"] = [
-            (r.itr_us, r.dvfs_ghz, round(r.sim_p99_us), round(r.fit_p99_us)) for r in rows
-            if r.sim_p99_us > SLA_US and r.fit_p99_us <= SLA_US]
+            (r.itr_us, r.dvfs_ghz, round(r.sim_p99_us), round(r.fit_p99_us))
+            for r in rows
+            if r.sim_p99_us > SLA_US and r.fit_p99_us <= SLA_US
+        ]
     idle = idle_power_w(host)
     out["idle_power_w"] = {"value": round(idle, 2), "ok": IDLE_POWER_W[0] <= idle <= IDLE_POWER_W[1]}
     mq = max_qps_meeting_sla(host)
@@ -150,33 +184,47 @@ def format_table(cal: dict) -> str:
     rows = ["| target | dissertation | simulator | accepted | ok |", "|---|---|---|---|---|"]
     for qps, o in cal["optimum"].items():
         ilo, ihi, flo, fhi = OPTIMUM_RANGE[float(qps)]
-        rows.append(f"| energy-optimal static point, {qps // 1000}K (p99 <= 500 µs) | {o['dissertation']} | "
-                    f"({o['itr_us']}, {o['dvfs_ghz']}) p99 {o['p99_us']} µs | ITR {ilo}-{ihi}, DVFS {flo}-{fhi} | "
-                    f"{'yes' if o['ok'] else 'NO'} |")
-        rows.append(f"| package power at that point, {qps // 1000}K | 1050-1471 J / 20 s | {o['power_w']} W "
-                    f"({o['energy_20s_j']} J / 20 s) | {OPT_POWER_W[0]:g}-{OPT_POWER_W[1]:g} W | "
-                    f"{'yes' if OPT_POWER_W[0] <= o['power_w'] <= OPT_POWER_W[1] else 'NO'} |")
+        rows.append(
+            f"| energy-optimal static point, {qps // 1000}K (p99 <= 500 µs) | {o['dissertation']} | "
+            f"({o['itr_us']}, {o['dvfs_ghz']}) p99 {o['p99_us']} µs | ITR {ilo}-{ihi}, DVFS {flo}-{fhi} | "
+            f"{'yes' if o['ok'] else 'NO'} |"
+        )
+        rows.append(
+            f"| package power at that point, {qps // 1000}K | 1050-1471 J / 20 s | {o['power_w']} W "
+            f"({o['energy_20s_j']} J / 20 s) | {OPT_POWER_W[0]:g}-{OPT_POWER_W[1]:g} W | "
+            f"{'yes' if OPT_POWER_W[0] <= o['power_w'] <= OPT_POWER_W[1] else 'NO'} |"
+        )
     for qps, d in cal["default_ratio"].items():
         diss = "over 2x (ch. 5.2.2)" if qps == 400_000 else "~2x (24 h trace: 50 % saved, ch. 7)"
-        rows.append(f"| Linux default / optimal energy, {qps // 1000}K | {diss} | {d['ratio']} "
-                    f"({d['default_power_w']} W, p99 {d['default_p99_us']} µs) | {d['accepted'][0]}-"
-                    f"{d['accepted'][1]}, p99 <= {DEFAULT_P99_MAX_US:g} µs | {'yes' if d['ok'] else 'NO'} |")
+        rows.append(
+            f"| Linux default / optimal energy, {qps // 1000}K | {diss} | {d['ratio']} "
+            f"({d['default_power_w']} W, p99 {d['default_p99_us']} µs) | {d['accepted'][0]}-"
+            f"{d['accepted'][1]}, p99 <= {DEFAULT_P99_MAX_US:g} µs | {'yes' if d['ok'] else 'NO'} |"
+        )
     for qps, e in cal["eq63"].items():
-        rows.append(f"| p99 vs eq. 6.3 (table 6.1), {qps // 1000}K, {e['points']} points | fit | max abs error "
-                    f"{100 * e['max_abs_rel_error']:.0f} %, mean {100 * e['mean_rel_error']:+.0f} %, "
-                    f"{e['within_tolerance']}/{e['points']} within ±20 % | ±20 % | "
-                    f"{'yes' if e['within_tolerance'] == e['points'] else 'NO'} |")
+        rows.append(
+            f"| p99 vs eq. 6.3 (table 6.1), {qps // 1000}K, {e['points']} points | fit | max abs error "
+            f"{100 * e['max_abs_rel_error']:.0f} %, mean {100 * e['mean_rel_error']:+.0f} %, "
+            f"{e['within_tolerance']}/{e['points']} within ±20 % | ±20 % | "
+            f"{'yes' if e['within_tolerance'] == e['points'] else 'NO'} |"
+        )
     for qps, e in cal["eq63_sla_meeting"].items():
-        rows.append(f"| same, only where the simulated p99 meets the 500 µs SLA (the fit's data set, ch. 6.1), "
-                    f"{qps // 1000}K, {e['points']} points | fit | max abs error "
-                    f"{100 * e['max_abs_rel_error']:.0f} %, mean {100 * e['mean_rel_error']:+.0f} %, "
-                    f"{e['within_tolerance']}/{e['points']} within ±20 %; fit <= 500 µs but sim > 500 µs at "
-                    f"{len(e['fit_meets_sim_violates'])} points | ±20 % | "
-                    f"{'yes' if e['within_tolerance'] == e['points'] else 'NO'} |")
+        rows.append(
+            f"| same, only where the simulated p99 meets the 500 µs SLA (the fit's data set, ch. 6.1), "
+            f"{qps // 1000}K, {e['points']} points | fit | max abs error "
+            f"{100 * e['max_abs_rel_error']:.0f} %, mean {100 * e['mean_rel_error']:+.0f} %, "
+            f"{e['within_tolerance']}/{e['points']} within ±20 %; fit <= 500 µs but sim > 500 µs at "
+            f"{len(e['fit_meets_sim_violates'])} points | ±20 % | "
+            f"{'yes' if e['within_tolerance'] == e['points'] else 'NO'} |"
+        )
     i = cal["idle_power_w"]
-    rows.append(f"| idle package power | ~20-35 W | {i['value']} W | {IDLE_POWER_W[0]:g}-{IDLE_POWER_W[1]:g} W | "
-                f"{'yes' if i['ok'] else 'NO'} |")
+    rows.append(
+        f"| idle package power | ~20-35 W | {i['value']} W | {IDLE_POWER_W[0]:g}-{IDLE_POWER_W[1]:g} W | "
+        f"{'yes' if i['ok'] else 'NO'} |"
+    )
     m = cal["max_qps_itr2_2.9"]
-    rows.append(f"| max QPS with p99 <= 500 µs at (2, 2.9) | ~800K | {m['value'] / 1000:.0f}K | 700K-900K | "
-                f"{'yes' if m['ok'] else 'NO'} |")
+    rows.append(
+        f"| max QPS with p99 <= 500 µs at (2, 2.9) | ~800K | {m['value'] / 1000:.0f}K | 700K-900K | "
+        f"{'yes' if m['ok'] else 'NO'} |"
+    )
     return "\n".join(rows)

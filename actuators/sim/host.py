@@ -54,8 +54,8 @@ from actuators.sim.model import (
     SimParams,
     adaptive_itr_us,
     lock_utilisation,
-    pstate_occupancy,
     package_power_w,
+    pstate_occupancy,
     simulate,
 )
 from core.errors import TunerError
@@ -92,8 +92,9 @@ class Expected:
 
 
 #: ITR values (µs) at which `expected()` simulates; other values are interpolated linearly between them.
-ITR_ANCHORS: tuple[int, ...] = (2, 4, 6, 8, 10, 12, 16, 20, 26, 32, 40, 50, 60, 70, 80, 100) + tuple(
-    range(120, 1000, 24)) + (1022,)
+ITR_ANCHORS: tuple[int, ...] = (
+    (2, 4, 6, 8, 10, 12, 16, 20, 26, 32, 40, 50, 60, 70, 80, 100) + tuple(range(120, 1000, 24)) + (1022,)
+)
 
 
 def _bracket(itr: int) -> tuple[int, int, float]:
@@ -133,8 +134,13 @@ def _p99_se(sim) -> np.ndarray:
     return per_block.std(axis=1, ddof=1) / math.sqrt(len(parts))
 
 
-def _shrink(lat: np.ndarray, latency: dict[float, float], ci: dict[float, tuple[float, float]],
-            ref: dict[float, float], a: float) -> np.ndarray:
+def _shrink(
+    lat: np.ndarray,
+    latency: dict[float, float],
+    ci: dict[float, tuple[float, float]],
+    ref: dict[float, float],
+    a: float,
+) -> np.ndarray:
     """Shrink a window's sample towards the long-run percentiles `ref` by factor `a` (in place for the dicts).
 
     Each percentile becomes ref + a (est - ref) and its CI half-widths scale by `a`: a quantile estimate is
@@ -172,8 +178,7 @@ class SimHost:
 
     name = "sim"
 
-    def __init__(self, seed: int = 0, cores: int = 16, qps: float = 200_000.0,
-                 params: SimParams | None = None) -> None:
+    def __init__(self, seed: int = 0, cores: int = 16, qps: float = 200_000.0, params: SimParams | None = None) -> None:
         if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
             raise TunerError(f"sim: cores {cores!r}: expected a positive integer")
         self._p = params or SimParams()
@@ -269,8 +274,10 @@ class SimHost:
             if not use.any():
                 use = alloc == alloc.max()
             freqs, occ, alloc = freqs[use], occ[use] / occ[use].sum(), alloc[use]
-            runs = [simulate(self._p, lam, itr, freqs[j:j + 1], int(alloc[j]), CHAINS, rng, self._cores)
-                    for j in range(freqs.size)]
+            runs = [
+                simulate(self._p, lam, itr, freqs[j : j + 1], int(alloc[j]), CHAINS, rng, self._cores)
+                for j in range(freqs.size)
+            ]
             power = np.array([package_power_w(self._p, r, self._cores, qps_eff)[0] for r in runs])
             served_f = np.array([r.served[0] for r in runs])
             lat = np.concatenate([r.latency_us[0] for r in runs])
@@ -293,9 +300,16 @@ class SimHost:
             if ref is not None:
                 lat = _shrink(lat, latency, ci, ref, math.sqrt(lat.size / offered))
         return Measurement(
-            seconds=seconds, offered_qps=offered / seconds, achieved_qps=served / seconds,
-            requests=int(served), latency_us=latency, latency_ci_us=ci, energy_j=energy_j, point=point,
-            energy_by_zone_j=by_zone, latency_dist=lat,
+            seconds=seconds,
+            offered_qps=offered / seconds,
+            achieved_qps=served / seconds,
+            requests=int(served),
+            latency_us=latency,
+            latency_ci_us=ci,
+            energy_j=energy_j,
+            point=point,
+            energy_by_zone_j=by_zone,
+            latency_dist=lat,
         )
 
     def expected(self, points: Sequence[OperatingPoint], qps: float) -> list[Expected]:
@@ -341,12 +355,21 @@ class SimHost:
             return hit
         lam = qps / self._cores / 1e6
         itr = adaptive_itr_us(self._p, qps, self._cores)
-        occ = pstate_occupancy(self._p, lam, itr, self._freqs, DEFAULT_GOVERNOR_STEPS,
-                               np.random.default_rng(EXPECTED_SEED))
+        occ = pstate_occupancy(
+            self._p, lam, itr, self._freqs, DEFAULT_GOVERNOR_STEPS, np.random.default_rng(EXPECTED_SEED)
+        )
         on = occ > 0
         occ = occ[on]
-        sim = simulate(self._p, lam, itr, self._freqs[on], EXPECTED_REQUESTS, CHAINS,
-                       np.random.default_rng(EXPECTED_SEED), self._cores)
+        sim = simulate(
+            self._p,
+            lam,
+            itr,
+            self._freqs[on],
+            EXPECTED_REQUESTS,
+            CHAINS,
+            np.random.default_rng(EXPECTED_SEED),
+            self._cores,
+        )
         power = package_power_w(self._p, sim, self._cores, qps)
         lat = sim.latency_us
         # mixture over frequencies: the pooled latency distribution weighted by occupancy
@@ -386,8 +409,9 @@ class SimHost:
             return
         lam = qps / self._cores / 1e6
         freqs = self._freqs[todo]
-        sim = simulate(self._p, lam, itr, freqs, EXPECTED_REQUESTS, CHAINS,
-                       np.random.default_rng(EXPECTED_SEED), self._cores)
+        sim = simulate(
+            self._p, lam, itr, freqs, EXPECTED_REQUESTS, CHAINS, np.random.default_rng(EXPECTED_SEED), self._cores
+        )
         power = package_power_w(self._p, sim, self._cores, qps)
         quant = np.percentile(sim.latency_us, PERCENTILES, axis=1).T  # (F, P)
         p99 = quant[:, list(PERCENTILES).index(99.0)]
@@ -400,8 +424,16 @@ class SimHost:
             # (SE ~ 1/sqrt(n)), at most EXPECTED_REFINED requests in all
             target = max(REFINE_TARGET_REL_SE * p99[j], REFINE_TARGET_ABS_SE_US)
             n_total = min(EXPECTED_REFINED, int(n1 * (se[j] / target) ** 2))
-            more = simulate(self._p, lam, itr, freqs[j:j + 1], max(n_total - n1, n1), CHAINS,
-                            np.random.default_rng([EXPECTED_SEED, 1]), self._cores)
+            more = simulate(
+                self._p,
+                lam,
+                itr,
+                freqs[j : j + 1],
+                max(n_total - n1, n1),
+                CHAINS,
+                np.random.default_rng([EXPECTED_SEED, 1]),
+                self._cores,
+            )
             n2 = more.latency_us.shape[1]
             lats[j] = np.concatenate((lats[j], more.latency_us[0]))
             power[j] = (n1 * power[j] + n2 * float(package_power_w(self._p, more, self._cores, qps)[0])) / (n1 + n2)

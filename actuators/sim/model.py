@@ -75,7 +75,9 @@ class SimParams:
     idle_cyc: float = 18.7  # OS bookkeeping to enter/leave idle after a batch (nohz tick, governor, NAPI re-arm)
     menu_history: int = 4
     app_shape: float = 1.57  # gamma shape of per-request app work (CV = 1/sqrt(shape))
-    net_us: float = 2.1  # constant path outside the server (fitted: the measured 43-59 µs p99 at fast settings leaves little)
+    net_us: float = (
+        2.1  # constant path outside the server (fitted: the measured 43-59 µs p99 at fast settings leaves little)
+    )
     cstates: tuple[CState, ...] = SNB_CSTATES
     # Linux default mode
     rx_bytes: float = 120.0  # per request packet (ETC keys 20-70 B + headers)
@@ -154,8 +156,9 @@ def lock_utilisation(p: SimParams, total_per_us: float, f: np.ndarray | float | 
     return total_per_us * lock_hold_us(p, p.f_max if f is None else f)
 
 
-def lock_time_us(p: SimParams, total_per_us: float, f: np.ndarray, rng: np.random.Generator,
-                 size: int) -> tuple[np.ndarray, np.ndarray]:
+def lock_time_us(
+    p: SimParams, total_per_us: float, f: np.ndarray, rng: np.random.Generator, size: int
+) -> tuple[np.ndarray, np.ndarray]:
     """(F, size) hold + wait, and the wait alone, per request at the global critical section.
 
     memcached's shared LRU/stats cache lines: the hold is coherence traffic plus the cycles executed under
@@ -248,8 +251,17 @@ def warmup_periods(p: SimParams, itr_us: float, run_periods: int) -> int:
     return max(32, min(int(math.ceil(p.warmup_us / max(float(itr_us), 1e-3))), run_periods // 8))
 
 
-def simulate(p: SimParams, lam: float, itr_us: float, f: np.ndarray, requests: int, chains: int,
-             rng: np.random.Generator, cores: int = 16, warmup: int | None = None) -> SimResult:
+def simulate(
+    p: SimParams,
+    lam: float,
+    itr_us: float,
+    f: np.ndarray,
+    requests: int,
+    chains: int,
+    rng: np.random.Generator,
+    cores: int = 16,
+    warmup: int | None = None,
+) -> SimResult:
     """Simulate about `requests` requests on `chains` cores at per-core rate `lam` (1/µs).
 
     The same random draws serve every frequency in `f` (common random numbers), so curves over f are smooth.
@@ -363,8 +375,17 @@ def simulate(p: SimParams, lam: float, itr_us: float, f: np.ndarray, requests: i
     demand = w2.sum(axis=2) / total_time[None, :]  # (F, C)
     rates = lam_c[:, 0]
     served = (np.minimum(1.0, 1.0 / np.maximum(demand, 1e-12)) * rates[None, :]).sum(axis=1) / rates.sum()
-    return SimResult(f=f, latency_us=lat, busy=busy, residency=res, interrupts_per_us=intr, served=served,
-                     requests_per_us=float(lat.shape[1] / span), period=pos, periods=k_run)
+    return SimResult(
+        f=f,
+        latency_us=lat,
+        busy=busy,
+        residency=res,
+        interrupts_per_us=intr,
+        served=served,
+        requests_per_us=float(lat.shape[1] / span),
+        period=pos,
+        periods=k_run,
+    )
 
 
 def package_power_w(p: SimParams, sim: SimResult, cores: int, qps: float) -> np.ndarray:
@@ -428,8 +449,15 @@ def analytic_busy(p: SimParams, lam: float, itr_us: float, f: np.ndarray) -> np.
     return np.minimum(lam * (ss + sa + lock_hold_us(p, f)) + periods * (h + wake + p.idle_cyc / f), 1.0)
 
 
-def pstate_occupancy(p: SimParams, lam: float, itr_us: float, freqs: np.ndarray, steps: int,
-                     rng: np.random.Generator, cores_per_package: int = 8) -> np.ndarray:
+def pstate_occupancy(
+    p: SimParams,
+    lam: float,
+    itr_us: float,
+    freqs: np.ndarray,
+    steps: int,
+    rng: np.random.Generator,
+    cores_per_package: int = 8,
+) -> np.ndarray:
     """Fraction of `steps` 10 ms samples the package spends at each of `freqs` under intel_pstate "powersave".
 
     The dissertation's Linux default runs the powersave governor (ch. 7.3, seed text line ~1533: "the CPU is

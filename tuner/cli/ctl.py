@@ -13,10 +13,17 @@ DEFAULT_ADDRESS = "unix:///run/tuner/tuner.sock"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("ctl", help="query or steer a running daemon over gRPC",
-                              description="Client for the daemon's tuner.v1 gRPC API.")
-    p.add_argument("--address", "-a", default=DEFAULT_ADDRESS,
-                   help="daemon address: unix:///path.sock or HOST:PORT (default: %(default)s)")
+    p = subparsers.add_parser(
+        "ctl",
+        help="query or steer a running daemon over gRPC",
+        description="Client for the daemon's tuner.v1 gRPC API.",
+    )
+    p.add_argument(
+        "--address",
+        "-a",
+        default=DEFAULT_ADDRESS,
+        help="daemon address: unix:///path.sock or HOST:PORT (default: %(default)s)",
+    )
     p.add_argument("--token-file", help="file with the bearer token (grpc.token_file of the daemon)")
     p.add_argument("--tls-ca", help="CA certificate to verify the daemon's TLS certificate (enables TLS)")
     p.add_argument("--tls-cert", help="client certificate (with --tls-key) for daemons that require one")
@@ -87,8 +94,9 @@ def run(args: argparse.Namespace) -> int:
             if args.action == "status":
                 resp = stub.GetStatus(pb.GetStatusRequest(), **kw)
             elif args.action == "point":
-                resp = stub.GetOperatingPoint(pb.GetOperatingPointRequest(
-                    qps=args.qps, sla_us=args.sla_us, percentile=args.percentile), **kw)
+                resp = stub.GetOperatingPoint(
+                    pb.GetOperatingPointRequest(qps=args.qps, sla_us=args.sla_us, percentile=args.percentile), **kw
+                )
             elif args.action == "trials":
                 if args.limit < 0:
                     raise TunerError("--limit: expected a count >= 0")
@@ -107,8 +115,7 @@ def run(args: argparse.Namespace) -> int:
             else:
                 n = 0
                 for d in stub.WatchDecisions(pb.WatchDecisionsRequest(), metadata=md):
-                    print(json.dumps(json_format.MessageToDict(d)) if args.json else _decision_line(d),
-                          flush=True)
+                    print(json.dumps(json_format.MessageToDict(d)) if args.json else _decision_line(d), flush=True)
                     n += 1
                     if args.count and n >= args.count:
                         break
@@ -133,14 +140,16 @@ def _decision_line(d: Any) -> str:
 def _human(action: str, r: Any) -> str:
     if action == "status":
         point = _pt(r.point) if r.HasField("point") else "OS defaults"
-        lines = [f"state: {r.state}   host: {r.host}   version: {r.version}   uptime: {r.uptime_s:.0f} s",
-                 f"point: {point}",
-                 f"load: {r.offered_qps:.0f} QPS (tuned for {r.tuned_qps:.0f}, band "
-                 f"{r.band_low_qps:.0f}..{r.band_high_qps:.0f})",
-                 f"policy: p{r.policy.percentile:g} <= {r.policy.sla_us:g} µs, reward {r.policy.reward}",
-                 f"retune: {r.retune_id or '-'} ({r.retune_trials_done}/{r.retune_trials_planned} trials); "
-                 f"trials total {r.trials_total}",
-                 f"SLA violations: {r.sla_violations_total}   guardrail reverts: {r.guardrail_reverts_total}"]
+        lines = [
+            f"state: {r.state}   host: {r.host}   version: {r.version}   uptime: {r.uptime_s:.0f} s",
+            f"point: {point}",
+            f"load: {r.offered_qps:.0f} QPS (tuned for {r.tuned_qps:.0f}, band "
+            f"{r.band_low_qps:.0f}..{r.band_high_qps:.0f})",
+            f"policy: p{r.policy.percentile:g} <= {r.policy.sla_us:g} µs, reward {r.policy.reward}",
+            f"retune: {r.retune_id or '-'} ({r.retune_trials_done}/{r.retune_trials_planned} trials); "
+            f"trials total {r.trials_total}",
+            f"SLA violations: {r.sla_violations_total}   guardrail reverts: {r.guardrail_reverts_total}",
+        ]
         if r.HasField("last_measurement"):
             m = r.last_measurement
             lat = ", ".join(f"p{k} {v:.0f} µs" for k, v in sorted(m.latency_us.items(), key=lambda kv: float(kv[0])))
@@ -148,19 +157,23 @@ def _human(action: str, r: Any) -> str:
         return "\n".join(lines)
     if action == "point":
         src = "measured" if r.from_measured else "model"
-        return (f"{_pt(r.point)}  ({src}: {r.source}; meets SLA: {r.meets_sla})\n"
-                f"predicted latency {r.predicted_latency_us:.1f} ± {r.latency_sem_us:.1f} µs, "
-                f"power {r.predicted_power_w:.1f} ± {r.power_sem_w:.1f} W"
-                + (f"\nnote: {r.note}" if r.note else ""))
+        return (
+            f"{_pt(r.point)}  ({src}: {r.source}; meets SLA: {r.meets_sla})\n"
+            f"predicted latency {r.predicted_latency_us:.1f} ± {r.latency_sem_us:.1f} µs, "
+            f"power {r.predicted_power_w:.1f} ± {r.power_sem_w:.1f} W" + (f"\nnote: {r.note}" if r.note else "")
+        )
     if action == "trials":
-        rows = [f"{'retune':8} {'#':>3} {'ITR µs':>6} {'GHz':>5} {'QPS':>9} {'p99 µs':>8} {'W':>7} {'reward':>10} status"]
+        rows = [
+            f"{'retune':8} {'#':>3} {'ITR µs':>6} {'GHz':>5} {'QPS':>9} {'p99 µs':>8} {'W':>7} {'reward':>10} status"
+        ]
         for t in r.trials:
             m = t.measurement
             p99 = m.latency_us.get("99", float("nan")) if t.HasField("measurement") else float("nan")
-            rows.append(f"{t.retune_id:8} {t.index:3d} {t.point.itr_us:6d} {t.point.dvfs_ghz:5.2f} "
-                        f"{t.qps:9.0f} {p99:8.1f} {m.power_w:7.1f} "
-                        f"{(f'{t.reward:.4g}' if t.has_reward else '-'):>10} {t.status}"
-                        + (f" ({t.error})" if t.error else ""))
+            rows.append(
+                f"{t.retune_id:8} {t.index:3d} {t.point.itr_us:6d} {t.point.dvfs_ghz:5.2f} "
+                f"{t.qps:9.0f} {p99:8.1f} {m.power_w:7.1f} "
+                f"{(f'{t.reward:.4g}' if t.has_reward else '-'):>10} {t.status}" + (f" ({t.error})" if t.error else "")
+            )
         return "\n".join(rows)
     if action == "retune":
         return ("accepted: " if r.accepted else "refused: ") + r.message

@@ -14,10 +14,12 @@ from typing import Any
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "daemon", help="run the tuning daemon (gRPC API, Prometheus metrics, retunes hourly and on load change)",
+        "daemon",
+        help="run the tuning daemon (gRPC API, Prometheus metrics, retunes hourly and on load change)",
         description="Run the tuner as a service: tune on start, hourly and when the load leaves its band, "
         "hold the chosen ITR/DVFS with an SLA guardrail, serve gRPC and /metrics. SIGHUP reloads the "
-        "config; SIGTERM/SIGINT restore the original knobs and exit 0.")
+        "config; SIGTERM/SIGINT restore the original knobs and exit 0.",
+    )
     p.add_argument("--config", "-c", default="/etc/tuner/tuner.toml", help="TOML config (default: %(default)s)")
     p.add_argument("--check", action="store_true", help="validate the config and exit (0 if valid)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
@@ -40,9 +42,11 @@ def serve(config_path: str, *, optimizers: Any = None, log_level: str = "info") 
 
     config = load_config(config_path)
     journald = bool(os.environ.get("JOURNAL_STREAM"))
-    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
-                        format="%(levelname)s %(name)s: %(message)s" if journald
-                        else "%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=log_level.upper(),
+        stream=sys.stderr,
+        format="%(levelname)s %(name)s: %(message)s" if journald else "%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     from tuner.daemon.loop import Daemon
 
     daemon = Daemon(config, optimizers=optimizers)

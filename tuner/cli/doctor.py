@@ -7,10 +7,12 @@ import argparse
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "doctor", help="check this host for what tuning needs (read-only)",
+        "doctor",
+        help="check this host for what tuning needs (read-only)",
         description="Read-only checks: msr module, CAP_SYS_RAWIO / CAP_NET_ADMIN, HWP, cpufreq driver and "
         "governor, available frequencies, RAPL domains, NIC driver and coalescing, memcached, the prober's "
-        "own governor and C-states. Exit 0 when the tuner can run here, 1 otherwise.")
+        "own governor and C-states. Exit 0 when the tuner can run here, 1 otherwise.",
+    )
     p.add_argument("--root", default="/", help="prefix for /sys, /dev, /proc (a fake tree in tests)")
     p.add_argument("--iface", metavar="IF[,IF...]", help="NIC(s) to check (default: all physical NICs)")
     p.add_argument("--memcached", default="127.0.0.1:11211", metavar="ADDR", help="HOST:PORT or unix:/path")

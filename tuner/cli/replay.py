@@ -38,8 +38,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="sim", help="'sim' (default) or 'module:factory' (needs set_offered_qps)")
     p.add_argument("--hours", type=str, default="24", help="hours of the trace to replay (default 24)")
     p.add_argument("--bin", type=str, default="3600", help="window length in seconds (default 3600)")
-    p.add_argument("--peak-qps", type=str, default=None,
-                   help=f"scale the trace so its busiest window has this mean QPS (default {DEFAULT_PEAK_QPS:.0f})")
+    p.add_argument(
+        "--peak-qps",
+        type=str,
+        default=None,
+        help=f"scale the trace so its busiest window has this mean QPS (default {DEFAULT_PEAK_QPS:.0f})",
+    )
     p.add_argument("--reward", default=None, help="constrained (default), sla-linear, edp or latency")
     p.add_argument("--sla-us", type=str, default="500", help="tail-latency SLA in µs (default 500)")
     p.add_argument("--percentile", type=str, default="99", help="50, 90, 95, 99 (default) or 99.9")
@@ -47,56 +51,130 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--sobol-trials", type=str, default="8", help="quasi-random trials before the GP (default 8)")
     p.add_argument("--settle", type=str, default="1", help="settle time per trial, s (default 1)")
     p.add_argument("--window", type=str, default="20", help="measurement window per trial, s (default 20)")
-    p.add_argument("--itr-resolution", type=str, default=None,
-                   help="ITR grid the optimiser searches, µs (default: 16 for --tuner warm, 8 for cold; 2 = every "
-                        "ixgbe value, several times slower per suggestion)")
-    p.add_argument("--oracle-exhaustive", action="store_true",
-                   help="oracle evaluates every ITR value instead of coarse-to-fine (slow on the simulated host)")
+    p.add_argument(
+        "--itr-resolution",
+        type=str,
+        default=None,
+        help="ITR grid the optimiser searches, µs (default: 16 for --tuner warm, 8 for cold; 2 = every "
+        "ixgbe value, several times slower per suggestion)",
+    )
+    p.add_argument(
+        "--oracle-exhaustive",
+        action="store_true",
+        help="oracle evaluates every ITR value instead of coarse-to-fine (slow on the simulated host)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed for the host and the optimiser (default 0)")
-    p.add_argument("--policies", default="tuner,linux-default,static-performance,oracle",
-                   help="comma list of tuner, linux-default, static-performance, oracle (default: all)")
+    p.add_argument(
+        "--policies",
+        default="tuner,linux-default,static-performance,oracle",
+        help="comma list of tuner, linux-default, static-performance, oracle (default: all)",
+    )
     p.add_argument("--out", type=Path, default=Path("out"), help="output directory (default ./out)")
     g = p.add_argument_group("multi-day schedule")
-    g.add_argument("--days", type=str, default="1",
-                   help="repeat the replayed day N times (default 1); day 0 is the trace, later days add noise")
-    g.add_argument("--day-noise", type=str, default=None,
-                   help="sigma of the per-window lognormal QPS factor on days >= 1, seeded by --seed "
-                        "(default 0.05 = 5 %%; clipped to the peak)")
+    g.add_argument(
+        "--days",
+        type=str,
+        default="1",
+        help="repeat the replayed day N times (default 1); day 0 is the trace, later days add noise",
+    )
+    g.add_argument(
+        "--day-noise",
+        type=str,
+        default=None,
+        help="sigma of the per-window lognormal QPS factor on days >= 1, seeded by --seed "
+        "(default 0.05 = 5 %%; clipped to the peak)",
+    )
     t = p.add_argument_group("tuner (issue 6; a preset first, then each flag overrides it)")
-    t.add_argument("--tuner", dest="preset", default=DEFAULT_PRESET, metavar="cold|warm",
-                   help="warm (default, chosen by the 3-day benchmark): context + stopping rule + safe exploration "
-                        "+ adaptive windows; cold: the dissertation's tuner (fresh experiment per window, 30 "
-                        "trials, every option below off)")
-    t.add_argument("--context", action=argparse.BooleanOptionalAction, default=None,
-                   help="offered QPS as a model input; ONE experiment for the whole replay (all windows, days)")
+    t.add_argument(
+        "--tuner",
+        dest="preset",
+        default=DEFAULT_PRESET,
+        metavar="cold|warm",
+        help="warm (default, chosen by the 3-day benchmark): context + stopping rule + safe exploration "
+        "+ adaptive windows; cold: the dissertation's tuner (fresh experiment per window, 30 "
+        "trials, every option below off)",
+    )
+    t.add_argument(
+        "--context",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="offered QPS as a model input; ONE experiment for the whole replay (all windows, days)",
+    )
     t.add_argument("--context-max-qps", type=str, default=None, help="QPS normaliser of the load input (default 1e6)")
     t.add_argument("--history-max-trials", type=str, default=None, help="trials the contextual model keeps (100)")
     t.add_argument("--min-trials", type=str, default=None, help="trials per retune before it may stop (default 2)")
-    t.add_argument("--stop-ei-pct", type=str, default=None,
-                   help="stop a retune when one more trial's expected improvement < this %% of power (0 = off)")
-    t.add_argument("--safe-delta", type=str, default=None,
-                   help="only try points whose modelled P(percentile > SLA) <= this (0 = off, e.g. 0.05)")
-    t.add_argument("--safe-radius", type=str, default=None,
-                   help="with --safe-delta: only try points within this normalised knob distance of one measured "
-                        "within the SLA at this load or up to ~11 %% below (0 = off; default 0.2)")
-    t.add_argument("--safe-model-error", type=str, default=None,
-                   help="with --safe-delta: SD of ln latency added to the model's in P(SLA broken) (default 0)")
-    t.add_argument("--safe-sd-scale", type=str, default=None,
-                   help="with --safe-delta: factor on the model's SD in P(SLA broken) (1 = as it is; warm: 2)")
-    t.add_argument("--latency-metric", default=None, metavar="log|headroom",
-                   help="the scale the model fits the percentile on: ln µs (default) or SLA / µs")
-    t.add_argument("--window-mode", default=None, metavar="fixed|adaptive",
-                   help="fixed --window s per trial, or adaptive: grow until the percentile's CI is within "
-                        "+-window-ci-pct (max --window s)")
-    t.add_argument("--window-guard", action=argparse.BooleanOptionalAction, default=None,
-                   help="adaptive windows: end a trial after any chunk whose CI is wholly above the SLA (default on)")
+    t.add_argument(
+        "--stop-ei-pct",
+        type=str,
+        default=None,
+        help="stop a retune when one more trial's expected improvement < this %% of power (0 = off)",
+    )
+    t.add_argument(
+        "--safe-delta",
+        type=str,
+        default=None,
+        help="only try points whose modelled P(percentile > SLA) <= this (0 = off, e.g. 0.05)",
+    )
+    t.add_argument(
+        "--safe-radius",
+        type=str,
+        default=None,
+        help="with --safe-delta: only try points within this normalised knob distance of one measured "
+        "within the SLA at this load or up to ~11 %% below (0 = off; default 0.2)",
+    )
+    t.add_argument(
+        "--safe-model-error",
+        type=str,
+        default=None,
+        help="with --safe-delta: SD of ln latency added to the model's in P(SLA broken) (default 0)",
+    )
+    t.add_argument(
+        "--safe-sd-scale",
+        type=str,
+        default=None,
+        help="with --safe-delta: factor on the model's SD in P(SLA broken) (1 = as it is; warm: 2)",
+    )
+    t.add_argument(
+        "--latency-metric",
+        default=None,
+        metavar="log|headroom",
+        help="the scale the model fits the percentile on: ln µs (default) or SLA / µs",
+    )
+    t.add_argument(
+        "--window-mode",
+        default=None,
+        metavar="fixed|adaptive",
+        help="fixed --window s per trial, or adaptive: grow until the percentile's CI is within "
+        "+-window-ci-pct (max --window s)",
+    )
+    t.add_argument(
+        "--window-guard",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="adaptive windows: end a trial after any chunk whose CI is wholly above the SLA (default on)",
+    )
     t.add_argument("--window-ci-pct", type=str, default=None, help="adaptive windows: CI half-width target, %% (5)")
     t.add_argument("--window-min-s", type=str, default=None, help="adaptive windows: minimum seconds (2)")
-    t.add_argument("--history", type=Path, default=None, metavar="FILE",
-                   help="seed the contextual tuner with earlier trials (tuner.trial/v1 JSON lines)")
-    t.add_argument("--save-trials", type=Path, default=None, metavar="FILE",
-                   help="also write the tuner's trials to FILE (they always go to OUT/trials.jsonl)")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no per-window table (the summary is still printed)")
+    t.add_argument(
+        "--history",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="seed the contextual tuner with earlier trials (tuner.trial/v1 JSON lines)",
+    )
+    t.add_argument(
+        "--save-trials",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="also write the tuner's trials to FILE (they always go to OUT/trials.jsonl)",
+    )
+    p.add_argument(
+        "--quiet",
+        "-q",
+        action="store_true",
+        help="no progress bar and no per-window table (the summary is still printed)",
+    )
     p.set_defaults(func=run)
 
 
@@ -127,8 +205,9 @@ def tuner_settings(args: argparse.Namespace) -> object:
     }
     explicit: dict[str, object] = {}
     if args.itr_resolution is not None:
-        explicit["itr_resolution_us"] = int(_num(args.itr_resolution, "--itr-resolution", integer=True, minimum=1,
-                                                 strict=False))
+        explicit["itr_resolution_us"] = int(
+            _num(args.itr_resolution, "--itr-resolution", integer=True, minimum=1, strict=False)
+        )
     if args.trials is not None:
         explicit["trials"] = int(_num(args.trials, "--trials", integer=True, minimum=1, strict=False))
     if args.context is not None:
@@ -136,17 +215,19 @@ def tuner_settings(args: argparse.Namespace) -> object:
     if args.context_max_qps is not None:
         explicit["context_max_qps"] = _num(args.context_max_qps, "--context-max-qps", minimum=0)
     if args.history_max_trials is not None:
-        explicit["history_max_trials"] = int(_num(args.history_max_trials, "--history-max-trials", integer=True,
-                                                  minimum=1, strict=False))
+        explicit["history_max_trials"] = int(
+            _num(args.history_max_trials, "--history-max-trials", integer=True, minimum=1, strict=False)
+        )
     if args.min_trials is not None:
         explicit["min_trials"] = int(_num(args.min_trials, "--min-trials", integer=True, minimum=1, strict=False))
     if args.stop_ei_pct is not None:
         explicit["stop_ei_pct"] = _num(args.stop_ei_pct, "--stop-ei-pct", minimum=0, strict=False)
-    for field, flag, lo, hi, closed, what in (   # bounded safety settings: [lo, hi) or [lo, hi]
-            ("safe_delta", "--safe-delta", 0.0, 1.0, False, "a probability in [0, 1) (0 = off)"),
-            ("safe_radius", "--safe-radius", 0.0, 2.0, True, "a normalised knob distance in [0, 2] (0 = off)"),
-            ("safe_model_error", "--safe-model-error", 0.0, 1.0, True, "an SD of ln latency in [0, 1] (0 = off)"),
-            ("safe_sd_scale", "--safe-sd-scale", 1.0, 10.0, True, "a factor in [1, 10]")):
+    for field, flag, lo, hi, closed, what in (  # bounded safety settings: [lo, hi) or [lo, hi]
+        ("safe_delta", "--safe-delta", 0.0, 1.0, False, "a probability in [0, 1) (0 = off)"),
+        ("safe_radius", "--safe-radius", 0.0, 2.0, True, "a normalised knob distance in [0, 2] (0 = off)"),
+        ("safe_model_error", "--safe-model-error", 0.0, 1.0, True, "an SD of ln latency in [0, 1] (0 = off)"),
+        ("safe_sd_scale", "--safe-sd-scale", 1.0, 10.0, True, "a factor in [1, 10]"),
+    ):
         text = getattr(args, field)
         if text is None:
             continue
@@ -200,13 +281,16 @@ def run(args: argparse.Namespace) -> int:
     n_days = int(_num(args.days, "--days", integer=True, minimum=1, strict=False))
     from traces.schedule import DEFAULT_DAY_NOISE, load_schedule, repeat_days, sample_trace_path
 
-    noise = DEFAULT_DAY_NOISE if args.day_noise is None else _num(args.day_noise, "--day-noise", minimum=0,
-                                                                  strict=False)
+    noise = (
+        DEFAULT_DAY_NOISE if args.day_noise is None else _num(args.day_noise, "--day-noise", minimum=0, strict=False)
+    )
     if noise > 1:
         raise TunerError(f"--day-noise {args.day_noise!r}: expected a fraction in [0, 1] (0.05 = 5 %)")
     if args.history is not None and not getattr(settings, "context", False):
-        raise TunerError("--history needs the contextual tuner (--context or --tuner warm): the cold tuner starts "
-                         "a fresh experiment per window")
+        raise TunerError(
+            "--history needs the contextual tuner (--context or --tuner warm): the cold tuner starts "
+            "a fresh experiment per window"
+        )
     if args.history is not None and not args.history.is_file():
         raise TunerError(f"--history {args.history}: no such file")
 
@@ -216,29 +300,52 @@ def run(args: argparse.Namespace) -> int:
     schedule = load_schedule(trace, bin_s=bin_s, hours=hours, peak_qps=peak)
     if n_days > 1:
         schedule = repeat_days(schedule, n_days, noise=noise, seed=args.seed)
-    return execute(args.host, schedule, objective, settings, policies, args.out, quiet=args.quiet,
-                   source=str(trace) if args.trace else f"{trace.name} (bundled sample)",
-                   oracle_exhaustive=args.oracle_exhaustive, history_path=args.history,
-                   save_trials=args.save_trials, day_noise=noise if n_days > 1 else None)
+    return execute(
+        args.host,
+        schedule,
+        objective,
+        settings,
+        policies,
+        args.out,
+        quiet=args.quiet,
+        source=str(trace) if args.trace else f"{trace.name} (bundled sample)",
+        oracle_exhaustive=args.oracle_exhaustive,
+        history_path=args.history,
+        save_trials=args.save_trials,
+        day_noise=noise if n_days > 1 else None,
+    )
 
 
-def execute(host_spec: str, schedule: object, objective: object, settings: object, policies: tuple[str, ...],
-            out: Path, *, quiet: bool = False, source: str = "", oracle_exhaustive: bool = False,
-            history_path: Path | None = None, save_trials: Path | None = None,
-            day_noise: float | None = None) -> int:
+def execute(
+    host_spec: str,
+    schedule: object,
+    objective: object,
+    settings: object,
+    policies: tuple[str, ...],
+    out: Path,
+    *,
+    quiet: bool = False,
+    source: str = "",
+    oracle_exhaustive: bool = False,
+    history_path: Path | None = None,
+    save_trials: Path | None = None,
+    day_noise: float | None = None,
+) -> int:
     """Run the replay with a progress bar, print the report and write the files (and `save_trials`)."""
     from rich.console import Console
 
     from actuators.host import LoadControl
     from tuner.hosts import make_host
-    from tuner.replay.run import replay
     from tuner.replay.report import print_report, write_files, write_trials
+    from tuner.replay.run import replay
 
     seed = settings.seed  # type: ignore[attr-defined]
     first = make_host(host_spec, seed=seed)
     if not isinstance(first, LoadControl):
-        raise TunerError(f"--host {host_spec!r}: the host cannot set its offered load (no set_offered_qps); "
-                         "replay needs load control, e.g. --host sim")
+        raise TunerError(
+            f"--host {host_spec!r}: the host cannot set its offered load (no set_offered_qps); "
+            "replay needs load control, e.g. --host sim"
+        )
     spare = [first]
     history: list = []
     if history_path is not None:
@@ -254,14 +361,27 @@ def execute(host_spec: str, schedule: object, objective: object, settings: objec
     out_console = Console()
     t0 = time.perf_counter()
     if quiet or not console.is_terminal:
-        result = replay(factory, windows, objective, settings, policies=policies,  # type: ignore[arg-type]
-                        host_label=host_spec, source=source,
-                        oracle_exhaustive=oracle_exhaustive, history=history)
+        result = replay(
+            factory,
+            windows,
+            objective,
+            settings,
+            policies=policies,  # type: ignore[arg-type]
+            host_label=host_spec,
+            source=source,
+            oracle_exhaustive=oracle_exhaustive,
+            history=history,
+        )
     else:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        with Progress(TextColumn("[bold]replay[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=console) as prog:
+        with Progress(
+            TextColumn("[bold]replay[/] {task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        ) as prog:
             task = prog.add_task("", total=len(windows) * len(policies))
 
             def progress(policy: str, index: int, rec: object) -> None:
@@ -271,9 +391,18 @@ def execute(host_spec: str, schedule: object, objective: object, settings: objec
                 else:
                     prog.update(task, description=f"{policy} window {index} trial {rec.index + 1}")  # type: ignore[attr-defined]
 
-            result = replay(factory, windows, objective, settings, policies=policies,  # type: ignore[arg-type]
-                            progress=progress, host_label=host_spec, source=source,
-                            oracle_exhaustive=oracle_exhaustive, history=history)
+            result = replay(
+                factory,
+                windows,
+                objective,
+                settings,
+                policies=policies,  # type: ignore[arg-type]
+                progress=progress,
+                host_label=host_spec,
+                source=source,
+                oracle_exhaustive=oracle_exhaustive,
+                history=history,
+            )
     result.meta["peak_qps_target"] = schedule.peak_qps  # type: ignore[attr-defined]
     result.meta["trace_scale"] = schedule.scale  # type: ignore[attr-defined]
     result.meta["total_wall_s"] = time.perf_counter() - t0

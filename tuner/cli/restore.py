@@ -7,9 +7,11 @@ import argparse
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "restore", help="put back the ITR/DVFS values saved before the tuner's first write",
+        "restore",
+        help="put back the ITR/DVFS values saved before the tuner's first write",
         description="Write back every original value the tuner (daemon, `tuner set`, a crashed process) "
-        "saved under the state dir, newest first, then forget them. Safe to run twice.")
+        "saved under the state dir, newest first, then forget them. Safe to run twice.",
+    )
     p.add_argument("--root", default="/", help="prefix for /sys, /dev, /proc (a fake tree in tests)")
     p.add_argument("--state-dir", help="where originals were saved (default: ROOT/var/lib/tuner)")
     p.add_argument("--dry-run", action="store_true", help="print the writes it would make, make none")

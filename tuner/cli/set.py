@@ -8,10 +8,12 @@ import logging
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "set", help="set ITR and/or DVFS by hand (saves the originals first)",
+        "set",
+        help="set ITR and/or DVFS by hand (saves the originals first)",
         description="Set NIC interrupt throttling and/or CPU frequency now. Out-of-range values are refused "
         "before any write; the values found before the first write are saved under the state dir so "
-        "`tuner restore` can put them back; if any part fails, everything this command changed is undone.")
+        "`tuner restore` can put them back; if any part fails, everything this command changed is undone.",
+    )
     p.add_argument("--itr", type=int, metavar="US", help="static rx-usecs (adaptive moderation off)")
     p.add_argument("--dvfs", type=float, metavar="GHZ", help="CPU frequency in GHz for the tuned cores")
     p.add_argument("--iface", metavar="IF[,IF...]", help="NIC(s) to set (default: the only physical NIC)")
@@ -33,8 +35,16 @@ def run(args: argparse.Namespace) -> int:
         raise TunerError("tuner set: nothing to do: give --itr US and/or --dvfs GHZ")
     logging.basicConfig(level=logging.WARNING, format="tuner: %(message)s")
     parts = tuple(p for p, v in (("itr", args.itr), ("dvfs", args.dvfs)) if v is not None)
-    host = make_real_host(root=args.root, state_dir=args.state_dir, iface=args.iface, backend=args.backend,
-                          cores=args.cores, dry_run=args.dry_run, force=args.force, parts=parts)
+    host = make_real_host(
+        root=args.root,
+        state_dir=args.state_dir,
+        iface=args.iface,
+        backend=args.backend,
+        cores=args.cores,
+        dry_run=args.dry_run,
+        force=args.force,
+        parts=parts,
+    )
     try:
         warnings = host.apply(itr_us=args.itr, dvfs_ghz=args.dvfs)
         if args.dry_run:
@@ -48,8 +58,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"ITR {args.itr} µs, adaptive off, on {', '.join(host.itr.ifaces)}")
         for w in warnings:
             print(f"warning: {w}")
-        print(f"originals saved in {host.store.path}; undo with: tuner restore --root {args.root}"
-              + (f" --state-dir {args.state_dir}" if args.state_dir else ""))
+        print(
+            f"originals saved in {host.store.path}; undo with: tuner restore --root {args.root}"
+            + (f" --state-dir {args.state_dir}" if args.state_dir else "")
+        )
         return 0
     finally:
         host.close()

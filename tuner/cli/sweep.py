@@ -35,22 +35,37 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "points.jsonl, best.json, pareto.json and heatmap.png to --out.",
     )
     p.add_argument("--host", default="sim", help="'sim', 'real' or 'module:factory' (default: sim)")
-    p.add_argument("--qps", type=str, default=None,
-                   help="offered load in requests/s (needs a host with load control); omit to record the host's own load")
-    p.add_argument("--itr", default="all",
-                   help="ITR values in µs: 'all' (default), LO:HI:STEP (e.g. 2:1022:2, HI included), LO:HI, or A,B,C")
-    p.add_argument("--dvfs", default="all",
-                   help="frequencies in GHz: 'all' (default), LO:HI:STEP (e.g. 1.2:2.9:0.1), LO:HI, or 1.2,1.3")
+    p.add_argument(
+        "--qps",
+        type=str,
+        default=None,
+        help="offered load in requests/s (needs a host with load control); omit to record the host's own load",
+    )
+    p.add_argument(
+        "--itr",
+        default="all",
+        help="ITR values in µs: 'all' (default), LO:HI:STEP (e.g. 2:1022:2, HI included), LO:HI, or A,B,C",
+    )
+    p.add_argument(
+        "--dvfs",
+        default="all",
+        help="frequencies in GHz: 'all' (default), LO:HI:STEP (e.g. 1.2:2.9:0.1), LO:HI, or 1.2,1.3",
+    )
     p.add_argument("--seconds", type=str, default="20", help="measurement window per point, s (default 20)")
     p.add_argument("--settle", type=str, default="1", help="time to settle after setting a point, s (default 1)")
     p.add_argument("--sla-us", type=str, default="500", help="tail-latency SLA in µs (default 500)")
     p.add_argument("--percentile", type=str, default="99", help="SLA percentile: 50, 90, 95, 99 or 99.9 (default 99)")
-    p.add_argument("--min-load", type=str, default="0.95",
-                   help="a point counts only if it serves at least this share of the offered load (default 0.95)")
+    p.add_argument(
+        "--min-load",
+        type=str,
+        default="0.95",
+        help="a point counts only if it serves at least this share of the offered load (default 0.95)",
+    )
     p.add_argument("--seed", type=int, default=None, help="seed passed to the host factory (simulated hosts)")
     p.add_argument("--out", required=True, type=Path, help="output directory")
-    p.add_argument("--resume", action="store_true",
-                   help="append to an existing sweep in --out, skipping points already measured")
+    p.add_argument(
+        "--resume", action="store_true", help="append to an existing sweep in --out, skipping points already measured"
+    )
     p.set_defaults(func=run)
 
 
@@ -91,8 +106,10 @@ def load_points(path: Path, repair: bool) -> list[Any]:
                     with path.open("r+b") as f:
                         f.truncate(end_of_good)
                 break
-            raise InputError(f"{path}:{lineno}: expected a sweep record (JSON object with itr_us, dvfs_ghz, ...): "
-                             f"{type(exc).__name__}: {exc}") from None
+            raise InputError(
+                f"{path}:{lineno}: expected a sweep record (JSON object with itr_us, dvfs_ghz, ...): "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
         end_of_good += len(raw) + 1
     return points
 
@@ -119,7 +136,9 @@ class PointWriter:
         self._f.close()
 
 
-def write_summaries(out: Path, points: list[Any], sla_us: float, pct: float, min_load: float, title: str) -> dict[str, Any]:
+def write_summaries(
+    out: Path, points: list[Any], sla_us: float, pct: float, min_load: float, title: str
+) -> dict[str, Any]:
     """Write best.json, pareto.json and heatmap.png for `points`; return best.json's content."""
     from tuner.replay.plots import sweep_heatmap
     from tuner.replay.sweep import best_under_sla, summarize_best, sweep_pareto
@@ -127,16 +146,26 @@ def write_summaries(out: Path, points: list[Any], sla_us: float, pct: float, min
     best = summarize_best(points, sla_us, pct, min_load)
     _write_json(out / "best.json", best)
     front = sweep_pareto(points, pct, min_load)
-    _write_json(out / "pareto.json", {
-        "percentile": pct,
-        "objectives": [f"p{pct:g} latency (µs), minimise", "energy_j, minimise"],
-        "min_load_ratio": min_load,
-        "points_considered": sum(1 for p in points if p.keeps_up(min_load)),
-        "points_measured": len(points),
-        "front": [p.to_json() for p in front],
-    })
-    sweep_heatmap(points, out / "heatmap.png", sla_us, pct, title=title,
-                  best=best_under_sla(points, sla_us, pct, min_load), pareto=front)
+    _write_json(
+        out / "pareto.json",
+        {
+            "percentile": pct,
+            "objectives": [f"p{pct:g} latency (µs), minimise", "energy_j, minimise"],
+            "min_load_ratio": min_load,
+            "points_considered": sum(1 for p in points if p.keeps_up(min_load)),
+            "points_measured": len(points),
+            "front": [p.to_json() for p in front],
+        },
+    )
+    sweep_heatmap(
+        points,
+        out / "heatmap.png",
+        sla_us,
+        pct,
+        title=title,
+        best=best_under_sla(points, sla_us, pct, min_load),
+        pareto=front,
+    )
     return best
 
 
@@ -146,8 +175,10 @@ def write_summaries(out: Path, points: list[Any], sla_us: float, pct: float, min
 @contextmanager
 def _sigterm_as_interrupt() -> Iterator[None]:
     """Treat SIGTERM like Ctrl-C while sweeping, so `finally` blocks (restore) run."""
+
     def handler(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
+
     try:
         old = signal.signal(signal.SIGTERM, handler)
     except ValueError:  # not the main thread
@@ -200,11 +231,25 @@ def _progress(total: int, done: int, every_s: float = 60.0) -> Iterator[Callable
         yield plain
         return
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
-    with Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TimeRemainingColumn(), TextColumn("{task.description}"),
-                  console=Console(stderr=True), transient=False) as prog:
+    with Progress(
+        TextColumn("[bold]sweep"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        TextColumn("{task.description}"),
+        console=Console(stderr=True),
+        transient=False,
+    ) as prog:
         task = prog.add_task("", total=total, completed=done)
 
         def update(text: str = "", advance: int = 0) -> None:
@@ -219,10 +264,20 @@ def _progress(total: int, done: int, every_s: float = 60.0) -> Iterator[Callable
 def run(args: argparse.Namespace) -> int:
     from actuators.host import LoadControl
     from tuner.hosts import make_host
-    from tuner.replay.sweep import SweepConfig, grid, parse_dvfs_spec, parse_itr_spec, parse_percentile, percentile_key, run_sweep
+    from tuner.replay.sweep import (
+        SweepConfig,
+        grid,
+        parse_dvfs_spec,
+        parse_itr_spec,
+        parse_percentile,
+        percentile_key,
+        run_sweep,
+    )
 
     # Everything about the arguments is checked before the host is built or touched.
-    config = SweepConfig(seconds=_number(args.seconds, "--seconds"), settle=_number(args.settle, "--settle", positive=False))
+    config = SweepConfig(
+        seconds=_number(args.seconds, "--seconds"), settle=_number(args.settle, "--settle", positive=False)
+    )
     sla_us = _number(args.sla_us, "--sla-us")
     pct = parse_percentile(args.percentile)
     min_load = _number(args.min_load, "--min-load", at_most=1.0)
@@ -231,8 +286,18 @@ def run(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise TunerError(f"--out {str(out)!r} exists and is not a directory")
     points_path, meta_path = out / POINTS, out / META
-    meta = {"host": args.host, "qps": qps, "seconds": config.seconds, "settle": config.settle, "seed": args.seed,
-            "itr": args.itr, "dvfs": args.dvfs, "sla_us": sla_us, "percentile": pct, "min_load_ratio": min_load}
+    meta = {
+        "host": args.host,
+        "qps": qps,
+        "seconds": config.seconds,
+        "settle": config.settle,
+        "seed": args.seed,
+        "itr": args.itr,
+        "dvfs": args.dvfs,
+        "sla_us": sla_us,
+        "percentile": pct,
+        "min_load_ratio": min_load,
+    }
     previous: list[Any] = []
     if args.resume and points_path.exists():
         try:
@@ -242,8 +307,10 @@ def run(args: argparse.Namespace) -> int:
         diff = [k for k in RESUME_KEYS if old_meta.get(k) != meta[k]]
         if diff:
             k = diff[0]
-            raise TunerError(f"--resume: {k} {meta[k]!r} differs from {old_meta.get(k)!r} in {meta_path}; "
-                             f"points would not be comparable (use another --out)")
+            raise TunerError(
+                f"--resume: {k} {meta[k]!r} differs from {old_meta.get(k)!r} in {meta_path}; "
+                f"points would not be comparable (use another --out)"
+            )
         previous = load_points(points_path, repair=True)
     elif points_path.exists() and points_path.stat().st_size > 0:
         raise TunerError(f"{points_path} already holds a sweep: pass --resume to continue it, or choose another --out")
@@ -260,8 +327,10 @@ def run(args: argparse.Namespace) -> int:
             itrs = parse_itr_spec(args.itr, knobs)
             freqs = parse_dvfs_spec(args.dvfs, knobs)
             if qps is not None and not isinstance(host, LoadControl):
-                raise TunerError(f"--qps: host {host.name!r} cannot set its offered load (no set_offered_qps); "
-                                 f"omit --qps to record the host's own load")
+                raise TunerError(
+                    f"--qps: host {host.name!r} cannot set its offered load (no set_offered_qps); "
+                    f"omit --qps to record the host's own load"
+                )
             done = {(p.itr_us, round(p.dvfs_ghz, 3)) for p in previous}
             full = grid(itrs, freqs)
             todo = [p for p in full if (p.itr_us, round(p.dvfs_ghz, 3)) not in done]
@@ -269,22 +338,27 @@ def run(args: argparse.Namespace) -> int:
             out.mkdir(parents=True, exist_ok=True)
             if not previous:
                 points_path.write_text("")
-            _write_json(meta_path, {**meta, "host_name": host.name, "points": len(full),
-                                    "itr_us": list(itrs), "dvfs_ghz": list(freqs)})
+            _write_json(
+                meta_path,
+                {**meta, "host_name": host.name, "points": len(full), "itr_us": list(itrs), "dvfs_ghz": list(freqs)},
+            )
             if qps is not None:
                 host.set_offered_qps(qps)
             writer = PointWriter(points_path)
             key = percentile_key(pct)
             try:
                 with _progress(len(full), len(full) - len(todo)) as update:
+
                     def sink(record: Any) -> None:
                         writer(record)
                         measured.append(record)
-                        update(f"last {record.itr_us} µs @ {record.dvfs_ghz:g} GHz: "
-                               f"{key[:-3]} {record.latency(pct):.0f} µs, {record.energy_j:.0f} J", advance=1)
+                        update(
+                            f"last {record.itr_us} µs @ {record.dvfs_ghz:g} GHz: "
+                            f"{key[:-3]} {record.latency(pct):.0f} µs, {record.energy_j:.0f} J",
+                            advance=1,
+                        )
 
-                    run_sweep(host, todo, config, sink,
-                              on_start=lambda i, p: update(f"measuring {p}"))
+                    run_sweep(host, todo, config, sink, on_start=lambda i, p: update(f"measuring {p}"))
             finally:
                 writer.close()
     except BaseException as exc:  # noqa: BLE001 - re-raised below once the host is restored
@@ -295,11 +369,14 @@ def run(args: argparse.Namespace) -> int:
     new = len(measured) - len(previous)
     best = None
     if measured:
-        title = (f"{host.name}" + (f" @ {qps / 1000:g}K QPS" if qps else "") +
-                 f": energy per point, SLA p{pct:g} <= {sla_us:g} µs")
+        title = (
+            f"{host.name}"
+            + (f" @ {qps / 1000:g}K QPS" if qps else "")
+            + f": energy per point, SLA p{pct:g} <= {sla_us:g} µs"
+        )
         try:
             best = write_summaries(out, measured, sla_us, pct, min_load, title)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             if failure is None:
                 raise
             print(f"tuner: warning: could not write summaries: {exc}", file=sys.stderr)
@@ -310,21 +387,29 @@ def run(args: argparse.Namespace) -> int:
             raise HostError(msg)
         print(f"tuner: error: {msg}", file=sys.stderr)
     if isinstance(failure, KeyboardInterrupt):
-        print(f"tuner: interrupted after {new} of {todo_count} points; host restored; {out}/{POINTS} keeps "
-              f"{len(measured)} points (rerun with --resume to continue)", file=sys.stderr)
+        print(
+            f"tuner: interrupted after {new} of {todo_count} points; host restored; {out}/{POINTS} keeps "
+            f"{len(measured)} points (rerun with --resume to continue)",
+            file=sys.stderr,
+        )
         return 130
     if failure is not None:
         if measured:
-            print(f"tuner: sweep stopped after {new} of {todo_count} points; host restored; "
-                  f"{len(measured)} points kept in {out}/{POINTS}", file=sys.stderr)
+            print(
+                f"tuner: sweep stopped after {new} of {todo_count} points; host restored; "
+                f"{len(measured)} points kept in {out}/{POINTS}",
+                file=sys.stderr,
+            )
         raise failure
 
     print(f"sweep: {len(measured)} points ({new} measured now) in {elapsed:.1f} s -> {out}")
     if best is not None:
         if best["met"]:
             b = best["best"]
-            print(f"best under p{pct:g} <= {sla_us:g} µs: ITR {b['itr_us']} µs @ {b['dvfs_ghz']:g} GHz: "
-                  f"p{pct:g} {b[percentile_key(pct)]:.0f} µs, {b['energy_j']:.1f} J ({b['power_w']:.1f} W)")
+            print(
+                f"best under p{pct:g} <= {sla_us:g} µs: ITR {b['itr_us']} µs @ {b['dvfs_ghz']:g} GHz: "
+                f"p{pct:g} {b[percentile_key(pct)]:.0f} µs, {b['energy_j']:.1f} J ({b['power_w']:.1f} W)"
+            )
         else:
             print(f"best: {best['message']}")
     return 0

@@ -35,50 +35,97 @@ def _non_negative_float(text: str) -> float:
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "trace", help="inspect or synthesise Twitter cache traces",
+        "trace",
+        help="inspect or synthesise Twitter cache traces",
         description="Twitter cache-trace tools (CSV rows 'timestamp,key,key size,value size,client id,operation,"
         "TTL'; plain, .gz or .zst).",
     )
     sub = parser.add_subparsers(dest="trace_command", metavar="SUBCOMMAND", required=True)
 
-    stats = sub.add_parser("stats", help="per-bin QPS, op mix and key/value sizes of a trace",
-                           description="Stream a trace once and print per-bin request rate, op mix and sizes.")
-    stats.add_argument("files", metavar="FILE", nargs="+",
-                       help="trace file (plain, .gz or .zst); several files are read as one trace, in order")
-    stats.add_argument("--bin", dest="bin_s", type=_positive(int), default=3600, metavar="SECONDS",
-                       help="bin length in seconds (default 3600: 24 hourly bins per day)")
-    stats.add_argument("--start-hours", type=_non_negative_float, default=0.0, metavar="H",
-                       help="begin H hours after the first row (e.g. 24 for the second day)")
-    stats.add_argument("--hours", type=_positive(float), default=None,
-                       help="only HOURS of the trace (from --start-hours)")
+    stats = sub.add_parser(
+        "stats",
+        help="per-bin QPS, op mix and key/value sizes of a trace",
+        description="Stream a trace once and print per-bin request rate, op mix and sizes.",
+    )
+    stats.add_argument(
+        "files",
+        metavar="FILE",
+        nargs="+",
+        help="trace file (plain, .gz or .zst); several files are read as one trace, in order",
+    )
+    stats.add_argument(
+        "--bin",
+        dest="bin_s",
+        type=_positive(int),
+        default=3600,
+        metavar="SECONDS",
+        help="bin length in seconds (default 3600: 24 hourly bins per day)",
+    )
+    stats.add_argument(
+        "--start-hours",
+        type=_non_negative_float,
+        default=0.0,
+        metavar="H",
+        help="begin H hours after the first row (e.g. 24 for the second day)",
+    )
+    stats.add_argument(
+        "--hours", type=_positive(float), default=None, help="only HOURS of the trace (from --start-hours)"
+    )
     scaling = stats.add_mutually_exclusive_group()
-    scaling.add_argument("--peak-qps", type=_positive(float), default=None,
-                         help="also show the rate scaled so that the busiest full bin has this mean QPS")
-    scaling.add_argument("--scale", type=_positive(float), default=None,
-                         help="also show the rate multiplied by this factor")
+    scaling.add_argument(
+        "--peak-qps",
+        type=_positive(float),
+        default=None,
+        help="also show the rate scaled so that the busiest full bin has this mean QPS",
+    )
+    scaling.add_argument(
+        "--scale", type=_positive(float), default=None, help="also show the rate multiplied by this factor"
+    )
     stats.add_argument("--skip-bad", action="store_true", help="skip malformed rows (counted by reason)")
-    stats.add_argument("--tolerance", type=_non_negative_float, default=None, metavar="SECONDS",
-                       help="how far (s) a timestamp may go back before it is an error (default 5)")
-    stats.add_argument("--max-span-days", type=_positive(float), default=31.0, metavar="DAYS",
-                       help="a row this long after the first one is an error (default 31; bounds memory)")
+    stats.add_argument(
+        "--tolerance",
+        type=_non_negative_float,
+        default=None,
+        metavar="SECONDS",
+        help="how far (s) a timestamp may go back before it is an error (default 5)",
+    )
+    stats.add_argument(
+        "--max-span-days",
+        type=_positive(float),
+        default=31.0,
+        metavar="DAYS",
+        help="a row this long after the first one is an error (default 31; bounds memory)",
+    )
     stats.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    stats.add_argument("--series-out", metavar="CSV", default=None,
-                       help="also write the per-second request series as CSV 'second,requests'")
+    stats.add_argument(
+        "--series-out",
+        metavar="CSV",
+        default=None,
+        help="also write the per-second request series as CSV 'second,requests'",
+    )
     stats.set_defaults(func=run_stats)
 
-    synth = sub.add_parser("synth", help="generate a synthetic trace for a Twitter cluster",
-                           description="Generate a synthetic trace in the public format: diurnal rate, and the "
-                           "cluster's op mix, key/value sizes, Zipf key popularity and TTLs.")
+    synth = sub.add_parser(
+        "synth",
+        help="generate a synthetic trace for a Twitter cluster",
+        description="Generate a synthetic trace in the public format: diurnal rate, and the "
+        "cluster's op mix, key/value sizes, Zipf key popularity and TTLs.",
+    )
     synth.add_argument("--cluster", type=int, required=True, help="Twitter cluster number (1..54)")
     synth.add_argument("--hours", type=_positive(float), default=24.0, help="trace length in hours (default 24)")
     synth.add_argument("--out", required=True, metavar="FILE", help="output (.zst / .gz compressed by suffix)")
     synth.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    synth.add_argument("--mean-qps", type=_positive(float), default=None,
-                       help="mean request rate (default: the cluster's rate from the statistics table)")
+    synth.add_argument(
+        "--mean-qps",
+        type=_positive(float),
+        default=None,
+        help="mean request rate (default: the cluster's rate from the statistics table)",
+    )
     synth.add_argument("--keys", type=_positive(int), default=100_000, help="key population (default 100000)")
     synth.add_argument("--zstd-level", type=int, default=12, help="zstd level for .zst output (default 12)")
-    synth.add_argument("--stats", default=None, metavar="FILE",
-                       help="cluster statistics table (default: the bundled 2020Mar table)")
+    synth.add_argument(
+        "--stats", default=None, metavar="FILE", help="cluster statistics table (default: the bundled 2020Mar table)"
+    )
     synth.set_defaults(func=run_synth)
 
 
@@ -103,10 +150,17 @@ def stats_json(st, scale: float | None) -> dict:
         "scale": scale,
         "bins": [
             {
-                "index": b.index, "start_s": b.start_s, "seconds": b.seconds, "partial": b.seconds < st.bin_s,
-                "requests": b.requests, "qps": b.qps,
+                "index": b.index,
+                "start_s": b.start_s,
+                "seconds": b.seconds,
+                "partial": b.seconds < st.bin_s,
+                "requests": b.requests,
+                "qps": b.qps,
                 **({"scaled_qps": b.qps * scale} if scale is not None else {}),
-                "ops": b.ops, "op_mix": b.op_mix, "key_size": size(b.key_size), "value_size": size(b.value_size),
+                "ops": b.ops,
+                "op_mix": b.op_mix,
+                "key_size": size(b.key_size),
+                "value_size": size(b.value_size),
             }
             for b in st.bins
         ],
@@ -123,15 +177,27 @@ def _print_table(doc: dict) -> None:
     from rich.table import Table
 
     scaled = doc["scale"] is not None
-    table = Table(title=f"{escape(doc['path'])}: {doc['rows']:,} requests over {doc['seconds']:,} s "
-                        f"({doc['full_bins']} full {doc['bin_s']} s bins)",
-                  caption=escape("op mix: % of requests; sizes: mean [min-max] bytes"))
-    for name in ("bin", "start", "requests", "QPS", *(("scaled QPS",) if scaled else ()), "op mix %",
-                 "key B", "value B"):
+    table = Table(
+        title=f"{escape(doc['path'])}: {doc['rows']:,} requests over {doc['seconds']:,} s "
+        f"({doc['full_bins']} full {doc['bin_s']} s bins)",
+        caption=escape("op mix: % of requests; sizes: mean [min-max] bytes"),
+    )
+    for name in (
+        "bin",
+        "start",
+        "requests",
+        "QPS",
+        *(("scaled QPS",) if scaled else ()),
+        "op mix %",
+        "key B",
+        "value B",
+    ):
         table.add_column(name, justify="left" if name in ("op mix %", "start") else "right")
     for b in doc["bins"]:
-        mix = " ".join(f"{op} {100 * share:.0f}" if share >= 0.01 else f"{op} {100 * share:.1f}"
-                       for op, share in sorted(b["op_mix"].items(), key=lambda kv: -kv[1]))
+        mix = " ".join(
+            f"{op} {100 * share:.0f}" if share >= 0.01 else f"{op} {100 * share:.1f}"
+            for op, share in sorted(b["op_mix"].items(), key=lambda kv: -kv[1])
+        )
         ks, vs = b["key_size"], b["value_size"]
         table.add_row(
             f"{b['index']}" + ("*" if b["partial"] else ""),
@@ -145,17 +211,22 @@ def _print_table(doc: dict) -> None:
         )
     console = Console()
     console.print(table)
-    notes = [f"peak {doc['peak_qps']:,.2f} QPS, trough {doc['trough_qps']:,.2f} QPS "
-             f"(ratio {doc['peak_qps'] / doc['trough_qps']:.2f})" if doc["trough_qps"] > 0 else
-             f"peak {doc['peak_qps']:,.2f} QPS"]
+    notes = [
+        f"peak {doc['peak_qps']:,.2f} QPS, trough {doc['trough_qps']:,.2f} QPS "
+        f"(ratio {doc['peak_qps'] / doc['trough_qps']:.2f})"
+        if doc["trough_qps"] > 0
+        else f"peak {doc['peak_qps']:,.2f} QPS"
+    ]
     if scaled:
         notes.append(f"scale factor {doc['scale']:.6g}")
     if any(b["partial"] for b in doc["bins"]):
         notes.append("* partial last bin (not used by replay)")
     if doc["skipped"]:
         total = sum(doc["skipped"].values())
-        notes.append(f"skipped {total:,} malformed row(s): " +
-                     ", ".join(f"{n:,} {reason}" for reason, n in sorted(doc["skipped"].items())))
+        notes.append(
+            f"skipped {total:,} malformed row(s): "
+            + ", ".join(f"{n:,} {reason}" for reason, n in sorted(doc["skipped"].items()))
+        )
     for note in notes:
         console.print(escape(note))
 
@@ -178,8 +249,15 @@ def run_stats(args: argparse.Namespace) -> int:
     tolerance = DEFAULT_TOLERANCE_S if args.tolerance is None else args.tolerance
     max_s = None if args.hours is None else args.hours * 3600
     files = args.files[0] if len(args.files) == 1 else args.files
-    st = trace_stats(files, start_s=round(args.start_hours * 3600), bin_s=args.bin_s, skip_bad=args.skip_bad, tolerance_s=tolerance,
-                     max_seconds=max_s, max_span_s=int(args.max_span_days * 86400))
+    st = trace_stats(
+        files,
+        start_s=round(args.start_hours * 3600),
+        bin_s=args.bin_s,
+        skip_bad=args.skip_bad,
+        tolerance_s=tolerance,
+        max_seconds=max_s,
+        max_span_s=int(args.max_span_days * 86400),
+    )
     full = st.full_bins or st.bins
     scale = None
     if args.peak_qps is not None or args.scale is not None:
@@ -204,10 +282,22 @@ def run_synth(args: argparse.Namespace) -> int:
     stats = cluster_stats(args.cluster, args.stats)
     qps = stats.rate_kqps * 1000 if args.mean_qps is None else args.mean_qps
     if qps * args.hours * 3600 > 1e7:
-        print(f"generating about {qps * args.hours * 3600:,.0f} requests (mean {qps:g} QPS for {args.hours:g} h); "
-              "use --mean-qps for a smaller trace", file=sys.stderr)
-    result = synthesize(stats, args.out, hours=args.hours, seed=args.seed, mean_qps=args.mean_qps,
-                        keys=args.keys, zstd_level=args.zstd_level)
-    print(f"wrote {result.path}: {result.rows:,} requests over {result.seconds:,} s "
-          f"(cluster{args.cluster}, mean {result.mean_qps:g} QPS target, seed {args.seed})")
+        print(
+            f"generating about {qps * args.hours * 3600:,.0f} requests (mean {qps:g} QPS for {args.hours:g} h); "
+            "use --mean-qps for a smaller trace",
+            file=sys.stderr,
+        )
+    result = synthesize(
+        stats,
+        args.out,
+        hours=args.hours,
+        seed=args.seed,
+        mean_qps=args.mean_qps,
+        keys=args.keys,
+        zstd_level=args.zstd_level,
+    )
+    print(
+        f"wrote {result.path}: {result.rows:,} requests over {result.seconds:,} s "
+        f"(cluster{args.cluster}, mean {result.mean_qps:g} QPS target, seed {args.seed})"
+    )
     return 0

@@ -25,32 +25,51 @@ DEFAULT_STATE_DIR = Path("/var/lib/tuner")
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("trials", help="export or import completed trials (warm start from history)",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "trials",
+        help="export or import completed trials (warm start from history)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = p.add_subparsers(dest="trials_command", metavar="ACTION", required=True)
 
     e = sub.add_parser("export", help="write a daemon's (or a replay's) completed trials to a JSON-lines file")
     src = e.add_mutually_exclusive_group()
-    src.add_argument("--state-dir", type=Path, help="daemon state directory (default: the config's state.dir, "
-                     f"else {DEFAULT_STATE_DIR})")
-    src.add_argument("--from-replay", type=Path, metavar="OUT_DIR",
-                     help="a `tuner replay --out` directory with saved trials (trials.jsonl)")
+    src.add_argument(
+        "--state-dir",
+        type=Path,
+        help=f"daemon state directory (default: the config's state.dir, else {DEFAULT_STATE_DIR})",
+    )
+    src.add_argument(
+        "--from-replay",
+        type=Path,
+        metavar="OUT_DIR",
+        help="a `tuner replay --out` directory with saved trials (trials.jsonl)",
+    )
     e.add_argument("--config", type=Path, help="daemon config (for state.dir and history.file)")
     e.add_argument("--out", type=Path, required=True, help="file to write (replaced atomically)")
     e.set_defaults(func=run_export)
 
-    i = sub.add_parser("import", help="validate trials against a host's knob space and add them to a daemon's "
-                       "history store")
+    i = sub.add_parser(
+        "import", help="validate trials against a host's knob space and add them to a daemon's history store"
+    )
     i.add_argument("file", type=Path, help="a tuner.trial/v1 JSON-lines file (from `tuner trials export`)")
     i.add_argument("--config", type=Path, help="daemon config (host, knob bounds, state.dir, history.file)")
-    i.add_argument("--state-dir", type=Path, help="daemon state directory (default: the config's state.dir, "
-                   f"else {DEFAULT_STATE_DIR})")
-    i.add_argument("--host", help="host whose knob space the trials must fit: sim | real | module:factory "
-                   "(default: the config's host.spec, else sim)")
+    i.add_argument(
+        "--state-dir",
+        type=Path,
+        help=f"daemon state directory (default: the config's state.dir, else {DEFAULT_STATE_DIR})",
+    )
+    i.add_argument(
+        "--host",
+        help="host whose knob space the trials must fit: sim | real | module:factory "
+        "(default: the config's host.spec, else sim)",
+    )
     i.set_defaults(func=run_import)
 
 
 # ------------------------------------------------------------------------------------------------ helpers
+
 
 def _config(path: Path | None) -> Any:
     if path is None:
@@ -82,18 +101,20 @@ def _row_objective(row: dict[str, Any], state: Any) -> dict[str, Any]:
         return cur["signature"]["policy"]
     for d in reversed(state.decisions):
         if d.get("retune_id") == rid and d.get("sla_us") and d.get("percentile"):
-            return {"reward": base.get("reward", "constrained"), "sla_us": d["sla_us"],
-                    "percentile": d["percentile"]}
-    return {"reward": base.get("reward", "constrained"), "sla_us": base.get("sla_us", 500.0),
-            "percentile": base.get("percentile", 99.0)}
+            return {"reward": base.get("reward", "constrained"), "sla_us": d["sla_us"], "percentile": d["percentile"]}
+    return {
+        "reward": base.get("reward", "constrained"),
+        "sla_us": base.get("sla_us", 500.0),
+        "percentile": base.get("percentile", 99.0),
+    }
 
 
 def _state_entries(state_dir: Path) -> list[Any]:
     """Completed trials in state.json and experiments/*.json, as history entries."""
     from actuators.host import Measurement, OperatingPoint
-    from tuner.store.history import HistoryEntry, as_objective, objective_reward
-    from tuner.optimize.optimizer import TrialRecord
     from tuner.daemon.state import StateStore
+    from tuner.optimize.optimizer import TrialRecord
+    from tuner.store.history import HistoryEntry, as_objective, objective_reward
 
     store = StateStore(state_dir)
     state = store.load()  # a fresh (empty) state when there is no state.json
@@ -103,8 +124,11 @@ def _state_entries(state_dir: Path) -> list[Any]:
     def add(point: Any, qps: Any, md: Any, when: float, host: str, objective: Any, index: int) -> None:
         try:
             m = Measurement.from_dict(md)
-            p = OperatingPoint(int(point[0]), float(point[1])) if isinstance(point, list) \
+            p = (
+                OperatingPoint(int(point[0]), float(point[1]))
+                if isinstance(point, list)
                 else OperatingPoint(int(point["itr_us"]), float(point["dvfs_ghz"]))
+            )
             obj = as_objective(objective)
             q = float(qps)
             if not (math.isfinite(q) and math.isfinite(m.power_w)):
@@ -116,8 +140,15 @@ def _state_entries(state_dir: Path) -> list[Any]:
 
     for i, row in enumerate(state.trials):
         if row.get("status") == "completed" and row.get("measurement"):
-            add(row.get("point"), row.get("qps"), row["measurement"], row.get("time", 0.0),
-                row.get("host") or me, _row_objective(row, state), i)
+            add(
+                row.get("point"),
+                row.get("qps"),
+                row["measurement"],
+                row.get("time", 0.0),
+                row.get("host") or me,
+                _row_objective(row, state),
+                i,
+            )
     for path in sorted(store.exp_dir.glob("*.json")) if store.exp_dir.is_dir() else []:
         if path.name.endswith(".table.json"):
             continue
@@ -128,12 +159,12 @@ def _state_entries(state_dir: Path) -> list[Any]:
             continue  # not an optimiser snapshot we know
         for row in rows if isinstance(rows, list) else []:
             if isinstance(row, dict) and row.get("status") == "completed" and row.get("measurement"):
-                add(row.get("point"), row.get("qps"), row["measurement"], when, me, objective,
-                    int(row.get("index", 0)))
+                add(row.get("point"), row.get("qps"), row["measurement"], when, me, objective, int(row.get("index", 0)))
     return out
 
 
 # ------------------------------------------------------------------------------------------------ commands
+
 
 def run_export(args: argparse.Namespace) -> int:
     from tuner.store.history import REPLAY_TRIALS_FILE, HistoryStore, dedupe, read_entries, write_entries
@@ -141,16 +172,19 @@ def run_export(args: argparse.Namespace) -> int:
     if args.from_replay is not None:
         src = args.from_replay / REPLAY_TRIALS_FILE
         if not src.is_file():
-            raise InputError(f"{args.from_replay}: no {REPLAY_TRIALS_FILE}: expected the --out directory of a "
-                             f"`tuner replay` run that saved its trials")
+            raise InputError(
+                f"{args.from_replay}: no {REPLAY_TRIALS_FILE}: expected the --out directory of a "
+                f"`tuner replay` run that saved its trials"
+            )
         entries = read_entries(src)
         where = str(src)
     else:
         cfg = _config(args.config)
         state_dir, history_file = _store_path(args, cfg)
         if not any(p.exists() for p in (state_dir / "state.json", state_dir / "experiments", history_file)):
-            raise InputError(f"{state_dir}: no daemon state here (expected state.json, experiments/ or "
-                             f"{history_file.name})")
+            raise InputError(
+                f"{state_dir}: no daemon state here (expected state.json, experiments/ or {history_file.name})"
+            )
         entries = HistoryStore(history_file).read() + _state_entries(state_dir)
         where = str(state_dir)
     entries = dedupe(entries)
@@ -160,8 +194,8 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def run_import(args: argparse.Namespace) -> int:
-    from tuner.store.history import HistoryStore, read_entries
     from tuner.hosts import make_host
+    from tuner.store.history import HistoryStore, read_entries
 
     cfg = _config(args.config)
     spec = args.host or (cfg.host.spec if cfg is not None else "sim")
@@ -184,6 +218,8 @@ def run_import(args: argparse.Namespace) -> int:
     keep = cfg.history.keep_trials if cfg is not None else None
     store = HistoryStore(history_file) if keep is None else HistoryStore(history_file, keep)
     added, skipped = store.add(entries)
-    print(f"imported {added} trial(s) into {history_file}; skipped {skipped} already there"
-          + (f" (the store keeps the newest {store.keep})" if len(store.read()) >= store.keep else ""))
+    print(
+        f"imported {added} trial(s) into {history_file}; skipped {skipped} already there"
+        + (f" (the store keeps the newest {store.keep})" if len(store.read()) >= store.keep else "")
+    )
     return 0

@@ -18,12 +18,13 @@ import math
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Any
 
 from actuators.host import Host, KnobSpace, Measurement, OperatingPoint, apply_point
-from tuner.config import ALLOWED_PERCENTILES, Config, KnobBounds, PolicyConfig, known_rewards, load_config
 from core.errors import InputError, TunerError
+from tuner.config import ALLOWED_PERCENTILES, Config, KnobBounds, PolicyConfig, known_rewards, load_config
 from tuner.daemon.state import DaemonState, StateStore
 
 log = logging.getLogger("tuner.daemon.loop")
@@ -41,6 +42,7 @@ WATCHDOG_SLACK_S = 600.0
 
 # --------------------------------------------------------------------------------------------------
 # Plain-data conversions (state and RPC both use these dicts)
+
 
 def point_list(p: OperatingPoint | None) -> list | None:
     return [p.itr_us, p.dvfs_ghz] if p is not None else None
@@ -70,11 +72,15 @@ def bounded_space(space: KnobSpace, bounds: KnobBounds) -> KnobSpace:
     itr = tuple(v for v in space.itr_us if bounds.itr_us[0] <= v <= bounds.itr_us[1])
     ghz = tuple(v for v in space.dvfs_ghz if bounds.dvfs_ghz[0] - 5e-4 <= v <= bounds.dvfs_ghz[1] + 5e-4)
     if not itr:
-        raise TunerError(f"knobs.itr_us: expected bounds overlapping the host's ITR range "
-                         f"{space.itr_us[0]}..{space.itr_us[-1]} µs, got {list(bounds.itr_us)}")
+        raise TunerError(
+            f"knobs.itr_us: expected bounds overlapping the host's ITR range "
+            f"{space.itr_us[0]}..{space.itr_us[-1]} µs, got {list(bounds.itr_us)}"
+        )
     if not ghz:
-        raise TunerError(f"knobs.dvfs_ghz: expected bounds overlapping the host's frequencies "
-                         f"{space.dvfs_ghz[0]:g}..{space.dvfs_ghz[-1]:g} GHz, got {list(bounds.dvfs_ghz)}")
+        raise TunerError(
+            f"knobs.dvfs_ghz: expected bounds overlapping the host's frequencies "
+            f"{space.dvfs_ghz[0]:g}..{space.dvfs_ghz[-1]:g} GHz, got {list(bounds.dvfs_ghz)}"
+        )
     return KnobSpace(itr, ghz)
 
 
@@ -85,13 +91,21 @@ def safe_corner(space: KnobSpace) -> OperatingPoint:
 
 def validate_policy(sla_us: Any, percentile: Any, reward: Any) -> PolicyConfig:
     """A policy from run-time input; `InputError` naming the first bad field."""
-    if isinstance(sla_us, bool) or not isinstance(sla_us, (int, float)) or not math.isfinite(sla_us) \
-            or not 0 < sla_us <= 1e9:
+    if (
+        isinstance(sla_us, bool)
+        or not isinstance(sla_us, (int, float))
+        or not math.isfinite(sla_us)
+        or not 0 < sla_us <= 1e9
+    ):
         raise InputError(f"sla_us: expected a finite number of microseconds in (0, 1e9], got {sla_us!r}")
-    if isinstance(percentile, bool) or not isinstance(percentile, (int, float)) or \
-            not any(abs(percentile - p) < 1e-9 for p in ALLOWED_PERCENTILES):
-        raise InputError("percentile: expected one of " + ", ".join(f"{p:g}" for p in ALLOWED_PERCENTILES)
-                         + f", got {percentile!r}")
+    if (
+        isinstance(percentile, bool)
+        or not isinstance(percentile, (int, float))
+        or not any(abs(percentile - p) < 1e-9 for p in ALLOWED_PERCENTILES)
+    ):
+        raise InputError(
+            "percentile: expected one of " + ", ".join(f"{p:g}" for p in ALLOWED_PERCENTILES) + f", got {percentile!r}"
+        )
     names = known_rewards()
     if reward not in names:
         raise InputError(f"reward: expected one of {', '.join(names)}, got {reward!r}")
@@ -135,8 +149,15 @@ class ModelTable:
 class Daemon:
     """The tuner daemon. `start()` opens state, host and servers; `run()` loops until `request_stop()`."""
 
-    def __init__(self, config: Config, *, host: Host | None = None, optimizers: Any = None,
-                 notifier: Any = None, serve: bool = True) -> None:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        host: Host | None = None,
+        optimizers: Any = None,
+        notifier: Any = None,
+        serve: bool = True,
+    ) -> None:
         from tuner.daemon.sdnotify import Notifier
 
         self.config = config
@@ -152,7 +173,7 @@ class Daemon:
         self.state = DaemonState()
         self.space: KnobSpace | None = None
         self.metrics: Any = None
-        self.grpc: Any = None            # tuner.daemon.service.GrpcServer
+        self.grpc: Any = None  # tuner.daemon.service.GrpcServer
         self.grpc_address: str | None = None
         self.metrics_port: int | None = None
         self._metrics_server: Any = None
@@ -171,7 +192,7 @@ class Daemon:
         self._last_measurement: dict[str, Any] | None = None
         self._current_point: OperatingPoint | None = None
         self._retune_progress = (0, 0)
-        self._history_trials = 0         # history trials the current/last retune's optimiser was seeded with
+        self._history_trials = 0  # history trials the current/last retune's optimiser was seeded with
         self._models: dict[str, ModelTable] = {}
         self._open_optimizer_close: Any = None
         self._subscribers: list[queue.Queue] = []
@@ -180,8 +201,8 @@ class Daemon:
 
     def start(self) -> None:
         """Load state, build the host, undo a dead run's knob writes, start gRPC and metrics, notify READY."""
-        from tuner.hosts import make_host
         from tuner.daemon.metrics import DaemonMetrics, start_metrics_server
+        from tuner.hosts import make_host
 
         self.store.ensure()
         self.state = self.store.load()
@@ -201,8 +222,7 @@ class Daemon:
             self._restore_counter(reason, n)
         if self.serve:
             if self.config.metrics_listen:
-                self._metrics_server, self.metrics_port = start_metrics_server(self.metrics,
-                                                                               self.config.metrics_listen)
+                self._metrics_server, self.metrics_port = start_metrics_server(self.metrics, self.config.metrics_listen)
             from tuner.daemon.service import GrpcServer
 
             self.grpc = GrpcServer(self, self.config.grpc)
@@ -212,8 +232,13 @@ class Daemon:
         self.notifier.ready(f"tuner {VERSION}: host {self.config.host.spec}")
         if self.notifier.watchdog_s:
             threading.Thread(target=self._watchdog, name="tuner-watchdog", daemon=True).start()
-        log.info("started: host %s, state %s, grpc %s, metrics %s", self.config.host.spec,
-                 self.config.state_dir, self.grpc_address, self.metrics_port)
+        log.info(
+            "started: host %s, state %s, grpc %s, metrics %s",
+            self.config.host.spec,
+            self.config.state_dir,
+            self.grpc_address,
+            self.metrics_port,
+        )
 
     def run(self) -> int:
         """The loop; returns 0 after a requested stop (knobs restored). Exceptions propagate after restoring."""
@@ -278,9 +303,11 @@ class Daemon:
         """Validate and apply a run-time policy (unset fields keep their value); retune if it changed."""
         with self._lock:
             cur = self.policy()
-            new = validate_policy(cur.sla_us if sla_us is None else sla_us,
-                                  cur.percentile if percentile is None else percentile,
-                                  cur.reward if reward is None else reward)
+            new = validate_policy(
+                cur.sla_us if sla_us is None else sla_us,
+                cur.percentile if percentile is None else percentile,
+                cur.reward if reward is None else reward,
+            )
             if new == cur:
                 return cur
             self.state.policy_override = dict(new.__dict__)
@@ -349,12 +376,12 @@ class Daemon:
 
     def operating_point(self, qps: Any, sla_us: Any = 0.0, percentile: Any = 0.0) -> PointAnswer:
         """Best known point for load `qps` under `sla_us` at `percentile` (0 = policy's); `InputError` if bad."""
-        if isinstance(qps, bool) or not isinstance(qps, (int, float)) or not math.isfinite(qps) \
-                or not 0 < qps <= 1e10:
+        if isinstance(qps, bool) or not isinstance(qps, (int, float)) or not math.isfinite(qps) or not 0 < qps <= 1e10:
             raise InputError(f"qps: expected a finite load in (0, 1e10] requests/s, got {qps!r}")
         pol = self.policy()
-        policy = validate_policy(pol.sla_us if not sla_us else sla_us,
-                                 pol.percentile if not percentile else percentile, pol.reward)
+        policy = validate_policy(
+            pol.sla_us if not sla_us else sla_us, pol.percentile if not percentile else percentile, pol.reward
+        )
         sla, pct = policy.sla_us, policy.percentile
         band = self.config.tuning.load_change_pct / 100
         with self._lock:
@@ -382,16 +409,25 @@ class Daemon:
             if lat + MODEL_Z * lat_sem > sla:  # same one-sided 95 % rule as for the model
                 continue
             if best is None or pw < best.power_w:
-                best = PointAnswer(OperatingPoint(int(key[0]), float(key[1])), lat, lat_sem, pw, pw_sem,
-                                   True, True, sum(md["offered_qps"] for md in mds) / len(mds),
-                                   f"{len(mds)} measured window(s)",
-                                   "" if len(mds) > 1 else "one window: latency uncertainty from its order-"
-                                   "statistic CI; power uncertainty needs >= 2 windows (reported as 0)")
+                best = PointAnswer(
+                    OperatingPoint(int(key[0]), float(key[1])),
+                    lat,
+                    lat_sem,
+                    pw,
+                    pw_sem,
+                    True,
+                    True,
+                    sum(md["offered_qps"] for md in mds) / len(mds),
+                    f"{len(mds)} measured window(s)",
+                    ""
+                    if len(mds) > 1
+                    else "one window: latency uncertainty from its order-"
+                    "statistic CI; power uncertainty needs >= 2 windows (reported as 0)",
+                )
         if best is not None:
             return best
         # 2. model of the retune tuned nearest to this load (only at the percentile it was trained on)
-        near = sorted((m for m in models if abs(m.tuned_qps - qps) <= band * qps),
-                      key=lambda m: abs(m.tuned_qps - qps))
+        near = sorted((m for m in models if abs(m.tuned_qps - qps) <= band * qps), key=lambda m: abs(m.tuned_qps - qps))
         note = "no measured point meets the SLA within the load band"
         for m in near:
             if abs(m.percentile - pct) > 1e-9:
@@ -400,12 +436,31 @@ class Daemon:
             idx = [i for i in range(len(m.points)) if m.latency_us[i] + MODEL_Z * m.latency_sem[i] <= sla]
             if idx:
                 i = min(idx, key=lambda j: m.power_w[j])
-                return PointAnswer(m.points[i], m.latency_us[i], m.latency_sem[i], m.power_w[i], m.power_sem[i],
-                                   False, True, m.tuned_qps, f"model of retune {m.retune_id}",
-                                   "predicted; upper 95% bound meets the SLA")
+                return PointAnswer(
+                    m.points[i],
+                    m.latency_us[i],
+                    m.latency_sem[i],
+                    m.power_w[i],
+                    m.power_sem[i],
+                    False,
+                    True,
+                    m.tuned_qps,
+                    f"model of retune {m.retune_id}",
+                    "predicted; upper 95% bound meets the SLA",
+                )
         corner = safe_corner(space) if space else OperatingPoint(0, 0.0)
-        return PointAnswer(corner, 0.0, 0.0, 0.0, 0.0, False, False, 0.0, "safe corner",
-                           note + "; returning the safe corner (minimum ITR, maximum frequency)")
+        return PointAnswer(
+            corner,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+            False,
+            False,
+            0.0,
+            "safe corner",
+            note + "; returning the safe corner (minimum ITR, maximum frequency)",
+        )
 
     # ------------------------------------------------------------------ loop internals
 
@@ -503,8 +558,11 @@ class Daemon:
         return None
 
     def _signature(self) -> dict[str, Any]:
-        return {"policy": dict(self.policy().__dict__), "itr": [self.space.itr_us[0], self.space.itr_us[-1]],
-                "dvfs": [self.space.dvfs_ghz[0], self.space.dvfs_ghz[-1]]}
+        return {
+            "policy": dict(self.policy().__dict__),
+            "itr": [self.space.itr_us[0], self.space.itr_us[-1]],
+            "dvfs": [self.space.dvfs_ghz[0], self.space.dvfs_ghz[-1]],
+        }
 
     def _retune(self, reason: str) -> None:
         opt = None
@@ -547,8 +605,9 @@ class Daemon:
             with self._lock:
                 self.state.retune_seq += 1
                 rid = f"r{self.state.retune_seq:06d}"
-            opt = self._timed(self.optimizers.create, self.space, self.policy(), tuning, rid,
-                              tuning.seed + self.state.retune_seq)
+            opt = self._timed(
+                self.optimizers.create, self.space, self.policy(), tuning, rid, tuning.seed + self.state.retune_seq
+            )
             self._open_optimizer_close = getattr(opt, "close", None)
             qps = self._offered_qps()
             seeded = self._seed_history(opt, rid, qps)  # before begin_retune: history is not this retune's
@@ -556,9 +615,15 @@ class Daemon:
                 self._timed(opt.begin_retune, qps)
             text = self._timed(opt.to_json)
             with self._lock:
-                self.state.current_retune = {"id": rid, "reason": reason, "started": time.time(),
-                                             "signature": self._signature(), "optimizer": text,
-                                             "qps": qps, "history_trials": seeded}
+                self.state.current_retune = {
+                    "id": rid,
+                    "reason": reason,
+                    "started": time.time(),
+                    "signature": self._signature(),
+                    "optimizer": text,
+                    "qps": qps,
+                    "history_trials": seeded,
+                }
                 self._history_trials = seeded
                 self._save()
         else:
@@ -647,31 +712,48 @@ class Daemon:
             band = self.config.tuning.load_change_pct / 100
             usable = [e for e in usable if abs(e.record.qps - qps) <= band * qps]
         if not usable:
-            log.info("retune %s: no usable history trial in %s (%d stored); starting cold", rid, store.path,
-                     len(entries))
+            log.info(
+                "retune %s: no usable history trial in %s (%d stored); starting cold", rid, store.path, len(entries)
+            )
             return 0
         records = [replace(e.record, index=i) for i, e in enumerate(usable)]
         used = int(self._timed(opt.add_history, records))
-        log.info("retune %s: warm start from %d history trial(s) (%d offered, %d stored in %s)", rid, used,
-                 len(records), len(entries), store.path)
+        log.info(
+            "retune %s: warm start from %d history trial(s) (%d offered, %d stored in %s)",
+            rid,
+            used,
+            len(records),
+            len(entries),
+            store.path,
+        )
         return used
 
     def _append_history(self, rid: str) -> None:
         """Add the completed trials of retune `rid` to the history store (errors are logged, not fatal)."""
         from actuators.host import Measurement as _M
-        from tuner.store.history import HistoryEntry, as_objective
         from tuner.optimize.optimizer import TrialRecord
+        from tuner.store.history import HistoryEntry, as_objective
 
         entries = []
         with self._lock:
-            rows = [t for t in self.state.trials if t.get("retune_id") == rid and t.get("status") == "completed"
-                    and t.get("measurement")]
+            rows = [
+                t
+                for t in self.state.trials
+                if t.get("retune_id") == rid and t.get("status") == "completed" and t.get("measurement")
+            ]
         for t in rows:
             try:
                 m = _M.from_dict(t["measurement"])
                 obj = as_objective(t.get("objective") or dict(self.policy().__dict__))
-                rec = TrialRecord(int(t["index"]), point_from(t["point"]), float(t["measurement"]["offered_qps"]),
-                                  "completed", m, t.get("reward"), None)
+                rec = TrialRecord(
+                    int(t["index"]),
+                    point_from(t["point"]),
+                    float(t["measurement"]["offered_qps"]),
+                    "completed",
+                    m,
+                    t.get("reward"),
+                    None,
+                )
             except (KeyError, TypeError, ValueError, TunerError) as exc:
                 log.warning("trial %s/%s not added to the history: %s", rid, t.get("index"), exc)
                 continue
@@ -695,9 +777,12 @@ class Daemon:
 
         pol = self.policy()
         # the optimiser worker builds its TunerSettings with the default sla_check / sla_margin_pct
-        return WindowPolicy.from_settings(self.config.tuning, pol.percentile,
-                                          stop_above_us=met_limit_us(pol.sla_us, TunerSettings()),
-                                          abort_above_us=pol.sla_us if self.config.tuning.window_guard else None)
+        return WindowPolicy.from_settings(
+            self.config.tuning,
+            pol.percentile,
+            stop_above_us=met_limit_us(pol.sla_us, TunerSettings()),
+            abort_above_us=pol.sla_us if self.config.tuning.window_guard else None,
+        )
 
     def _measure_trial(self) -> tuple[Measurement, float]:
         """A trial's window: `window_s` long, or with `tuning.window_mode = "adaptive"` the window of
@@ -729,13 +814,14 @@ class Daemon:
                 self.metrics.trials.labels(status="abandoned").inc()
                 return False
             m, when = self._measure_trial()
-        except Exception as exc:  # noqa: BLE001 - any host failure fails this trial, not the daemon
+        except Exception as exc:
             if self._stop.is_set():  # interrupted by a stop: abandon, never report
                 self.metrics.trials.labels(status="abandoned").inc()
                 return False
             text = str(exc) if isinstance(exc, TunerError) else f"{type(exc).__name__}: {exc}"
-            log.warning("trial %s/%d at %s failed: %s", rid, index, point, text,
-                        exc_info=not isinstance(exc, TunerError))
+            log.warning(
+                "trial %s/%d at %s failed: %s", rid, index, point, text, exc_info=not isinstance(exc, TunerError)
+            )
             rec = self._timed(opt.fail, index, text, settle)
             self._record_trial(opt, rid, rec, None, time.time(), "failed")
             return True
@@ -750,10 +836,19 @@ class Daemon:
     def _record_trial(self, opt: Any, rid: str, rec: Any, m: Measurement | None, when: float, status: str) -> None:
         status = rec.status or status  # the optimiser may fail a window it cannot model
         qps = float(rec.qps) if rec.qps is not None and math.isfinite(rec.qps) else 0.0
-        row = {"retune_id": rid, "index": int(rec.index), "point": point_list(rec.point), "qps": qps,
-               "status": status, "measurement": measurement_dict(m, when) if m else None,
-               "reward": None if rec.reward is None else float(rec.reward), "error": rec.error, "time": when,
-               "objective": dict(self.policy().__dict__), "host": self._host_label()}
+        row = {
+            "retune_id": rid,
+            "index": int(rec.index),
+            "point": point_list(rec.point),
+            "qps": qps,
+            "status": status,
+            "measurement": measurement_dict(m, when) if m else None,
+            "reward": None if rec.reward is None else float(rec.reward),
+            "error": rec.error,
+            "time": when,
+            "objective": dict(self.policy().__dict__),
+            "host": self._host_label(),
+        }
         text = self._timed(opt.to_json)
         with self._lock:
             self.state.trials.append(row)
@@ -776,10 +871,21 @@ class Daemon:
         tuned = sum(qps_values) / len(qps_values) if qps_values else 0.0
         pol = self.policy()
         cur = self.state.current_retune or {}
-        decision = {"retune_id": rid, "reason": reason, "point": point_list(point), "met_sla": met,
-                    "detail": detail, "qps": tuned, "time": time.time(), "measurement": mdict,
-                    "percentile": pol.percentile, "sla_us": pol.sla_us, "reward": pol.reward,
-                    "trials": len(qps_values), "history_trials": int(cur.get("history_trials", 0))}
+        decision = {
+            "retune_id": rid,
+            "reason": reason,
+            "point": point_list(point),
+            "met_sla": met,
+            "detail": detail,
+            "qps": tuned,
+            "time": time.time(),
+            "measurement": mdict,
+            "percentile": pol.percentile,
+            "sla_us": pol.sla_us,
+            "reward": pol.reward,
+            "trials": len(qps_values),
+            "history_trials": int(cur.get("history_trials", 0)),
+        }
         if cur.get("stopped"):
             decision["stopped"] = cur["stopped"]
         self._append_history(rid)
@@ -794,8 +900,7 @@ class Daemon:
             self._load_trigger = False
             self._save()
         self.metrics.last_retune.set(decision["time"])
-        log.info("decision %s (%s): %s, met SLA: %s, tuned for %.0f QPS -- %s", rid, reason, point, met,
-                 tuned, detail)
+        log.info("decision %s (%s): %s, met SLA: %s, tuned for %.0f QPS -- %s", rid, reason, point, met, tuned, detail)
         self._publish(decision)
         self._model_table(rid, opt, tuned, pol.percentile)
 
@@ -812,7 +917,7 @@ class Daemon:
         self._set_loop_state("holding")
         try:
             m, when = self._measure()
-        except Exception as exc:  # noqa: BLE001 - keep holding; the next window may work
+        except Exception as exc:
             if self._stop.is_set():
                 return
             log.warning("measurement failed while holding: %s", exc, exc_info=not isinstance(exc, TunerError))
@@ -843,8 +948,14 @@ class Daemon:
         if m.point is None:
             return
         with self._lock:
-            self.state.windows.append({"point": point_list(m.point), "qps": m.offered_qps,
-                                       "measurement": measurement_dict(m, when), "time": when})
+            self.state.windows.append(
+                {
+                    "point": point_list(m.point),
+                    "qps": m.offered_qps,
+                    "measurement": measurement_dict(m, when),
+                    "time": when,
+                }
+            )
             if len(self.state.windows) % 20 == 0:
                 self._save()
 
@@ -852,9 +963,16 @@ class Daemon:
         """The most recent point measured meeting the SLA at a load >= `qps` (−5 %), else the safe corner."""
         pol = self.policy()
         with self._lock:
-            seen = [{"point": t["point"], "qps": t["measurement"]["offered_qps"], "measurement": t["measurement"],
-                     "time": t["time"]} for t in self.state.trials
-                    if t.get("status") == "completed" and t.get("measurement")] + list(self.state.windows)
+            seen = [
+                {
+                    "point": t["point"],
+                    "qps": t["measurement"]["offered_qps"],
+                    "measurement": t["measurement"],
+                    "time": t["time"],
+                }
+                for t in self.state.trials
+                if t.get("status") == "completed" and t.get("measurement")
+            ] + list(self.state.windows)
         goods = sorted(seen, key=lambda g: g["time"])
         for g in reversed(goods):
             p = point_from(g["point"])
@@ -870,16 +988,23 @@ class Daemon:
     def _guardrail(self, m: Measurement, when: float, lat: float, pol: PolicyConfig) -> None:
         point, why = self.fallback_point(m.offered_qps, self._current_point)
         if point == self._current_point:
-            log.warning("guardrail: p%g %.0f µs > SLA %.0f µs but already at %s", pol.percentile, lat,
-                        pol.sla_us, point)
+            log.warning(
+                "guardrail: p%g %.0f µs > SLA %.0f µs but already at %s", pol.percentile, lat, pol.sla_us, point
+            )
             return
         point = self._apply(point)
-        decision = {"retune_id": (self.state.held or {}).get("retune_id", ""), "reason": "guardrail",
-                    "point": point_list(point), "met_sla": False,
-                    "detail": f"p{pol.percentile:g} {lat:.0f} µs > SLA {pol.sla_us:.0f} µs + "
-                              f"{self.config.tuning.guardrail_margin_pct:g}% at {m.offered_qps:.0f} QPS; "
-                              f"reverted to {point}: {why}",
-                    "qps": m.offered_qps, "time": time.time(), "measurement": measurement_dict(m, when)}
+        decision = {
+            "retune_id": (self.state.held or {}).get("retune_id", ""),
+            "reason": "guardrail",
+            "point": point_list(point),
+            "met_sla": False,
+            "detail": f"p{pol.percentile:g} {lat:.0f} µs > SLA {pol.sla_us:.0f} µs + "
+            f"{self.config.tuning.guardrail_margin_pct:g}% at {m.offered_qps:.0f} QPS; "
+            f"reverted to {point}: {why}",
+            "qps": m.offered_qps,
+            "time": time.time(),
+            "measurement": measurement_dict(m, when),
+        }
         with self._lock:
             self.state.held = {**decision, "met_sla": True}
             self.state.decisions.append(decision)
@@ -935,10 +1060,13 @@ class Daemon:
             if not data:
                 continue
             try:
-                table = ModelTable(rid, float(data["tuned_qps"]), float(data["percentile"]),
-                                   tuple(OperatingPoint(int(a), float(b)) for a, b in data["points"]),
-                                   *(tuple(float(v) for v in data[k])
-                                     for k in ("latency_us", "latency_sem", "power_w", "power_sem")))
+                table = ModelTable(
+                    rid,
+                    float(data["tuned_qps"]),
+                    float(data["percentile"]),
+                    tuple(OperatingPoint(int(a), float(b)) for a, b in data["points"]),
+                    *(tuple(float(v) for v in data[k]) for k in ("latency_us", "latency_sem", "power_w", "power_sem")),
+                )
             except (KeyError, TypeError, ValueError) as exc:
                 log.warning("ignoring the prediction table of %s: %s", rid, exc)
                 continue
@@ -956,13 +1084,28 @@ class Daemon:
         except Exception as exc:  # noqa: BLE001 - no model yet (e.g. too few trials)
             log.info("no model predictions for %s: %s", rid, exc)
             return
-        table = ModelTable(rid, tuned_qps, float(pct), tuple(points),
-                           tuple(p.latency_us for p in preds), tuple(p.latency_sem for p in preds),
-                           tuple(p.power_w for p in preds), tuple(p.power_sem for p in preds))
-        self.store.save_table(rid, {"tuned_qps": tuned_qps, "percentile": pct,
-                                    "points": [[p.itr_us, p.dvfs_ghz] for p in points],
-                                    "latency_us": table.latency_us, "latency_sem": table.latency_sem,
-                                    "power_w": table.power_w, "power_sem": table.power_sem})
+        table = ModelTable(
+            rid,
+            tuned_qps,
+            float(pct),
+            tuple(points),
+            tuple(p.latency_us for p in preds),
+            tuple(p.latency_sem for p in preds),
+            tuple(p.power_w for p in preds),
+            tuple(p.power_sem for p in preds),
+        )
+        self.store.save_table(
+            rid,
+            {
+                "tuned_qps": tuned_qps,
+                "percentile": pct,
+                "points": [[p.itr_us, p.dvfs_ghz] for p in points],
+                "latency_us": table.latency_us,
+                "latency_sem": table.latency_sem,
+                "power_w": table.power_w,
+                "power_sem": table.power_sem,
+            },
+        )
         with self._lock:
             self._models[rid] = table
             for old in list(self._models)[:-MODEL_TABLES]:
@@ -977,8 +1120,9 @@ class Daemon:
             if time.monotonic() - self._heartbeat < limit:
                 self.notifier.watchdog()
             else:
-                log.error("control loop stuck for %.0f s; withholding the watchdog ping",
-                          time.monotonic() - self._heartbeat)
+                log.error(
+                    "control loop stuck for %.0f s; withholding the watchdog ping", time.monotonic() - self._heartbeat
+                )
 
     def _shutdown(self) -> None:
         self._set_loop_state("stopping")

@@ -49,36 +49,49 @@ class DaemonMetrics:
         info.info({"version": version, "python": platform.python_version(), "host": host})
         m = cls(
             registry=r,
-            itr=Gauge("tuner_itr_seconds", "NIC interrupt throttling interval in force (0 = OS adaptive).",
-                      registry=r),
-            freq=Gauge("tuner_cpu_frequency_hertz", "CPU frequency pinned by the tuner (0 = OS governor).",
-                       registry=r),
-            offered=Gauge("tuner_offered_requests_per_second", "Offered load measured in the last window.",
-                          registry=r),
-            achieved=Gauge("tuner_achieved_requests_per_second", "Load served in the last window.",
-                           registry=r),
-            latency=Gauge("tuner_latency_seconds", "Request latency at each percentile (label, in %) measured in the last window.",
-                          ["percentile"], registry=r),
-            sla=Gauge("tuner_sla_seconds", "Latency SLA of the current policy (at its percentile).",
-                      registry=r),
+            itr=Gauge("tuner_itr_seconds", "NIC interrupt throttling interval in force (0 = OS adaptive).", registry=r),
+            freq=Gauge("tuner_cpu_frequency_hertz", "CPU frequency pinned by the tuner (0 = OS governor).", registry=r),
+            offered=Gauge("tuner_offered_requests_per_second", "Offered load measured in the last window.", registry=r),
+            achieved=Gauge("tuner_achieved_requests_per_second", "Load served in the last window.", registry=r),
+            latency=Gauge(
+                "tuner_latency_seconds",
+                "Request latency at each percentile (label, in %) measured in the last window.",
+                ["percentile"],
+                registry=r,
+            ),
+            sla=Gauge("tuner_sla_seconds", "Latency SLA of the current policy (at its percentile).", registry=r),
             power=Gauge("tuner_power_watts", "Mean package power over the last window.", registry=r),
-            energy=Counter("tuner_energy_joules", "Energy measured by the tuner's windows, by RAPL zone.",
-                           ["zone"], registry=r),
+            energy=Counter(
+                "tuner_energy_joules", "Energy measured by the tuner's windows, by RAPL zone.", ["zone"], registry=r
+            ),
             trials=Counter("tuner_trials", "Optimisation trials by outcome.", ["status"], registry=r),
             retunes=Counter("tuner_retunes", "Retunes started, by reason.", ["reason"], registry=r),
-            violations=Counter("tuner_sla_violations", "Holding windows whose latency exceeded the SLA (trials explore and are not counted).",
-                               registry=r),
-            reverts=Counter("tuner_guardrail_reverts",
-                            "Reverts to a known-good point after the SLA plus margin was exceeded.", registry=r),
+            violations=Counter(
+                "tuner_sla_violations",
+                "Holding windows whose latency exceeded the SLA (trials explore and are not counted).",
+                registry=r,
+            ),
+            reverts=Counter(
+                "tuner_guardrail_reverts",
+                "Reverts to a known-good point after the SLA plus margin was exceeded.",
+                registry=r,
+            ),
             optimizer_seconds=Histogram(
-                "tuner_optimizer_seconds", "Time spent in the optimiser (suggest, complete, best).",
-                buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120), registry=r),
+                "tuner_optimizer_seconds",
+                "Time spent in the optimiser (suggest, complete, best).",
+                buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+                registry=r,
+            ),
             trial_seconds=Histogram(
-                "tuner_trial_seconds", "Wall-clock duration of one trial (apply, settle, measure).",
-                buckets=(0.1, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300), registry=r),
+                "tuner_trial_seconds",
+                "Wall-clock duration of one trial (apply, settle, measure).",
+                buckets=(0.1, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300),
+                registry=r,
+            ),
             state=Enum("tuner_loop_state", "State of the control loop.", states=list(LOOP_STATES), registry=r),
-            last_retune=Gauge("tuner_last_retune_timestamp_seconds", "Unix time of the last retune decision.",
-                              registry=r),
+            last_retune=Gauge(
+                "tuner_last_retune_timestamp_seconds", "Unix time of the last retune decision.", registry=r
+            ),
         )
         for reason in RETUNE_REASONS:
             m.retunes.labels(reason=reason)

@@ -20,8 +20,8 @@ from typing import Any
 
 import grpc
 
-from tuner.config import GrpcConfig, read_token
 from core.errors import TunerError
+from tuner.config import GrpcConfig, read_token
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,7 @@ def protos() -> tuple[Any, Any]:
 
 # ------------------------------------------------------------------------------------------------- conversions
 
+
 def _point_msg(pb: Any, p: Any) -> Any:
     if p is None:
         return None
@@ -57,9 +58,15 @@ def _point_msg(pb: Any, p: Any) -> Any:
 def _measurement_msg(pb: Any, md: dict | None) -> Any:
     if not md:
         return None
-    m = pb.Measurement(seconds=md["seconds"], offered_qps=md["offered_qps"], achieved_qps=md["achieved_qps"],
-                       requests=max(0, int(md["requests"])), power_w=md["power_w"], energy_j=md["energy_j"],
-                       time=md.get("time", 0.0))
+    m = pb.Measurement(
+        seconds=md["seconds"],
+        offered_qps=md["offered_qps"],
+        achieved_qps=md["achieved_qps"],
+        requests=max(0, int(md["requests"])),
+        power_w=md["power_w"],
+        energy_j=md["energy_j"],
+        time=md.get("time", 0.0),
+    )
     for k, v in md.get("latency_us", {}).items():
         m.latency_us[k] = float(v)
     if md.get("point"):
@@ -72,8 +79,14 @@ def _policy_msg(pb: Any, p: Any) -> Any:
 
 
 def _decision_msg(pb: Any, d: dict) -> Any:
-    msg = pb.Decision(retune_id=d.get("retune_id", ""), reason=d.get("reason", ""), met_sla=bool(d.get("met_sla")),
-                      detail=d.get("detail", ""), qps=float(d.get("qps", 0.0)), time=float(d.get("time", 0.0)))
+    msg = pb.Decision(
+        retune_id=d.get("retune_id", ""),
+        reason=d.get("reason", ""),
+        met_sla=bool(d.get("met_sla")),
+        detail=d.get("detail", ""),
+        qps=float(d.get("qps", 0.0)),
+        time=float(d.get("time", 0.0)),
+    )
     if d.get("point"):
         msg.point.CopyFrom(_point_msg(pb, d["point"]))
     if d.get("measurement"):
@@ -82,10 +95,16 @@ def _decision_msg(pb: Any, d: dict) -> Any:
 
 
 def _trial_msg(pb: Any, t: dict) -> Any:
-    msg = pb.Trial(retune_id=t.get("retune_id", ""), index=int(t["index"]), qps=float(t.get("qps", 0.0)),
-                   status=t.get("status", ""), has_reward=t.get("reward") is not None,
-                   reward=float(t["reward"]) if t.get("reward") is not None else 0.0,
-                   error=t.get("error") or "", time=float(t.get("time", 0.0)))
+    msg = pb.Trial(
+        retune_id=t.get("retune_id", ""),
+        index=int(t["index"]),
+        qps=float(t.get("qps", 0.0)),
+        status=t.get("status", ""),
+        has_reward=t.get("reward") is not None,
+        reward=float(t["reward"]) if t.get("reward") is not None else 0.0,
+        error=t.get("error") or "",
+        time=float(t.get("time", 0.0)),
+    )
     if t.get("point"):
         msg.point.CopyFrom(_point_msg(pb, t["point"]))
     if t.get("measurement"):
@@ -98,6 +117,7 @@ def _finite(x: float) -> float:
 
 
 # ------------------------------------------------------------------------------------------------- servicer
+
 
 def make_servicer(daemon: Any) -> Any:
     pb, services = protos()
@@ -112,14 +132,24 @@ def make_servicer(daemon: Any) -> Any:
         def GetStatus(self, request: Any, context: Any) -> Any:
             s = daemon.status()
             msg = pb.Status(
-                state=s["state"], offered_qps=_finite(s["offered_qps"]), policy=_policy_msg(pb, s["policy"]),
-                tuned_qps=s["tuned_qps"], band_low_qps=s["band_low_qps"], band_high_qps=s["band_high_qps"],
-                retune_id=s["retune_id"], retune_trials_done=s["retune_trials_done"],
-                retune_trials_planned=s["retune_trials_planned"], last_retune_time=s["last_retune_time"],
-                next_retune_time=s["next_retune_time"], trials_total=s["trials_total"],
+                state=s["state"],
+                offered_qps=_finite(s["offered_qps"]),
+                policy=_policy_msg(pb, s["policy"]),
+                tuned_qps=s["tuned_qps"],
+                band_low_qps=s["band_low_qps"],
+                band_high_qps=s["band_high_qps"],
+                retune_id=s["retune_id"],
+                retune_trials_done=s["retune_trials_done"],
+                retune_trials_planned=s["retune_trials_planned"],
+                last_retune_time=s["last_retune_time"],
+                next_retune_time=s["next_retune_time"],
+                trials_total=s["trials_total"],
                 guardrail_reverts_total=s["guardrail_reverts_total"],
-                sla_violations_total=s["sla_violations_total"], host=str(s["host"]), version=s["version"],
-                uptime_s=s["uptime_s"])
+                sla_violations_total=s["sla_violations_total"],
+                host=str(s["host"]),
+                version=s["version"],
+                uptime_s=s["uptime_s"],
+            )
             if s["point"] is not None:
                 msg.point.CopyFrom(_point_msg(pb, s["point"]))
             if s["last_measurement"]:
@@ -132,10 +162,17 @@ def make_servicer(daemon: Any) -> Any:
             except TunerError as exc:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
             return pb.OperatingPointResponse(
-                point=_point_msg(pb, a.point), predicted_latency_us=_finite(a.latency_us),
-                latency_sem_us=_finite(a.latency_sem_us), predicted_power_w=_finite(a.power_w),
-                power_sem_w=_finite(a.power_sem_w), from_measured=a.from_measured, meets_sla=a.meets_sla,
-                tuned_qps=_finite(a.tuned_qps), source=a.source, note=a.note)
+                point=_point_msg(pb, a.point),
+                predicted_latency_us=_finite(a.latency_us),
+                latency_sem_us=_finite(a.latency_sem_us),
+                predicted_power_w=_finite(a.power_w),
+                power_sem_w=_finite(a.power_sem_w),
+                from_measured=a.from_measured,
+                meets_sla=a.meets_sla,
+                tuned_qps=_finite(a.tuned_qps),
+                source=a.source,
+                note=a.note,
+            )
 
         def ListTrials(self, request: Any, context: Any) -> Any:
             rows = daemon.trials(limit=int(request.limit), retune_id=request.retune_id)
@@ -151,9 +188,11 @@ def make_servicer(daemon: Any) -> Any:
 
         def SetPolicy(self, request: Any, context: Any) -> Any:
             try:
-                p = daemon.set_policy(request.sla_us if request.HasField("sla_us") else None,
-                                      request.percentile if request.HasField("percentile") else None,
-                                      request.reward if request.HasField("reward") else None)
+                p = daemon.set_policy(
+                    request.sla_us if request.HasField("sla_us") else None,
+                    request.percentile if request.HasField("percentile") else None,
+                    request.reward if request.HasField("reward") else None,
+                )
             except TunerError as exc:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
             return _policy_msg(pb, p)
@@ -163,8 +202,9 @@ def make_servicer(daemon: Any) -> Any:
 
             with self._watch_lock:
                 if self._watchers >= MAX_WATCHERS:
-                    context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                  f"at most {MAX_WATCHERS} WatchDecisions streams at once")
+                    context.abort(
+                        grpc.StatusCode.RESOURCE_EXHAUSTED, f"at most {MAX_WATCHERS} WatchDecisions streams at once"
+                    )
                 self._watchers += 1
             q, latest = daemon.subscribe()
             try:
@@ -185,8 +225,11 @@ def make_servicer(daemon: Any) -> Any:
 
 
 #: Services open without a token: health probes, and reflection (it only serves the public .proto schema).
-_OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.v1alpha.ServerReflection/",
-                  "/grpc.reflection.v1.ServerReflection/")
+_OPEN_PREFIXES = (
+    "/grpc.health.v1.Health/",
+    "/grpc.reflection.v1alpha.ServerReflection/",
+    "/grpc.reflection.v1.ServerReflection/",
+)
 
 
 class _TokenInterceptor(grpc.ServerInterceptor):
@@ -251,17 +294,22 @@ class GrpcServer:
         pb, services = protos()
         cfg = self.config
         interceptors = [_TokenInterceptor(read_token(cfg.token_file))] if cfg.token_file else []
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="grpc"),
-                             interceptors=interceptors, maximum_concurrent_rpcs=64,
-                             options=[("grpc.max_receive_message_length", 1 << 20),
-                                      ("grpc.so_reuseport", 0)])  # a port in use is an error, not shared
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="grpc"),
+            interceptors=interceptors,
+            maximum_concurrent_rpcs=64,
+            options=[("grpc.max_receive_message_length", 1 << 20), ("grpc.so_reuseport", 0)],
+        )  # a port in use is an error, not shared
         services.add_TunerServicer_to_server(make_servicer(self.daemon), server)
         self._health = health.HealthServicer(experimental_non_blocking=True)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         for name in ("", SERVICE_NAME):
             self._health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-        names = (pb.DESCRIPTOR.services_by_name["Tuner"].full_name,
-                 health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME)
+        names = (
+            pb.DESCRIPTOR.services_by_name["Tuner"].full_name,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        )
         reflection.enable_server_reflection(names, server)
 
         address = cfg.listen
@@ -281,7 +329,8 @@ class GrpcServer:
                 creds = grpc.ssl_server_credentials(
                     [(cfg.tls_key.read_bytes(), cfg.tls_cert.read_bytes())],
                     root_certificates=cfg.tls_client_ca.read_bytes() if cfg.tls_client_ca else None,
-                    require_client_auth=bool(cfg.tls_client_ca))
+                    require_client_auth=bool(cfg.tls_client_ca),
+                )
                 port = server.add_secure_port(address, creds)
             else:
                 port = server.add_insecure_port(address)

@@ -65,10 +65,16 @@ class WorkerError(TunerError):
 
 # ------------------------------------------------------------------------------------------------ child side
 
+
 def _rec(r: Any) -> tuple:
-    return (int(r.index), (int(r.point.itr_us), float(r.point.dvfs_ghz)),
-            float(r.qps) if r.qps is not None else float("nan"), str(r.status),
-            None if r.reward is None else float(r.reward), r.error)
+    return (
+        int(r.index),
+        (int(r.point.itr_us), float(r.point.dvfs_ghz)),
+        float(r.qps) if r.qps is not None else float("nan"),
+        str(r.status),
+        None if r.reward is None else float(r.reward),
+        r.error,
+    )
 
 
 #: Optimiser methods of issue 6 the daemon uses when the optimiser has them (`OptimizerProxy.supports`).
@@ -125,12 +131,15 @@ def _serve(conn: Any, module: str) -> None:  # pragma: no cover - runs in the ch
                 raise RuntimeError(broken)
             if op == "create":
                 space, policy, tuning, name, seed = args
-                objective = Objective(reward=policy["reward"], percentile=policy["percentile"],
-                                      sla_us=policy["sla_us"])
-                settings = TunerSettings(trials=tuning["trials"],
-                                         sobol_trials=min(tuning["sobol_trials"], tuning["trials"]),
-                                         settle_s=tuning["settle_s"], window_s=tuning["window_s"], seed=seed,
-                                         **_extra_settings(TunerSettings, tuning))
+                objective = Objective(reward=policy["reward"], percentile=policy["percentile"], sla_us=policy["sla_us"])
+                settings = TunerSettings(
+                    trials=tuning["trials"],
+                    sobol_trials=min(tuning["sobol_trials"], tuning["trials"]),
+                    settle_s=tuning["settle_s"],
+                    window_s=tuning["window_s"],
+                    seed=seed,
+                    **_extra_settings(TunerSettings, tuning),
+                )
                 opt = Optimizer(space, objective, settings, name=name)
                 result = _capabilities(opt)
             elif op == "load":
@@ -159,11 +168,18 @@ def _serve(conn: Any, module: str) -> None:  # pragma: no cover - runs in the ch
                 result = [_rec(r) for r in opt.trials()]
             elif op == "best":
                 d = opt.best()
-                result = ((int(d.point.itr_us), float(d.point.dvfs_ghz)), d.measurement, bool(d.met_sla),
-                          str(d.reason))
+                result = ((int(d.point.itr_us), float(d.point.dvfs_ghz)), d.measurement, bool(d.met_sla), str(d.reason))
             elif op == "predict":
-                result = [(float(p.latency_us), float(p.latency_sem), float(p.power_w), float(p.power_sem),
-                           bool(p.from_measured)) for p in opt.predict(args[0])]
+                result = [
+                    (
+                        float(p.latency_us),
+                        float(p.latency_sem),
+                        float(p.power_w),
+                        float(p.power_sem),
+                        bool(p.from_measured),
+                    )
+                    for p in opt.predict(args[0])
+                ]
             elif op == "to_json":
                 result = opt.to_json()
             elif op == "close":
@@ -177,6 +193,7 @@ def _serve(conn: Any, module: str) -> None:  # pragma: no cover - runs in the ch
 
 
 # ------------------------------------------------------------------------------------------------ parent side
+
 
 class OptimizerProxy:
     """`tuner.optimize.optimizer.Optimizer`'s methods, executed in a worker process."""
@@ -202,8 +219,7 @@ class OptimizerProxy:
                     raise WorkerError(f"optimiser worker: {op} took longer than {CALL_TIMEOUT_S:.0f} s")
                 status, value = self._conn.recv()
             except (EOFError, OSError, BrokenPipeError):
-                raise WorkerError(f"optimiser worker exited during {op} "
-                                  f"(exit code {self._proc.exitcode})") from None
+                raise WorkerError(f"optimiser worker exited during {op} (exit code {self._proc.exitcode})") from None
         if status != "ok":
             raise WorkerError(f"optimiser: {op}: {value}")
         return value
@@ -230,8 +246,7 @@ class OptimizerProxy:
         index, p = self._call("suggest")
         return index, OperatingPoint(*p)
 
-    def complete(self, index: int, measurement: Measurement, qps: float,
-                 settle: Measurement | None = None) -> Record:
+    def complete(self, index: int, measurement: Measurement, qps: float, settle: Measurement | None = None) -> Record:
         return _record(self._call("complete", index, measurement, qps, settle), measurement)
 
     def fail(self, index: int, reason: str, settle: Measurement | None = None) -> Record:

@@ -37,8 +37,9 @@ def norm_pdf(z: np.ndarray | float) -> np.ndarray:
     return np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
 
 
-def expected_improvement(mean: np.ndarray | Sequence[float], sd: np.ndarray | Sequence[float],
-                         best: float) -> np.ndarray:
+def expected_improvement(
+    mean: np.ndarray | Sequence[float], sd: np.ndarray | Sequence[float], best: float
+) -> np.ndarray:
     """Expected improvement below `best` (minimisation) of a N(mean, sd^2) outcome; max(best - mean, 0) at sd 0."""
     m = np.asarray(mean, dtype=float)
     s = np.asarray(sd, dtype=float)
@@ -50,8 +51,12 @@ def expected_improvement(mean: np.ndarray | Sequence[float], sd: np.ndarray | Se
     return np.where(np.isfinite(ei), np.maximum(ei, 0.0), 0.0)
 
 
-def constrained_ei(power_mean: np.ndarray | Sequence[float], power_sd: np.ndarray | Sequence[float],
-                   best_power: float, p_violation: np.ndarray | Sequence[float]) -> np.ndarray:
+def constrained_ei(
+    power_mean: np.ndarray | Sequence[float],
+    power_sd: np.ndarray | Sequence[float],
+    best_power: float,
+    p_violation: np.ndarray | Sequence[float],
+) -> np.ndarray:
     """EI of power below `best_power` times the probability the point meets the SLA."""
     return expected_improvement(power_mean, power_sd, best_power) * (1.0 - np.asarray(p_violation, dtype=float))
 
@@ -91,15 +96,16 @@ def next_line_t(tried: Sequence[tuple[float, bool] | tuple[float, bool, float]],
     if above:
         return 0.5 * (lo + min(above))
     if len(met) >= 2 and len(met[-1]) > 2 and len(met[-2]) > 2 and met[-1][0] > met[-2][0]:
-        (t0, _, r0), (t1, _, r1) = met[-2][:3], met[-1][:3]   # type: ignore[misc]
+        (t0, _, r0), (t1, _, r1) = met[-2][:3], met[-1][:3]  # type: ignore[misc]
         slope = (r1 - r0) / (t1 - t0)
         if slope > 0 and math.isfinite(slope):
             step = min(step, max((1.0 - r1) / slope, step / 4))
     return min(lo + step, 1.0)
 
 
-def nearest(coords: np.ndarray, target: Sequence[float], allowed: np.ndarray,
-            tiebreak: np.ndarray | None = None) -> int:
+def nearest(
+    coords: np.ndarray, target: Sequence[float], allowed: np.ndarray, tiebreak: np.ndarray | None = None
+) -> int:
     """Index of the allowed row of `coords` (n x d) closest (Euclidean) to `target`; ties by `tiebreak` (lower
     first), then by index. Raises ValueError when nothing is allowed."""
     idx = np.flatnonzero(np.asarray(allowed, dtype=bool))
@@ -111,8 +117,16 @@ def nearest(coords: np.ndarray, target: Sequence[float], allowed: np.ndarray,
     return int(idx[order[0]])
 
 
-def supported(cand: np.ndarray, ev: np.ndarray, ev_load: np.ndarray, ev_met: np.ndarray, load: float | None,
-              radius: float, load_tol: float, itr_down_weight: float = 1.0) -> np.ndarray:
+def supported(
+    cand: np.ndarray,
+    ev: np.ndarray,
+    ev_load: np.ndarray,
+    ev_met: np.ndarray,
+    load: float | None,
+    radius: float,
+    load_tol: float,
+    itr_down_weight: float = 1.0,
+) -> np.ndarray:
     """Which candidates (n x 2 normalised (itr, dvfs) coordinates) lie near measured evidence of safety.
 
     A candidate is supported when some measured point that met the limit, at a load at least `load` x
@@ -138,8 +152,15 @@ def supported(cand: np.ndarray, ev: np.ndarray, ev_load: np.ndarray, ev_met: np.
     return ((di * di + dj * dj) <= radius * radius + 1e-12).any(axis=1)
 
 
-def vetoed(cand: np.ndarray, ev: np.ndarray, ev_load: np.ndarray, ev_broke: np.ndarray, load: float | None,
-           radius: float, load_tol: float) -> np.ndarray:
+def vetoed(
+    cand: np.ndarray,
+    ev: np.ndarray,
+    ev_load: np.ndarray,
+    ev_broke: np.ndarray,
+    load: float | None,
+    radius: float,
+    load_tol: float,
+) -> np.ndarray:
     """Which candidates lie next to measured evidence of DANGER: a point that broke the SLA at a load at most
     `load` x (1 + `load_tol`) (any load when `load` is None), at the same or a higher frequency, and within
     `radius` of the candidate in ITR. By the same monotonicity as `supported` (a slower core, a higher load),

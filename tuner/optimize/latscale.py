@@ -30,7 +30,7 @@ from core.errors import TunerError
 if TYPE_CHECKING:
     import numpy as np
 
-KINDS = ("log", "headroom")   # imported by the config and the CLI: this module imports numpy only when used
+KINDS = ("log", "headroom")  # imported by the config and the CLI: this module imports numpy only when used
 #: "log": the percentile goes to Ax as ln(min(value, LOG_CAP_X x SLA)), SEM LOG_CAP_SEM when capped: beyond a few
 #: times the SLA a point is simply infeasible, and a saturated window left as it is pulls the fit far off.
 LOG_CAP_X = 4.0
@@ -89,8 +89,13 @@ class LatencyScale:
             return math.exp(metric_value)
         return self.sla_us / max(metric_value, HEADROOM_FLOOR)
 
-    def prob_over(self, mu: np.ndarray | Sequence[float], sd: np.ndarray | Sequence[float],
-                  limit_us: float, extra_log_sd: float = 0.0) -> np.ndarray:
+    def prob_over(
+        self,
+        mu: np.ndarray | Sequence[float],
+        sd: np.ndarray | Sequence[float],
+        limit_us: float,
+        extra_log_sd: float = 0.0,
+    ) -> np.ndarray:
         """P(percentile > `limit_us`) for a Gaussian predictive N(mu, sd^2) of the metric; sd 0 gives a 0/1
         step; a non-finite mean counts as over. `extra_log_sd` (an SD of ln latency, the model-error allowance
         `safe_model_error`) is added in quadrature, mapped to this scale at the mean (x metric for headroom)."""
@@ -98,10 +103,10 @@ class LatencyScale:
 
         m = np.asarray(mu, dtype=float)
         s = np.nan_to_num(np.asarray(sd, dtype=float), nan=0.0)
-        if self.kind == "log":    # percentile > limit  <=>  ln percentile > ln limit
+        if self.kind == "log":  # percentile > limit  <=>  ln percentile > ln limit
             over = m - math.log(limit_us)
             extra = extra_log_sd
-        else:                     # percentile > limit  <=>  headroom < SLA / limit
+        else:  # percentile > limit  <=>  headroom < SLA / limit
             over = self.sla_us / limit_us - m
             extra = extra_log_sd * np.abs(np.nan_to_num(m))
         s = np.sqrt(s * s + extra * extra)

@@ -41,14 +41,14 @@ import json
 import math
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Iterator
+from typing import Any
 
 from actuators.host import PERCENTILES, Host, KnobSpace, Measurement, OperatingPoint, apply_point
-from reward import DEFAULT_REWARD  # chosen by bench/replay.py (README section "replay")
 from core.errors import HostError, TunerError
+from reward import DEFAULT_REWARD  # chosen by bench/replay.py (README section "replay")
 from tuner.optimize.latscale import KINDS as LATENCY_METRICS
 from tuner.optimize.latscale import LatencyScale
 
@@ -92,6 +92,7 @@ def _finite_above(v: Any, lo: float, strict: bool = True) -> bool:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         return False
     return v > lo if strict else v >= lo
+
 
 _STATUS_COMPLETED = "completed"
 _STATUS_FAILED = "failed"
@@ -194,8 +195,14 @@ class TunerSettings:
     window_guard: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("trials", "sobol_trials", "itr_resolution_us", "torch_threads", "history_max_trials",
-                     "min_trials"):
+        for name in (
+            "trials",
+            "sobol_trials",
+            "itr_resolution_us",
+            "torch_threads",
+            "history_max_trials",
+            "min_trials",
+        ):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise TunerError(f"{name} must be an integer >= 1, got {v!r}")
@@ -219,14 +226,17 @@ class TunerSettings:
         if not (_finite_above(self.safe_delta, 0.0, strict=False) and self.safe_delta < 1.0):
             raise TunerError(f"safe_delta must be a probability in [0, 1) (0 = off), got {self.safe_delta!r}")
         if not (_finite_above(self.safe_radius, 0.0, strict=False) and self.safe_radius <= 2.0):
-            raise TunerError(f"safe_radius must be in [0, 2] (normalised knob distance; 0 = off), "
-                             f"got {self.safe_radius!r}")
+            raise TunerError(
+                f"safe_radius must be in [0, 2] (normalised knob distance; 0 = off), got {self.safe_radius!r}"
+            )
         if not (_finite_above(self.safe_model_error, 0.0, strict=False) and self.safe_model_error <= 1.0):
-            raise TunerError(f"safe_model_error must be in [0, 1] (SD of ln latency; 0 = off), "
-                             f"got {self.safe_model_error!r}")
+            raise TunerError(
+                f"safe_model_error must be in [0, 1] (SD of ln latency; 0 = off), got {self.safe_model_error!r}"
+            )
         if not (_finite_above(self.safe_sd_scale, 1.0, strict=False) and self.safe_sd_scale <= 10.0):
-            raise TunerError(f"safe_sd_scale must be in [1, 10] (1 = the model's SD as it is), "
-                             f"got {self.safe_sd_scale!r}")
+            raise TunerError(
+                f"safe_sd_scale must be in [1, 10] (1 = the model's SD as it is), got {self.safe_sd_scale!r}"
+            )
         if self.latency_metric not in LATENCY_METRICS:
             raise TunerError(f"latency_metric {self.latency_metric!r}: expected one of {', '.join(LATENCY_METRICS)}")
         if self.window_mode not in WINDOW_MODES:
@@ -236,8 +246,10 @@ class TunerSettings:
         if not _finite_above(self.window_min_s, 0.0):
             raise TunerError(f"window_min_s must be > 0 seconds, got {self.window_min_s!r}")
         if self.window_mode == "adaptive" and self.window_min_s > self.window_s:
-            raise TunerError(f"window_min_s ({self.window_min_s:g} s) must not exceed window_s "
-                             f"({self.window_s:g} s, the adaptive window's maximum)")
+            raise TunerError(
+                f"window_min_s ({self.window_min_s:g} s) must not exceed window_s "
+                f"({self.window_s:g} s, the adaptive window's maximum)"
+            )
 
     def load_of(self, qps: float) -> float:
         """The model's `load` input for an offered load: min(qps / context_max_qps, 1), at least 0."""
@@ -318,7 +330,7 @@ _QUIETED = False
 
 def _quiet_ax() -> None:
     """Keep Ax's INFO logging off the terminal (its stream handler is process-wide; done once)."""
-    global _QUIETED  # noqa: PLW0603 - Ax's logging is process-global by design; this only lowers its noise
+    global _QUIETED
     if _QUIETED:
         return
     import logging
@@ -470,9 +482,9 @@ class Optimizer:
         self._itr = itr_candidates(space.itr_us, settings.itr_resolution_us)
         self._records: dict[int, TrialRecord] = {}
         self._pending: dict[int, _Pending] = {}
-        self._line_t: dict[int, float] = {}       # safe-start trials: their position on the safe line
-        self._grid_cache: tuple[Any, dict[str, Any] | None] | None = None   # (key, last full-grid prediction)
-        self._stop_s = 0.0                        # compute of the stopping rule since the last suggestion
+        self._line_t: dict[int, float] = {}  # safe-start trials: their position on the safe line
+        self._grid_cache: tuple[Any, dict[str, Any] | None] | None = None  # (key, last full-grid prediction)
+        self._stop_s = 0.0  # compute of the stopping rule since the last suggestion
         self._evidence_cache: tuple[Any, tuple[Any, Any, Any, Any]] | None = None
         self._next_index = 0
         self._retune_start: int | None = None
@@ -486,11 +498,16 @@ class Optimizer:
 
         params: list[Any] = []
         if len(self._itr) > 1:
-            params.append(RangeParameterConfig(name="itr_index", bounds=(0, len(self._itr) - 1),
-                                               parameter_type="int"))
+            params.append(RangeParameterConfig(name="itr_index", bounds=(0, len(self._itr) - 1), parameter_type="int"))
         if len(self.space.dvfs_ghz) > 1:
-            params.append(ChoiceParameterConfig(name="dvfs_ghz", values=[float(f) for f in self.space.dvfs_ghz],
-                                                parameter_type="float", is_ordered=True))
+            params.append(
+                ChoiceParameterConfig(
+                    name="dvfs_ghz",
+                    values=[float(f) for f in self.space.dvfs_ghz],
+                    parameter_type="float",
+                    is_ordered=True,
+                )
+            )
         if not params:
             raise TunerError("the host offers a single ITR value and a single frequency: nothing to tune")
         if self.settings.context:
@@ -575,8 +592,9 @@ class Optimizer:
         j = self.space.dvfs_ghz.index(self.space.check_dvfs(point.dvfs_ghz))
         return i, j
 
-    def _grid_model(self, load: float | None, *, refit: bool,
-                    cells: list[tuple[int, int]] | None = None) -> dict[str, Any] | None:
+    def _grid_model(
+        self, load: float | None, *, refit: bool, cells: list[tuple[int, int]] | None = None
+    ) -> dict[str, Any] | None:
         """Model predictions over the grid (or `cells` of it) at `load`: arrays mu/sd of the latency metric
         (`tuner.optimize.latscale`) and of power, P(SLA broken) and P(over the limit `best` applies), the safety gate's
         verdict; None while no predictive model is fitted (Sobol phase)."""
@@ -586,14 +604,17 @@ class Optimizer:
         observed = tuple(self._observed())
         # the whole grid at one load is asked twice per trial (stopping rule, then safety filter) of the same
         # fit: Ax refits only when the data changed, so the data (with the load and the cells) key the answer
-        key = (id(self._client), observed, load, None if cells is None else tuple(cells)) \
-            if cells is None or len(cells) > 1 else None
+        key = (
+            (id(self._client), observed, load, None if cells is None else tuple(cells))
+            if cells is None or len(cells) > 1
+            else None
+        )
         if key is not None and self._grid_cache is not None and self._grid_cache[0] == key:
             return self._grid_cache[1]
         with _no_warnings(self.settings.torch_threads):
             if refit:
                 if len(observed) < self._init_budget():
-                    return None   # Ax would still be in its Sobol phase: no model to ask
+                    return None  # Ax would still be in its Sobol phase: no model to ask
                 # Ax's public "fit outside gen": moves past Sobol if due and refits only if the data changed
                 # (the next suggestion then reuses this fit).
                 gs.fit(experiment=self._client._experiment)
@@ -615,8 +636,16 @@ class Optimizer:
         sdk = sd * self.settings.safe_sd_scale
         pv = scale.prob_over(mu, sdk, self.objective.sla_us, self.settings.safe_model_error)
         p_unmet = scale.prob_over(mu, sdk, self._met_limit_us())
-        out = {"cells": cells, "mu": mu, "sd": sd, "power": pw, "power_sd": np.nan_to_num(pw_sd, nan=0.0),
-               "p_violation": pv, "p_unmet": p_unmet, "unsafe": self._unsafe(pv, p_unmet)}
+        out = {
+            "cells": cells,
+            "mu": mu,
+            "sd": sd,
+            "power": pw,
+            "power_sd": np.nan_to_num(pw_sd, nan=0.0),
+            "p_violation": pv,
+            "p_unmet": p_unmet,
+            "unsafe": self._unsafe(pv, p_unmet),
+        }
         if key is not None:
             self._grid_cache = (key, out)
         return out
@@ -697,9 +726,8 @@ class Optimizer:
             qps = r.qps if math.isfinite(r.qps) else m.offered_qps
             if self.settings.context and not (math.isfinite(qps) and qps >= 0):
                 continue
-            usable.append((self._to_params(point, self.settings.load_of(qps) if self.settings.context else None),
-                           data))
-        usable = usable[-self.settings.history_max_trials:]
+            usable.append((self._to_params(point, self.settings.load_of(qps) if self.settings.context else None), data))
+        usable = usable[-self.settings.history_max_trials :]
         with _no_warnings():
             for params, data in usable:
                 ax_index = self._client.attach_trial(parameters=params)
@@ -724,7 +752,7 @@ class Optimizer:
         abandoned = len(self._client._experiment.trial_indices_by_status[TrialStatus.ABANDONED])
         if self._pending or (len(done) <= bound and abandoned <= ABANDONED_MAX):
             return
-        keep = done[-max(1, (3 * bound) // 4):] if len(done) > bound else done
+        keep = done[-max(1, (3 * bound) // 4) :] if len(done) > bound else done
         exp = self._client._experiment
         df = exp.lookup_data(trial_indices=keep).df
         client = self._new_client()
@@ -734,8 +762,11 @@ class Optimizer:
                 raw: dict[str, float | tuple[float, float]] = {}
                 for _, row in rows.iterrows():
                     sem = row["sem"]
-                    raw[str(row["metric_name"])] = float(row["mean"]) if sem is None or not math.isfinite(sem) \
+                    raw[str(row["metric_name"])] = (
+                        float(row["mean"])
+                        if sem is None or not math.isfinite(sem)
                         else (float(row["mean"]), float(sem))
+                    )
                 ni = client.attach_trial(parameters=dict(exp.trials[ti].arm.parameters))
                 client.complete_trial(trial_index=ni, raw_data=raw)
         self._client = client
@@ -768,7 +799,7 @@ class Optimizer:
                     trials = self._client.get_next_trials(max_trials=1)
             if not trials:
                 raise TunerError("Ax generated no trial (search space exhausted?)")
-            (ax_index, params), = trials.items()
+            ((ax_index, params),) = trials.items()
             pend = _Pending(self._to_point(params), 0.0, ax_index, self._load)
             if safe:
                 pend = self._safety_filter(pend)
@@ -791,7 +822,7 @@ class Optimizer:
         from tuner.optimize import acquisition
 
         tried = []
-        limit = self._met_limit_us()   # a step over it could never be chosen: it bounds the line like the SLA
+        limit = self._met_limit_us()  # a step over it could never be chosen: it bounds the line like the SLA
         start = (self._retune_start or 0) if this_retune else -1
         for i, t in sorted(self._line_t.items()):
             if i < start:
@@ -804,8 +835,10 @@ class Optimizer:
         t = acquisition.next_line_t(tried, 1.0 / max(n - 1, 1))
         cell = self._cell_at(acquisition.line_point(t))
         ax_index = self._attach(cell)
-        note = (f"safe start (no model yet): step {len(tried) + 1} of {n} on the line from the safe corner "
-                f"toward the centre, t={t:.3f}")
+        note = (
+            f"safe start (no model yet): step {len(tried) + 1} of {n} on the line from the safe corner "
+            f"toward the centre, t={t:.3f}"
+        )
         return _Pending(self._grid_point(cell), 0.0, ax_index, self._load, None, note, t)
 
     def _safety_filter(self, pend: _Pending) -> _Pending:
@@ -827,27 +860,34 @@ class Optimizer:
             return pend
         with _no_warnings():
             self._client.mark_trial_abandoned(trial_index=pend.ax_index)
-        if one is None:   # no predictive model (Ax still in its Sobol phase): do not try a random point
+        if one is None:  # no predictive model (Ax still in its Sobol phase): do not try a random point
             sub = self._safe_start()
             sub.note = "no model to check Ax's proposal; " + sub.note
             return sub
-        why = (f"Ax proposed {pend.point} with P({_pct_text(self.objective.percentile)} > "
-               f"{self.objective.sla_us:g} µs) {one['p_violation'][0]:.3f}"
-               + (f" > δ {delta:g}" if one["unsafe"][0] else
-                  f", farther than {self.settings.safe_radius:g} from any point measured within the limit "
-                  f"at this load or above, or next to one measured over the SLA"))
+        why = (
+            f"Ax proposed {pend.point} with P({_pct_text(self.objective.percentile)} > "
+            f"{self.objective.sla_us:g} µs) {one['p_violation'][0]:.3f}"
+            + (
+                f" > δ {delta:g}"
+                if one["unsafe"][0]
+                else f", farther than {self.settings.safe_radius:g} from any point measured within the limit "
+                f"at this load or above, or next to one measured over the SLA"
+            )
+        )
         cells = self._near_cells(evidence)
         grid = self._grid_model(self._load, refit=False, cells=cells) if cells else None
         ok = ~grid["unsafe"] if grid is not None else np.zeros(0, dtype=bool)
-        if not ok.any():   # no point both modelled safe and near evidence (e.g. a load above any measured)
-            sub = self._safe_start(this_retune=True)   # walk the safe line at this load
+        if not ok.any():  # no point both modelled safe and near evidence (e.g. a load above any measured)
+            sub = self._safe_start(this_retune=True)  # walk the safe line at this load
             at = self._grid_model(self._load, refit=False, cells=[self._cell_of(sub.point)])
             if at is not None:
                 sub.p_violation = float(at["p_violation"][0])
-            sub.note = (f"{why}; no point is within δ and near a point measured safe at this load or above, "
-                        f"stepping out from the safe corner instead "
-                        f"(model P {sub.p_violation if sub.p_violation is not None else math.nan:.3f}): "
-                        + sub.note.split(": ", 1)[-1])
+            sub.note = (
+                f"{why}; no point is within δ and near a point measured safe at this load or above, "
+                f"stepping out from the safe corner instead "
+                f"(model P {sub.p_violation if sub.p_violation is not None else math.nan:.3f}): "
+                + sub.note.split(": ", 1)[-1]
+            )
             return sub
         assert grid is not None
         pv = grid["p_violation"]
@@ -861,8 +901,10 @@ class Optimizer:
         if ei is not None and float(ei.max()) > 0:
             top = ei >= float(ei.max()) * (1 - 1e-9)
             j = acquisition.nearest(coords, target, top, tiebreak=pv)
-            note = (f"{why}; tried the safe point of largest expected improvement instead "
-                    f"({float(ei[j]):.3g} W below {incumbent:.1f} W)")
+            note = (
+                f"{why}; tried the safe point of largest expected improvement instead "
+                f"({float(ei[j]):.3g} W below {incumbent:.1f} W)"
+            )
         else:
             j = acquisition.nearest(coords, target, allowed, tiebreak=pv)
             note = f"{why}; tried the closest safe point instead"
@@ -881,7 +923,6 @@ class Optimizer:
         context), whether its percentile was within the limit `best` applies (`_met_limit_us`) and whether it
         was over the SLA."""
         import numpy as np
-
         from ax.core.base_trial import TrialStatus
 
         exp = self._client._experiment
@@ -906,8 +947,12 @@ class Optimizer:
             loads.append(float(params.get("load", 0.0)))
             met.append(lat[ti] <= limit)
             broke.append(lat[ti] > sla)
-        out = (self._coords(cells), np.array(loads, dtype=float), np.array(met, dtype=bool),
-               np.array(broke, dtype=bool))
+        out = (
+            self._coords(cells),
+            np.array(loads, dtype=float),
+            np.array(met, dtype=bool),
+            np.array(broke, dtype=bool),
+        )
         self._evidence_cache = (key, out)
         return out
 
@@ -923,10 +968,10 @@ class Optimizer:
             return np.ones(len(cells), dtype=bool)
         ev, ev_load, ev_met, ev_broke = evidence
         coords = self._coords(cells)
-        near = acquisition.supported(coords, ev, ev_load, ev_met, self._load, self.settings.safe_radius,
-                                     SAFE_LOAD_TOL, SAFE_ITR_DOWN_WEIGHT)
-        return near & ~acquisition.vetoed(coords, ev, ev_load, ev_broke, self._load, SAFE_VETO_RADIUS,
-                                          SAFE_LOAD_TOL)
+        near = acquisition.supported(
+            coords, ev, ev_load, ev_met, self._load, self.settings.safe_radius, SAFE_LOAD_TOL, SAFE_ITR_DOWN_WEIGHT
+        )
+        return near & ~acquisition.vetoed(coords, ev, ev_load, ev_broke, self._load, SAFE_VETO_RADIUS, SAFE_LOAD_TOL)
 
     def _incumbent_w(self, grid: dict[str, Any], allowed: Any) -> float | None:
         """Power to improve on: the best SLA-meeting power measured in this retune, else the model's lowest
@@ -966,8 +1011,9 @@ class Optimizer:
                 data["log_reward"] = (math.log(r), max(r_sem / r, 1e-9))
         return data
 
-    def complete(self, index: int, measurement: Measurement, qps: float, *,
-                 settle: Measurement | None = None) -> TrialRecord:
+    def complete(
+        self, index: int, measurement: Measurement, qps: float, *, settle: Measurement | None = None
+    ) -> TrialRecord:
         """Report trial `index`'s measured window to Ax (metrics with SEMs) and record it.
 
         A window Ax cannot model (non-finite or zero latency/power) is marked failed instead, with the reason.
@@ -982,30 +1028,65 @@ class Optimizer:
             return self.fail(index, str(exc), settle=settle, measurement=measurement, qps=qps)
         ax_index = pend.ax_index
         with _no_warnings():
-            if self.settings.context and math.isfinite(qps) and pend.load is not None \
-                    and abs(self.settings.load_of(qps) - pend.load) > LOAD_TOLERANCE:
+            if (
+                self.settings.context
+                and math.isfinite(qps)
+                and pend.load is not None
+                and abs(self.settings.load_of(qps) - pend.load) > LOAD_TOLERANCE
+            ):
                 moved = self._client.attach_trial(parameters=self._to_params(pend.point, self.settings.load_of(qps)))
                 # FAILED, not ABANDONED: Ax keeps abandoned arms as pending points (fantasies) forever
-                self._client.mark_trial_failed(trial_index=ax_index,
-                                               failed_reason=f"re-filed at its measured load as trial {moved}")
+                self._client.mark_trial_failed(
+                    trial_index=ax_index, failed_reason=f"re-filed at its measured load as trial {moved}"
+                )
                 ax_index = moved
             self._client.complete_trial(trial_index=ax_index, raw_data=data)
-        value = self._reward(measurement.power_w, measurement.percentile(self.objective.percentile),
-                             self.objective.sla_us)
-        rec = TrialRecord(index, pend.point, float(qps), _STATUS_COMPLETED, _lean(measurement), value, None,
-                          _lean(settle), pend.compute_s, pend.p_violation, pend.note)
+        value = self._reward(
+            measurement.power_w, measurement.percentile(self.objective.percentile), self.objective.sla_us
+        )
+        rec = TrialRecord(
+            index,
+            pend.point,
+            float(qps),
+            _STATUS_COMPLETED,
+            _lean(measurement),
+            value,
+            None,
+            _lean(settle),
+            pend.compute_s,
+            pend.p_violation,
+            pend.note,
+        )
         self._records[index] = rec
         return rec
 
-    def fail(self, index: int, reason: str, *, settle: Measurement | None = None,
-             measurement: Measurement | None = None, qps: float | None = None) -> TrialRecord:
+    def fail(
+        self,
+        index: int,
+        reason: str,
+        *,
+        settle: Measurement | None = None,
+        measurement: Measurement | None = None,
+        qps: float | None = None,
+    ) -> TrialRecord:
         """Mark trial `index` failed in Ax (no value is made up for it) and record why."""
         pend = self._take_pending(index)
         reason = " ".join(str(reason).split()) or "failed"
         with _no_warnings():
             self._client.mark_trial_failed(trial_index=pend.ax_index, failed_reason=reason)
-        rec = TrialRecord(index, pend.point, math.nan if qps is None else float(qps), _STATUS_FAILED,
-                          _lean(measurement), None, reason, _lean(settle), pend.compute_s, pend.p_violation, pend.note)
+        rec = TrialRecord(
+            index,
+            pend.point,
+            math.nan if qps is None else float(qps),
+            _STATUS_FAILED,
+            _lean(measurement),
+            None,
+            reason,
+            _lean(settle),
+            pend.compute_s,
+            pend.p_violation,
+            pend.note,
+        )
         self._records[index] = rec
         return rec
 
@@ -1058,8 +1139,10 @@ class Optimizer:
         limit = s.stop_ei_pct / 100.0 * best_w
         where = self._grid_point(grid["cells"][k])
         if acquisition.should_stop_ei(float(ei[k]), best_w, s.stop_ei_pct):
-            return True, (f"expected improvement of one more trial {ei[k]:.3g} W (at {where}) < {s.stop_ei_pct:g} % "
-                          f"of the best {best_w:.1f} W")
+            return True, (
+                f"expected improvement of one more trial {ei[k]:.3g} W (at {where}) < {s.stop_ei_pct:g} % "
+                f"of the best {best_w:.1f} W"
+            )
         return False, f"expected improvement {ei[k]:.3g} W at {where} >= {limit:.3g} W"
 
     def best(self) -> Decision:
@@ -1076,7 +1159,7 @@ class Optimizer:
         pct = obj.percentile
         label = f"{_pct_text(pct)} <= {obj.sla_us:g} µs"
         met = [r for r in done if obj.met(r.measurement)]  # type: ignore[arg-type]
-        strict = replace(obj, sla_us=self._met_limit_us())   # used only with sla_check="ci"
+        strict = replace(obj, sla_us=self._met_limit_us())  # used only with sla_check="ci"
         margin = f" less {self.settings.sla_margin_pct:g} %" if self.settings.sla_margin_pct else ""
         sure = [r for r in met if strict.met_confidently(r.measurement)]  # type: ignore[arg-type]
         pool, how = (sure, f"with its 95 % CI{margin}") if self.settings.sla_check == "ci" and sure else (met, "")
@@ -1086,21 +1169,28 @@ class Optimizer:
             r = min(pool, key=lambda r: (r.reward, r.measurement.percentile(pct), r.index))  # type: ignore[union-attr]
             m = r.measurement
             assert m is not None
-            return Decision(r.point, m, True,
-                            f"best measured point meeting {label}{' ' + how if how else ''} "
-                            f"({len(pool)} of {len(done)} trials did): "
-                            f"{_pct_text(pct)} {m.percentile(pct):.0f} µs, {m.power_w:.1f} W")
+            return Decision(
+                r.point,
+                m,
+                True,
+                f"best measured point meeting {label}{' ' + how if how else ''} "
+                f"({len(pool)} of {len(done)} trials did): "
+                f"{_pct_text(pct)} {m.percentile(pct):.0f} µs, {m.power_w:.1f} W",
+            )
         if done:
             r = min(done, key=lambda r: (r.measurement.percentile(pct), r.measurement.power_w, r.index))  # type: ignore[union-attr]
             m = r.measurement
             assert m is not None
-            return Decision(r.point, m, False,
-                            f"no measured point met {label} in {len(done)} trial(s); applying the safest measured "
-                            f"point ({_pct_text(pct)} {m.percentile(pct):.0f} µs)")
+            return Decision(
+                r.point,
+                m,
+                False,
+                f"no measured point met {label} in {len(done)} trial(s); applying the safest measured "
+                f"point ({_pct_text(pct)} {m.percentile(pct):.0f} µs)",
+            )
         safe = OperatingPoint(self.space.itr_us[0], self.space.dvfs_ghz[-1])
         n_failed = sum(1 for r in self.retune_trials() if r.status == _STATUS_FAILED)
-        return Decision(safe, None, False,
-                        f"no trial completed ({n_failed} failed); applying the safe corner {safe}")
+        return Decision(safe, None, False, f"no trial completed ({n_failed} failed); applying the safe corner {safe}")
 
     def predict(self, points: Sequence[OperatingPoint], qps: float | None = None) -> list[Prediction]:
         """Model mean and SEM of the objective's percentile latency and power at `points`.
@@ -1117,8 +1207,9 @@ class Optimizer:
         except Exception:  # noqa: BLE001 - Ax raises UnsupportedError/others until a model is fitted
             preds = None
         out: list[Prediction] = []
-        measured = {r.point: r.measurement for r in self.trials() if r.measurement is not None
-                    and r.status == _STATUS_COMPLETED}
+        measured = {
+            r.point: r.measurement for r in self.trials() if r.measurement is not None and r.status == _STATUS_COMPLETED
+        }
         scale = self._scale
         for i, point in enumerate(points):
             if preds is not None and scale.metric in preds[i] and "power" in preds[i]:
@@ -1130,8 +1221,15 @@ class Optimizer:
                 m = measured[point]
                 assert m is not None
                 sem = latency_sem(m, self.objective.percentile)
-                out.append(Prediction(m.percentile(self.objective.percentile),
-                                      math.nan if sem is None else sem, m.power_w, power_sem(m), True))
+                out.append(
+                    Prediction(
+                        m.percentile(self.objective.percentile),
+                        math.nan if sem is None else sem,
+                        m.power_w,
+                        power_sem(m),
+                        True,
+                    )
+                )
             else:
                 out.append(Prediction(math.nan, math.nan, math.nan, math.nan, False))
         return out
@@ -1141,22 +1239,33 @@ class Optimizer:
         """Full state as JSON: objective, settings, knob space, trial records and the Ax experiment."""
         with _no_warnings():
             snapshot = self._client._to_json_snapshot()
-        return json.dumps({
-            "version": 1,
-            "name": self.name,
-            "objective": asdict(self.objective),
-            "settings": asdict(self.settings),
-            "space": {"itr_us": list(self.space.itr_us), "dvfs_ghz": list(self.space.dvfs_ghz)},
-            "trials": [_record_to_dict(r) for r in self.trials()],
-            "pending": {str(i): {"itr_us": p.point.itr_us, "dvfs_ghz": p.point.dvfs_ghz, "compute_s": p.compute_s,
-                                 "ax_index": p.ax_index, "load": p.load, "p_violation": p.p_violation,
-                                 "note": p.note, "line_t": p.line_t}
-                        for i, p in self._pending.items()},
-            "next_index": self._next_index,
-            "retune": {"start": self._retune_start, "load": self._load},
-            "line_t": {str(i): t for i, t in self._line_t.items()},
-            "ax": snapshot,
-        })
+        return json.dumps(
+            {
+                "version": 1,
+                "name": self.name,
+                "objective": asdict(self.objective),
+                "settings": asdict(self.settings),
+                "space": {"itr_us": list(self.space.itr_us), "dvfs_ghz": list(self.space.dvfs_ghz)},
+                "trials": [_record_to_dict(r) for r in self.trials()],
+                "pending": {
+                    str(i): {
+                        "itr_us": p.point.itr_us,
+                        "dvfs_ghz": p.point.dvfs_ghz,
+                        "compute_s": p.compute_s,
+                        "ax_index": p.ax_index,
+                        "load": p.load,
+                        "p_violation": p.p_violation,
+                        "note": p.note,
+                        "line_t": p.line_t,
+                    }
+                    for i, p in self._pending.items()
+                },
+                "next_index": self._next_index,
+                "retune": {"start": self._retune_start, "load": self._load},
+                "line_t": {str(i): t for i, t in self._line_t.items()},
+                "ax": snapshot,
+            }
+        )
 
     @classmethod
     def from_json(cls, text: str) -> Optimizer:
@@ -1171,16 +1280,25 @@ class Optimizer:
             obj = Objective(**d["objective"])
             # a state saved before `latency_metric` existed holds an experiment on the ln scale
             settings = TunerSettings(**{"latency_metric": "log", **d["settings"]})
-            space = KnobSpace(tuple(int(x) for x in d["space"]["itr_us"]), tuple(float(x) for x in d["space"]["dvfs_ghz"]))
+            space = KnobSpace(
+                tuple(int(x) for x in d["space"]["itr_us"]), tuple(float(x) for x in d["space"]["dvfs_ghz"])
+            )
             self = cls.__new__(cls)
             self.space, self.objective, self.settings, self.name = space, obj, settings, str(d["name"])
             self._itr = itr_candidates(space.itr_us, settings.itr_resolution_us)
             self._records = {r.index: r for r in (_record_from_dict(x) for x in d["trials"])}
             self._pending = {
-                int(i): _Pending(OperatingPoint(int(p["itr_us"]), float(p["dvfs_ghz"])), float(p["compute_s"]),
-                                 int(p.get("ax_index", i)), _opt_float(p.get("load")), _opt_float(p.get("p_violation")),
-                                 str(p.get("note") or ""), _opt_float(p.get("line_t")))
-                for i, p in d.get("pending", {}).items()}
+                int(i): _Pending(
+                    OperatingPoint(int(p["itr_us"]), float(p["dvfs_ghz"])),
+                    float(p["compute_s"]),
+                    int(p.get("ax_index", i)),
+                    _opt_float(p.get("load")),
+                    _opt_float(p.get("p_violation")),
+                    str(p.get("note") or ""),
+                    _opt_float(p.get("line_t")),
+                )
+                for i, p in d.get("pending", {}).items()
+            }
             used = [*self._records, *self._pending]
             self._next_index = int(d.get("next_index", max(used) + 1 if used else 0))
             retune = d.get("retune") or {}
@@ -1211,15 +1329,17 @@ def run_trial(host: Host, optimizer: Optimizer, settings: TunerSettings) -> Tria
     never be chosen (its CI's upper end would have to be within the limit), and measuring it longer only
     keeps users over or near the SLA -- or, the guard, after any chunk whose pooled CI is wholly above the SLA.
     """
-    measure: Callable[[], Measurement] = lambda: host.measure(settings.window_s)  # noqa: E731
+    measure: Callable[[], Measurement] = lambda: host.measure(settings.window_s)
     if settings.window_mode == "adaptive":
         from tuner.optimize.windowing import WindowPolicy, measure_window
 
-        policy = WindowPolicy.from_settings(settings, optimizer.objective.percentile,
-                                            stop_above_us=optimizer._met_limit_us(),
-                                            abort_above_us=optimizer.objective.sla_us if settings.window_guard
-                                            else None)
-        measure = lambda: measure_window(host, policy)  # noqa: E731
+        policy = WindowPolicy.from_settings(
+            settings,
+            optimizer.objective.percentile,
+            stop_above_us=optimizer._met_limit_us(),
+            abort_above_us=optimizer.objective.sla_us if settings.window_guard else None,
+        )
+        measure = lambda: measure_window(host, policy)
     index, point = optimizer.suggest()
     settle: Measurement | None = None
     qps = math.nan

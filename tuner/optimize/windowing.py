@@ -106,8 +106,9 @@ class WindowPolicy:
                 raise TunerError(f"window {name} {v!r}: expected µs > 0 or None")
 
     @classmethod
-    def from_settings(cls, settings: Any, percentile: float, stop_above_us: float | None = None,
-                      abort_above_us: float | None = None) -> WindowPolicy:
+    def from_settings(
+        cls, settings: Any, percentile: float, stop_above_us: float | None = None, abort_above_us: float | None = None
+    ) -> WindowPolicy:
         """The policy of `TunerSettings` (window_mode, window_ci_pct, window_min_s, window_s as max_s).
 
         `window_min_s` is capped at `window_s`, so a short fixed window setting stays valid.
@@ -144,8 +145,9 @@ def percentile_half_width(m: Measurement, percentile: float, confidence: float =
     return relative_half_width(est, lo, hi)
 
 
-def batch_half_width(estimates: Sequence[float], seconds: Sequence[float], reference: float,
-                     confidence: float = 0.95) -> float:
+def batch_half_width(
+    estimates: Sequence[float], seconds: Sequence[float], reference: float, confidence: float = 0.95
+) -> float:
     """Relative half-width of a batch-means CI from per-chunk estimates (pure); inf with < 2 chunks.
 
     Chunk i of length s_i is taken to estimate the same value with variance sigma^2 / s_i; the weighted
@@ -168,8 +170,14 @@ def batch_half_width(estimates: Sequence[float], seconds: Sequence[float], refer
     return float(student_t.ppf(0.5 + confidence / 2.0, k - 1)) * se / reference
 
 
-def next_chunk_s(elapsed_s: float, half_width: float, target: float, remaining_s: float, min_chunk_s: float,
-                 max_growth: float = MAX_GROWTH) -> float:
+def next_chunk_s(
+    elapsed_s: float,
+    half_width: float,
+    target: float,
+    remaining_s: float,
+    min_chunk_s: float,
+    max_growth: float = MAX_GROWTH,
+) -> float:
     """Length of the next chunk (pure): enough, by h ~ 1/sqrt(seconds), to reach `target`, within bounds.
 
     `half_width` and `target` are relative half-widths; unknown width (inf/nan) asks for the maximum.
@@ -254,8 +262,10 @@ def measure_window(host: Host, policy: WindowPolicy) -> Measurement:
         m = host.measure(chunk)
         asked += chunk
         if m.latency_dist is None or not m.ci_known:
-            raise TunerError(f"host {getattr(host, 'name', '?')!r}: a window chunk came back without a latency "
-                             "distribution after the first had one; cannot pool it (use window_mode fixed)")
+            raise TunerError(
+                f"host {getattr(host, 'name', '?')!r}: a window chunk came back without a latency "
+                "distribution after the first had one; cannot pool it (use window_mode fixed)"
+            )
         total = Measurement.merge(total, m)
         chunks.append(m)
 

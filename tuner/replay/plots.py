@@ -36,8 +36,8 @@ def sweep_heatmap(
     under the SLA is a star and Pareto-optimal points are circles.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
     from matplotlib.collections import LineCollection, PatchCollection
+    from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch, Rectangle
 
@@ -98,17 +98,41 @@ def sweep_heatmap(
         ax.add_collection(LineCollection(segments, colors="red", linewidths=2))
         handles.append(Line2D([], [], color="red", lw=2, label=f"SLA boundary: {pname} = {sla_us:g} µs"))
     if pareto:
-        ax.scatter([p.itr_us for p in pareto], [p.dvfs_ghz for p in pareto], s=18, facecolors="none",
-                   edgecolors="white", linewidths=1.2)
+        ax.scatter(
+            [p.itr_us for p in pareto],
+            [p.dvfs_ghz for p in pareto],
+            s=18,
+            facecolors="none",
+            edgecolors="white",
+            linewidths=1.2,
+        )
         handles.append(Line2D([], [], marker="o", ls="", mfc="none", mec="grey", label="Pareto-optimal"))
     if best is not None:
         ax.scatter([best.itr_us], [best.dvfs_ghz], marker="*", s=260, color="gold", edgecolors="black", zorder=5)
-        handles.append(Line2D([], [], marker="*", ls="", color="gold", mec="black", ms=14,
-                              label=f"min energy under SLA: ITR {best.itr_us} µs, {best.dvfs_ghz:g} GHz, "
-                                    f"{best.energy_j:.0f} J"))
+        handles.append(
+            Line2D(
+                [],
+                [],
+                marker="*",
+                ls="",
+                color="gold",
+                mec="black",
+                ms=14,
+                label=f"min energy under SLA: ITR {best.itr_us} µs, {best.dvfs_ghz:g} GHz, {best.energy_j:.0f} J",
+            )
+        )
     if not any(p.latency(percentile) <= sla_us for p in points):
-        ax.text(0.5, 0.5, f"no point meets {pname} <= {sla_us:g} µs", transform=ax.transAxes, ha="center",
-                va="center", fontsize=13, color="red", bbox={"facecolor": "white", "alpha": 0.85})
+        ax.text(
+            0.5,
+            0.5,
+            f"no point meets {pname} <= {sla_us:g} µs",
+            transform=ax.transAxes,
+            ha="center",
+            va="center",
+            fontsize=13,
+            color="red",
+            bbox={"facecolor": "white", "alpha": 0.85},
+        )
     if len(freqs) <= 20:  # label the measured values themselves, not round numbers between them
         ax.set_yticks(freqs, [f"{f:g}" for f in freqs])
     if len(itrs) <= 15:

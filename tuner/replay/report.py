@@ -50,31 +50,33 @@ def window_rows(result: ReplayResult) -> list[dict[str, Any]]:
     rows = []
     for policy, pr in result.policies.items():
         for w in pr.windows:
-            rows.append({
-                "policy": policy,
-                "day": w.day,
-                "window": w.index,
-                "start_s": w.start_s,
-                "qps": round(w.qps, 3),
-                "itr_us": "" if w.point is None else w.point.itr_us,
-                "dvfs_ghz": "" if w.point is None else w.point.dvfs_ghz,
-                f"p{pct:g}_us": "" if w.steady is None else round(w.latency_us(pct), 3),
-                f"p{pct:g}_ci_low_us": "" if w.steady is None else round(w.steady.latency_ci_us[pct][0], 3),
-                f"p{pct:g}_ci_high_us": "" if w.steady is None else round(w.steady.latency_ci_us[pct][1], 3),
-                "steady_power_w": "" if w.steady is None else round(w.steady.power_w, 4),
-                "power_w": round(w.power_w, 4) if math.isfinite(w.power_w) else "",
-                "energy_j": round(w.energy_j, 3),
-                "trials": w.trials,
-                "failed_trials": w.failed_trials,
-                "explore_s": round(w.explore_s, 3),
-                "explore_energy_j": round(w.explore_energy_j, 3),
-                "explore_above_sla_s": round(w.explore_above_sla_s, 3),
-                "trial_window_s": round(w.trial_window_s, 3),
-                "fixed_window_s": round(w.fixed_window_s, 3),
-                "sla_met": "" if w.met_sla is None else int(w.met_sla),
-                "note": w.note,
-                "error": w.error or "",
-            })
+            rows.append(
+                {
+                    "policy": policy,
+                    "day": w.day,
+                    "window": w.index,
+                    "start_s": w.start_s,
+                    "qps": round(w.qps, 3),
+                    "itr_us": "" if w.point is None else w.point.itr_us,
+                    "dvfs_ghz": "" if w.point is None else w.point.dvfs_ghz,
+                    f"p{pct:g}_us": "" if w.steady is None else round(w.latency_us(pct), 3),
+                    f"p{pct:g}_ci_low_us": "" if w.steady is None else round(w.steady.latency_ci_us[pct][0], 3),
+                    f"p{pct:g}_ci_high_us": "" if w.steady is None else round(w.steady.latency_ci_us[pct][1], 3),
+                    "steady_power_w": "" if w.steady is None else round(w.steady.power_w, 4),
+                    "power_w": round(w.power_w, 4) if math.isfinite(w.power_w) else "",
+                    "energy_j": round(w.energy_j, 3),
+                    "trials": w.trials,
+                    "failed_trials": w.failed_trials,
+                    "explore_s": round(w.explore_s, 3),
+                    "explore_energy_j": round(w.explore_energy_j, 3),
+                    "explore_above_sla_s": round(w.explore_above_sla_s, 3),
+                    "trial_window_s": round(w.trial_window_s, 3),
+                    "fixed_window_s": round(w.fixed_window_s, 3),
+                    "sla_met": "" if w.met_sla is None else int(w.met_sla),
+                    "note": w.note,
+                    "error": w.error or "",
+                }
+            )
     return rows
 
 
@@ -107,7 +109,7 @@ def trial_times(result: ReplayResult, start: float) -> list[float]:
     i = 0
     for w in pr.windows:
         t = start + w.start_s
-        for r in pr.trials[i:i + w.trials]:
+        for r in pr.trials[i : i + w.trials]:
             times.append(t)
             t += sum(m.seconds for m in (r.settle, r.measurement) if m is not None)
         i += w.trials
@@ -127,8 +129,13 @@ def write_trials(result: ReplayResult, path: Path) -> int:
     from tuner.store.history import write_trials as write_history
 
     start = float(result.meta.get("started_unix", time.time()))
-    return write_history(path, pr.trials, host=host_label(result.host or "replay"), objective=result.objective,
-                         times=trial_times(result, start))
+    return write_history(
+        path,
+        pr.trials,
+        host=host_label(result.host or "replay"),
+        objective=result.objective,
+        times=trial_times(result, start),
+    )
 
 
 def _json_default(x: Any) -> Any:
@@ -202,8 +209,9 @@ def write_plots(result: ReplayResult, out: Path) -> list[Path]:
     ax.axhline(sla, color="black", linestyle="--", linewidth=1, label=f"SLA {sla:g} µs")
     ax.set_xlabel(f"window start (h); windows of {width:.3g} h")
     ax.set_ylabel(f"steady-state p{pct:g} latency (µs)")
-    finite = [w.latency_us(pct) for p in policies for w in result.policies[p].windows
-              if math.isfinite(w.latency_us(pct))]
+    finite = [
+        w.latency_us(pct) for p in policies for w in result.policies[p].windows if math.isfinite(w.latency_us(pct))
+    ]
     if finite and max(finite) > 4 * sla:
         ax.set_yscale("log")
     else:
@@ -251,8 +259,17 @@ def print_report(result: ReplayResult, console: Any, *, per_window: bool = True)
     multi = len(days(result)) > 1
     if per_window and "tuner" in result.policies:
         t = Table(title=f"tuner per window ({result.objective.describe()})", show_lines=False)
-        for col in (("day",) if multi else ()) + ("win", "kQPS", "ITR µs", "GHz", f"p{pct:g} µs", "W", "kJ",
-                                                    "trials", "SLA"):
+        for col in (("day",) if multi else ()) + (
+            "win",
+            "kQPS",
+            "ITR µs",
+            "GHz",
+            f"p{pct:g} µs",
+            "W",
+            "kJ",
+            "trials",
+            "SLA",
+        ):
             t.add_column(col, justify="right")
         others = [p for p in ("linux-default", "oracle") if p in result.policies and result.policies[p].windows]
         for p in others:
@@ -262,49 +279,92 @@ def print_report(result: ReplayResult, console: Any, *, per_window: bool = True)
             met = "-" if w.met_sla is None else ("[green]yes[/]" if w.met_sla else "[red]NO[/]")
             fails = f" ({w.failed_trials} failed)" if w.failed_trials else ""
             row = ([str(w.day)] if multi else []) + [
-                str(w.index), f"{w.qps / 1000:.0f}",
+                str(w.index),
+                f"{w.qps / 1000:.0f}",
                 "-" if w.point is None else str(w.point.itr_us),
                 "-" if w.point is None else f"{w.point.dvfs_ghz:.1f}",
-                _fmt(w.latency_us(pct), ".0f"), _fmt(w.power_w, ".1f"), f"{w.energy_j / 1000:.1f}",
-                f"{w.trials}{fails}", met]
+                _fmt(w.latency_us(pct), ".0f"),
+                _fmt(w.power_w, ".1f"),
+                f"{w.energy_j / 1000:.1f}",
+                f"{w.trials}{fails}",
+                met,
+            ]
             for p in others:
                 ow = by_idx[p].get(w.index)
                 row.append("-" if ow is None else _fmt(ow.power_w, ".1f"))
             t.add_row(*row)
         console.print(t)
     if "tuner" in result.policies and result.policies["tuner"].available:
-        t = Table(title="tuner per day" + (" (contextual, one experiment)" if getattr(result.settings, "context", False)
-                                           else " (cold: a fresh experiment per window)"))
-        for col in ("day", "windows", "trials/retune", "energy kJ", "x oracle", "saved vs linux",
-                    "SLA-violating windows (significant)", "explore s > SLA (% of trial time)",
-                    "trial window s saved vs fixed (%)"):
+        t = Table(
+            title="tuner per day"
+            + (
+                " (contextual, one experiment)"
+                if getattr(result.settings, "context", False)
+                else " (cold: a fresh experiment per window)"
+            )
+        )
+        for col in (
+            "day",
+            "windows",
+            "trials/retune",
+            "energy kJ",
+            "x oracle",
+            "saved vs linux",
+            "SLA-violating windows (significant)",
+            "explore s > SLA (% of trial time)",
+            "trial window s saved vs fixed (%)",
+        ):
             t.add_column(col, justify="right")
         for d in day_summaries(result):
             ps = d["policies"]["tuner"]
-            t.add_row(str(d["day"]), str(ps["windows"]), _fmt(ps["trials_per_retune"], ".1f"),
-                      f"{ps['energy_j'] / 1000:.1f}", _fmt(ps["ratio_to_oracle"], ".3f"),
-                      _pct_cell(ps["saved_vs_linux_default_pct"]),
-                      f"{ps['sla_violating_windows']}/{ps['windows']} ({ps['sla_violating_windows_significant']})",
-                      f"{ps['explore_above_sla_s']:.0f} ({_pct_cell(ps['explore_above_sla_pct'])})",
-                      f"{ps['window_saved_s']:.0f} ({_pct_cell(ps['window_saved_pct'])})")
+            t.add_row(
+                str(d["day"]),
+                str(ps["windows"]),
+                _fmt(ps["trials_per_retune"], ".1f"),
+                f"{ps['energy_j'] / 1000:.1f}",
+                _fmt(ps["ratio_to_oracle"], ".3f"),
+                _pct_cell(ps["saved_vs_linux_default_pct"]),
+                f"{ps['sla_violating_windows']}/{ps['windows']} ({ps['sla_violating_windows_significant']})",
+                f"{ps['explore_above_sla_s']:.0f} ({_pct_cell(ps['explore_above_sla_pct'])})",
+                f"{ps['window_saved_s']:.0f} ({_pct_cell(ps['window_saved_pct'])})",
+            )
         console.print(t)
     s = summary(result)
-    t = Table(title=f"summary: {len(result.windows)} windows"
-              + (f" over {s['days']} days" if multi else "") + f", {result.objective.describe()}, host {result.host}")
-    for col in ("policy", "energy kJ", "saved vs linux", "x oracle", "SLA-violating windows (significant)",
-                "explore s > SLA (%)", "trials (failed)", "trials/retune", "median suggest s", "wall s"):
+    t = Table(
+        title=f"summary: {len(result.windows)} windows"
+        + (f" over {s['days']} days" if multi else "")
+        + f", {result.objective.describe()}, host {result.host}"
+    )
+    for col in (
+        "policy",
+        "energy kJ",
+        "saved vs linux",
+        "x oracle",
+        "SLA-violating windows (significant)",
+        "explore s > SLA (%)",
+        "trials (failed)",
+        "trials/retune",
+        "median suggest s",
+        "wall s",
+    ):
         t.add_column(col, justify="right")
     for p, ps in s["policies"].items():
         if not ps.get("available", True):
             t.add_row(p, "[dim]unavailable[/]", "", "", "", "", "", "", "", "")
             continue
-        t.add_row(p, f"{ps['energy_j'] / 1000:.1f}", _pct_cell(ps["saved_vs_linux_default_pct"]),
-                  _fmt(ps["ratio_to_oracle"], ".3f"),
-                  f"{ps['sla_violating_windows']}/{ps['windows']} ({ps['sla_violating_windows_significant']})",
-                  f"{ps['explore_above_sla_s']:.0f}" + (f" ({_pct_cell(ps['explore_above_sla_pct'])})"
-                                                        if ps["explore_s"] else ""),
-                  f"{ps['trials']} ({ps['failed_trials']})", _fmt(ps["trials_per_retune"], ".1f"),
-                  _fmt(ps["median_suggest_s"], ".2f"), f"{ps['wall_s']:.1f}")
+        t.add_row(
+            p,
+            f"{ps['energy_j'] / 1000:.1f}",
+            _pct_cell(ps["saved_vs_linux_default_pct"]),
+            _fmt(ps["ratio_to_oracle"], ".3f"),
+            f"{ps['sla_violating_windows']}/{ps['windows']} ({ps['sla_violating_windows_significant']})",
+            f"{ps['explore_above_sla_s']:.0f}"
+            + (f" ({_pct_cell(ps['explore_above_sla_pct'])})" if ps["explore_s"] else ""),
+            f"{ps['trials']} ({ps['failed_trials']})",
+            _fmt(ps["trials_per_retune"], ".1f"),
+            _fmt(ps["median_suggest_s"], ".2f"),
+            f"{ps['wall_s']:.1f}",
+        )
     console.print(t)
     for p, ps in s["policies"].items():
         if ps.get("note") and (not ps.get("available", True) or p == "tuner"):

@@ -39,12 +39,25 @@ POLICIES: tuple[str, ...] = ("tuner", "linux-default", "static-performance", "or
 #: `warm` turns them all on: load as context (one experiment for the whole replay), the stopping rule,
 #: safe exploration (delta 5 %) and statistically sized (adaptive) trial windows.
 TUNER_PRESETS: dict[str, dict[str, Any]] = {
-    "cold": {"trials": 30, "context": False, "stop_ei_pct": 0.0, "safe_delta": 0.0, "window_mode": "fixed",
-             "itr_resolution_us": 8},
+    "cold": {
+        "trials": 30,
+        "context": False,
+        "stop_ei_pct": 0.0,
+        "safe_delta": 0.0,
+        "window_mode": "fixed",
+        "itr_resolution_us": 8,
+    },
     # 16 µs ITR grid: half the candidates of 8 µs for Ax's acquisition and the safety filter's predictions,
     # within the 0.5 s per trial target, same energy (README, section "replay")
-    "warm": {"trials": 30, "context": True, "stop_ei_pct": 1.0, "safe_delta": 0.05, "window_mode": "adaptive",
-             "itr_resolution_us": 16, "safe_sd_scale": 2.0},
+    "warm": {
+        "trials": 30,
+        "context": True,
+        "stop_ei_pct": 1.0,
+        "safe_delta": 0.05,
+        "window_mode": "adaptive",
+        "itr_resolution_us": 16,
+        "safe_sd_scale": 2.0,
+    },
 }
 
 
@@ -173,7 +186,9 @@ ORACLE_COARSE_STRIDE = 16
 ORACLE_REFINE = 2
 
 
-def oracle_point(host: Any, objective: Objective, qps: float, *, exhaustive: bool = False) -> tuple[OperatingPoint, str]:
+def oracle_point(
+    host: Any, objective: Objective, qps: float, *, exhaustive: bool = False
+) -> tuple[OperatingPoint, str]:
     """The lowest-power point whose expected percentile meets the SLA at `qps` (host.expected, noise-free).
 
     Every frequency is searched. ITR: `exhaustive=True` evaluates every host value; otherwise a coarse pass
@@ -195,14 +210,15 @@ def oracle_point(host: Any, objective: Objective, qps: float, *, exhaustive: boo
             cache.setdefault(p.itr_us, []).append((e.power_w, e.latency_us[pct], p))
 
     def feasible() -> list[tuple[float, int, float, OperatingPoint]]:
-        return sorted((pw, p.itr_us, p.dvfs_ghz, p) for rows in cache.values() for pw, lat, p in rows
-                      if lat <= objective.sla_us)
+        return sorted(
+            (pw, p.itr_us, p.dvfs_ghz, p) for rows in cache.values() for pw, lat, p in rows if lat <= objective.sla_us
+        )
 
     if exhaustive:
         evaluate(knobs.itr_us)
         how = f"exhaustive over {len(knobs.itr_us) * len(knobs.dvfs_ghz)} points"
     else:
-        stride = knobs.itr_us[::ORACLE_COARSE_STRIDE // max(_step(knobs.itr_us), 1) or 1]
+        stride = knobs.itr_us[:: ORACLE_COARSE_STRIDE // max(_step(knobs.itr_us), 1) or 1]
         evaluate(stride)
         width = ORACLE_COARSE_STRIDE + 1
         tops: list[int] = []
@@ -226,13 +242,21 @@ def _step(values: Sequence[int]) -> int:
 
 def _set_load(host: Host, qps: float) -> None:
     if not isinstance(host, LoadControl):
-        raise TunerError(f"host {getattr(host, 'name', '?')!r} cannot set its offered load (no set_offered_qps): "
-                         "replay needs a host with load control, e.g. --host sim")
+        raise TunerError(
+            f"host {getattr(host, 'name', '?')!r} cannot set its offered load (no set_offered_qps): "
+            "replay needs a host with load control, e.g. --host sim"
+        )
     host.set_offered_qps(qps)
 
 
-def _run_tuner_window(host: Host, w: ReplayWindow, objective: Objective, settings: TunerSettings,
-                      progress: Progress | None, opt: Optimizer) -> tuple[WindowResult, list[TrialRecord]]:
+def _run_tuner_window(
+    host: Host,
+    w: ReplayWindow,
+    objective: Objective,
+    settings: TunerSettings,
+    progress: Progress | None,
+    opt: Optimizer,
+) -> tuple[WindowResult, list[TrialRecord]]:
     """One window of the `tuner` policy with optimiser `opt` (fresh or persistent): retune, then hold.
 
     The retune also stops when its trials have used up the window (`should_stop`); `run_retune` calls
@@ -266,19 +290,41 @@ def _run_tuner_window(host: Host, w: ReplayWindow, objective: Objective, setting
     energy = explore_e + (steady.energy_j if steady is not None else 0.0)
     elapsed = explore_s + (steady.seconds if steady is not None else 0.0)
     return WindowResult(
-        policy="tuner", index=w.index, start_s=w.start_s, seconds=w.seconds, qps=w.qps, point=decision.point,
-        steady=steady, energy_j=energy, elapsed_s=elapsed, trials=len(recs),
-        failed_trials=sum(1 for r in recs if r.status == "failed"), explore_s=explore_s,
-        explore_energy_j=explore_e, explore_above_sla_s=above, suggest_s=tuple(r.compute_s for r in recs),
-        met_sla=_met(objective, steady), note=decision.reason, error=error, day=w.day,
-        trial_window_s=sum(m.seconds for m in measured), fixed_window_s=len(measured) * settings.window_s,
-        gated_trials=len(gated), gated_p_sum=sum(float(r.p_violation) for r in gated),  # type: ignore[arg-type]
+        policy="tuner",
+        index=w.index,
+        start_s=w.start_s,
+        seconds=w.seconds,
+        qps=w.qps,
+        point=decision.point,
+        steady=steady,
+        energy_j=energy,
+        elapsed_s=elapsed,
+        trials=len(recs),
+        failed_trials=sum(1 for r in recs if r.status == "failed"),
+        explore_s=explore_s,
+        explore_energy_j=explore_e,
+        explore_above_sla_s=above,
+        suggest_s=tuple(r.compute_s for r in recs),
+        met_sla=_met(objective, steady),
+        note=decision.reason,
+        error=error,
+        day=w.day,
+        trial_window_s=sum(m.seconds for m in measured),
+        fixed_window_s=len(measured) * settings.window_s,
+        gated_trials=len(gated),
+        gated_p_sum=sum(float(r.p_violation) for r in gated),  # type: ignore[arg-type]
         gated_over=sum(1 for r in gated if not objective.met(r.measurement)),  # type: ignore[arg-type]
     ), recs
 
 
-def _run_static_window(policy: str, host: Host, w: ReplayWindow, objective: Objective,
-                       oracle_exhaustive: bool = False, oracle_memo: dict | None = None) -> WindowResult:
+def _run_static_window(
+    policy: str,
+    host: Host,
+    w: ReplayWindow,
+    objective: Objective,
+    oracle_exhaustive: bool = False,
+    oracle_memo: dict | None = None,
+) -> WindowResult:
     note = ""
     point: OperatingPoint | None
     if policy == "linux-default":
@@ -303,10 +349,34 @@ def _run_static_window(policy: str, host: Host, w: ReplayWindow, objective: Obje
     try:
         m = host.measure(w.seconds)
     except Exception as exc:  # noqa: BLE001
-        return WindowResult(policy, w.index, w.start_s, w.seconds, w.qps, point, None, 0.0, 0.0,
-                            note=note, error=f"measurement failed: {type(exc).__name__}: {exc}", day=w.day)
-    return WindowResult(policy, w.index, w.start_s, w.seconds, w.qps, point, m, m.energy_j, m.seconds,
-                        met_sla=objective.met(m), note=note, day=w.day)
+        return WindowResult(
+            policy,
+            w.index,
+            w.start_s,
+            w.seconds,
+            w.qps,
+            point,
+            None,
+            0.0,
+            0.0,
+            note=note,
+            error=f"measurement failed: {type(exc).__name__}: {exc}",
+            day=w.day,
+        )
+    return WindowResult(
+        policy,
+        w.index,
+        w.start_s,
+        w.seconds,
+        w.qps,
+        point,
+        m,
+        m.energy_j,
+        m.seconds,
+        met_sla=objective.met(m),
+        note=note,
+        day=w.day,
+    )
 
 
 def replay(
@@ -334,12 +404,20 @@ def replay(
         raise TunerError("the schedule has no window to replay")
     context = bool(getattr(settings, "context", False))
     if history and not context:
-        raise TunerError("trial history needs the contextual tuner (settings.context / --context): the cold "
-                         "tuner starts a fresh experiment per window with no load input")
+        raise TunerError(
+            "trial history needs the contextual tuner (settings.context / --context): the cold "
+            "tuner starts a fresh experiment per window with no load input"
+        )
     t_all = time.perf_counter()
-    result = ReplayResult(objective, settings, host_label, settings.seed, source,
-                          tuple(ReplayWindow(w.index, w.start_s, w.seconds, w.qps, getattr(w, "day", 0))
-                                for w in windows), {})
+    result = ReplayResult(
+        objective,
+        settings,
+        host_label,
+        settings.seed,
+        source,
+        tuple(ReplayWindow(w.index, w.start_s, w.seconds, w.qps, getattr(w, "day", 0)) for w in windows),
+        {},
+    )
     result.meta["started_unix"] = time.time()
     for policy in policies:
         host = make_host()
@@ -359,14 +437,18 @@ def replay(
                 persistent = Optimizer(host.knobs(), objective, settings, name="replay")
                 if history:
                     pr.history_used = persistent.add_history(history)
-                pr.note = (f"contextual tuner, one experiment for {len(result.windows)} windows"
-                           + (f", seeded with {pr.history_used} of {len(history)} history trials" if history else ""))
+                pr.note = f"contextual tuner, one experiment for {len(result.windows)} windows" + (
+                    f", seeded with {pr.history_used} of {len(history)} history trials" if history else ""
+                )
             for w in result.windows:
                 _set_load(host, w.qps)
                 if policy == "tuner":
-                    opt = persistent or Optimizer(host.knobs(), objective,
-                                                  replace(settings, seed=settings.seed + w.index),
-                                                  name=f"replay-w{w.index}")
+                    opt = persistent or Optimizer(
+                        host.knobs(),
+                        objective,
+                        replace(settings, seed=settings.seed + w.index),
+                        name=f"replay-w{w.index}",
+                    )
                     wr, recs = _run_tuner_window(host, w, objective, settings, progress, opt)
                     pr.trials.extend(recs)
                 else:
@@ -435,7 +517,8 @@ def policy_summary(result: ReplayResult, policy: str, day: int | None = None) ->
         "ratio_to_oracle": (energy / oracle_e) if oracle_e else None,
         "sla_violating_windows": sum(1 for w in ws if w.met_sla is False),
         "sla_violating_windows_significant": sum(
-            1 for w in ws if w.steady is not None and result.objective.violated_confidently(w.steady)),
+            1 for w in ws if w.steady is not None and result.objective.violated_confidently(w.steady)
+        ),
         "windows_without_steady_state": sum(1 for w in ws if w.steady is None),
         "explore_s": explore_s,
         "explore_above_sla_s": above,
@@ -467,6 +550,11 @@ def day_summaries(result: ReplayResult) -> list[dict[str, Any]]:
     """Per day of the schedule: `{"day", "windows", "policies": {policy: policy_summary(..., day)}}`."""
     out = []
     for d in days(result):
-        out.append({"day": d, "windows": sum(1 for w in result.windows if w.day == d),
-                    "policies": {p: policy_summary(result, p, day=d) for p in result.policies}})
+        out.append(
+            {
+                "day": d,
+                "windows": sum(1 for w in result.windows if w.day == d),
+                "policies": {p: policy_summary(result, p, day=d) for p in result.policies},
+            }
+        )
     return out

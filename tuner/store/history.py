@@ -61,17 +61,30 @@ class HistoryEntry:
         drop duplicates when the same trial reaches a file twice (re-import, several sources)."""
         m = self.record.measurement
         assert m is not None
-        return (self.record.point.itr_us, round(self.record.point.dvfs_ghz, 4), round(self.record.qps, 3),
-                round(m.seconds, 6), round(m.energy_j, 6))
+        return (
+            self.record.point.itr_us,
+            round(self.record.point.dvfs_ghz, 4),
+            round(self.record.qps, 3),
+            round(m.seconds, 6),
+            round(m.energy_j, 6),
+        )
 
     def to_line(self) -> str:
         r = self.record
         assert r.measurement is not None
-        return json.dumps({
-            "schema": SCHEMA, "host": self.host, "time": self.time, "objective": asdict(self.objective),
-            "point": {"itr_us": r.point.itr_us, "dvfs_ghz": r.point.dvfs_ghz}, "qps": r.qps,
-            "measurement": r.measurement.to_dict(),
-        }, separators=(",", ":"), allow_nan=False)
+        return json.dumps(
+            {
+                "schema": SCHEMA,
+                "host": self.host,
+                "time": self.time,
+                "objective": asdict(self.objective),
+                "point": {"itr_us": r.point.itr_us, "dvfs_ghz": r.point.dvfs_ghz},
+                "qps": r.qps,
+                "measurement": r.measurement.to_dict(),
+            },
+            separators=(",", ":"),
+            allow_nan=False,
+        )
 
 
 def host_label(name: str) -> str:
@@ -91,8 +104,13 @@ def as_objective(objective: Objective | Mapping[str, Any]) -> Objective:
     return Objective(**{k: objective[k] for k in ("reward", "percentile", "sla_us") if k in objective})
 
 
-def entries_from_records(records: Iterable[TrialRecord], *, host: str, objective: Objective | Mapping[str, Any],
-                         times: Sequence[float] | None = None) -> list[HistoryEntry]:
+def entries_from_records(
+    records: Iterable[TrialRecord],
+    *,
+    host: str,
+    objective: Objective | Mapping[str, Any],
+    times: Sequence[float] | None = None,
+) -> list[HistoryEntry]:
     """History entries for the exportable records (failed ones dropped); `times[i]` is record i's time
     (default: now)."""
     obj = as_objective(objective)
@@ -121,8 +139,14 @@ def write_entries(path: str | Path, entries: Iterable[HistoryEntry]) -> int:
     return len(lines)
 
 
-def write_trials(path: str | Path, records: Iterable[TrialRecord], *, host: str,
-                 objective: Objective | Mapping[str, Any], times: Sequence[float] | None = None) -> int:
+def write_trials(
+    path: str | Path,
+    records: Iterable[TrialRecord],
+    *,
+    host: str,
+    objective: Objective | Mapping[str, Any],
+    times: Sequence[float] | None = None,
+) -> int:
     """Write the completed `records` to `path` (atomic; failed trials are skipped); returns how many."""
     return write_entries(path, entries_from_records(records, host=host, objective=objective, times=times))
 
@@ -138,8 +162,12 @@ def _number(d: Mapping[str, Any], key: str, where: str, *, minimum: float = 0.0,
     if key not in d:
         raise _Bad(f"{where}{key}: expected a number, got nothing (missing)")
     v = d[key]
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
-            or (v <= minimum if strict else v < minimum):
+    if (
+        isinstance(v, bool)
+        or not isinstance(v, (int, float))
+        or not math.isfinite(v)
+        or (v <= minimum if strict else v < minimum)
+    ):
         raise _Bad(f"{where}{key}: expected a finite number {'>' if strict else '>='} {minimum:g}, got {v!r}")
     return float(v)
 
@@ -164,16 +192,19 @@ def _parse_measurement(d: Any, pct: float) -> Measurement:
         raise _Bad(f"measurement: expected Measurement.to_dict() fields ({what})") from None
     for p, v in m.latency_us.items():
         if p not in PERCENTILES:
-            raise _Bad(f"measurement.latency_us: expected percentiles among "
-                       f"{', '.join(f'{x:g}' for x in PERCENTILES)}, got {p:g}")
+            raise _Bad(
+                f"measurement.latency_us: expected percentiles among "
+                f"{', '.join(f'{x:g}' for x in PERCENTILES)}, got {p:g}"
+            )
         if not (math.isfinite(v) and v > 0):
             raise _Bad(f"measurement.latency_us.{p:g}: expected a finite latency > 0 µs, got {v!r}")
     if pct not in m.latency_us:
         raise _Bad(f"measurement.latency_us: expected the objective's percentile {pct:g}")
     for p, (lo, hi) in m.latency_ci_us.items():
         if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
-            raise _Bad(f"measurement.latency_ci_us.{p:g}: expected finite [low, high] with low <= high, "
-                       f"got [{lo!r}, {hi!r}]")
+            raise _Bad(
+                f"measurement.latency_ci_us.{p:g}: expected finite [low, high] with low <= high, got [{lo!r}, {hi!r}]"
+            )
     if not m.requests >= 0:
         raise _Bad(f"measurement.requests: expected an integer >= 0, got {m.requests!r}")
     return m
@@ -198,7 +229,7 @@ def _parse_line(d: Any, index: int, space: KnobSpace | None) -> HistoryEntry:
         raise _Bad(f"objective: {exc}") from None
     p = d.get("point")
     if not isinstance(p, dict):
-        raise _Bad(f"point: expected an object {{\"itr_us\": int, \"dvfs_ghz\": number}}, got {p!r}")
+        raise _Bad(f'point: expected an object {{"itr_us": int, "dvfs_ghz": number}}, got {p!r}')
     itr = p.get("itr_us")
     if isinstance(itr, bool) or not isinstance(itr, int) or itr < 0:
         raise _Bad(f"point.itr_us: expected an integer >= 0 (µs), got {itr!r}")
@@ -346,13 +377,30 @@ class HistoryStore:
                 seen.add(e.key())
                 added.append(e)
             if added:
-                merged = sorted(old + added, key=lambda e: e.time)[-self.keep:] if self.keep > 0 else []
+                merged = sorted(old + added, key=lambda e: e.time)[-self.keep :] if self.keep > 0 else []
                 write_entries(self.path, merged)
             return len(added), len(new) - len(added)
         finally:
             os.close(fd)  # releases the lock
 
 
-__all__ = ["SCHEMA", "HISTORY_FILE", "REPLAY_TRIALS_FILE", "KEEP_TRIALS", "HistoryEntry", "HistoryStore",
-           "as_objective", "dedupe", "entries_from_records", "host_label", "in_space", "is_exportable",
-           "iter_entries", "objective_reward", "read_entries", "read_trials", "write_entries", "write_trials"]
+__all__ = [
+    "SCHEMA",
+    "HISTORY_FILE",
+    "REPLAY_TRIALS_FILE",
+    "KEEP_TRIALS",
+    "HistoryEntry",
+    "HistoryStore",
+    "as_objective",
+    "dedupe",
+    "entries_from_records",
+    "host_label",
+    "in_space",
+    "is_exportable",
+    "iter_entries",
+    "objective_reward",
+    "read_entries",
+    "read_trials",
+    "write_entries",
+    "write_trials",
+]
