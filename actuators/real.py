@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from actuators.host import KnobSpace, Measurement, OperatingPoint
+from actuators.hwclass import HardwareClass
 from actuators.linux.dvfs import DvfsBackend, choose_backend, parse_cpu_list
 from actuators.linux.hwio import HardwareIO, NicIoctl, Transaction, UnavailableNic
 from actuators.linux.itr import NicItr, physical_interfaces
@@ -159,6 +160,27 @@ class RealHost:
             energy_by_zone_j=dict(reading.by_zone_j),
             ci_known=bool(getattr(window, "ci_known", True)),
             latency_dist=getattr(window, "latency_dist", None),
+        )
+
+    def hardware_class(self) -> HardwareClass:
+        """This machine's class: /proc/cpuinfo's model, online cores, the tuned NIC's driver (sysfs link),
+        memcached's `stats` version (when the QPS source is memcached) and the kernel release. Reads only."""
+        from actuators import hwclass
+
+        root = self.io.root
+        version = hwclass.UNKNOWN
+        snapshot = getattr(self.qps, "snapshot", None)
+        if callable(snapshot):
+            try:
+                version = str(getattr(snapshot(), "version", "") or hwclass.UNKNOWN)
+            except HostError:
+                version = hwclass.UNKNOWN
+        return HardwareClass(
+            cpu_model=hwclass.cpu_model(root),
+            cores=hwclass.online_cores(root),
+            nic_driver=hwclass.nic_driver(root, self.itr.ifaces[0] if self.itr is not None else None),
+            memcached_version=version if version != "?" else hwclass.UNKNOWN,
+            kernel=hwclass.kernel_release(root),
         )
 
     def close(self) -> None:
