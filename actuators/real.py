@@ -237,6 +237,7 @@ def make_real_host(
     latency: dict[str, Any] | LatencySource | None = None,
     parts: tuple[str, ...] = ("itr", "dvfs", "energy", "qps", "latency"),
     nic: NicIoctl | None = None,
+    live_root: bool = False,
 ) -> RealHost:
     """Build a `RealHost` (the `real` host of `tuner.hosts.make_host`; keys match `[host.options]`).
 
@@ -245,10 +246,15 @@ def make_real_host(
     `qps`: a `QpsSource` or a spec (`memcached:HOST:PORT`, `memcached:unix:/path`, `nic:IFACE`);
     `latency`: a `LatencySource` or a table `{kind = "prober" | "prometheus" | "command" | "file", ...}`
     whose other keys go to that source (prober: `target`, `rate_hz`, ...); `parts`: which
-    components to build (the manual `tuner set` builds only what it needs).
+    components to build (the manual `tuner set` builds only what it needs). `live_root`: `root` is this
+    kernel's own /sys and /proc mounted elsewhere (a container with the host's paths under /host, where the
+    runtime masks /sys/devices/virtual/powercap), so NIC coalescing goes to the live kernel's ethtool
+    ioctl, as with root `/`; a fake tree (the default for root != `/`) never reaches a real NIC.
     """
     root = Path(root)
-    io = HardwareIO(root, nic if nic is not None else (default_nic(root) if "itr" in parts else None), dry_run)
+    if nic is None and "itr" in parts:
+        nic = default_nic(Path("/") if live_root else root)
+    io = HardwareIO(root, nic, dry_run)
     store = OriginalsStore(Path(state_dir) if state_dir else default_state_dir(root), root)
     host = RealHost(io, store)
     if "itr" in parts:
