@@ -3,9 +3,9 @@
 For each SLA (99 % < 500 µs, 90 % < 500 µs, 99 % < 200 µs) and seed, replays the bundled 24 h sample trace
 (peak 600 kQPS, hourly windows, 30 trials per retune) under tuner, linux-default and oracle, and reports:
 energy saved vs linux-default, ratio to the oracle, steady-state SLA-violating windows, exploration seconds
-above the SLA, median compute time per Ax suggestion, and wall time per replay. Targets (issue 3):
->= 45 % saved at 99 < 500 with 0 violating windows, <= 1.10 x oracle, <= 0.5 s median per suggestion,
-full 24-window replay <= 300 s.
+above the SLA, median compute time per Ax suggestion, and wall time per replay. Targets (why: docs/benchmarks.md):
+>= 45 % saved at 99 < 500 with 0 violating windows (the dissertation's tuner saves ~50 % on its 24 h
+replay), <= 1.10 x oracle, <= 0.5 s median per suggestion, full 24-window replay <= 300 s.
 
     .venv/bin/python bench/replay.py [--seeds 5] [--hours 24] [--rewards constrained] [--slas 99:500,90:500,99:200]
     .venv/bin/python bench/replay.py --quick      # 6 windows (hours 12-17), 2 seeds: for iteration
@@ -15,7 +15,7 @@ full 24-window replay <= 300 s.
 The oracle's point per (window load, SLA) does not depend on the seed and is computed once (coarse-to-fine;
 `--check-oracle` also compares it with the exhaustive grid on the first SLA's windows).
 
-Multi-day (issue 6), `--days N` (N >= 2): the day (after --start-hour/--hours) is repeated N times with seeded
+Multi-day (does a tuner that remembers need fewer trials after day 0?), `--days N` (N >= 2): the day (after --start-hour/--hours) is repeated N times with seeded
 day-to-day noise (`traces.schedule.repeat_days`, `--day-noise 0.05`, `--schedule-seed 0`; the same schedule for
 every seed and variant), then `--every` keeps every N-th window of EACH day. Per seed, linux-default and the
 oracle run once, and each tuner variant runs on its own host of that seed: `cold` (the dissertation's tuner,
@@ -279,7 +279,7 @@ DAY_KEYS = (
 
 
 def multi_day(args: argparse.Namespace) -> int:
-    """The issue-6 benchmark: cold vs warm tuner (and ablations) over a multi-day noisy schedule."""
+    """The multi-day benchmark: cold vs warm tuner (and ablations) over a multi-day noisy schedule."""
     from dataclasses import asdict
 
     from traces.schedule import DEFAULT_DAY_NOISE, load_schedule, repeat_days, sample_trace_path

@@ -1,4 +1,4 @@
-"""Issue 6 optimiser features: load as context, warm start from history, stopping rule, safe exploration."""
+"""The learning optimiser's features: load as context, warm start from history, stopping rule, safe exploration."""
 
 from __future__ import annotations
 

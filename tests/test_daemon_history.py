@@ -1,4 +1,4 @@
-"""The daemon's history store and warm start (issue 6): imported trials seed the next retune's optimiser,
+"""The daemon's history store and warm start: imported trials seed the next retune's optimiser,
 every retune appends its completed trials, the store survives restarts, the stopping rule ends a retune early.
 In process with the fake host and the light optimiser (50 ms windows)."""
 

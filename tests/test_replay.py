@@ -147,7 +147,7 @@ def test_cli_short_replay_writes_report(tmp_path: Path, capsys: pytest.CaptureFi
     s = json.loads((out / "summary.json").read_text())
     assert s["windows"] == 3 and s["peak_qps"] == pytest.approx(200_000)
     assert set(s["policies"]) == {"tuner", "linux-default", "static-performance", "oracle"}
-    # the default tuner is the warm preset (issue 6's benchmark): contextual, stopping rule, safety, adaptive
+    # the default tuner is the warm preset (the 3-day benchmark chose it): contextual, stopping rule, safety, adaptive
     # windows -- so at most the 3 trials per window, at least min_trials (2)
     assert s["settings"]["context"] is True and s["settings"]["window_mode"] == "adaptive"
     assert s["settings"]["safe_delta"] == 0.05 and s["settings"]["stop_ei_pct"] == 1.0
@@ -243,7 +243,7 @@ def test_coarse_to_fine_oracle_matches_exhaustive(qps: float) -> None:
     assert fine == full
 
 
-# ------------------------------------------------------------------------------------- multi-day, issue 6
+# ------------------------------------------------------------------------------------- multi-day, warm vs cold
 
 
 def _days(n: int, noise: float = 0.05) -> tuple[ReplayWindow, ...]:

@@ -1,4 +1,4 @@
-"""SimHost against the dissertation's measurements (issue 2, sec. 4); each tolerance is written next to its
+"""SimHost against the dissertation's measurements; each tolerance is written next to its
 assert and defined in `actuators.sim.calibration`.  Uses noise-free `expected()` (the replay oracle's view)."""
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def test_max_qps_at_fastest_settings(host):
 
 @pytest.mark.xfail(
     strict=True,
-    reason="known miss (README sim table): 600K <= 1.5 GHz violates the SLA where the fit "
+    reason="known miss (docs/simulator.md): 600K <= 1.5 GHz violates the SLA where the fit "
     "does not (1.3 GHz saturates), 24/40 within; short ITR (2-10 µs, TX-completion interrupts double "
     "the wake-ups) runs high: 400K 37/44 ((2, 1.3) 263 vs 163 µs), 200K 42/44 ((2, 1.3) 102 vs 77)",
 )
@@ -90,7 +90,7 @@ def test_p99_follows_eq63(host, qps):
 
 @pytest.mark.xfail(
     strict=True,
-    reason="known miss (README sim table): even on SLA-meeting points, 600K ITR 2 at "
+    reason="known miss (docs/simulator.md): even on SLA-meeting points, 600K ITR 2 at "
     ">= 2.1 GHz +42..+60 %; 400K (2, 1.3) +61 %, (2, 2.9) +40 % (60 vs 43 µs); 200K (2, 1.3) +31 %",
 )
 @pytest.mark.parametrize("qps", [200_000.0, 400_000.0, 600_000.0])
@@ -110,7 +110,7 @@ def test_p99_follows_eq63_on_sla_meeting_points(host, qps):
 
 @pytest.mark.parametrize("qps", [200_000.0, 400_000.0, 600_000.0])
 def test_p99_follows_eq63_where_batching_dominates(host, qps):
-    # regression guard for what the model does reproduce (NOT the issue's full target, see the xfails above):
+    # regression guard for what the model does reproduce (NOT the full eq. 6.3 target, see the xfails above):
     # wherever ITR >= 200 µs (batching sets the tail, phi * ITR), the p99 stays within ±20 % of eq. 6.3 at
     # every sampled point the fit puts <= 600 µs, SLA met or not.  Excluded at 600K: <= 1.5 GHz, where the
     # simulated core saturates (the fit: 470-576 µs), the price of the 600K optimum at >= 1.5 GHz.

@@ -47,6 +47,8 @@ class MemcachedAddress:
             host, _, port_text = spec.rpartition(":") if ":" in spec else (spec, "", "")
         if not host:
             raise HostError(f"memcached address {text!r}: expected host:port or unix:/path")
+        if spec.endswith(":"):
+            raise HostError(f"memcached address {text!r}: the port after ':' is missing (memcached's is 11211)")
         try:
             port = int(port_text) if port_text else DEFAULT_PORT
         except ValueError:

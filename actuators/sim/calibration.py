@@ -1,7 +1,7 @@
-"""Calibration of `SimHost` against the dissertation (issue 2, sec. 4): pure functions over `expected()`.
+"""Calibration of `SimHost` against the dissertation's measurements: pure functions over `expected()`.
 
 Each target lists the dissertation's value and the accepted range; `calibration(host)` evaluates all of
-them, `format_table` renders the simulator-vs-dissertation table used in the README (`bench/sim.py
+them, `format_table` renders the simulator-vs-dissertation table in docs/simulator.md (`bench/sim.py
 --calibration` prints it).
 
 Eq. 6.3 units: t = Z / DVFS^(1 + alpha) + phi * ITR with DVFS in GHz and Z, t, ITR in µs.  That reading gives
@@ -19,13 +19,13 @@ from actuators.sim.host import Expected, SimHost
 SLA_US = 500.0
 #: Table 6.1, Linux column: QPS -> (Z µs, alpha, phi).
 TABLE_6_1 = {200_000.0: (86.3, -0.48, 1.09), 400_000.0: (251.67, 0.71, 1.08), 600_000.0: (687.97, 1.34, 1.02)}
-#: Table 5.1, Linux-static energy-optimal (ITR µs, DVFS GHz) per QPS, as quoted in the issue.
+#: Table 5.1, Linux-static energy-optimal (ITR µs, DVFS GHz) per QPS, (dissertation ch. 5.3).
 TABLE_5_1 = {200_000.0: (350, 1.3), 400_000.0: (300, 1.3), 600_000.0: (300, 1.7)}
 #: Accepted location of the energy-optimal static point: (ITR lo, ITR hi, DVFS lo, DVFS hi).
 OPTIMUM_RANGE = {200_000.0: (250, 450, 1.2, 1.4), 400_000.0: (250, 450, 1.2, 1.4), 600_000.0: (200, 400, 1.5, 1.9)}
 OPT_POWER_W = (45.0, 80.0)  # package power at the energy-optimal points (table 5.1: 1050-1471 J / 20 s)
 IDLE_POWER_W = (20.0, 35.0)
-#: Linux default energy / energy-optimal static energy, per QPS.  Issue 2 accepts 1.4-2.5x; the dissertation
+#: Linux default energy / energy-optimal static energy, per QPS.  The dissertation
 #: itself: at 400K "Linux-static can ... save up over 2X in energy over normal Linux" (ch. 5.2.2, seed text
 #: line ~1154), and its 24 h trace saves "over 50%" / "up to 50%" (abstract line ~81, ch. 7.4 line ~1552).
 DEFAULT_RATIO = {200_000.0: (1.7, 2.5), 400_000.0: (2.0, 2.5)}

@@ -3,7 +3,7 @@
 Defaults: the bundled synthetic 24 h sample trace, the simulated host, peak 600 kQPS (the dissertation's
 Twitter replay on a 16-core E5-2690 spans roughly 200-600 kQPS), hourly windows, 30 trials per retune, one day.
 `--days N` repeats the day with seeded day-to-day noise (`traces.schedule.repeat_days`); `--tuner cold|warm`
-and the issue-6 flags choose between the dissertation's cold tuner and the contextual one.
+and the learning flags choose between the dissertation's cold tuner and the contextual one.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from tuner.optimize.latscale import KINDS as LATENCY_METRICS  # `latency_metric`
 DEFAULT_PEAK_QPS = 600_000.0
 
 
-#: The tuner `tuner replay` runs unless `--tuner` says otherwise: the 3-day benchmark (README, section "replay")
-#: showed every issue-6 feature helps, so "warm"; "cold" is the dissertation's tuner.
+#: The tuner `tuner replay` runs unless `--tuner` says otherwise: the 3-day benchmark (docs/benchmarks.md)
+#: showed every learning feature helps, so "warm"; "cold" is the dissertation's tuner.
 DEFAULT_PRESET = "warm"
 
 
@@ -84,7 +84,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="sigma of the per-window lognormal QPS factor on days >= 1, seeded by --seed "
         "(default 0.05 = 5 %%; clipped to the peak)",
     )
-    t = p.add_argument_group("tuner (issue 6; a preset first, then each flag overrides it)")
+    t = p.add_argument_group("tuner (a preset first, then each flag overrides it)")
     t.add_argument(
         "--tuner",
         dest="preset",
