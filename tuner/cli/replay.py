@@ -194,7 +194,7 @@ WINDOW_MODES = ("fixed", "adaptive")
 
 def tuner_settings(args: argparse.Namespace) -> object:
     """TunerSettings from the flags: defaults, then the `--tuner` preset, then every flag given explicitly."""
-    from tuner.optimize.optimizer import TunerSettings
+    from tuner.optimize.settings import TunerSettings
     from tuner.replay.run import TUNER_PRESETS, preset_settings
 
     base: dict[str, object] = {
@@ -261,7 +261,7 @@ def tuner_settings(args: argparse.Namespace) -> object:
 
 def run(args: argparse.Namespace) -> int:
     from reward import DEFAULT_REWARD
-    from tuner.optimize.optimizer import Objective
+    from tuner.optimize.settings import Objective
     from tuner.replay.run import parse_policies
 
     try:

@@ -127,7 +127,7 @@ def _state_entries(state_dir: Path) -> list[Any]:
     """Completed trials in state.json and experiments/*.json, as history entries."""
     from actuators.host import Measurement, OperatingPoint
     from tuner.daemon.state import StateStore
-    from tuner.optimize.optimizer import TrialRecord
+    from tuner.optimize.records import TrialRecord
     from tuner.store.history import HistoryEntry, as_objective, objective_reward
 
     store = StateStore(state_dir)
