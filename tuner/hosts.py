@@ -20,8 +20,25 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
+def tuner_load_template(extra: str = "") -> str:
+    """The `tuner load` command (this Python) as a load-command template, Poisson at `{qps}` to `{server}`."""
+    import shlex
+
+    return f"{shlex.quote(sys.executable)} -m tuner.cli load --server {{server}} --qps {{qps}} --duration {{seconds}} --quiet {extra}".strip()
+
+
+def load_controller(command: str, server: str = "127.0.0.1:11211", seconds: float = 86_400) -> Any:
+    """A `CommandLoad` for `--load-command` ('tuner' = `tuner load`, else a template with {qps}, {seconds}, {server})."""
+    from actuators.loadctl import CommandLoad
+
+    return CommandLoad(tuner_load_template() if command == "tuner" else command, server=server, seconds=seconds)
+
+
 def make_host(spec: str, **options: Any) -> Host:
     """Build the host named by `spec`, passing `options` to its factory.
+
+    Option `load` (a `CommandLoad`, or a table `{command, server, seconds}`) gives the host load control through a
+    generator process (`actuators.loadctl.LoadedHost`); option `seed` is passed only to factories that take it.
 
     Raises `TunerError` (one line) when the module does not import, the factory is missing, or the
     object it returns does not implement the `Host` protocol. Like `python -m`, a `module:factory` spec
@@ -40,6 +57,9 @@ def make_host(spec: str, **options: Any) -> Host:
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise TunerError(f"--host {spec!r}: {module_name!r} has no callable {attr!r}")
+    load = options.pop("load", None)
+    if "seed" in options and not _takes(factory, "seed"):
+        options.pop("seed")
     try:
         host = factory(**options)
     except TunerError:
@@ -56,4 +76,22 @@ def make_host(spec: str, **options: Any) -> Host:
         raise TunerError(
             f"--host {spec!r}: object from {attr!r} does not implement the Host protocol (missing: {what})"
         )
+    if load is not None:
+        from actuators.loadctl import CommandLoad, LoadedHost
+
+        if isinstance(load, dict):
+            load = load_controller(**load)
+        if not isinstance(load, CommandLoad):
+            raise TunerError(f"--host {spec!r}: option load must be a table {{command, server, seconds}}")
+        return LoadedHost(host, load)  # type: ignore[return-value]
     return host
+
+
+def _takes(factory: Any, name: str) -> bool:
+    import inspect
+
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)

@@ -147,7 +147,7 @@ class HardwareModel:
             self._lock_fd = None
 
 
-def make_fake_host(root: str, model: bool = True, **options: Any) -> Any:
+def make_fake_host(root: str, model: bool = True, seed: int | None = None, **options: Any) -> Any:
     """`make_real_host` over the kit at `root` with its file-backed NIC (cpufreq backend, NIC eth1); the other
     options are `[host.options]` of the real host (qps, latency, state_dir, dry_run, ...). `model` runs the
     hardware model in this process unless another one already does."""
