@@ -39,6 +39,9 @@ class DaemonMetrics:
     trial_seconds: Any
     state: Any
     last_retune: Any
+    class_drift: Any = None
+    class_drift_t: Any = None
+    warm_start_trials: Any = None
 
     @classmethod
     def create(cls, version: str, host: str) -> DaemonMetrics:
@@ -92,6 +95,25 @@ class DaemonMetrics:
             last_retune=Gauge(
                 "tuner_last_retune_timestamp_seconds", "Unix time of the last retune decision.", registry=r
             ),
+            class_drift=Gauge(
+                "tuner_class_drift",
+                "1 when this host's trials disagree with its hardware class (drift test), else 0; "
+                "a drifting host warm-starts from its own trials only.",
+                ["hw_class"],
+                registry=r,
+            ),
+            class_drift_t=Gauge(
+                "tuner_class_drift_statistic",
+                "Largest |t| of the drift test on the class model's residuals (NaN: too few trials to test).",
+                ["hw_class"],
+                registry=r,
+            ),
+            warm_start_trials=Gauge(
+                "tuner_warm_start_trials",
+                "Trials the last retune was seeded with, by source (own, class).",
+                ["source"],
+                registry=r,
+            ),
         )
         for reason in RETUNE_REASONS:
             m.retunes.labels(reason=reason)
@@ -102,6 +124,13 @@ class DaemonMetrics:
     def set_point(self, point: OperatingPoint | None) -> None:
         self.itr.set(point.itr_us * 1e-6 if point else 0.0)
         self.freq.set(point.dvfs_ghz * 1e9 if point else 0.0)
+
+    def set_class_drift(self, hw_class: str, drifting: bool, t: float | None, own: int, from_class: int) -> None:
+        """Record the last warm start: the drift verdict for `hw_class` and the trials by source."""
+        self.class_drift.labels(hw_class=hw_class).set(1.0 if drifting else 0.0)
+        self.class_drift_t.labels(hw_class=hw_class).set(float("nan") if t is None else float(t))
+        self.warm_start_trials.labels(source="own").set(own)
+        self.warm_start_trials.labels(source="class").set(from_class)
 
     def set_sla(self, sla_us: float) -> None:
         self.sla.set(sla_us * 1e-6)
