@@ -340,3 +340,62 @@ def test_make_host_real_builds_a_protocol_host(tree):
     assert isinstance(host, RealHost) and host.dvfs.name == "cpufreq" and host.dvfs.cores == (0, 1)
     with pytest.raises(Exception, match=r"cores '0-x': expected a CPU list"):
         make_host("real", root=str(root), nic=nic, cores="0-x", parts=("dvfs",))
+
+
+def test_observe_host_without_rapl_reports_power_unknown_and_no_point(tree, memcached):
+    """Observe mode's host: no knobs built, energy optional; a tree without RAPL (a VM) measures QPS and
+    latency and says power is unknown -- never a number."""
+    import shutil
+
+    from actuators.host import Measurement
+
+    root, nic = tree
+    shutil.rmtree(root / "sys/class/powercap")
+    with pytest.raises(HostError, match="no powercap intel-rapl zone"):  # energy required unless declared optional
+        make_real_host(root=root, nic=nic, parts=("energy",))
+    host = make_real_host(
+        root=root,
+        nic=nic,
+        parts=("energy", "qps", "latency"),
+        optional=("energy",),
+        qps=f"memcached:{memcached.address}",
+        latency={"rate_hz": 400.0, "isolation": "thread"},
+    )
+    try:
+        assert host.latency.config.target == memcached.address  # the prober defaults to the QPS source's server
+        m = host.measure(0.3)
+        assert m.point is None and not m.energy_known and m.power_or_none is None
+        assert m.to_dict()["energy_j"] is None and not Measurement.from_dict(m.to_dict()).energy_known
+        assert m.requests > 0 and m.percentile(99.0) > 0
+        notices = host.notices()
+        assert any(n.startswith("energy unavailable:") and "unknown" in n for n in notices)
+        assert any("never cross the NIC" in n for n in notices)  # same-host prober cannot see ITR delay
+    finally:
+        host.close()
+
+
+def test_probe_traffic_subtracted_whatever_the_spelling(tree, memcached):
+    root, nic = tree
+    port = memcached.address.rpartition(":")[2]
+    host = make_real_host(
+        root=root,
+        nic=nic,
+        parts=("qps", "latency"),
+        qps=f"memcached:localhost:{port}",
+        latency={"target": f"127.0.0.1:{port}", "isolation": "thread"},
+    )
+    try:
+        assert host.probe_counts_in_qps
+    finally:
+        host.close()
+    other = make_real_host(
+        root=root,
+        nic=nic,
+        parts=("qps", "latency"),
+        qps=f"memcached:127.0.0.1:{port}",
+        latency={"target": "127.0.0.1:1", "isolation": "thread"},
+    )
+    try:
+        assert not other.probe_counts_in_qps  # another server: its probes are not in this count
+    finally:
+        other.close()
