@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from actuators.host import KnobSpace, Measurement, OperatingPoint
+from actuators.hwclass import HardwareClass
 from actuators.latency.memcached import same_server
 from actuators.linux.dvfs import DvfsBackend, choose_backend, parse_cpu_list
 from actuators.linux.hwio import HardwareIO, NicIoctl, Transaction, UnavailableNic
@@ -180,6 +181,27 @@ class RealHost:
             out += list(source_warnings())
         return out + list(self.warnings)
 
+    def hardware_class(self) -> HardwareClass:
+        """This machine's class: /proc/cpuinfo's model, online cores, the tuned NIC's driver (sysfs link),
+        memcached's `stats` version (when the QPS source is memcached) and the kernel release. Reads only."""
+        from actuators import hwclass
+
+        root = self.io.root
+        version = hwclass.UNKNOWN
+        snapshot = getattr(self.qps, "snapshot", None)
+        if callable(snapshot):
+            try:
+                version = str(getattr(snapshot(), "version", "") or hwclass.UNKNOWN)
+            except HostError:
+                version = hwclass.UNKNOWN
+        return HardwareClass(
+            cpu_model=hwclass.cpu_model(root),
+            cores=hwclass.online_cores(root),
+            nic_driver=hwclass.nic_driver(root, self.itr.ifaces[0] if self.itr is not None else None),
+            memcached_version=version if version != "?" else hwclass.UNKNOWN,
+            kernel=hwclass.kernel_release(root),
+        )
+
     def close(self) -> None:
         """Release sockets and the ethtool layer (does not restore: call `restore()` for that)."""
         for part in (self.latency, self.qps, self.io.nic):
@@ -235,6 +257,7 @@ def make_real_host(
     parts: tuple[str, ...] = ("itr", "dvfs", "energy", "qps", "latency"),
     nic: NicIoctl | None = None,
     optional: tuple[str, ...] = (),
+    live_root: bool = False,
 ) -> RealHost:
     """Build a `RealHost` (the `real` host of `tuner.hosts.make_host`; keys match `[host.options]`).
 
@@ -247,9 +270,15 @@ def make_real_host(
     missing (observe mode: energy) -- left None with the reason in `RealHost.absent`. The prober's
     `target` defaults to the memcached of `qps`, and its own requests are subtracted from the QPS count
     whenever both name the same server, whatever the spelling (`localhost` or `127.0.0.1`).
+    components to build (the manual `tuner set` builds only what it needs). `live_root`: `root` is this
+    kernel's own /sys and /proc mounted elsewhere (a container with the host's paths under /host, where the
+    runtime masks /sys/devices/virtual/powercap), so NIC coalescing goes to the live kernel's ethtool
+    ioctl, as with root `/`; a fake tree (the default for root != `/`) never reaches a real NIC.
     """
     root = Path(root)
-    io = HardwareIO(root, nic if nic is not None else (default_nic(root) if "itr" in parts else None), dry_run)
+    if nic is None and "itr" in parts:
+        nic = default_nic(Path("/") if live_root else root)
+    io = HardwareIO(root, nic, dry_run)
     store = OriginalsStore(Path(state_dir) if state_dir else default_state_dir(root), root)
     host = RealHost(io, store)
     if "itr" in parts:
