@@ -269,11 +269,13 @@ def make_real_host(
     components to build (the manual `tuner set` builds only what it needs); `optional`: parts that may be
     missing (observe mode: energy) -- left None with the reason in `RealHost.absent`. The prober's
     `target` defaults to the memcached of `qps`, and its own requests are subtracted from the QPS count
-    whenever both name the same server, whatever the spelling (`localhost` or `127.0.0.1`).
-    components to build (the manual `tuner set` builds only what it needs). `live_root`: `root` is this
+    whenever both name the same server, whatever the spelling (`localhost` or `127.0.0.1`). `live_root`: `root` is this
     kernel's own /sys and /proc mounted elsewhere (a container with the host's paths under /host, where the
     runtime masks /sys/devices/virtual/powercap), so NIC coalescing goes to the live kernel's ethtool
     ioctl, as with root `/`; a fake tree (the default for root != `/`) never reaches a real NIC.
+
+    Every part is tried: when some cannot be built, one `HostError` lists them all (`part: why; ...`), so an
+    operator fixes everything in one go. Nothing is written (the first write is the first `apply`).
     """
     root = Path(root)
     if nic is None and "itr" in parts:
@@ -281,27 +283,41 @@ def make_real_host(
     io = HardwareIO(root, nic, dry_run)
     store = OriginalsStore(Path(state_dir) if state_dir else default_state_dir(root), root)
     host = RealHost(io, store)
-    if "itr" in parts:
+    problems: list[str] = []
+
+    def build(part: str, make: Callable[[], Any]) -> None:
+        if part not in parts:
+            return
+        try:
+            setattr(host, part, make())
+        except HostError as exc:
+            if part in optional:
+                host.absent[part] = f"{exc} (reported as unknown)"
+            else:
+                problems.append(f"{part}: {exc}")
+
+    def make_itr() -> NicItr:
         ifaces = _as_tuple(iface) or physical_interfaces(root)
         if len(ifaces) > 1 and not iface:
             raise HostError(f"several NICs ({', '.join(ifaces)}): choose with --iface / host.options.iface")
-        host.itr = NicItr(io, ifaces, force=force)
-    if "dvfs" in parts:
-        host.dvfs = choose_backend(io, _cores(cores), backend)
-    if "energy" in parts:
-        try:
-            host.energy = discover_meter(io, energy, max_power_w)
-        except HostError as exc:
-            if "energy" not in optional:
-                raise
-            host.absent["energy"] = f"{exc} (power is reported as unknown)"
-    qps_spec = qps
-    if "qps" in parts:
+        itr = NicItr(io, ifaces, force=force)
+        itr.preflight()  # coalescing readable, driver verified or forced: permanent faults found now
+        return itr
+
+    def make_qps() -> Any:
         if isinstance(qps, str):
             from actuators.qps import qps_source_from_spec
 
-            qps = qps_source_from_spec(qps)
-        host.qps = qps
+            return qps_source_from_spec(qps)
+        return qps
+
+    build("itr", make_itr)
+    build("dvfs", lambda: choose_backend(io, _cores(cores), backend))
+    build("energy", lambda: discover_meter(io, energy, max_power_w))
+    build("qps", make_qps)
+    qps_spec = qps
+    if problems:
+        raise HostError("; ".join(problems))
     if "latency" in parts:
         if latency is None or isinstance(latency, dict):
             opts = dict(latency or {})

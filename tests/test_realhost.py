@@ -399,3 +399,25 @@ def test_probe_traffic_subtracted_whatever_the_spelling(tree, memcached):
         assert not other.probe_counts_in_qps  # another server: its probes are not in this count
     finally:
         other.close()
+
+
+def test_every_missing_part_in_one_error_before_any_write(tree):
+    """A NIC without coalescing, an unverified driver without force, and no RAPL: all found while building
+    the host (before the first retune), in one message."""
+    import shutil
+
+    root, nic = tree
+    shutil.rmtree(root / "sys/class/powercap")
+    fakefs.net_iface(root, "eth2", "virtio_net")
+    nic.add("eth2")
+    nic.unsupported.add("eth1")
+    with pytest.raises(HostError) as e:
+        make_real_host(root=root, nic=nic, backend="msr", iface="eth1,eth2", parts=("itr", "dvfs", "energy"))
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert "itr: NIC eth1 (driver ixgbe) does not support interrupt coalescing" in msg
+    assert "NIC eth2 (driver virtio_net) has no verified ITR profile" in msg and "force = true" in msg
+    assert "energy: no powercap intel-rapl zone" in msg
+    assert nic.set_calls == []
+    host = make_real_host(root=root, nic=nic, backend="msr", iface="eth2", force=True, parts=("itr",))
+    assert host.itr.ifaces == ("eth2",)  # forced: the unverified driver may be tried
