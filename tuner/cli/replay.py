@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from core.errors import TunerError
+from tuner.cli.load import add_load_arguments, load_from_args
 from tuner.optimize.latscale import KINDS as LATENCY_METRICS  # `latency_metric` values
 
 #: Default peak of the replayed schedule (QPS); see the module docstring.
@@ -35,7 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "linux-default, static-performance and the oracle; write summary.json, windows.csv and PNGs to --out.",
     )
     p.add_argument("trace", nargs="?", default=None, help="trace file (plain/.gz/.zst); default: the bundled sample")
-    p.add_argument("--host", default="sim", help="'sim' (default) or 'module:factory' (needs set_offered_qps)")
+    p.add_argument("--host", default="sim", help="'sim' (default), 'real' with --load-command, or 'module:factory'")
+    add_load_arguments(p)
     p.add_argument("--hours", type=str, default="24", help="hours of the trace to replay (default 24)")
     p.add_argument("--bin", type=str, default="3600", help="window length in seconds (default 3600)")
     p.add_argument(
@@ -194,7 +196,7 @@ WINDOW_MODES = ("fixed", "adaptive")
 
 def tuner_settings(args: argparse.Namespace) -> object:
     """TunerSettings from the flags: defaults, then the `--tuner` preset, then every flag given explicitly."""
-    from tuner.optimize.optimizer import TunerSettings
+    from tuner.optimize.settings import TunerSettings
     from tuner.replay.run import TUNER_PRESETS, preset_settings
 
     base: dict[str, object] = {
@@ -261,7 +263,7 @@ def tuner_settings(args: argparse.Namespace) -> object:
 
 def run(args: argparse.Namespace) -> int:
     from reward import DEFAULT_REWARD
-    from tuner.optimize.optimizer import Objective
+    from tuner.optimize.settings import Objective
     from tuner.replay.run import parse_policies
 
     try:
@@ -300,20 +302,26 @@ def run(args: argparse.Namespace) -> int:
     schedule = load_schedule(trace, bin_s=bin_s, hours=hours, peak_qps=peak)
     if n_days > 1:
         schedule = repeat_days(schedule, n_days, noise=noise, seed=args.seed)
-    return execute(
-        args.host,
-        schedule,
-        objective,
-        settings,
-        policies,
-        args.out,
-        quiet=args.quiet,
-        source=str(trace) if args.trace else f"{trace.name} (bundled sample)",
-        oracle_exhaustive=args.oracle_exhaustive,
-        history_path=args.history,
-        save_trials=args.save_trials,
-        day_noise=noise if n_days > 1 else None,
-    )
+    load = load_from_args(args)
+    try:
+        return execute(
+            args.host,
+            schedule,
+            objective,
+            settings,
+            policies,
+            args.out,
+            quiet=args.quiet,
+            source=str(trace) if args.trace else f"{trace.name} (bundled sample)",
+            oracle_exhaustive=args.oracle_exhaustive,
+            history_path=args.history,
+            save_trials=args.save_trials,
+            day_noise=noise if n_days > 1 else None,
+            host_options=None if load is None else {"load": load},
+        )
+    finally:
+        if load is not None:
+            load.stop()
 
 
 def execute(
@@ -330,6 +338,7 @@ def execute(
     history_path: Path | None = None,
     save_trials: Path | None = None,
     day_noise: float | None = None,
+    host_options: dict | None = None,
 ) -> int:
     """Run the replay with a progress bar, print the report and write the files (and `save_trials`)."""
     from rich.console import Console
@@ -340,11 +349,11 @@ def execute(
     from tuner.replay.run import replay
 
     seed = settings.seed  # type: ignore[attr-defined]
-    first = make_host(host_spec, seed=seed)
+    first = make_host(host_spec, seed=seed, **(host_options or {}))
     if not isinstance(first, LoadControl):
         raise TunerError(
             f"--host {host_spec!r}: the host cannot set its offered load (no set_offered_qps); "
-            "replay needs load control, e.g. --host sim"
+            "replay needs load control, e.g. --host sim, or --host real with --load-command"
         )
     spare = [first]
     history: list = []
@@ -354,7 +363,7 @@ def execute(
         history = read_trials(history_path, space=first.knobs())
 
     def factory():  # type: ignore[no-untyped-def]
-        return spare.pop() if spare else make_host(host_spec, seed=seed)
+        return spare.pop() if spare else make_host(host_spec, seed=seed, **(host_options or {}))
 
     windows = schedule.windows  # type: ignore[attr-defined]
     console = Console(stderr=True)

@@ -731,7 +731,7 @@ class Daemon:
     def _append_history(self, rid: str) -> None:
         """Add the completed trials of retune `rid` to the history store (errors are logged, not fatal)."""
         from actuators.host import Measurement as _M
-        from tuner.optimize.optimizer import TrialRecord
+        from tuner.optimize.records import TrialRecord
         from tuner.store.history import HistoryEntry, as_objective
 
         entries = []
@@ -772,7 +772,7 @@ class Daemon:
         ±`window_ci_pct` %, at most `window_s`, ended after `window_min_s` once the estimate is above the
         limit the optimiser's final choice applies (as `tuner replay` does: such a point is never chosen), and
         after any chunk whose CI is wholly above the SLA (the guard)."""
-        from tuner.optimize.optimizer import TunerSettings, met_limit_us
+        from tuner.optimize.settings import TunerSettings, met_limit_us
         from tuner.optimize.windowing import WindowPolicy
 
         pol = self.policy()

@@ -181,6 +181,33 @@ def make_servicer(daemon: Any) -> Any:
                 note=a.note,
             )
 
+        def GetPowerCurve(self, request: Any, context: Any) -> Any:
+            answer = getattr(daemon, "power_curve", None)
+            if answer is None:
+                context.abort(grpc.StatusCode.UNIMPLEMENTED, "this daemon has no power curve")
+            try:
+                sla, pct, curve, note = answer(request.sla_us, request.percentile)
+            except TunerError as exc:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            return pb.PowerCurve(
+                sla_us=sla,
+                percentile=pct,
+                note=note,
+                points=[
+                    pb.PowerCurvePoint(
+                        qps=_finite(c.qps),
+                        point=_point_msg(pb, c.point) if c.point is not None else None,
+                        predicted_power_w=_finite(c.power_w),
+                        power_sem_w=_finite(c.power_sem_w),
+                        predicted_latency_us=_finite(c.latency_us),
+                        latency_sem_us=_finite(c.latency_sem_us),
+                        meets_sla=c.meets_sla,
+                        source=c.source,
+                    )
+                    for c in curve
+                ],
+            )
+
         def ListTrials(self, request: Any, context: Any) -> Any:
             rows = daemon.trials(limit=int(request.limit), retune_id=request.retune_id)
             return pb.ListTrialsResponse(trials=[_trial_msg(pb, t) for t in rows])
