@@ -77,6 +77,9 @@ class DaemonMetrics:
     saved: Any
     saved_lower: Any
     saved_upper: Any
+    class_drift: Any = None
+    class_drift_t: Any = None
+    warm_start_trials: Any = None
 
     @classmethod
     def create(cls, version: str, host: str, mode: str = "tune") -> DaemonMetrics:
@@ -182,6 +185,25 @@ class DaemonMetrics:
             saved_upper=OptionalGauge(
                 "tuner_energy_saved_ratio_upper", "Upper bound of the 95 % CI of tuner_energy_saved_ratio.", r
             ),
+            class_drift=Gauge(
+                "tuner_class_drift",
+                "1 when this host's trials disagree with its hardware class (drift test), else 0; "
+                "a drifting host warm-starts from its own trials only.",
+                ["hw_class"],
+                registry=r,
+            ),
+            class_drift_t=Gauge(
+                "tuner_class_drift_statistic",
+                "Largest |t| of the drift test on the class model's residuals (NaN: too few trials to test).",
+                ["hw_class"],
+                registry=r,
+            ),
+            warm_start_trials=Gauge(
+                "tuner_warm_start_trials",
+                "Trials the last retune was seeded with, by source (own, class).",
+                ["source"],
+                registry=r,
+            ),
         )
         m.mode.state(mode)
         for source in WARNING_SOURCES:
@@ -212,6 +234,13 @@ class DaemonMetrics:
         self.saved.set(ratio)
         self.saved_lower.set(lower)
         self.saved_upper.set(upper)
+
+    def set_class_drift(self, hw_class: str, drifting: bool, t: float | None, own: int, from_class: int) -> None:
+        """Record the last warm start: the drift verdict for `hw_class` and the trials by source."""
+        self.class_drift.labels(hw_class=hw_class).set(1.0 if drifting else 0.0)
+        self.class_drift_t.labels(hw_class=hw_class).set(float("nan") if t is None else float(t))
+        self.warm_start_trials.labels(source="own").set(own)
+        self.warm_start_trials.labels(source="class").set(from_class)
 
     def set_sla(self, sla_us: float) -> None:
         self.sla.set(sla_us * 1e-6)
