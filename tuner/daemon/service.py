@@ -63,10 +63,10 @@ def _measurement_msg(pb: Any, md: dict | None) -> Any:
         offered_qps=md["offered_qps"],
         achieved_qps=md["achieved_qps"],
         requests=max(0, int(md["requests"])),
-        power_w=md["power_w"],
-        energy_j=md["energy_j"],
         time=md.get("time", 0.0),
     )
+    if md.get("energy_j") is not None and md.get("power_w") is not None and math.isfinite(md["power_w"]):
+        m.power_w, m.energy_j = md["power_w"], md["energy_j"]  # unset: energy unknown on this host
     for k, v in md.get("latency_us", {}).items():
         m.latency_us[k] = float(v)
     if md.get("point"):
@@ -149,7 +149,14 @@ def make_servicer(daemon: Any) -> Any:
                 host=str(s["host"]),
                 version=s["version"],
                 uptime_s=s["uptime_s"],
+                warnings=list(s.get("warnings", ())),
+                mode=str(s.get("mode", "tune")),
             )
+            savings = s.get("savings")
+            if savings is not None:
+                msg.energy_saved_ratio = savings.ratio
+                msg.energy_saved_ratio_lower = savings.lower
+                msg.energy_saved_ratio_upper = savings.upper
             if s["point"] is not None:
                 msg.point.CopyFrom(_point_msg(pb, s["point"]))
             if s["last_measurement"]:
