@@ -466,7 +466,7 @@ def _m(stat: dict | None, spec: str, pct: bool = False) -> str:
 
 
 def markdown_table(out: dict) -> str:
-    """The README's per-day table: one row per variant and day, means over seeds."""
+    """The per-day table of docs/benchmarks.md: one row per variant and day, means over seeds."""
     lines = [
         "| variant | day | trials / retune | x oracle energy | saved vs linux-default | SLA-violating windows "
         "(significant), sum over seeds | explore s > SLA (% of trial time; % of all time) | trial window time "

@@ -211,7 +211,7 @@ class ExperimentModel:
         """`met_limit_us` of this objective and settings. Used by the expected improvement, the safety filter
         and the adaptive window: exploring a point likely over this limit can only cost (`best` would never
         take it), and on the simulated host gating on the SLA itself let ~10-25 % of the warm tuner's trial
-        time run above the SLA (README, section "replay")."""
+        time run above the SLA (docs/optimizer.md)."""
         return met_limit_us(self.objective.sla_us, self.settings)
 
     def _unsafe(self, pv: Any, p_unmet: Any) -> Any:

@@ -18,7 +18,7 @@ from tuner.optimize.latscale import KINDS as LATENCY_METRICS
 #: `TunerSettings.sla_margin_pct` (default 5): the final choice needs the CI's upper end within SLA x (1 - 5 %).
 #: On the simulated host a point chosen from 20 s trials measured up to 10 % higher over the following hour
 #: (load burstiness and winner's curse among 30 trials); the margin removed those steady-state violations
-#: at ~2.5 % energy (README, section "replay").
+#: at ~2.5 % energy (docs/optimizer.md).
 #: How `Optimizer.best` decides that a measured trial met the SLA: "ci" = the upper end of the percentile's
 #: 95 % order-statistic CI is within the SLA (a point measured just under the SLA in a 20 s window is
 #: often over it in the hour that follows); "estimate" = the point estimate is.
@@ -102,7 +102,7 @@ class TunerSettings:
     sla_margin_pct: float = 5.0
     # the long-lived tuner's options: off in this dataclass (TunerSettings() is the dissertation's cold tuner,
     # one retune per Optimizer); the product entry points -- `tuner replay` (preset "warm") and the daemon's
-    # config -- turn them on, because the 3-day replay benchmark shows each helps (README, section "replay")
+    # config -- turn them on, because the 3-day replay benchmark shows each helps (docs/benchmarks.md)
     context: bool = False
     context_max_qps: float = 1e6
     # Ax's time per suggestion grows with the trials in the model (GP fit, qLogNEI's baseline): 100, not the
@@ -119,7 +119,7 @@ class TunerSettings:
     safe_model_error: float = 0.0
     # with safe_delta > 0: the model's predictive SD is multiplied by this in P(SLA broken) and P(over the limit):
     # a GP fitted to a latency surface with a saturation cliff is overconfident next to the cliff (3-day replay,
-    # 3 seeds: of 226 trials it passed, 9 measured over the SLA where its P summed to 0.1; README "replay")
+    # 3 seeds: of 226 trials it passed, 9 measured over the SLA where its P summed to 0.1; docs/optimizer.md)
     safe_sd_scale: float = 1.0
     # the scale the GP models the percentile on (`tuner.optimize.latscale`): "log" (ln µs) or "headroom" (SLA / µs)
     latency_metric: str = "log"
@@ -204,7 +204,7 @@ def itr_candidates(itr_us: Sequence[int], resolution_us: int) -> tuple[int, ...]
     """The host's ITR values thinned to at least `resolution_us` apart, starting from the lowest (the safe end).
 
     Ax enumerates every candidate when it optimises the acquisition over this discrete space, so its cost
-    scales with their number: 511 x 18 at 2 µs vs 128 x 18 at 8 µs (see README, section "replay").
+    scales with their number: 511 x 18 at 2 µs vs 128 x 18 at 8 µs (see docs/optimizer.md).
     """
     out: list[int] = []
     for v in itr_us:
