@@ -3,9 +3,9 @@
 For each SLA (99 % < 500 µs, 90 % < 500 µs, 99 % < 200 µs) and seed, replays the bundled 24 h sample trace
 (peak 600 kQPS, hourly windows, 30 trials per retune) under tuner, linux-default and oracle, and reports:
 energy saved vs linux-default, ratio to the oracle, steady-state SLA-violating windows, exploration seconds
-above the SLA, median compute time per Ax suggestion, and wall time per replay. Targets (issue 3):
->= 45 % saved at 99 < 500 with 0 violating windows, <= 1.10 x oracle, <= 0.5 s median per suggestion,
-full 24-window replay <= 300 s.
+above the SLA, median compute time per Ax suggestion, and wall time per replay. Targets (why: docs/benchmarks.md):
+>= 45 % saved at 99 < 500 with 0 violating windows (the dissertation's tuner saves ~50 % on its 24 h
+replay), <= 1.10 x oracle, <= 0.5 s median per suggestion, full 24-window replay <= 300 s.
 
     .venv/bin/python bench/replay.py [--seeds 5] [--hours 24] [--rewards constrained] [--slas 99:500,90:500,99:200]
     .venv/bin/python bench/replay.py --quick      # 6 windows (hours 12-17), 2 seeds: for iteration
@@ -17,7 +17,7 @@ ITR per frequency, `tuner.replay.run.oracle_point`), each from an empty cell cac
 replay pays (JSON "oracle"; target <= 1 s per window); `--check-oracle` (either mode) also runs the exhaustive grid
 search on every window and SLA and counts the agreements.
 
-Multi-day (issue 6), `--days N` (N >= 2): the day (after --start-hour/--hours) is repeated N times with seeded
+Multi-day (does a tuner that remembers need fewer trials after day 0?), `--days N` (N >= 2): the day (after --start-hour/--hours) is repeated N times with seeded
 day-to-day noise (`traces.schedule.repeat_days`, `--day-noise 0.05`, `--schedule-seed 0`; the same schedule for
 every seed and variant), then `--every` keeps every N-th window of EACH day. Per seed, linux-default and the
 oracle run once, and each tuner variant runs on its own host of that seed: `cold` (the dissertation's tuner,
@@ -72,7 +72,7 @@ def oracle_memo(loads: list[float], slas: list[tuple[float, float]], *, check: b
     """
     from actuators.sim.host import clear_expected_cache
     from tuner.hosts import make_host
-    from tuner.optimize.optimizer import Objective
+    from tuner.optimize.settings import Objective
     from tuner.replay.run import oracle_point
 
     host = make_host("sim", seed=0)
@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from traces.schedule import load_schedule, sample_trace_path
     from tuner.hosts import make_host
-    from tuner.optimize.optimizer import Objective, TunerSettings
+    from tuner.optimize.settings import Objective, TunerSettings
     from tuner.replay.run import ReplayWindow, policy_summary, preset_settings, replay
 
     sched = load_schedule(sample_trace_path(), peak_qps=args.peak_qps)
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
 
     memo, out["oracle"] = oracle_memo([w.qps for w in windows], slas, check=args.check_oracle)
 
-    from tuner.optimize.optimizer import TunerSettings as _TS
+    from tuner.optimize.settings import TunerSettings as _TS
 
     margins = [float(x) for x in args.sla_margins.split(",")] if args.sla_margins else [_TS().sla_margin_pct]
     for reward, margin in ((r, m) for r in args.rewards.split(",") for m in margins):
@@ -317,12 +317,12 @@ DAY_KEYS = (
 
 
 def multi_day(args: argparse.Namespace) -> int:
-    """The issue-6 benchmark: cold vs warm tuner (and ablations) over a multi-day noisy schedule."""
+    """The multi-day benchmark: cold vs warm tuner (and ablations) over a multi-day noisy schedule."""
     from dataclasses import asdict
 
     from traces.schedule import DEFAULT_DAY_NOISE, load_schedule, repeat_days, sample_trace_path
     from tuner.hosts import make_host
-    from tuner.optimize.optimizer import Objective, TunerSettings
+    from tuner.optimize.settings import Objective, TunerSettings
     from tuner.replay.run import PolicyResult, ReplayWindow, day_summaries, preset_settings, replay
 
     if args.quick:
@@ -499,7 +499,7 @@ def _m(stat: dict | None, spec: str, pct: bool = False) -> str:
 
 
 def markdown_table(out: dict) -> str:
-    """The README's per-day table: one row per variant and day, means over seeds."""
+    """The per-day table of docs/benchmarks.md: one row per variant and day, means over seeds."""
     lines = [
         "| variant | day | trials / retune | x oracle energy | saved vs linux-default | SLA-violating windows "
         "(significant), sum over seeds | explore s > SLA (% of trial time; % of all time) | trial window time "

@@ -13,7 +13,7 @@ from actuators.host import KnobSpace, OperatingPoint
 from core.errors import TunerError
 from tests.fakes import FailingHost, FakeHost
 from tuner.cli.app import main
-from tuner.optimize.optimizer import Objective, TunerSettings
+from tuner.optimize.settings import Objective, TunerSettings
 from tuner.replay.run import ReplayWindow, oracle_point, parse_policies, policy_summary, replay
 
 KNOBS = KnobSpace(tuple(range(20, 401, 20)), (1.2, 1.6, 2.0, 2.4, 2.9))
@@ -147,7 +147,7 @@ def test_cli_short_replay_writes_report(tmp_path: Path, capsys: pytest.CaptureFi
     s = json.loads((out / "summary.json").read_text())
     assert s["windows"] == 3 and s["peak_qps"] == pytest.approx(200_000)
     assert set(s["policies"]) == {"tuner", "linux-default", "static-performance", "oracle"}
-    # the default tuner is the warm preset (issue 6's benchmark): contextual, stopping rule, safety, adaptive
+    # the default tuner is the warm preset (the 3-day benchmark chose it): contextual, stopping rule, safety, adaptive
     # windows -- so at most the 3 trials per window, at least min_trials (2)
     assert s["settings"]["context"] is True and s["settings"]["window_mode"] == "adaptive"
     assert s["settings"]["safe_delta"] == 0.05 and s["settings"]["stop_ei_pct"] == 1.0
@@ -270,7 +270,7 @@ def test_boundary_oracle_matches_exhaustive_on_the_simulated_model(qps: float, s
     assert used < 0.25 * 201 * 5
 
 
-# ------------------------------------------------------------------------------------- multi-day, issue 6
+# ------------------------------------------------------------------------------------- multi-day, warm vs cold
 
 
 def _days(n: int, noise: float = 0.05) -> tuple[ReplayWindow, ...]:

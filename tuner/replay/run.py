@@ -30,12 +30,15 @@ from typing import Any
 
 from actuators.host import Host, LoadControl, Measurement, OperatingPoint, apply_point
 from core.errors import TunerError
-from tuner.optimize.optimizer import Objective, Optimizer, TrialRecord, TunerSettings, run_retune
+from tuner.optimize.optimizer import Optimizer
+from tuner.optimize.records import TrialRecord
+from tuner.optimize.retune import run_retune
+from tuner.optimize.settings import Objective, TunerSettings
 
 POLICIES: tuple[str, ...] = ("tuner", "linux-default", "static-performance", "oracle")
 
 #: `tuner replay --tuner NAME` / `bench/replay.py` variants: the TunerSettings fields each preset sets.
-#: `cold` is the dissertation's tuner (every issue-6 feature off, 30 trials, a fresh experiment per window);
+#: `cold` is the dissertation's tuner (every learning feature off, 30 trials, a fresh experiment per window);
 #: `warm` turns them all on: load as context (one experiment for the whole replay), the stopping rule,
 #: safe exploration (delta 5 %) and statistically sized (adaptive) trial windows.
 TUNER_PRESETS: dict[str, dict[str, Any]] = {
@@ -48,7 +51,7 @@ TUNER_PRESETS: dict[str, dict[str, Any]] = {
         "itr_resolution_us": 8,
     },
     # 16 µs ITR grid: half the candidates of 8 µs for Ax's acquisition and the safety filter's predictions,
-    # within the 0.5 s per trial target, same energy (README, section "replay")
+    # within the 0.5 s per trial target, same energy (docs/optimizer.md)
     "warm": {
         "trials": 30,
         "context": True,
