@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from traces.schedule import load_schedule, sample_trace_path
     from tuner.hosts import make_host
-    from tuner.optimize.optimizer import Objective, TunerSettings
+    from tuner.optimize.settings import Objective, TunerSettings
     from tuner.replay.run import ReplayWindow, oracle_point, policy_summary, preset_settings, replay
 
     sched = load_schedule(sample_trace_path(), peak_qps=args.peak_qps)
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             agree.append(full == memo[(round(w.qps, 6), pct, sla)][0])
         out["oracle_coarse_equals_exhaustive"] = f"{sum(agree)}/{len(agree)} windows"
 
-    from tuner.optimize.optimizer import TunerSettings as _TS
+    from tuner.optimize.settings import TunerSettings as _TS
 
     margins = [float(x) for x in args.sla_margins.split(",")] if args.sla_margins else [_TS().sla_margin_pct]
     for reward, margin in ((r, m) for r in args.rewards.split(",") for m in margins):
@@ -284,7 +284,7 @@ def multi_day(args: argparse.Namespace) -> int:
 
     from traces.schedule import DEFAULT_DAY_NOISE, load_schedule, repeat_days, sample_trace_path
     from tuner.hosts import make_host
-    from tuner.optimize.optimizer import Objective, TunerSettings
+    from tuner.optimize.settings import Objective, TunerSettings
     from tuner.replay.run import PolicyResult, ReplayWindow, day_summaries, oracle_point, preset_settings, replay
 
     if args.quick:
@@ -466,7 +466,7 @@ def _m(stat: dict | None, spec: str, pct: bool = False) -> str:
 
 
 def markdown_table(out: dict) -> str:
-    """The README's per-day table: one row per variant and day, means over seeds."""
+    """The per-day table of docs/benchmarks.md: one row per variant and day, means over seeds."""
     lines = [
         "| variant | day | trials / retune | x oracle energy | saved vs linux-default | SLA-violating windows "
         "(significant), sum over seeds | explore s > SLA (% of trial time; % of all time) | trial window time "

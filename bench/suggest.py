@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO))
 def _history(n: int, seed: int, max_qps: float) -> list:
     from actuators.host import OperatingPoint, apply_point
     from tests.fakes import DVFS_GHZ, FakeHost
-    from tuner.optimize.optimizer import TrialRecord
+    from tuner.optimize.records import TrialRecord
 
     rng = random.Random(seed)
     host = FakeHost(qps=100_000)
@@ -44,7 +44,9 @@ def _history(n: int, seed: int, max_qps: float) -> list:
 
 def run(n: int, suggestions: int, seed: int, safe: bool) -> dict:
     from tests.fakes import FakeHost
-    from tuner.optimize.optimizer import Objective, Optimizer, TunerSettings, run_trial
+    from tuner.optimize.optimizer import Optimizer
+    from tuner.optimize.retune import run_trial
+    from tuner.optimize.settings import Objective, TunerSettings
 
     max_qps = 1e6
     settings = TunerSettings(

@@ -17,7 +17,9 @@ from typing import Any
 
 from actuators.host import KnobSpace, Measurement, OperatingPoint
 from tests.fakes import FakeHost
-from tuner.optimize.optimizer import Decision, Objective, Prediction, TrialRecord, TunerSettings
+from tuner.optimize.decision import Decision
+from tuner.optimize.records import Prediction, TrialRecord
+from tuner.optimize.settings import Objective, TunerSettings
 
 ORIGINAL = {"itr": "adaptive", "dvfs": "schedutil"}
 

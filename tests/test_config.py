@@ -195,7 +195,7 @@ keep_trials = 500
     # is the same tuner `tuner replay` runs by default (the warm preset the 3-day benchmark chose)
     from tuner.cli.replay import DEFAULT_PRESET
     from tuner.config import SETTINGS_FIELDS, TuningConfig
-    from tuner.optimize.optimizer import TunerSettings
+    from tuner.optimize.settings import TunerSettings
     from tuner.replay.run import preset_settings
 
     product = preset_settings(DEFAULT_PRESET)

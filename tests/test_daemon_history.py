@@ -10,7 +10,8 @@ from actuators.host import OperatingPoint
 from tests.daemon_fakes import FakeOptimizers, Running, read_state, wait_for, write_config
 from tests.fakes import FakeHost
 from tuner.cli.app import main
-from tuner.optimize.optimizer import Objective, TrialRecord
+from tuner.optimize.records import TrialRecord
+from tuner.optimize.settings import Objective
 from tuner.store.history import HistoryStore, read_entries, write_trials
 
 

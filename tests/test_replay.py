@@ -13,7 +13,7 @@ from actuators.host import KnobSpace, OperatingPoint
 from core.errors import TunerError
 from tests.fakes import FailingHost, FakeHost
 from tuner.cli.app import main
-from tuner.optimize.optimizer import Objective, TunerSettings
+from tuner.optimize.settings import Objective, TunerSettings
 from tuner.replay.run import ReplayWindow, oracle_point, parse_policies, policy_summary, replay
 
 KNOBS = KnobSpace(tuple(range(20, 401, 20)), (1.2, 1.6, 2.0, 2.4, 2.9))

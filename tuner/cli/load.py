@@ -186,3 +186,23 @@ def run_merge(args: argparse.Namespace) -> int:
         text = "empty" if pct is None else "  ".join(f"{k} {v['us']:.1f} µs" for k, v in pct.items())
         print(f"tuner load merge: {name}: {hist.get_total_count():,} requests  {text}", file=sys.stderr)
     return 0
+
+
+def add_load_arguments(p: argparse.ArgumentParser) -> None:
+    """--load-command / --load-server: drive a real testbed's load with a generator process."""
+    p.add_argument(
+        "--load-command",
+        metavar="TEMPLATE",
+        help="give the host load control with a generator run per load level: 'tuner' (= tuner load, Poisson) or a "
+        "command template with {qps}, {seconds} and {server}, e.g. 'mutilate -s {server} -q {qps} -t {seconds}'",
+    )
+    p.add_argument("--load-server", default="127.0.0.1:11211", metavar="HOST:PORT", help="{server} of --load-command")
+
+
+def load_from_args(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """The `CommandLoad` for --load-command, or None."""
+    if not getattr(args, "load_command", None):
+        return None
+    from tuner.hosts import load_controller
+
+    return load_controller(args.load_command, server=args.load_server)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from core.errors import HostError, InputError, TunerError
+from tuner.cli.load import add_load_arguments, load_from_args
 
 POINTS = "points.jsonl"
 META = "sweep.json"
@@ -62,9 +63,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="a point counts only if it serves at least this share of the offered load (default 0.95)",
     )
     p.add_argument("--seed", type=int, default=None, help="seed passed to the host factory (simulated hosts)")
+    add_load_arguments(p)
     p.add_argument("--out", required=True, type=Path, help="output directory")
     p.add_argument(
         "--resume", action="store_true", help="append to an existing sweep in --out, skipping points already measured"
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the result (points, the best point as in OUT/best.json) as JSON instead of text",
     )
     p.set_defaults(func=run)
 
@@ -316,6 +323,9 @@ def run(args: argparse.Namespace) -> int:
         raise TunerError(f"{points_path} already holds a sweep: pass --resume to continue it, or choose another --out")
 
     host_options: dict[str, Any] = {} if args.seed is None else {"seed": args.seed}
+    load = load_from_args(args)
+    if load is not None:
+        host_options["load"] = load
     host = make_host(args.host, **host_options)
     failure: BaseException | None = None
     measured = list(previous)
@@ -363,6 +373,8 @@ def run(args: argparse.Namespace) -> int:
                 writer.close()
     except BaseException as exc:  # noqa: BLE001 - re-raised below once the host is restored
         failure = exc
+    if load is not None:
+        load.stop()
     restore_error, signalled = restore_host(host)
     if signalled and failure is None:
         failure = KeyboardInterrupt()
@@ -402,6 +414,11 @@ def run(args: argparse.Namespace) -> int:
             )
         raise failure
 
+    if args.json:
+        from tuner.cli.output import print_json
+
+        print_json({"out": str(out), "points": len(measured), "measured_now": new, "elapsed_s": elapsed, "best": best})
+        return 0
     print(f"sweep: {len(measured)} points ({new} measured now) in {elapsed:.1f} s -> {out}")
     if best is not None:
         if best["met"]:

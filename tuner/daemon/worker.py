@@ -229,7 +229,7 @@ class OptimizerProxy:
         return name in self._capabilities
 
     def add_history(self, records: list[Any]) -> int:
-        """Attach completed past trials (`tuner.optimize.optimizer.TrialRecord`s); returns how many the model used."""
+        """Attach completed past trials (`tuner.optimize.records.TrialRecord`s); returns how many the model used."""
         return int(self._call("add_history", list(records)))
 
     def begin_retune(self, qps: float) -> None:

@@ -30,7 +30,10 @@ from typing import Any
 
 from actuators.host import Host, LoadControl, Measurement, OperatingPoint, apply_point
 from core.errors import TunerError
-from tuner.optimize.optimizer import Objective, Optimizer, TrialRecord, TunerSettings, run_retune
+from tuner.optimize.optimizer import Optimizer
+from tuner.optimize.records import TrialRecord
+from tuner.optimize.retune import run_retune
+from tuner.optimize.settings import Objective, TunerSettings
 
 POLICIES: tuple[str, ...] = ("tuner", "linux-default", "static-performance", "oracle")
 

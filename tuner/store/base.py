@@ -25,9 +25,10 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from actuators.host import KnobSpace
+from actuators.host import KnobSpace, Measurement, OperatingPoint
 from core.errors import InputError
-from tuner.store.history import HistoryEntry, in_space, is_exportable, parse_line
+from tuner.optimize.optimizer import Objective, TrialRecord
+from tuner.store.history import SCHEMA, HistoryEntry, in_space, is_exportable, parse_line
 
 log = logging.getLogger("tuner.store")
 
@@ -119,18 +120,44 @@ def to_row(e: HistoryEntry) -> Row | None:
 
 
 def parse_rows(rows: Iterable[tuple[str, str]], where: str) -> list[HistoryEntry]:
-    """Entries from (line, hw_class) rows; a row that no longer parses is logged and skipped."""
+    """Entries from (line, hw_class) rows; a row that no longer parses is logged and skipped.
+
+    Rows were validated when written, so each is read on a fast path (no per-field checks; objectives and
+    rewards shared); any row it cannot read goes through the full parser, whose error is logged."""
     out: list[HistoryEntry] = []
+    objectives: dict[tuple, tuple[Objective, Any]] = {}
     for i, (line, hw_class) in enumerate(rows):
         try:
-            e = parse_line(line, len(out))
-        except InputError as exc:
-            log.warning("%s: stored trial %d unreadable (%s); skipped", where, i, exc)
-            continue
-        if hw_class and e.hw_class != hw_class:
-            e = HistoryEntry(e.record, e.host, e.time, e.objective, hw_class)
+            e = _fast_entry(line, len(out), objectives, hw_class)
+        except Exception:  # noqa: BLE001 - anything odd: the full parser says what (or accepts it)
+            try:
+                e = parse_line(line, len(out))
+            except InputError as exc:
+                log.warning("%s: stored trial %d unreadable (%s); skipped", where, i, exc)
+                continue
+            if hw_class and e.hw_class != hw_class:
+                e = HistoryEntry(e.record, e.host, e.time, e.objective, hw_class)
         out.append(e)
     return out
+
+
+def _fast_entry(line: str, index: int, objectives: dict[tuple, tuple[Objective, Any]], hw_class: str) -> HistoryEntry:
+    d = json.loads(line)
+    if d["schema"] != SCHEMA:
+        raise ValueError(d["schema"])
+    o = d["objective"]
+    okey = (o["reward"], float(o["percentile"]), float(o["sla_us"]))
+    if okey not in objectives:
+        from reward import get_reward
+
+        objectives[okey] = (Objective(*okey), get_reward(okey[0]))
+    obj, fn = objectives[okey]
+    m = Measurement.from_dict(d["measurement"])
+    p = d["point"]
+    point = OperatingPoint(int(p["itr_us"]), float(p["dvfs_ghz"]))
+    reward = float(fn(m.power_w, m.latency_us[obj.percentile], obj.sla_us))
+    rec = TrialRecord(index, point, float(d["qps"]), "completed", m, reward, None)
+    return HistoryEntry(rec, str(d["host"]), float(d["time"]), obj, hw_class or str(d.get("class", "")))
 
 
 class SqlTrials:

@@ -33,7 +33,8 @@ from typing import Any
 from actuators.host import PERCENTILES, KnobSpace, Measurement, OperatingPoint
 from core.errors import InputError, KnobRangeError, TunerError
 from core.fsutil import atomic_write
-from tuner.optimize.optimizer import Objective, TrialRecord
+from tuner.optimize.records import TrialRecord
+from tuner.optimize.settings import Objective
 
 SCHEMA = "tuner.trial/v1"
 #: The daemon's history store, relative to its state directory (config `history.file`).
