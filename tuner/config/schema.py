@@ -73,6 +73,7 @@ class TuningConfig:
     window_ci_pct: float = 5.0
     window_min_s: float = 2.0
     window_guard: bool = True
+    refit_every: int = 1
 
 
 #: `tuning.window_mode` values (see `tuner.optimize.windowing`).
@@ -94,6 +95,7 @@ SETTINGS_FIELDS: tuple[str, ...] = (
     "window_ci_pct",
     "window_min_s",
     "window_guard",
+    "refit_every",
 )
 
 
