@@ -189,7 +189,7 @@ def _open_store(args: argparse.Namespace, cfg: Any) -> tuple[Any, Path]:
     from tuner.store.open import import_legacy, open_store
 
     state_dir, legacy = _store_path(args, cfg)
-    url = getattr(args, "url", None) or (getattr(cfg.history, "url", "") if cfg is not None else "")
+    url = getattr(args, "url", None) or (cfg.history.url if cfg is not None else "")
     store = open_store(url, state_dir)
     import_legacy(store, legacy)
     return store, state_dir
@@ -211,7 +211,7 @@ def run_export(args: argparse.Namespace) -> int:
     else:
         cfg = _config(args.config)
         state_dir, history_file = _store_path(args, cfg)
-        has_url = bool(args.url or (getattr(cfg.history, "url", "") if cfg is not None else ""))
+        has_url = bool(args.url or (cfg.history.url if cfg is not None else ""))
         places = (state_dir / "state.json", state_dir / "experiments", history_file, state_dir / SQLITE_FILE)
         if not has_url and not any(p.exists() for p in places):
             raise InputError(
@@ -273,7 +273,7 @@ def run_fleet(args: argparse.Namespace) -> int:
         if not (math.isfinite(v) and v > lo):
             raise InputError(f"{name} {v:g}: expected a number > {lo:g}")
     cfg = _config(args.config)
-    url = args.url if args.url is not None else (getattr(cfg.history, "url", "") if cfg is not None else "")
+    url = args.url if args.url is not None else (cfg.history.url if cfg is not None else "")
     state_dir = args.state_dir or (cfg.state_dir if cfg is not None else DEFAULT_STATE_DIR)
     if not url and not (Path(state_dir) / "trials.sqlite").is_file():
         raise InputError(f"{state_dir}: no trial store here (expected trials.sqlite, or give --url)")

@@ -55,7 +55,7 @@ class HistoryLayer(Guardrail):
         if self._trial_store is None:
             from tuner.store.open import import_legacy, open_store
 
-            store = open_store(getattr(self.config.history, "url", ""), self.config.state_dir)
+            store = open_store(self.config.history.url, self.config.state_dir)
             import_legacy(store, self.config.history_path)
             self._trial_store = store
         return self._trial_store
