@@ -92,7 +92,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--oracle-exhaustive",
         action="store_true",
-        help="oracle evaluates every ITR value instead of coarse-to-fine (slow on the simulated host)",
+        help="oracle searches the full knob grid, not each frequency's largest feasible ITR (slow on a sim host)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed for the host and the optimiser (default 0)")
     p.add_argument(
