@@ -23,6 +23,11 @@ EXIT_CONFIG = 78
 
 
 class StartupError(TunerError):
-    """The configuration cannot work on this machine (found before serving): exit `EXIT_CONFIG`."""
+    """The configuration cannot work on this machine (found before serving): every problem in one message,
+    exit status `EXIT_CONFIG`."""
 
     exit_status = EXIT_CONFIG
+
+    def __init__(self, problems: list[str] | tuple[str, ...]) -> None:
+        self.problems = tuple(problems)
+        super().__init__(f"start-up checks: {len(self.problems)} problem(s): " + "; ".join(self.problems))
