@@ -30,7 +30,7 @@ def _measure(host: FakeHost, itr: int, ghz: float, seconds: float = 1.0):
 
 def _daemon_state(state_dir: Path, n: int = 4) -> list[dict]:
     """A state dir as the daemon leaves it: n trial rows (one failed) and one saved experiment."""
-    from tuner.daemon.loop import measurement_dict
+    from tuner.daemon.plain import measurement_dict
 
     host = FakeHost(qps=150_000.0)
     rows = []

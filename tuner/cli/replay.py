@@ -177,6 +177,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="no progress bar and no per-window table (the summary is still printed)",
     )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the summary as JSON (what OUT/summary.json holds) instead of the tables",
+    )
     p.set_defaults(func=run)
 
 
@@ -312,6 +317,7 @@ def run(args: argparse.Namespace) -> int:
             policies,
             args.out,
             quiet=args.quiet,
+            as_json=args.json,
             source=str(trace) if args.trace else f"{trace.name} (bundled sample)",
             oracle_exhaustive=args.oracle_exhaustive,
             history_path=args.history,
@@ -333,6 +339,7 @@ def execute(
     out: Path,
     *,
     quiet: bool = False,
+    as_json: bool = False,
     source: str = "",
     oracle_exhaustive: bool = False,
     history_path: Path | None = None,
@@ -344,8 +351,9 @@ def execute(
     from rich.console import Console
 
     from actuators.host import LoadControl
+    from tuner.cli.output import print_json, table_console
     from tuner.hosts import make_host
-    from tuner.replay.report import print_report, write_files, write_trials
+    from tuner.replay.report import print_report, summary, write_files, write_trials
     from tuner.replay.run import replay
 
     seed = settings.seed  # type: ignore[attr-defined]
@@ -367,7 +375,6 @@ def execute(
 
     windows = schedule.windows  # type: ignore[attr-defined]
     console = Console(stderr=True)
-    out_console = Console()
     t0 = time.perf_counter()
     if quiet or not console.is_terminal:
         result = replay(
@@ -423,7 +430,10 @@ def execute(
     if save_trials is not None:
         save_trials.parent.mkdir(parents=True, exist_ok=True)
         n = write_trials(result, save_trials)
-        print(f"saved {n} completed tuner trial(s) to {save_trials}", file=sys.stdout)
-    print_report(result, out_console, per_window=not quiet)
-    print(f"wrote {', '.join(str(p) for p in paths)}", file=sys.stdout)
+        print(f"saved {n} completed tuner trial(s) to {save_trials}", file=sys.stderr if as_json else sys.stdout)
+    if as_json:
+        print_json(summary(result))
+    else:
+        print_report(result, table_console(), per_window=not quiet)
+    print(f"wrote {', '.join(str(p) for p in paths)}", file=sys.stderr if as_json else sys.stdout)
     return 0

@@ -224,7 +224,7 @@ def run_import(args: argparse.Namespace) -> int:
         if callable(close):
             close()
     if cfg is not None:
-        from tuner.daemon.loop import bounded_space
+        from tuner.daemon.plain import bounded_space
 
         space = bounded_space(space, cfg.knobs)
     entries = read_entries(args.file, space)  # one bad line rejects the whole file
