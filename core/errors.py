@@ -13,6 +13,14 @@ class HostError(TunerError):
     """The host could not do what was asked (permission, missing driver, failed read-back, ...)."""
 
 
+class HostPartsError(HostError):
+    """Several parts of a host cannot be built; `problems` lists each (`part: why`)."""
+
+    def __init__(self, problems: list[str] | tuple[str, ...]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("; ".join(self.problems))
+
+
 class InputError(TunerError):
     """Bad input in a file: the message starts with `FILE:LINE:` where a line is known."""
 

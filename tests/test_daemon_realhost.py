@@ -49,7 +49,7 @@ def _untouched(root, nic):
 
 def test_daemon_writes_held_point_and_restores_on_stop(tmp_path, tree):
     root, nic = tree
-    cfg = write_config(tmp_path, options={}, window_s=0.1, sla_us=500.0)
+    cfg = write_config(tmp_path, host="tests.fakes:make_fake_host", options={}, window_s=0.1, sla_us=500.0)
     host = _host(root, nic)
     with Running(cfg, host=host, serve=False) as r:
         wait_for(lambda: r.daemon.status()["state"] == "holding", timeout=15)
@@ -71,7 +71,7 @@ def test_start_undoes_a_dead_runs_writes_first(tmp_path, tree):
     dead.apply(itr_us=300, dvfs_ghz=1.5)  # a previous daemon wrote the knobs, then was SIGKILLed
     del dead
     assert not _untouched(root, nic)
-    cfg = write_config(tmp_path, options={}, window_s=0.1)
+    cfg = write_config(tmp_path, host="tests.fakes:make_fake_host", options={}, window_s=0.1)
     d = Daemon(load_config(cfg), host=_host(root, nic), optimizers=FakeOptimizers(), serve=False)
     d.start()  # before the loop runs a single trial
     try:

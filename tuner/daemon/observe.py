@@ -38,7 +38,13 @@ class Observing(DaemonBase):
     savings: Savings | None = None
     _unsaved = 0
     _last_baseline_t = 0.0
-    _warnings: dict[str, list[str]]
+    _warnings: dict[str, list[str]] = {}  # replaced per instance by _load_bands
+    mode_label = "tune"  # tune | observe | dry_run (set by Daemon.start)
+
+    @property
+    def observing(self) -> bool:
+        """Observe mode, or a dry run (which measures like observe mode and records no trial)."""
+        return self.mode_label != "tune"
 
     # ------------------------------------------------------------------ set-up
 
@@ -182,6 +188,9 @@ class Observing(DaemonBase):
         with self._lock:
             self._warnings = found
         self.metrics.set_warnings({source: len(lines) for source, lines in found.items()})
+
+    def _after_apply(self) -> None:
+        self._refresh_warnings()
 
     def warning_lines(self) -> list[str]:
         with self._lock:

@@ -51,7 +51,7 @@ def build_host(config: Any, *, dry_run: bool = False) -> Host:
     try:
         host = make_host(spec, **host_options(spec, options, mode, dry_run=dry_run))
     except TunerError as exc:
-        raise StartupError(str(exc).split("; ")) from None
+        raise StartupError(getattr(exc, "problems", None) or [str(exc)]) from None
     if mode != "observe":
         try:
             bounded_space(host.knobs(), config.knobs)
