@@ -264,7 +264,7 @@ colour = "red"
         f"{f}:11: tuning.safe_radius: expected a normalised knob distance in [0, 2] (0 = off), got 3",
         f"{f}:13: history.warm_start: expected true or false, got 1",
         f"{f}:14: history.keep_trials: expected 1..1000000, got 0",
-        f"{f}:15: history.colour: unknown key: expected one of file, keep_trials, warm_start",
+        f"{f}:15: history.colour: unknown key: expected one of file, keep_trials, url, warm_start",
     ]
     for want in expected:
         assert want in lines, (want, lines)
@@ -284,3 +284,17 @@ colour = "red"
     # the default minimum follows a shorter window_s instead of refusing a config that never set it
     short = parse_config("[tuning]\nwindow_s = 1.0\n", tmp_path / "t.toml")
     assert short.tuning.window_mode == "adaptive" and short.tuning.window_min_s == 1.0
+
+
+def test_history_url_names_the_trial_store(tmp_path):
+    from tuner.config import load_config
+
+    f = tmp_path / "t.toml"
+    f.write_text('[history]\nurl = "postgresql://tuner@db.example/tuner"\n')
+    assert load_config(f).history.url == "postgresql://tuner@db.example/tuner"
+    f.write_text('[state]\ndir = "st"\n')
+    assert load_config(f).history.url == ""  # the default: SQLite in the state directory
+    assert _errors('[history]\nurl = "mysql://x"\n', tmp_path) == [
+        f'{f}:2: history.url: expected "" (SQLite in the state directory), "postgresql://..." or '
+        "\"sqlite:///absolute/path\", got 'mysql://x'"
+    ]

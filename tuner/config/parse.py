@@ -33,6 +33,12 @@ from tuner.config.schema import (
 from tuner.optimize.latscale import KINDS as LATENCY_METRICS  # `latency_metric` values
 
 
+def _check_store_url(v: str) -> str | None:
+    if v == "" or v.startswith(("postgresql://", "postgres://")) or (v.startswith("sqlite:///") and len(v) > 10):
+        return None
+    return '"" (SQLite in the state directory), "postgresql://..." or "sqlite:///absolute/path"'
+
+
 def parse_config(text: str, path: Path) -> Config:
     """Parse and validate config `text` read from `path`; raise `InputError` listing every problem."""
     try:
@@ -294,6 +300,7 @@ def parse_config(text: str, path: Path) -> Config:
         keep_trials=c.get(
             t, "history", "keep_trials", hd.keep_trials, "int", lambda v: None if 1 <= v <= 1_000_000 else "1..1000000"
         ),
+        url=c.get(t, "history", "url", hd.url, "str", _check_store_url),
     )
 
     if c.errors:

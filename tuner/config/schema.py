@@ -108,14 +108,16 @@ SETTINGS_FIELDS: tuple[str, ...] = (
 
 @dataclass(frozen=True)
 class HistoryConfig:
-    """The daemon's history store of completed trials (`tuner.store.history`) and warm start from it."""
+    """The daemon's trial store (`tuner.store`) and warm start from it."""
 
     #: Seed each retune's optimiser with the stored trials (always done when `tuning.context` is on).
     warm_start: bool = False
-    #: The store; None = `<state.dir>/history.jsonl`.
+    #: An older daemon's JSON-lines history, imported into the trial store once; None = `<state.dir>/history.jsonl`.
     file: Path | None = None
-    #: Newest trials kept in the store.
+    #: Newest trials a warm start takes from each source (this host's own, its hardware class's).
     keep_trials: int = 2000
+    #: The trial store: "" = `<state.dir>/trials.sqlite`; `postgresql://...` (a fleet) or `sqlite:///path`.
+    url: str = ""
 
 
 @dataclass(frozen=True)
@@ -141,7 +143,7 @@ class Config:
 
     @property
     def history_path(self) -> Path:
-        """The history store file (`history.file`, default `<state.dir>/history.jsonl`)."""
+        """An older daemon's history file (`history.file`, default `<state.dir>/history.jsonl`), imported once."""
         return self.history.file if self.history.file is not None else Path(self.state_dir) / "history.jsonl"
 
     @property

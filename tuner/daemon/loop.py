@@ -234,6 +234,7 @@ class Daemon(RetuneDriver):
             if self._metrics_server is not None:
                 self._metrics_server.shutdown()
                 self._metrics_server.server_close()
+            self._close_history_store()
             self.store.release()
             self._finished.set()
 

@@ -96,6 +96,20 @@ class DaemonReads(Observing):
             if q in self._subscribers:
                 self._subscribers.remove(q)
 
+    def power_curve(self, sla_us: Any = 0.0, percentile: Any = 0.0) -> tuple[float, float, list[Any], str]:
+        """(SLA, percentile, curve, note): the best point's predicted power and latency at each load a recent
+        model knows (`tuner.daemon.powercurve`); 0 = the policy's SLA / percentile; `InputError` if bad."""
+        from tuner.daemon.powercurve import power_curve
+
+        pol = self.policy()
+        policy = validate_policy(
+            pol.sla_us if not sla_us else sla_us, pol.percentile if not percentile else percentile, pol.reward
+        )
+        with self._lock:
+            tables = list(self._models.values())
+        curve, note = power_curve(tables, policy.sla_us, policy.percentile)
+        return policy.sla_us, policy.percentile, curve, note
+
     def operating_point(self, qps: Any, sla_us: Any = 0.0, percentile: Any = 0.0) -> PointAnswer:
         """Best known point for load `qps` under `sla_us` at `percentile` (0 = policy's); `InputError` if bad."""
         if isinstance(qps, bool) or not isinstance(qps, (int, float)) or not math.isfinite(qps) or not 0 < qps <= 1e10:
