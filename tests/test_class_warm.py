@@ -104,3 +104,19 @@ def test_class_warm_start_mixes_in_the_class_unless_the_host_drifts(tmp_path: Pa
     assert flagged == {"me": False, "bad": True}
     again = class_history(store, "me", "c1", limit=500)
     assert again.from_class == 200  # the drifting host's trials stay out of the class
+
+
+def test_drift_is_exported_as_a_gauge() -> None:
+    from prometheus_client import generate_latest
+
+    from tuner.daemon.metrics import DaemonMetrics
+
+    m = DaemonMetrics.create("test", "h")
+    m.set_class_drift("c1", True, 5.25, 3, 40)
+    text = generate_latest(m.registry).decode()
+    assert 'tuner_class_drift{hw_class="c1"} 1.0' in text
+    assert 'tuner_class_drift_statistic{hw_class="c1"} 5.25' in text
+    assert 'tuner_warm_start_trials{source="class"} 40.0' in text
+    m.set_class_drift("c1", False, None, 3, 40)
+    text = generate_latest(m.registry).decode()
+    assert 'tuner_class_drift{hw_class="c1"} 0.0' in text and 'tuner_class_drift_statistic{hw_class="c1"} NaN' in text

@@ -68,6 +68,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--resume", action="store_true", help="append to an existing sweep in --out, skipping points already measured"
     )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the result (points, the best point as in OUT/best.json) as JSON instead of text",
+    )
     p.set_defaults(func=run)
 
 
@@ -409,6 +414,11 @@ def run(args: argparse.Namespace) -> int:
             )
         raise failure
 
+    if args.json:
+        from tuner.cli.output import print_json
+
+        print_json({"out": str(out), "points": len(measured), "measured_now": new, "elapsed_s": elapsed, "best": best})
+        return 0
     print(f"sweep: {len(measured)} points ({new} measured now) in {elapsed:.1f} s -> {out}")
     if best is not None:
         if best["met"]:
