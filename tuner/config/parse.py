@@ -22,6 +22,7 @@ from tuner.config.checks import (
     shown,
 )
 from tuner.config.schema import (
+    HOST_MODES,
     WINDOW_MODES,
     Config,
     GrpcConfig,
@@ -70,11 +71,13 @@ def parse_config(text: str, path: Path) -> Config:
     for key in sorted(set(data) - top_allowed):
         c.error("", key, f"unknown table: expected one of {', '.join(sorted(top_allowed))}")
 
-    t = c.table(data, "host", {"spec", "options"})
+    t = c.table(data, "host", {"spec", "options", "mode"})
     host = HostConfig(
         spec=c.get(t, "host", "spec", "sim", "str", check_host_spec),
         options=c.get(t, "host", "options", {}, "table"),
+        mode=c.get(t, "host", "mode", "tune", "str", lambda v: None if v in HOST_MODES else "one of 'tune', 'observe'"),
     )
+    check_host_options(c, host)
 
     t = c.table(data, "knobs", {"itr_us", "dvfs_ghz"})
     knobs = KnobBounds(
@@ -240,6 +243,18 @@ def parse_config(text: str, path: Path) -> Config:
             lambda v: None if 0.001 <= v <= 3600 else "0.001..3600 seconds",
         ),
         window_guard=c.get(t, "tuning", "window_guard", d.window_guard, "bool"),
+        idle_qps=c.get(t, "tuning", "idle_qps", d.idle_qps, "float", non_negative),
+        baseline_every_s=c.get(
+            t,
+            "tuning",
+            "baseline_every_s",
+            d.baseline_every_s,
+            "float",
+            lambda v: None if v == 0 or v >= 1 else "0 (never) or a period >= 1 second",
+        ),
+        retry_max_s=c.get(
+            t, "tuning", "retry_max_s", d.retry_max_s, "float", lambda v: None if 1 <= v <= 86_400 else "1..86400 s"
+        ),
     )
     if tuning.window_mode == "adaptive" and tuning.window_min_s > tuning.window_s and "window_min_s" not in t:
         # the default minimum (2 s) follows a shorter window_s (the adaptive window's maximum)
@@ -316,6 +331,25 @@ def parse_config(text: str, path: Path) -> Config:
         metrics_listen=None if metrics_listen in ("", "off") else metrics_listen,
         history=history,
     )
+
+
+def check_host_options(c: Checker, host: HostConfig) -> None:
+    """`[host.options]` against the host factory's signature: each key it does not take is an error at its line."""
+    from core.errors import TunerError
+    from tuner.hosts import DAEMON_SET, check_options
+
+    if check_host_spec(host.spec) is not None:
+        return
+    try:
+        problems = check_options(host.spec, host.options, "")
+    except TunerError as exc:
+        c.error("host", "spec", str(exc))
+        return
+    for problem in problems:
+        key, _, message = problem.partition(": ")
+        c.error("host.options", key, message)
+    for key in sorted(set(host.options) & set(DAEMON_SET)):
+        c.error("host.options", key, "set by the daemon itself (observe mode), not in the config")
 
 
 def load_config(path: str | Path) -> Config:
