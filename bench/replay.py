@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 t0 = time.perf_counter()
                 res = replay(
-                    lambda seed=seed: make_host("sim", seed=seed),
+                    lambda seed=seed: make_host("sim", seed=seed, cache=oracle_host.expected_cache),
                     windows,
                     obj,
                     settings,
@@ -346,7 +346,7 @@ def multi_day(args: argparse.Namespace) -> int:
     for seed in range(args.seed0, args.seed0 + args.seeds):
         t0 = time.perf_counter()
         base = replay(
-            lambda seed=seed: make_host("sim", seed=seed),
+            lambda seed=seed: make_host("sim", seed=seed, cache=oracle_host.expected_cache),
             windows,
             obj,
             replace_seed(base_settings, seed),
@@ -364,7 +364,7 @@ def multi_day(args: argparse.Namespace) -> int:
             st = preset_settings(preset, replace_seed(base_settings, seed), **over)
             t0 = time.perf_counter()
             res = replay(
-                lambda seed=seed: make_host("sim", seed=seed),
+                lambda seed=seed: make_host("sim", seed=seed, cache=oracle_host.expected_cache),
                 windows,
                 obj,
                 st,

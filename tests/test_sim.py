@@ -328,13 +328,9 @@ def test_long_windows_keep_getting_less_noisy():
 
 
 def test_expected_cells_do_not_depend_on_what_else_is_asked():
-    from actuators.sim.host import clear_expected_cache
-
     pts = [OperatingPoint(246, 1.6), OperatingPoint(110, 2.0)]
-    clear_expected_cache()
     alone = SimHost().expected(pts, 600_000)
-    clear_expected_cache()
-    host = SimHost(seed=9)  # another host, another seed: same long-run model
+    host = SimHost(seed=9)  # another host (its own cache), another seed: same long-run model
     host.expected([OperatingPoint(i, f) for i in (240, 100) for f in (1.3, 1.6, 2.0, 2.9)], 600_000)
     together = host.expected(pts, 600_000)
     assert [e.latency_us for e in alone] == [e.latency_us for e in together]
