@@ -24,7 +24,7 @@ from core.errors import HostError, InputError, TunerError
 POINTS = "points.jsonl"
 META = "sweep.json"
 #: Fields of `sweep.json` that must match for `--resume` to append to an existing sweep.
-RESUME_KEYS = ("host", "qps", "seconds", "settle", "seed")
+RESUME_KEYS = ("host", "qps", "load", "seconds", "settle", "seed")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -62,6 +62,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="a point counts only if it serves at least this share of the offered load (default 0.95)",
     )
     p.add_argument("--seed", type=int, default=None, help="seed passed to the host factory (simulated hosts)")
+    p.add_argument(
+        "--load",
+        default=None,
+        help="a moving load for the host (sim): a TOML inline table, e.g. "
+        "'{shape=\"sine\", low=100000, high=600000, period_s=600}'; each point records the load it ran at "
+        "(see docs/simulated-host-load.md); not with --qps",
+    )
     p.add_argument("--out", required=True, type=Path, help="output directory")
     p.add_argument(
         "--resume", action="store_true", help="append to an existing sweep in --out, skipping points already measured"
@@ -263,7 +270,7 @@ def _progress(total: int, done: int, every_s: float = 60.0) -> Iterator[Callable
 
 def run(args: argparse.Namespace) -> int:
     from actuators.host import LoadControl
-    from tuner.hosts import make_host
+    from tuner.hosts import make_host, parse_load_option
     from tuner.replay.sweep import (
         SweepConfig,
         grid,
@@ -282,6 +289,9 @@ def run(args: argparse.Namespace) -> int:
     pct = parse_percentile(args.percentile)
     min_load = _number(args.min_load, "--min-load", at_most=1.0)
     qps = None if args.qps is None else _number(args.qps, "--qps")
+    load = None if args.load is None else parse_load_option(args.load, "--load")
+    if load is not None and qps is not None:
+        raise TunerError("--load and --qps: give one (a moving load or a fixed one)")
     out: Path = args.out
     if out.exists() and not out.is_dir():
         raise TunerError(f"--out {str(out)!r} exists and is not a directory")
@@ -289,6 +299,7 @@ def run(args: argparse.Namespace) -> int:
     meta = {
         "host": args.host,
         "qps": qps,
+        "load": args.load,
         "seconds": config.seconds,
         "settle": config.settle,
         "seed": args.seed,
@@ -316,6 +327,8 @@ def run(args: argparse.Namespace) -> int:
         raise TunerError(f"{points_path} already holds a sweep: pass --resume to continue it, or choose another --out")
 
     host_options: dict[str, Any] = {} if args.seed is None else {"seed": args.seed}
+    if load is not None:
+        host_options["load"] = load
     host = make_host(args.host, **host_options)
     failure: BaseException | None = None
     measured = list(previous)
