@@ -98,6 +98,9 @@ class Measurement:
     gives no CI (an external Prometheus query, a hook): `latency_ci_us` is then a placeholder (v, v) and
     `percentile_sem` returns None ("noise unknown") rather than a fake zero.
 
+    `energy_known` is False when the host cannot measure energy (no RAPL: most VMs): `energy_j` is then a
+    0.0 placeholder, `power_w` is NaN and `to_dict` writes `energy_j: null` -- unknown, never a number.
+
     `latency_dist` (optional) is the window's whole latency distribution (`actuators.latency.dist`:
     exact samples or an HdrHistogram), kept so windows can be pooled with `merge` / `merge_all`; it is
     not serialised by `to_dict` and not compared by `==`. A 1-D array of samples (µs) is accepted and
@@ -116,6 +119,7 @@ class Measurement:
     energy_by_zone_j: dict[str, float] = field(default_factory=dict)
     ci_known: bool = True
     latency_dist: LatencyDist | None = field(default=None, compare=False, repr=False)
+    energy_known: bool = True
 
     def __post_init__(self) -> None:
         dist = self.latency_dist
@@ -127,8 +131,15 @@ class Measurement:
 
     @property
     def power_w(self) -> float:
-        """Mean package power over the window."""
+        """Mean package power over the window (NaN when the host cannot measure energy)."""
+        if not self.energy_known:
+            return math.nan
         return self.energy_j / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def power_or_none(self) -> float | None:
+        """`power_w`, or None when energy is unknown (for JSON, metrics and messages)."""
+        return self.power_w if self.energy_known else None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict (percentile keys as strings such as "99.9"); `from_dict` reads it back."""
@@ -140,7 +151,7 @@ class Measurement:
             "latency_us": {f"{k:g}": v for k, v in self.latency_us.items()},
             "latency_ci_us": {f"{k:g}": list(v) for k, v in self.latency_ci_us.items()},
             "ci_known": self.ci_known,
-            "energy_j": self.energy_j,
+            "energy_j": self.energy_j if self.energy_known else None,
             "point": None if self.point is None else {"itr_us": self.point.itr_us, "dvfs_ghz": self.point.dvfs_ghz},
             "energy_by_zone_j": dict(self.energy_by_zone_j),
         }
@@ -160,10 +171,11 @@ class Measurement:
             requests=int(d["requests"]),
             latency_us={float(k): float(v) for k, v in d["latency_us"].items()},
             latency_ci_us={float(k): (float(v[0]), float(v[1])) for k, v in d["latency_ci_us"].items()},
-            energy_j=float(d["energy_j"]),
+            energy_j=0.0 if d["energy_j"] is None else float(d["energy_j"]),
             point=point,
             energy_by_zone_j={str(k): float(v) for k, v in d.get("energy_by_zone_j", {}).items()},
             ci_known=bool(d.get("ci_known", True)),
+            energy_known=d["energy_j"] is not None,
         )
 
     @classmethod
@@ -223,6 +235,7 @@ class Measurement:
             energy_by_zone_j=zones,
             ci_known=True,
             latency_dist=dist,
+            energy_known=all(m.energy_known for m in ms),
         )
 
     def percentile(self, pct: float) -> float:

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from actuators.host import KnobSpace, Measurement, OperatingPoint
+from actuators.hwclass import HardwareClass
+from actuators.latency.memcached import same_server
 from actuators.linux.dvfs import DvfsBackend, choose_backend, parse_cpu_list
 from actuators.linux.hwio import HardwareIO, NicIoctl, Transaction, UnavailableNic
 from actuators.linux.itr import NicItr, physical_interfaces
@@ -44,7 +46,8 @@ class RealHost:
     probe_counts_in_qps: bool = False  # the prober's own requests are in the QPS counter: subtract them
     clock: Callable[[], float] = time.monotonic
     name: str = "real"
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # DVFS read-back warnings of the last `apply`
+    absent: dict[str, str] = field(default_factory=dict)  # optional parts that could not be built, and why
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _qps_last: tuple[float, float] | None = field(default=None, repr=False)
 
@@ -87,6 +90,8 @@ class RealHost:
         return warnings
 
     def point(self) -> OperatingPoint | None:
+        if self.itr is None or self.dvfs is None:  # built without knobs (observe): the OS is in charge
+            return None
         itr_us = self._need("itr").current()
         ghz = self._need("dvfs").current()
         return None if itr_us is None or ghz is None else OperatingPoint(itr_us, ghz)
@@ -121,19 +126,23 @@ class RealHost:
         """Energy, latency and request counts over the same `seconds`-long window (blocks for it)."""
         if not seconds > 0:
             raise HostError(f"measure window {seconds!r} s: expected > 0")
-        energy, qps, latency = self._need("energy"), self._need("qps"), self._need("latency")
+        # energy may be missing only when it was declared optional (observe mode): then it is unknown
+        energy = self.energy if "energy" in self.absent else self._need("energy")
+        qps, latency = self._need("qps"), self._need("latency")
         point = self.point()
         latency.begin()
         q0 = float(qps.total_requests())
-        energy.begin()
+        if energy is not None:
+            energy.begin()
         t0 = self.clock()
         deadline = t0 + seconds
         try:
             while (left := deadline - self.clock()) > 0:
-                if self._stop.wait(min(left, energy.poll_interval_s)):
+                if self._stop.wait(min(left, energy.poll_interval_s if energy is not None else 1.0)):
                     raise HostError("measurement interrupted")
-                energy.poll()
-            reading = energy.end()
+                if energy is not None:
+                    energy.poll()
+            reading = energy.end() if energy is not None else None
             q1 = float(qps.total_requests())
             t1 = self.clock()
         except BaseException:
@@ -154,11 +163,43 @@ class RealHost:
             requests=window.requests,
             latency_us=dict(window.latency_us),
             latency_ci_us=dict(window.latency_ci_us),
-            energy_j=reading.energy_j,
+            energy_j=reading.energy_j if reading is not None else 0.0,
             point=point,
-            energy_by_zone_j=dict(reading.by_zone_j),
+            energy_by_zone_j=dict(reading.by_zone_j) if reading is not None else {},
             ci_known=bool(getattr(window, "ci_known", True)),
             latency_dist=getattr(window, "latency_dist", None),
+            energy_known=reading is not None,
+        )
+
+    def notices(self) -> list[str]:
+        """What limits this host's measurements, for the log, `GetStatus` and metrics: parts that could not
+        be built (e.g. no RAPL: energy unknown), the latency source's warnings (a same-host prober cannot
+        see ITR delay) and the DVFS read-back warnings of the last `apply`."""
+        out = [f"{part} unavailable: {why}" for part, why in self.absent.items()]
+        source_warnings = getattr(self.latency, "warnings", None)
+        if callable(source_warnings):
+            out += list(source_warnings())
+        return out + list(self.warnings)
+
+    def hardware_class(self) -> HardwareClass:
+        """This machine's class: /proc/cpuinfo's model, online cores, the tuned NIC's driver (sysfs link),
+        memcached's `stats` version (when the QPS source is memcached) and the kernel release. Reads only."""
+        from actuators import hwclass
+
+        root = self.io.root
+        version = hwclass.UNKNOWN
+        snapshot = getattr(self.qps, "snapshot", None)
+        if callable(snapshot):
+            try:
+                version = str(getattr(snapshot(), "version", "") or hwclass.UNKNOWN)
+            except HostError:
+                version = hwclass.UNKNOWN
+        return HardwareClass(
+            cpu_model=hwclass.cpu_model(root),
+            cores=hwclass.online_cores(root),
+            nic_driver=hwclass.nic_driver(root, self.itr.ifaces[0] if self.itr is not None else None),
+            memcached_version=version if version != "?" else hwclass.UNKNOWN,
+            kernel=hwclass.kernel_release(root),
         )
 
     def close(self) -> None:
@@ -215,6 +256,8 @@ def make_real_host(
     latency: dict[str, Any] | LatencySource | None = None,
     parts: tuple[str, ...] = ("itr", "dvfs", "energy", "qps", "latency"),
     nic: NicIoctl | None = None,
+    optional: tuple[str, ...] = (),
+    live_root: bool = False,
 ) -> RealHost:
     """Build a `RealHost` (the `real` host of `tuner.hosts.make_host`; keys match `[host.options]`).
 
@@ -223,41 +266,78 @@ def make_real_host(
     `qps`: a `QpsSource` or a spec (`memcached:HOST:PORT`, `memcached:unix:/path`, `nic:IFACE`);
     `latency`: a `LatencySource` or a table `{kind = "prober" | "prometheus" | "command" | "file", ...}`
     whose other keys go to that source (prober: `target`, `rate_hz`, ...); `parts`: which
-    components to build (the manual `tuner set` builds only what it needs).
+    components to build (the manual `tuner set` builds only what it needs); `optional`: parts that may be
+    missing (observe mode: energy) -- left None with the reason in `RealHost.absent`. The prober's
+    `target` defaults to the memcached of `qps`, and its own requests are subtracted from the QPS count
+    whenever both name the same server, whatever the spelling (`localhost` or `127.0.0.1`). `live_root`: `root` is this
+    kernel's own /sys and /proc mounted elsewhere (a container with the host's paths under /host, where the
+    runtime masks /sys/devices/virtual/powercap), so NIC coalescing goes to the live kernel's ethtool
+    ioctl, as with root `/`; a fake tree (the default for root != `/`) never reaches a real NIC.
+
+    Every part is tried: when some cannot be built, one `HostError` lists them all (`part: why; ...`), so an
+    operator fixes everything in one go. Nothing is written (the first write is the first `apply`).
     """
     root = Path(root)
-    io = HardwareIO(root, nic if nic is not None else (default_nic(root) if "itr" in parts else None), dry_run)
+    if nic is None and "itr" in parts:
+        nic = default_nic(Path("/") if live_root else root)
+    io = HardwareIO(root, nic, dry_run)
     store = OriginalsStore(Path(state_dir) if state_dir else default_state_dir(root), root)
     host = RealHost(io, store)
-    if "itr" in parts:
+    problems: list[str] = []
+
+    def build(part: str, make: Callable[[], Any]) -> None:
+        if part not in parts:
+            return
+        try:
+            setattr(host, part, make())
+        except HostError as exc:
+            if part in optional:
+                host.absent[part] = f"{exc} (reported as unknown)"
+            else:
+                problems.append(f"{part}: {exc}")
+
+    def make_itr() -> NicItr:
         ifaces = _as_tuple(iface) or physical_interfaces(root)
         if len(ifaces) > 1 and not iface:
             raise HostError(f"several NICs ({', '.join(ifaces)}): choose with --iface / host.options.iface")
-        host.itr = NicItr(io, ifaces, force=force)
-    if "dvfs" in parts:
-        host.dvfs = choose_backend(io, _cores(cores), backend)
-    if "energy" in parts:
-        host.energy = discover_meter(io, energy, max_power_w)
-    qps_spec = qps
-    if "qps" in parts:
+        itr = NicItr(io, ifaces, force=force)
+        itr.preflight()  # coalescing readable, driver verified or forced: permanent faults found now
+        return itr
+
+    def make_qps() -> Any:
         if isinstance(qps, str):
             from actuators.qps import qps_source_from_spec
 
-            qps = qps_source_from_spec(qps)
-        host.qps = qps
+            return qps_source_from_spec(qps)
+        return qps
+
+    build("itr", make_itr)
+    build("dvfs", lambda: choose_backend(io, _cores(cores), backend))
+    build("energy", lambda: discover_meter(io, energy, max_power_w))
+    build("qps", make_qps)
+    qps_spec = qps
+    if problems:
+        raise HostError("; ".join(problems))
     if "latency" in parts:
         if latency is None or isinstance(latency, dict):
             opts = dict(latency or {})
             kind = opts.pop("kind", "prober")
+            qps_server = _memcached_of(qps_spec)
+            if kind == "prober" and "target" not in opts and qps_server:
+                opts["target"] = qps_server  # probe the server whose load is counted
             latency = _latency_source(kind, opts, root)
             host.probe_counts_in_qps = (
-                kind == "prober"
-                and isinstance(qps_spec, str)
-                and qps_spec.startswith("memcached:")
-                and qps_spec.split(":", 1)[1] == latency.config.target
+                kind == "prober" and qps_server is not None and same_server(qps_server, latency.config.target)
             )
         host.latency = latency
     return host
+
+
+def _memcached_of(qps_spec: Any) -> str | None:
+    """The memcached address of a `memcached:ADDR` QPS spec, else None."""
+    if isinstance(qps_spec, str) and qps_spec.startswith("memcached:"):
+        return qps_spec.split(":", 1)[1]
+    return None
 
 
 def _latency_source(kind: str, opts: dict[str, Any], root: Path) -> LatencySource:

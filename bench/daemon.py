@@ -5,7 +5,8 @@ subprocess with a fresh state directory, waits for the first retune to finish (s
 and of its optimiser worker), then measures between retunes:
   * steady-state CPU (fraction of one core, psutil user+system over `--hold-s` seconds of holding) and RSS;
   * `GetOperatingPoint` latency over `--calls` calls from one client over the unix socket.
-Targets (issue 5): CPU <= 1 % of a core, RSS <= 400 MB, GetOperatingPoint p99 <= 20 ms.
+Targets: CPU <= 1 % of a core and RSS <= 400 MB between retunes (the daemon must cost the memcached host it
+tunes next to nothing), GetOperatingPoint p99 <= 20 ms (a scheduler asks it on its placement path).
 
     .venv/bin/python bench/daemon.py [--hold-s 30] [--calls 500] [--window-s 1] [--fake]
 

@@ -31,7 +31,9 @@ def main() -> int:
 
     from actuators.host import OperatingPoint
     from tuner.hosts import make_host
-    from tuner.optimize.optimizer import Objective, Optimizer, TrialRecord, TunerSettings
+    from tuner.optimize.optimizer import Optimizer
+    from tuner.optimize.records import TrialRecord
+    from tuner.optimize.settings import Objective, TunerSettings
     from tuner.store.history import read_trials, write_trials
 
     context = not args.no_context

@@ -1,4 +1,4 @@
-"""Measure what the built-in prober sees on this machine (JSON on stdout); backs the README `sensors` numbers.
+"""Measure what the built-in prober sees on this machine (JSON on stdout); backs the numbers in docs/real-hosts.md.
 
 Starts the Debian memcached on 127.0.0.1 (a free port), then measures, each for --seconds:
 

@@ -4,7 +4,7 @@
     python bench/sim.py --calibration   # also print the simulator-vs-dissertation table (markdown) to stderr
     python bench/sim.py --quick         # speeds only
 
-Targets (issue 2): a 20 s window at 600K QPS <= 100 ms (static and Linux default mode); a 3600 s hold
+Targets (so a 24 h replay with hundreds of trials runs in seconds): a 20 s window at 600K QPS <= 100 ms (static and Linux default mode); a 3600 s hold
 window <= 100 ms; expected() over a full ITR x DVFS grid.  `window_20s_*` are medians of repeated windows
 at one point (the long-run reference cached); `window_20s_cold_ms` is the first window at each of 5 new
 points (it computes that point's expected() cells: the reference the window's noise shrinks towards).

@@ -54,7 +54,7 @@ def config_text(tmp: Path, sock: Path, args: argparse.Namespace) -> str:
 spec = "sim"
 [host.options]
 seed = 1
-[host.options.load]
+[host.options.load_schedule]
 shape = "steps"
 levels = [{levels}]
 step_s = {args.step_s}

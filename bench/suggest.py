@@ -5,7 +5,7 @@ default 8 µs grid, 18 frequencies, load in [0, 1]) is seeded with N completed t
 fake analytic host (tests/fakes.py) at random points and loads, then runs `--suggestions` suggestions at one
 load (each completed with the host's measurement), with and without the safety filter and the stopping rule's
 model evaluation. Reports the median/max `TrialRecord.compute_s` (Ax's gen + our grid predictions) and the
-median time of `should_stop()`. Target (issue 3/6): median <= 0.5 s per suggestion at history_max_trials.
+median time of `should_stop()`. Target: median <= 0.5 s per suggestion at history_max_trials (small next to a trial's 1 s settle).
 
     .venv/bin/python bench/suggest.py [--trials-in-model 50,200,400] [--suggestions 5] [--seed 0]
 """
@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO))
 def _history(n: int, seed: int, max_qps: float) -> list:
     from actuators.host import OperatingPoint, apply_point
     from tests.fakes import DVFS_GHZ, FakeHost
-    from tuner.optimize.optimizer import TrialRecord
+    from tuner.optimize.records import TrialRecord
 
     rng = random.Random(seed)
     host = FakeHost(qps=100_000)
@@ -44,7 +44,9 @@ def _history(n: int, seed: int, max_qps: float) -> list:
 
 def run(n: int, suggestions: int, seed: int, safe: bool) -> dict:
     from tests.fakes import FakeHost
-    from tuner.optimize.optimizer import Objective, Optimizer, TunerSettings, run_trial
+    from tuner.optimize.optimizer import Optimizer
+    from tuner.optimize.retune import run_trial
+    from tuner.optimize.settings import Objective, TunerSettings
 
     max_qps = 1e6
     settings = TunerSettings(

@@ -6,7 +6,7 @@
 
 For every (load, point) and repetition (fresh seed) it measures one window three ways: `fixed` (20 s, today),
 `adaptive` (the default policy: order-statistic CI of the pooled samples and a batch-means CI across
-chunks, both within +-ci_pct) and `adaptive_os` (order statistics only, `batches=1`: the issue's literal
+chunks, both within +-ci_pct) and `adaptive_os` (order statistics only, `batches=1`: the literal
 rule). It reports the mean window length, the achieved 95 % CI half-width of the p99 (as the window
 reports it), and how often the p99 lands within +-ci_pct of the simulator's noise-free `expected()` p99
 and how often the window's reported 95 % CI (what Ax gets as SEM), widened in quadrature by the 95 %

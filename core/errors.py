@@ -15,3 +15,14 @@ class HostError(TunerError):
 
 class InputError(TunerError):
     """Bad input in a file: the message starts with `FILE:LINE:` where a line is known."""
+
+
+#: Exit status of a daemon whose configuration does not fit the machine (sysexits' EX_CONFIG): the systemd
+#: unit does not restart on it (`RestartPreventExitStatus=`), since a restart cannot fix it.
+EXIT_CONFIG = 78
+
+
+class StartupError(TunerError):
+    """The configuration cannot work on this machine (found before serving): exit `EXIT_CONFIG`."""
+
+    exit_status = EXIT_CONFIG

@@ -1,6 +1,6 @@
 """Rewards the optimiser minimises, selected by name (`--reward`, config `policy.reward`).
 
-See `reward.rewards` for the formulas. `DEFAULT_REWARD` was chosen by `bench/replay.py` (README, section
+See `reward.rewards` for the formulas. `DEFAULT_REWARD` was chosen by `bench/replay.py` (docs/optimizer.md, section
 "replay").
 """
 
@@ -8,7 +8,7 @@ from reward.rewards import REGISTRY, Reward, constrained, edp, get_reward, laten
 
 #: Names of every reward (read by `tuner.config.known_rewards`).
 REWARDS: tuple[str, ...] = tuple(sorted(REGISTRY))
-#: The default reward: see README section "replay" for the benchmark that chose it.
+#: The default reward: see docs/optimizer.md, "Rewards", for the benchmark that chose it.
 DEFAULT_REWARD = "constrained"
 
 __all__ = [

@@ -21,7 +21,9 @@ from typing import Any
 
 from actuators.host import KnobSpace, Measurement, OperatingPoint
 from tests.fakes import FakeHost
-from tuner.optimize.optimizer import Decision, Objective, Prediction, TrialRecord, TunerSettings
+from tuner.optimize.decision import Decision
+from tuner.optimize.records import Prediction, TrialRecord
+from tuner.optimize.settings import Objective, TunerSettings
 
 ORIGINAL = {"itr": "adaptive", "dvfs": "schedutil"}
 
@@ -344,7 +346,7 @@ def write_config(
 
     The [tuning] table is the cold tuner (fixed windows, no context/stop rule/safety; the daemon's own defaults
     are the warm preset), so tests of the daemon's mechanics count trials and windows exactly; `tuning` lines
-    (`key = value`) override it key by key -- tests of issue 6 turn their features on that way.
+    (`key = value`) override it key by key -- tests of the learning features (context, stopping rule, safety, adaptive windows) turn them on that way.
     """
     tuning = merge_tuning(COLD_TUNING, tuning)
     opts = {"knob_file": str(tmp / "knobs.json")} if options is None else options

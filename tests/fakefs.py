@@ -1,4 +1,4 @@
-"""Builders for fake sysfs/devfs/procfs trees under a temp root, shaped like the kernel's.
+"""Test helpers over fake sysfs/devfs/procfs trees (the tree builders are `actuators.fakehw.tree`, re-exported).
 
 MSR files are regular (sparse) files. The kernel's msr device takes offset = register and moves 8 bytes;
 in a plain file adjacent registers (PERF_STATUS 0x198 / PERF_CTL 0x199) would overlap, so
@@ -16,6 +16,16 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from actuators.fakehw.tree import (  # noqa: F401  (re-exported: the builders live in the product's kit)
+    advance_zone,
+    cpu_online,
+    cpufreq,
+    cpuidle,
+    cpuinfo,
+    net_iface,
+    powercap_zone,
+    write,
+)
 from actuators.linux import hwio
 from actuators.linux.rapl import EnergyCounter, EnergyMeter
 from actuators.sensors import LatencyWindow
@@ -64,16 +74,6 @@ def _mark(fd: int, reg: int) -> None:
             f.write(f"{reg}\n")
 
 
-def write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text + "\n")
-    return path
-
-
-def cpu_online(root: Path, ncpus: int) -> None:
-    write(root / "sys/devices/system/cpu/online", f"0-{ncpus - 1}" if ncpus > 1 else "0")
-
-
 def msr_files(root: Path, ncpus: int, regs: dict[int, int] | None = None, size: int = MSR_FILE_BYTES) -> None:
     """`/dev/cpu/N/msr` for N < ncpus, with `regs` pre-written on every CPU."""
     for cpu in range(ncpus):
@@ -109,92 +109,12 @@ def cpuid_only(root: Path, ncpus: int) -> None:
         write(root / "dev/cpu" / str(cpu) / "cpuid", "")
 
 
-def cpufreq(
-    root: Path,
-    ncpus: int,
-    *,
-    driver: str = "acpi-cpufreq",
-    governor: str = "ondemand",
-    governors: str = "performance powersave ondemand userspace",
-    available_khz: list[int] | None = None,
-    min_khz: int = 1_200_000,
-    max_khz: int = 2_900_000,
-    pstate_status: str | None = None,
-) -> None:
-    """`cpuN/cpufreq/` attribute files as acpi-cpufreq (with available list) or intel_pstate show them."""
-    for cpu in range(ncpus):
-        d = root / f"sys/devices/system/cpu/cpu{cpu}/cpufreq"
-        write(d / "scaling_driver", driver)
-        write(d / "scaling_governor", governor)
-        write(d / "scaling_available_governors", governors)
-        write(d / "cpuinfo_min_freq", str(min_khz))
-        write(d / "cpuinfo_max_freq", str(max_khz))
-        write(d / "scaling_min_freq", str(min_khz))
-        write(d / "scaling_max_freq", str(max_khz))
-        write(d / "scaling_setspeed", "<unsupported>")
-        if available_khz is not None:
-            write(d / "scaling_available_frequencies", " ".join(str(k) for k in available_khz))
-    if pstate_status is not None:
-        write(root / "sys/devices/system/cpu/intel_pstate/status", pstate_status)
-
-
-def powercap_zone(
-    root: Path, name: str, zone: str, energy_uj: int, max_range_uj: int, max_power_uw: int | None = None
-) -> Path:
-    """`/sys/class/powercap/<zone>` (`intel-rapl:0`, `intel-rapl:0:0`, ...)."""
-    d = root / "sys/class/powercap" / zone
-    write(d / "name", name)
-    write(d / "energy_uj", str(energy_uj))
-    write(d / "max_energy_range_uj", str(max_range_uj))
-    if max_power_uw is not None:
-        write(d / "constraint_0_max_power_uw", str(max_power_uw))
-    return d
-
-
-def advance_zone(root: Path, zone: str, delta_uj: int) -> int:
-    """Advance a powercap counter by `delta_uj`, wrapping at its `max_energy_range_uj`."""
-    d = root / "sys/class/powercap" / zone
-    wrap = int((d / "max_energy_range_uj").read_text())
-    value = (int((d / "energy_uj").read_text()) + delta_uj) % wrap
-    (d / "energy_uj").write_text(f"{value}\n")
-    return value
-
-
-def net_iface(root: Path, ifname: str, driver: str | None) -> None:
-    """`/sys/class/net/<if>` with `device/driver` -> `.../drivers/<driver>` (no device: virtual)."""
-    d = root / "sys/class/net" / ifname
-    d.mkdir(parents=True, exist_ok=True)
-    if driver is not None:
-        target = root / "sys/bus/pci/drivers" / driver
-        target.mkdir(parents=True, exist_ok=True)
-        (d / "device").mkdir(exist_ok=True)
-        os.symlink(target, d / "device" / "driver")
-
-
 def proc_status(root: Path, cap_eff: int) -> None:
     write(root / "proc/self/status", f"Name:\ttuner\nCapInh:\t0000000000000000\nCapEff:\t{cap_eff:016x}\n")
 
 
 def proc_modules(root: Path, modules: list[str]) -> None:
     write(root / "proc/modules", "\n".join(f"{m} 16384 0 - Live 0x0000000000000000" for m in modules))
-
-
-def cpuinfo(root: Path, vendor: str, ncpus: int = 1, flags: str = "fpu msr") -> None:
-    write(
-        root / "proc/cpuinfo",
-        "\n\n".join(f"processor\t: {i}\nvendor_id\t: {vendor}\nflags\t\t: {flags}" for i in range(ncpus)),
-    )
-
-
-def cpuidle(root: Path, ncpus: int, states: list[tuple[str, int]] | None = None) -> None:
-    write(root / "sys/devices/system/cpu/cpuidle/current_driver", "intel_idle")
-    write(root / "sys/devices/system/cpu/cpuidle/current_governor_ro", "menu")
-    for cpu in range(ncpus):
-        for i, (name, lat) in enumerate(states or [("POLL", 0), ("C1", 2), ("C6", 133)]):
-            d = root / f"sys/devices/system/cpu/cpu{cpu}/cpuidle/state{i}"
-            write(d / "name", name)
-            write(d / "latency", str(lat))
-            write(d / "disable", "0")
 
 
 @dataclass

@@ -146,7 +146,7 @@ def test_metrics_off_and_host_options(tmp_path):
     assert cfg.metrics_listen is None and cfg.host.options == {"qps": 5} and cfg.host.spec == "mod:fn"
 
 
-def test_issue6_tuning_and_history_keys(tmp_path):
+def test_learning_tuning_and_history_keys(tmp_path):
     text = """[state]
 dir = "st"
 [tuning]
@@ -186,16 +186,16 @@ keep_trials = 500
     assert cfg.history.warm_start and cfg.history.keep_trials == 500 and cfg.warm_start
     assert cfg.history_path == (tmp_path / "h" / "trials.jsonl").resolve()
     plain = parse_config('[state]\ndir = "st"\n', tmp_path / "c.toml")
-    # context is on by default (issue 6's benchmark), and context implies warm start from the history store
+    # context is on by default (the 3-day replay benchmark chose it), and context implies warm start from the history store
     assert plain.history_path == (tmp_path / "st" / "history.jsonl").resolve() and plain.warm_start
     assert plain.tuning.context and not plain.history.warm_start
     cold = parse_config('[state]\ndir = "st"\n[tuning]\ncontext = false\n', tmp_path / "c.toml")
     assert not cold.warm_start
-    # every TuningConfig issue-6 field is one of the optimiser's TunerSettings fields, and the daemon's default
+    # every TuningConfig learning field is one of the optimiser's TunerSettings fields, and the daemon's default
     # is the same tuner `tuner replay` runs by default (the warm preset the 3-day benchmark chose)
     from tuner.cli.replay import DEFAULT_PRESET
     from tuner.config import SETTINGS_FIELDS, TuningConfig
-    from tuner.optimize.optimizer import TunerSettings
+    from tuner.optimize.settings import TunerSettings
     from tuner.replay.run import preset_settings
 
     product = preset_settings(DEFAULT_PRESET)
@@ -205,7 +205,7 @@ keep_trials = 500
     TunerSettings(window_s=t.window_s, **{k: getattr(t, k) for k in SETTINGS_FIELDS})
 
 
-def test_issue6_keys_bad_values_one_line_each(tmp_path):
+def test_learning_keys_bad_values_one_line_each(tmp_path):
     text = """[tuning]
 window_s = 1.0
 context = "yes"

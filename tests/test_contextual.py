@@ -1,4 +1,4 @@
-"""Issue 6 optimiser features: load as context, warm start from history, stopping rule, safe exploration."""
+"""The learning optimiser's features: load as context, warm start from history, stopping rule, safe exploration."""
 
 from __future__ import annotations
 
@@ -15,7 +15,10 @@ from core.errors import TunerError
 from tests.fakes import FakeHost
 from tuner.optimize import acquisition
 from tuner.optimize.latscale import LatencyScale
-from tuner.optimize.optimizer import Objective, Optimizer, TrialRecord, TunerSettings, run_retune
+from tuner.optimize.optimizer import Optimizer
+from tuner.optimize.records import TrialRecord
+from tuner.optimize.retune import run_retune
+from tuner.optimize.settings import Objective, TunerSettings
 
 SMALL = KnobSpace(tuple(range(2, 403, 16)), (1.2, 1.6, 2.0, 2.4, 2.9))  # 26 ITR x 5 DVFS
 OBJ = Objective("constrained", 99, 500)
@@ -382,7 +385,7 @@ def test_when_the_model_deems_every_point_unsafe_it_steps_out_from_the_safe_corn
 
 def test_adaptive_window_mode_measures_through_windowing(monkeypatch: pytest.MonkeyPatch) -> None:
     import tuner.optimize.windowing as windowing
-    from tuner.optimize.optimizer import run_trial
+    from tuner.optimize.retune import run_trial
 
     seen = []
 

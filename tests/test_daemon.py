@@ -12,7 +12,7 @@ from actuators.host import OperatingPoint
 from core.errors import InputError, TunerError
 from tests.daemon_fakes import Running, make_file_host, wait_for, write_config
 from tuner.config import KnobBounds
-from tuner.daemon.loop import bounded_space, safe_corner, validate_policy
+from tuner.daemon.plain import bounded_space, safe_corner, validate_policy
 from tuner.daemon.state import DaemonState, StateStore, atomic_write
 
 

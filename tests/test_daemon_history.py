@@ -1,4 +1,4 @@
-"""The daemon's history store and warm start (issue 6): imported trials seed the next retune's optimiser,
+"""The daemon's history store and warm start: imported trials seed the next retune's optimiser,
 every retune appends its completed trials, the store survives restarts, the stopping rule ends a retune early.
 In process with the fake host and the light optimiser (50 ms windows)."""
 
@@ -10,7 +10,8 @@ from actuators.host import OperatingPoint
 from tests.daemon_fakes import FakeOptimizers, Running, read_state, wait_for, write_config
 from tests.fakes import FakeHost
 from tuner.cli.app import main
-from tuner.optimize.optimizer import Objective, TrialRecord
+from tuner.optimize.records import TrialRecord
+from tuner.optimize.settings import Objective
 from tuner.store.history import HistoryStore, read_entries, write_trials
 
 

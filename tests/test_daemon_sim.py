@@ -100,7 +100,8 @@ def test_sim_daemon_with_ax_warm_starts_a_contextual_retune_from_imported_trials
     from actuators.host import OperatingPoint
     from tuner.cli.app import main
     from tuner.hosts import make_host
-    from tuner.optimize.optimizer import Objective, TrialRecord
+    from tuner.optimize.records import TrialRecord
+    from tuner.optimize.settings import Objective
     from tuner.store.history import HistoryStore, write_trials
 
     # another day's trials on the same (simulated) machine, at two loads

@@ -51,6 +51,28 @@ def test_unit_hardening_and_capabilities():
     assert "--config /etc/tuner/tuner.toml" in settings["ExecStart"]
 
 
+def test_unit_does_not_restart_on_a_config_that_cannot_work(tmp_path):
+    """The start-up checks' exit status is exempt from Restart=on-failure, and systemd accepts the line."""
+    from core.errors import EXIT_CONFIG
+
+    settings = dict(re.findall(r"^(\w+)=(.*)$", _unit(), re.M))
+    assert settings["RestartPreventExitStatus"].split() == [str(EXIT_CONFIG)]
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze not installed")
+    exe = shutil.which("true")
+    unit = tmp_path / "tuner.service"
+    unit.write_text(_unit().replace("/usr/local/bin/tuner", exe))
+    r = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "RestartPreventExitStatus" not in r.stderr, r.stderr
+    unit.write_text(
+        _unit()
+        .replace("/usr/local/bin/tuner", exe)
+        .replace("RestartPreventExitStatus=78", "RestartPreventExitStatus=EX_NOPE")
+    )
+    r = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60)
+    assert "Failed to parse value" in r.stderr and "EX_NOPE" in r.stderr  # a bad value is reported: not vacuous
+
+
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 def test_prometheus_config_checks():
     r = subprocess.run(
@@ -63,11 +85,15 @@ def test_prometheus_config_checks():
 def _exposed_names() -> set[str]:
     from prometheus_client import generate_latest
 
+    from actuators.host import OperatingPoint
     from tuner.daemon.metrics import DaemonMetrics
 
     m = DaemonMetrics.create("test", "sim")
     m.energy.labels(zone="package").inc(1)
     m.latency.labels(percentile="99").set(1)
+    m.set_point(OperatingPoint(50, 2.0))  # present once the tuner holds a point
+    m.power.set(80.0)  # present once energy is measured
+    m.set_savings(0.2, 0.1, 0.3)
     text = generate_latest(m.registry).decode()
     return {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
 

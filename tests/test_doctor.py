@@ -174,3 +174,74 @@ def test_hwp_seen_through_intel_pstate_without_msr(tmp_path):
     fakefs.write(tmp_path / "sys/devices/system/cpu/intel_pstate/hwp_dynamic_boost", "0")
     finding = doctor.check_hwp(HardwareIO(tmp_path, dry_run=True), 0)
     assert finding.status == "fail" and "hwp_dynamic_boost" in finding.detail
+
+
+@pytest.mark.parametrize(
+    ("address", "said"),
+    [("127.0.0.1:99999", "port 99999 outside 1..65535"), ("127.0.0.1:", "the port after ':' is missing")],
+)
+def test_bad_memcached_address_is_a_usage_error_not_cannot_tune(address, said, capsys):
+    rc = cli.main(["doctor", "--memcached", address])
+    err = capsys.readouterr().err
+    assert rc == 2 and said in err and "Traceback" not in err and err.count("\n") == 1
+    finding = doctor.check_memcached(address)  # and as a finding (config files) a FAIL, never an exception
+    assert finding.status == "fail" and said in finding.detail
+
+
+def test_amd_host_gets_amd_pstate_advice(tmp_path):
+    fakefs.cpu_online(tmp_path, 2)
+    fakefs.cpuinfo(tmp_path, "AuthenticAMD", 2, flags="fpu msr")
+    fakefs.cpufreq(tmp_path, 2, driver="amd-pstate-epp", governor="powersave", governors="performance powersave")
+    fakefs.write(tmp_path / "sys/devices/system/cpu/amd_pstate/status", "active")
+    f = by_check(doctor.run_checks(HardwareIO(tmp_path, fakefs.FakeNic(), dry_run=True), ("eth9",), "127.0.0.1:1"))
+    assert f["platform"].status == "info" and "bare metal" in f["platform"].detail
+    assert "AuthenticAMD" in f["hwp"].detail and f["hwp"].status == "info"
+    assert "amd_pstate active" in f["cpufreq"].detail
+    assert f["dvfs-cpufreq"].status == "fail" and "amd_pstate=passive" in f["dvfs-cpufreq"].fix
+    assert "on AMD use cpufreq" in f["dvfs-msr"].fix
+    assert not any("intel_pstate" in x.fix for x in f.values())
+
+
+def test_vm_is_stated_as_a_vm(tmp_path):
+    fakefs.cpu_online(tmp_path, 2)
+    fakefs.cpuinfo(tmp_path, "GenuineIntel", 2, flags="fpu msr hypervisor")
+    f = by_check(doctor.run_checks(HardwareIO(tmp_path, fakefs.FakeNic(), dry_run=True), ("eth9",), "127.0.0.1:1"))
+    assert f["platform"].status == "warn" and "virtual machine (cpuinfo flag hypervisor)" in f["platform"].detail
+    for check in ("platform", "cpufreq", "dvfs-cpufreq", "dvfs-msr", "rapl"):
+        assert "no RAPL/MSR/cpufreq in most VMs: run on bare metal" in f[check].fix, check
+
+
+def test_cores_beyond_the_online_cpus(tmp_path):
+    io, _ = good_host(tmp_path)
+    report = doctor.run_checks(io, ("eth1",), "127.0.0.1:1", (0, 1, 2, 3, 4, 5, 6, 7))
+    f = by_check(report)
+    assert f["cpus"].status == "fail" and f["cpus"].detail.startswith("CPU 2 is not online (online: 0-1")
+    assert "cores" in report.missing
+    assert f["dvfs-msr"].status == "ok"  # the other checks still ran, on the online CPUs asked for
+
+
+def test_other_backend_offered_only_when_it_works(tmp_path):
+    io, _ = good_host(tmp_path)  # msr works, cpufreq (intel_pstate active) does not
+    f = by_check(doctor.run_checks(io, ("eth1",), "127.0.0.1:1", (0, 1)))
+    assert "--backend msr (usable here)" in f["dvfs-cpufreq"].fix
+    io, _ = good_host(tmp_path / "hwp", hwp=True)  # now msr fails too: no backend to offer
+    f = by_check(doctor.run_checks(io, ("eth1",), "127.0.0.1:1", (0, 1)))
+    assert f["dvfs-msr"].status == "fail" and f["dvfs-cpufreq"].status == "fail"
+    texts = [x.detail + x.fix for x in f.values()]
+    assert not any("--backend msr" in t and "usable" in t for t in texts)
+    assert not any("use --backend" in t for t in texts)
+
+
+def test_backend_choice_names_offline_cpu_and_offers_only_a_working_backend(tmp_path):
+    from actuators.linux.dvfs import choose_backend
+    from core.errors import HostError
+
+    io, _ = good_host(tmp_path)
+    with pytest.raises(HostError, match=r"^CPU 2 is not online"):
+        choose_backend(io, (0, 1, 2), "msr")
+    with pytest.raises(HostError, match="--backend msr works on this host"):
+        choose_backend(io, (0, 1), "cpufreq")
+    io, _ = good_host(tmp_path / "hwp", hwp=True)
+    with pytest.raises(HostError) as e:
+        choose_backend(io, (0, 1), "cpufreq")
+    assert "--backend" not in str(e.value)

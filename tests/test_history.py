@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from actuators.host import KnobSpace, OperatingPoint
 from core.errors import InputError
 from tests.fakes import FakeHost
-from tuner.optimize.optimizer import Objective, TrialRecord
+from tuner.optimize.records import TrialRecord
+from tuner.optimize.settings import Objective
 from tuner.store.history import (
     SCHEMA,
     HistoryEntry,

@@ -109,7 +109,8 @@ def test_measurement_dict_round_trip_keeps_everything():
 
 
 def test_optimizer_reports_unknown_latency_noise_as_a_bare_mean():
-    from tuner.optimize.optimizer import Objective, Optimizer, TunerSettings
+    from tuner.optimize.optimizer import Optimizer
+    from tuner.optimize.settings import Objective, TunerSettings
 
     opt = Optimizer(SPACE, Objective(reward="sla-linear"), TunerSettings(trials=2, sobol_trials=2))
     m = _measurement(ci_known=False)

@@ -601,7 +601,7 @@ def test_pinned_prober_reports_its_cpus(memcached):
         bad.close()
 
 
-# -- the README's sample-size numbers ---------------------------------------------------------------
+# -- the sample-size numbers in docs/real-hosts.md --------------------------------------------------
 def _expected_rel_half_width(n: int, q: float, ppf) -> float:
     """Relative CI half-width of the q-quantile from n samples, at the expected order statistics."""
     from core.stats import quantile_ci_ranks

@@ -15,7 +15,8 @@ from core.errors import TunerError
 from tests.test_contextual import OBJ, SMALL, ctx, meas
 from tests.test_safe_evidence import seeded
 from tuner.optimize.latscale import HEADROOM_FLOOR, LOG_CAP_SEM, LOG_CAP_X, LatencyScale
-from tuner.optimize.optimizer import Optimizer, TunerSettings
+from tuner.optimize.optimizer import Optimizer
+from tuner.optimize.settings import TunerSettings
 
 LOG = LatencyScale("log", 500.0)
 HEAD = LatencyScale("headroom", 500.0)

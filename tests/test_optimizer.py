@@ -10,7 +10,9 @@ import pytest
 from actuators.host import PERCENTILES, KnobSpace, Measurement, OperatingPoint
 from core.errors import TunerError
 from tests.fakes import FailingHost, FakeHost
-from tuner.optimize.optimizer import Objective, Optimizer, TunerSettings, run_retune
+from tuner.optimize.optimizer import Optimizer
+from tuner.optimize.retune import run_retune
+from tuner.optimize.settings import Objective, TunerSettings
 
 SPACE = KnobSpace.ixgbe((1.2, 1.6, 2.0, 2.4, 2.9))
 FAST = TunerSettings(trials=5, sobol_trials=3, settle_s=1.0, window_s=5.0, seed=7)

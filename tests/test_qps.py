@@ -72,7 +72,9 @@ def test_address_parsing(text, expected):
     assert addr.is_loopback()
 
 
-@pytest.mark.parametrize("text", ["host:notaport", "host:70000", "unix:", "[::1", ":11211", "::1:11211"])
+@pytest.mark.parametrize(
+    "text", ["host:notaport", "host:70000", "127.0.0.1:99999", "127.0.0.1:", "unix:", "[::1", ":11211", "::1:11211"]
+)
 def test_bad_addresses_are_one_line_errors(text):
     with pytest.raises(HostError, match="memcached address") as e:
         MemcachedAddress.parse(text)

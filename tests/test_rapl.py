@@ -130,3 +130,19 @@ def test_no_rapl_anywhere(tmp_path):
         rapl.discover_meter(HardwareIO(tmp_path))
     with pytest.raises(HostError, match="no RAPL powercap zone"):
         rapl.discover_meter(HardwareIO(tmp_path), "powercap")
+
+
+@pytest.mark.parametrize("text", ["", "garbage", "12 34", "-5"])
+def test_empty_or_garbled_energy_read_is_one_line_host_error(tmp_path, text):
+    fakefs.powercap_zone(tmp_path, "package-0", "intel-rapl:0", 0, 262_143_328_850)
+    fakefs.write(tmp_path / "sys/class/powercap/intel-rapl:0/energy_uj", text)
+    with pytest.raises(HostError, match=r"energy_uj reads .*expected a non-negative integer") as e:
+        rapl.discover_meter(HardwareIO(tmp_path))
+    assert "\n" not in str(e.value)
+
+
+def test_garbled_energy_range_is_one_line_host_error(tmp_path):
+    fakefs.powercap_zone(tmp_path, "package-0", "intel-rapl:0", 0, 262_143_328_850)
+    fakefs.write(tmp_path / "sys/class/powercap/intel-rapl:0/max_energy_range_uj", "")
+    with pytest.raises(HostError, match="max_energy_range_uj reads ''"):
+        rapl.discover_meter(HardwareIO(tmp_path))

@@ -340,3 +340,84 @@ def test_make_host_real_builds_a_protocol_host(tree):
     assert isinstance(host, RealHost) and host.dvfs.name == "cpufreq" and host.dvfs.cores == (0, 1)
     with pytest.raises(Exception, match=r"cores '0-x': expected a CPU list"):
         make_host("real", root=str(root), nic=nic, cores="0-x", parts=("dvfs",))
+
+
+def test_observe_host_without_rapl_reports_power_unknown_and_no_point(tree, memcached):
+    """Observe mode's host: no knobs built, energy optional; a tree without RAPL (a VM) measures QPS and
+    latency and says power is unknown -- never a number."""
+    import shutil
+
+    from actuators.host import Measurement
+
+    root, nic = tree
+    shutil.rmtree(root / "sys/class/powercap")
+    with pytest.raises(HostError, match="no powercap intel-rapl zone"):  # energy required unless declared optional
+        make_real_host(root=root, nic=nic, parts=("energy",))
+    host = make_real_host(
+        root=root,
+        nic=nic,
+        parts=("energy", "qps", "latency"),
+        optional=("energy",),
+        qps=f"memcached:{memcached.address}",
+        latency={"rate_hz": 400.0, "isolation": "thread"},
+    )
+    try:
+        assert host.latency.config.target == memcached.address  # the prober defaults to the QPS source's server
+        m = host.measure(0.3)
+        assert m.point is None and not m.energy_known and m.power_or_none is None
+        assert m.to_dict()["energy_j"] is None and not Measurement.from_dict(m.to_dict()).energy_known
+        assert m.requests > 0 and m.percentile(99.0) > 0
+        notices = host.notices()
+        assert any(n.startswith("energy unavailable:") and "unknown" in n for n in notices)
+        assert any("never cross the NIC" in n for n in notices)  # same-host prober cannot see ITR delay
+    finally:
+        host.close()
+
+
+def test_probe_traffic_subtracted_whatever_the_spelling(tree, memcached):
+    root, nic = tree
+    port = memcached.address.rpartition(":")[2]
+    host = make_real_host(
+        root=root,
+        nic=nic,
+        parts=("qps", "latency"),
+        qps=f"memcached:localhost:{port}",
+        latency={"target": f"127.0.0.1:{port}", "isolation": "thread"},
+    )
+    try:
+        assert host.probe_counts_in_qps
+    finally:
+        host.close()
+    other = make_real_host(
+        root=root,
+        nic=nic,
+        parts=("qps", "latency"),
+        qps=f"memcached:127.0.0.1:{port}",
+        latency={"target": "127.0.0.1:1", "isolation": "thread"},
+    )
+    try:
+        assert not other.probe_counts_in_qps  # another server: its probes are not in this count
+    finally:
+        other.close()
+
+
+def test_every_missing_part_in_one_error_before_any_write(tree):
+    """A NIC without coalescing, an unverified driver without force, and no RAPL: all found while building
+    the host (before the first retune), in one message."""
+    import shutil
+
+    root, nic = tree
+    shutil.rmtree(root / "sys/class/powercap")
+    fakefs.net_iface(root, "eth2", "virtio_net")
+    nic.add("eth2")
+    nic.unsupported.add("eth1")
+    with pytest.raises(HostError) as e:
+        make_real_host(root=root, nic=nic, backend="msr", iface="eth1,eth2", parts=("itr", "dvfs", "energy"))
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert "itr: NIC eth1 (driver ixgbe) does not support interrupt coalescing" in msg
+    assert "NIC eth2 (driver virtio_net) has no verified ITR profile" in msg and "force = true" in msg
+    assert "energy: no powercap intel-rapl zone" in msg
+    assert nic.set_calls == []
+    host = make_real_host(root=root, nic=nic, backend="msr", iface="eth2", force=True, parts=("itr",))
+    assert host.itr.ifaces == ("eth2",)  # forced: the unverified driver may be tried

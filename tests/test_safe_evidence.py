@@ -12,7 +12,9 @@ from core.errors import TunerError
 from tests.fakes import FakeHost
 from tests.test_contextual import OBJ, SMALL, ctx, history, meas
 from tuner.optimize import acquisition
-from tuner.optimize.optimizer import SAFE_ITR_DOWN_WEIGHT, SAFE_LOAD_TOL, Optimizer, TunerSettings
+from tuner.optimize.optimizer import Optimizer
+from tuner.optimize.safety import SAFE_ITR_DOWN_WEIGHT, SAFE_LOAD_TOL
+from tuner.optimize.settings import TunerSettings
 
 CORNER = OperatingPoint(SMALL.itr_us[0], SMALL.dvfs_ghz[-1])
 

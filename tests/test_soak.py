@@ -55,7 +55,7 @@ spec = "sim"
 [host.options]
 seed = 1
 cores = 4
-[host.options.load]
+[host.options.load_schedule]
 shape = "steps"
 levels = [40000, 160000]
 step_s = 8

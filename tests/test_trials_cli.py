@@ -14,7 +14,8 @@ from actuators.host import OperatingPoint
 from tests.fakes import FakeHost
 from tuner.cli.app import main
 from tuner.daemon.state import DaemonState, StateStore
-from tuner.optimize.optimizer import Objective, TrialRecord, _record_to_dict
+from tuner.optimize.records import TrialRecord, record_to_dict
+from tuner.optimize.settings import Objective
 from tuner.store.history import HistoryStore, read_entries, write_trials
 
 REPO = Path(__file__).resolve().parent.parent
@@ -29,7 +30,7 @@ def _measure(host: FakeHost, itr: int, ghz: float, seconds: float = 1.0):
 
 def _daemon_state(state_dir: Path, n: int = 4) -> list[dict]:
     """A state dir as the daemon leaves it: n trial rows (one failed) and one saved experiment."""
-    from tuner.daemon.loop import measurement_dict
+    from tuner.daemon.plain import measurement_dict
 
     host = FakeHost(qps=150_000.0)
     rows = []
@@ -57,7 +58,7 @@ def _daemon_state(state_dir: Path, n: int = 4) -> list[dict]:
     m = _measure(host, 300, 1.5)
     extra = TrialRecord(9, OperatingPoint(300, 1.5), m.offered_qps, "completed", m, m.power_w, None)
     store.save_experiment(
-        DaemonState(), "r000000", json.dumps({"version": 1, "objective": POLICY, "trials": [_record_to_dict(extra)]})
+        DaemonState(), "r000000", json.dumps({"version": 1, "objective": POLICY, "trials": [record_to_dict(extra)]})
     )
     store.save_table("r000000", {"tuned_qps": 1.0})
     store.release()

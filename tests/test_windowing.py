@@ -81,7 +81,7 @@ def test_policy_validation_is_one_line():
 
 
 def test_from_settings_reads_tuner_settings_and_caps_min_at_the_window():
-    from tuner.optimize.optimizer import TunerSettings
+    from tuner.optimize.settings import TunerSettings
 
     s = TunerSettings(window_s=1.5)
     p = WindowPolicy.from_settings(s, 99.9)

@@ -6,7 +6,7 @@ that its busiest window's mean equals `peak_qps`; `scale` multiplies the trace's
 a week-long trace, as the dissertation replays one 24-hour slice); window times are from the schedule's start.
 A trace split over several files (as published: clusterN.0.zst, clusterN.1.zst, ...) is given as a list.
 
-`repeat_days` turns one day of windows into a multi-day schedule with day-to-day noise (issue 6's 3-day replay).
+`repeat_days` turns one day of windows into a multi-day schedule with day-to-day noise (the 3-day replay benchmark).
 """
 
 from __future__ import annotations

@@ -6,9 +6,11 @@ Just enough for the QPS reader and the latency prober; every socket failure beco
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from core.errors import HostError
 
@@ -47,6 +49,8 @@ class MemcachedAddress:
             host, _, port_text = spec.rpartition(":") if ":" in spec else (spec, "", "")
         if not host:
             raise HostError(f"memcached address {text!r}: expected host:port or unix:/path")
+        if spec.endswith(":"):
+            raise HostError(f"memcached address {text!r}: the port after ':' is missing (memcached's is 11211)")
         try:
             port = int(port_text) if port_text else DEFAULT_PORT
         except ValueError:
@@ -72,6 +76,24 @@ class MemcachedAddress:
             return ipaddress.ip_address(self.host or "").is_loopback
         except ValueError:
             return False
+
+
+def endpoints(address: MemcachedAddress) -> frozenset[tuple[str, Any]]:
+    """Where `address` connects: ("unix", realpath) or every (ip, port) its name resolves to; empty when
+    the name does not resolve (then it matches nothing)."""
+    if address.path is not None:
+        return frozenset({("unix", os.path.realpath(address.path))})
+    try:
+        infos = socket.getaddrinfo(address.host, address.port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return frozenset()
+    return frozenset((str(info[4][0]), int(info[4][1])) for info in infos)
+
+
+def same_server(a: str | MemcachedAddress, b: str | MemcachedAddress) -> bool:
+    """Whether two spellings reach the same memcached (`localhost:11211` and `127.0.0.1:11211` do):
+    their resolved endpoints overlap."""
+    return bool(endpoints(as_address(a)) & endpoints(as_address(b)))
 
 
 def as_address(address: str | MemcachedAddress) -> MemcachedAddress:

@@ -13,15 +13,48 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from actuators.linux.dvfs import CPU_DIR, IA32_PM_ENABLE, CpufreqBackend, MsrBackend, online_cpus
+from actuators.latency.memcached import MemcachedAddress
+from actuators.linux.dvfs import (
+    CPU_DIR,
+    IA32_PM_ENABLE,
+    CpufreqBackend,
+    MsrBackend,
+    format_cpu_list,
+    online_cpus,
+    require_online,
+)
 from actuators.linux.hwio import HardwareIO, nic_driver
 from actuators.linux.itr import ADAPTIVE_RX, RX_USECS, physical_interfaces, profile_for
 from actuators.linux.msr import msr_path
-from actuators.linux.rapl import discover_meter
+from actuators.linux.rapl import cpu_vendor, discover_meter
 from core.errors import HostError
 
 OK, WARN, FAIL, INFO = "ok", "warn", "fail", "info"
 CAP_NET_ADMIN, CAP_SYS_RAWIO = 12, 17
+AMD_VENDORS = ("AuthenticAMD", "HygonGenuine")
+VM_ADVICE = "no RAPL/MSR/cpufreq in most VMs: run on bare metal"
+
+
+@dataclass(frozen=True)
+class Platform:
+    """What the advice depends on: the CPU vendor and whether this is a virtual machine."""
+
+    vendor: str = ""
+    virtual: bool = False
+
+    @property
+    def amd(self) -> bool:
+        return self.vendor in AMD_VENDORS
+
+
+def read_platform(io: HardwareIO) -> Platform:
+    """Vendor from `/proc/cpuinfo`; a VM when its flags list `hypervisor` (set by every common hypervisor)."""
+    try:
+        text = io.read_text("proc/cpuinfo")
+    except HostError:
+        return Platform()
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    return Platform(cpu_vendor(io), "hypervisor" in flags)
 
 
 @dataclass(frozen=True)
@@ -65,8 +98,17 @@ def summarize(findings: list[Finding]) -> Report:
     )
     energy = _status_of(findings, "rapl") in usable
     memcached = _status_of(findings, "memcached") in usable
+    cores = _status_of(findings, "cpus") != FAIL
     missing = tuple(
-        name for name, good in (("dvfs", dvfs), ("itr", itr), ("energy", energy), ("memcached", memcached)) if not good
+        name
+        for name, good in (
+            ("cores", cores),
+            ("dvfs", dvfs),
+            ("itr", itr),
+            ("energy", energy),
+            ("memcached", memcached),
+        )
+        if not good
     )
     return Report(tuple(findings), not missing, missing)
 
@@ -117,7 +159,26 @@ def check_capabilities(io: HardwareIO) -> list[Finding]:
     return out
 
 
-def check_hwp(io: HardwareIO, cpu: int) -> Finding:
+def check_platform(platform: Platform) -> Finding:
+    vendor = platform.vendor or "unknown CPU vendor"
+    if platform.virtual:
+        return Finding(
+            "platform",
+            WARN,
+            f"virtual machine (cpuinfo flag hypervisor), {vendor}",
+            f"{VM_ADVICE}; observe mode still measures QPS and latency here",
+        )
+    return Finding("platform", INFO, f"bare metal (no hypervisor flag), {vendor}")
+
+
+def check_hwp(io: HardwareIO, cpu: int, platform: Platform = Platform()) -> Finding:
+    if platform.amd:
+        return Finding(
+            "hwp",
+            INFO,
+            f"{platform.vendor}: no Intel HWP; amd_pstate's active (EPP) mode is its counterpart and "
+            f"the cpufreq check shows the mode",
+        )
     try:
         enabled = bool(io.read_msr(cpu, IA32_PM_ENABLE) & 1)
         if enabled:
@@ -152,33 +213,54 @@ def check_hwp(io: HardwareIO, cpu: int) -> Finding:
         return Finding("hwp", INFO, f"HWP state unknown ({exc}); /proc/cpuinfo lists no hwp flag")
 
 
-def check_cpufreq(io: HardwareIO, cpu: int) -> Finding:
+def _cpufreq_fix(platform: Platform) -> str:
+    if platform.virtual:
+        return VM_ADVICE
+    if platform.amd:
+        return "boot with amd_pstate=passive (or acpi-cpufreq) and load the userspace governor"
+    return "boot with intel_pstate=passive (or use acpi-cpufreq) and load the userspace governor"
+
+
+def check_cpufreq(io: HardwareIO, cpu: int, platform: Platform = Platform()) -> Finding:
     d = f"{CPU_DIR}/cpu{cpu}/cpufreq"
     if not io.path(d).is_dir():
         return Finding(
             "cpufreq",
             FAIL,
             f"no cpufreq for CPU {cpu} ({io.path(d)} missing): no frequency driver",
-            "load acpi-cpufreq / intel_pstate / amd-pstate (virtual machines usually have none)",
+            _cpufreq_fix(platform),
         )
     try:
         driver = io.read_text(f"{d}/scaling_driver")
         governor = io.read_text(f"{d}/scaling_governor")
         governors = io.read_text(f"{d}/scaling_available_governors")
     except HostError as exc:
-        return Finding("cpufreq", FAIL, str(exc), "check the cpufreq driver")
+        return Finding("cpufreq", FAIL, str(exc), _cpufreq_fix(platform))
     pstate = ""
-    if io.path(f"{CPU_DIR}/intel_pstate/status").exists():
-        pstate = f", intel_pstate {io.read_text(f'{CPU_DIR}/intel_pstate/status')}"
+    for name in ("intel_pstate", "amd_pstate"):
+        if io.path(f"{CPU_DIR}/{name}/status").exists():
+            pstate = f", {name} {io.read_text(f'{CPU_DIR}/{name}/status')}"
     return Finding("cpufreq", OK, f"driver {driver}{pstate}, governor {governor} (available: {governors})")
 
 
-def check_dvfs_backends(io: HardwareIO, cores: tuple[int, ...]) -> list[Finding]:
-    out = []
-    fixes = {
-        "cpufreq": "intel_pstate=passive (Intel) or amd-pstate=passive (AMD), with the userspace governor",
+def _backend_fixes(platform: Platform) -> dict[str, str]:
+    if platform.virtual:
+        return {"cpufreq": VM_ADVICE, "msr": VM_ADVICE}
+    if platform.amd:
+        return {
+            "cpufreq": "boot with amd_pstate=passive (or acpi-cpufreq), with the userspace governor",
+            "msr": "the MSR backend drives Intel's IA32_PERF_CTL; on AMD use cpufreq (amd_pstate=passive)",
+        }
+    return {
+        "cpufreq": "boot with intel_pstate=passive (or acpi-cpufreq), with the userspace governor",
         "msr": "modprobe msr, CAP_SYS_RAWIO, HWP off (intel_pstate=no_hwp)",
     }
+
+
+def check_dvfs_backends(io: HardwareIO, cores: tuple[int, ...], platform: Platform = Platform()) -> list[Finding]:
+    """Both backends' preflight; each failing one's fix names the other only when the other works."""
+    out = []
+    fixes = _backend_fixes(platform)
     for cls in (CpufreqBackend, MsrBackend):
         backend = cls(io, cores)
         try:
@@ -195,10 +277,16 @@ def check_dvfs_backends(io: HardwareIO, cores: tuple[int, ...]) -> list[Finding]
             )
         except HostError as exc:
             out.append(Finding(f"dvfs-{backend.name}", FAIL, str(exc), fixes[backend.name]))
-    return out
+    working = [f.check.removeprefix("dvfs-") for f in out if f.status == OK]
+    return [
+        Finding(f.check, f.status, f.detail, f"{f.fix}; or use --backend {working[0]} (usable here)")
+        if f.status == FAIL and working
+        else f
+        for f in out
+    ]
 
 
-def check_rapl(io: HardwareIO) -> Finding:
+def check_rapl(io: HardwareIO, platform: Platform = Platform()) -> Finding:
     try:
         meter = discover_meter(io)
     except HostError as exc:
@@ -206,8 +294,10 @@ def check_rapl(io: HardwareIO) -> Finding:
             "rapl",
             FAIL,
             f"no readable RAPL energy: {exc}",
-            "bare metal with intel_rapl_common/rapl loaded (powercap) or the msr module; "
-            "root to read energy_uj; VMs expose no RAPL",
+            VM_ADVICE
+            if platform.virtual
+            else "load intel_rapl_common (powercap; amd energy too on Linux >= 5.8) or the msr module; "
+            "root to read energy_uj",
         )
     zones = ", ".join(c.zone for c in meter.counters)
     return Finding(
@@ -269,25 +359,29 @@ def check_nics(io: HardwareIO, ifaces: tuple[str, ...]) -> list[Finding]:
 
 
 def check_memcached(address: str, timeout_s: float = 1.0) -> Finding:
-    """Connect and send `version` (TCP `host:port` or `unix:/path`)."""
+    """Connect and send `version` (TCP `host:port`, `[v6]:port` or `unix:/path`)."""
     try:
-        if address.startswith("unix:") or address.startswith("/"):
+        parsed = MemcachedAddress.parse(address)
+    except HostError as exc:
+        return Finding("memcached", FAIL, str(exc), "pass --memcached HOST:PORT (port 1..65535) or unix:/path")
+    try:
+        if parsed.path is not None:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            target: Any = address.removeprefix("unix:")
+            target: Any = parsed.path
         else:
-            host, _, port = address.rpartition(":")
-            sock = socket.socket(socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET)
-            target = (host.strip("[]"), int(port))
+            host = parsed.host or ""
+            sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+            target = (host, parsed.port)
         with sock:
             sock.settimeout(timeout_s)
             sock.connect(target)
             sock.sendall(b"version\r\n")
             reply = sock.recv(256).decode(errors="replace").strip()
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, OverflowError) as exc:
         return Finding(
             "memcached",
             FAIL,
-            f"memcached at {address} not reachable: {exc}",
+            f"memcached at {parsed} not reachable: {exc}",
             "start memcached or pass --memcached HOST:PORT / unix:/path",
         )
     if not reply.startswith("VERSION"):
@@ -306,6 +400,22 @@ def check_prober(io: HardwareIO) -> Finding:
     return Finding("prober", WARN if warnings else OK, "; ".join(settings.lines()), " | ".join(warnings))
 
 
+def _check_cores(io: HardwareIO, cores: tuple[int, ...] | None, findings: list[Finding]) -> tuple[int, ...]:
+    """The CPUs the other checks look at; a `cpus` finding when the list is wrong or unreadable."""
+    try:
+        online = online_cpus(io)
+    except HostError as exc:
+        findings.append(Finding("cpus", WARN, str(exc)))
+        return cores or (0,)
+    if not cores:
+        return online
+    try:
+        return require_online(io, cores)
+    except HostError as exc:
+        findings.append(Finding("cpus", FAIL, str(exc), f"pass --cores within {format_cpu_list(online)}"))
+        return tuple(c for c in cores if c in online) or online
+
+
 def run_checks(
     io: HardwareIO,
     ifaces: tuple[str, ...] = (),
@@ -313,18 +423,15 @@ def run_checks(
     cores: tuple[int, ...] | None = None,
 ) -> Report:
     """All checks, read-only (`io` should be dry-run so even a bug cannot write)."""
-    findings: list[Finding] = []
-    try:
-        cpus = cores or online_cpus(io)
-    except HostError as exc:
-        cpus = (0,)
-        findings.append(Finding("cpus", WARN, str(exc)))
+    platform = read_platform(io)
+    findings: list[Finding] = [check_platform(platform)]
+    cpus = _check_cores(io, cores, findings)
     findings.append(check_msr_module(io))
     findings += check_capabilities(io)
-    findings.append(check_hwp(io, cpus[0]))
-    findings.append(check_cpufreq(io, cpus[0]))
-    findings += check_dvfs_backends(io, cpus)
-    findings.append(check_rapl(io))
+    findings.append(check_hwp(io, cpus[0], platform))
+    findings.append(check_cpufreq(io, cpus[0], platform))
+    findings += check_dvfs_backends(io, cpus, platform)
+    findings.append(check_rapl(io, platform))
     findings += check_nics(io, ifaces)
     findings.append(check_memcached(memcached))
     findings.append(check_prober(io))

@@ -82,6 +82,33 @@ def online_cpus(io: HardwareIO) -> tuple[int, ...]:
     return tuple(cpus)
 
 
+def format_cpu_list(cpus: tuple[int, ...]) -> str:
+    """The kernel's compact form: (0, 1, 2, 5) -> '0-2,5'."""
+    parts: list[str] = []
+    for cpu in sorted(cpus):
+        if parts and cpu == int(parts[-1].rpartition("-")[2]) + 1:
+            parts[-1] = f"{parts[-1].partition('-')[0]}-{cpu}"
+        else:
+            parts.append(str(cpu))
+    return ",".join(parts)
+
+
+def require_online(io: HardwareIO, cores: tuple[int, ...]) -> tuple[int, ...]:
+    """`cores` if every one is online, else a HostError naming the first that is not ("CPU 2 is not
+    online"); when the online list cannot be read, `cores` unchanged (the backends fail on it later)."""
+    try:
+        online = online_cpus(io)
+    except HostError:
+        return cores
+    offline = [c for c in cores if c not in online]
+    if offline:
+        raise HostError(
+            f"CPU {offline[0]} is not online (online: {format_cpu_list(online)}; asked for "
+            f"{format_cpu_list(cores)}): choose cores among the online CPUs"
+        )
+    return cores
+
+
 def _freq_dir(cpu: int) -> str:
     return f"{CPU_DIR}/cpu{cpu}/cpufreq"
 
@@ -125,7 +152,7 @@ class CpufreqBackend:
             if not self.io.path(_freq_dir(cpu)).is_dir():
                 raise HostError(
                     f"cpufreq is not available for CPU {cpu} ({self.io.path(_freq_dir(cpu))} missing): "
-                    f"no cpufreq driver loaded; use --backend msr"
+                    f"no cpufreq driver loaded"
                 )
         driver = self._read(self.cores[0], "scaling_driver")
         status_path = f"{CPU_DIR}/intel_pstate/status"
@@ -137,7 +164,7 @@ class CpufreqBackend:
             raise HostError(
                 "intel_pstate is in active mode, which has no userspace governor: switch it to passive "
                 "(echo passive > /sys/devices/system/cpu/intel_pstate/status, or boot with "
-                "intel_pstate=passive) or use --backend msr with HWP off"
+                "intel_pstate=passive)"
             )
         governors = self._read(self.cores[0], "scaling_available_governors").split()
         if "userspace" not in governors:
@@ -222,7 +249,7 @@ class MsrBackend:
         if self.hwp_enabled():
             raise HostError(
                 "HWP is enabled (IA32_PM_ENABLE 0x770 bit 0): the CPU picks its own P-states and "
-                "ignores IA32_PERF_CTL; boot with intel_pstate=no_hwp or use --backend cpufreq"
+                "ignores IA32_PERF_CTL; boot with intel_pstate=no_hwp"
             )
 
     def frequencies(self) -> tuple[float, ...]:
@@ -312,16 +339,21 @@ class MsrBackend:
 def choose_backend(io: HardwareIO, cores: tuple[int, ...] | None = None, prefer: str = "auto") -> DvfsBackend:
     """The DVFS backend to use: `prefer` ('msr' | 'cpufreq') or, with 'auto', cpufreq when it offers the
     userspace governor, else MSR. Raises `HostError` explaining why none works."""
-    cores = tuple(cores) if cores else online_cpus(io)
+    cores = require_online(io, tuple(cores)) if cores else online_cpus(io)
     if prefer not in ("auto", "msr", "cpufreq"):
         raise HostError(f"--backend {prefer!r}: expected auto, msr or cpufreq")
-    if prefer == "cpufreq":
-        backend: DvfsBackend = CpufreqBackend(io, cores)
-        backend.preflight()
-        return backend
-    if prefer == "msr":
-        backend = MsrBackend(io, cores)
-        backend.preflight()
+    if prefer in ("cpufreq", "msr"):
+        chosen, other = (CpufreqBackend, MsrBackend) if prefer == "cpufreq" else (MsrBackend, CpufreqBackend)
+        backend: DvfsBackend = chosen(io, cores)
+        try:
+            backend.preflight()
+        except HostError as exc:
+            alternative = other(io, cores)
+            try:
+                alternative.preflight()
+            except HostError:
+                raise exc from None  # offer the other backend only when it works here
+            raise HostError(f"{exc}; --backend {alternative.name} works on this host") from None
         return backend
     reasons = []
     for cls in (CpufreqBackend, MsrBackend):

@@ -134,6 +134,25 @@ class NicItr:
         """Read every interface's coalescing (raises naming the driver if it has none)."""
         return {ifname: self.io.get_coalesce(ifname) for ifname in self.ifaces}
 
+    def preflight(self) -> None:
+        """What can never work, found before any write: an interface without coalescing, or a driver with no
+        verified profile and no `force`. One HostError naming every such interface."""
+        problems = []
+        for ifname in self.ifaces:
+            try:
+                self.io.get_coalesce(ifname)
+            except HostError as exc:
+                problems.append(str(exc))
+                continue
+            prof = self.profile(ifname)
+            if not prof.verified and not self.force:
+                problems.append(
+                    f"NIC {ifname} (driver {prof.driver}) has no verified ITR profile (known: "
+                    f"{', '.join(sorted(PROFILES))}); set force = true to try static rx-usecs on it anyway"
+                )
+        if problems:
+            raise HostError("; ".join(problems))
+
     def plan(self, itr_us: int) -> list[Setting]:
         """The writes that set `itr_us` everywhere; refuses what would be unsafe before any write."""
         settings = []

@@ -56,9 +56,21 @@ class EnergyReading:
     by_zone_j: dict[str, float]
 
 
+def _read_int(io: HardwareIO, rel: str) -> int:
+    """A non-negative integer attribute; an empty or garbled read is a one-line HostError."""
+    text = io.read_text(rel)
+    try:
+        value = int(text)
+    except ValueError:
+        raise HostError(f"{io.path(rel)} reads {text[:40]!r}: expected a non-negative integer") from None
+    if value < 0:
+        raise HostError(f"{io.path(rel)} reads {value}: expected a non-negative integer")
+    return value
+
+
 def _read_uj(io: HardwareIO, rel: str) -> int:
     try:
-        return int(io.read_text(rel))
+        return _read_int(io, rel)
     except HostError as exc:
         if "permission denied" in str(exc):
             raise HostError(
@@ -80,7 +92,7 @@ def powercap_counters(io: HardwareIO) -> list[EnergyCounter]:
             continue
         rel = f"{POWERCAP}/{entry.name}"
         name = io.read_text(f"{rel}/name")
-        wrap = int(io.read_text(f"{rel}/max_energy_range_uj"))
+        wrap = _read_int(io, f"{rel}/max_energy_range_uj")
         if wrap <= 0:
             raise HostError(f"{io.path(rel)}/max_energy_range_uj is {wrap}: expected a positive range")
         package = m.group(2) is None and name.startswith("package")  # not psys (whole platform)

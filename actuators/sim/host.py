@@ -41,6 +41,7 @@ fixed random streams and never disturb it.
 from __future__ import annotations
 
 import bisect
+import hashlib
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -50,6 +51,7 @@ import numpy as np
 
 from actuators.energy import counter_delta
 from actuators.host import PERCENTILES, KnobSpace, Measurement, OperatingPoint
+from actuators.hwclass import HardwareClass
 from actuators.sim.cells import Cell, Expected, ExpectedCache
 from actuators.sim.load import LoadSchedule, parse_load
 from actuators.sim.model import (
@@ -164,7 +166,7 @@ class SimHost:
         qps: float = 200_000.0,
         params: SimParams | None = None,
         cache: ExpectedCache | None = None,
-        load: LoadSchedule | Mapping[str, Any] | None = None,
+        load_schedule: LoadSchedule | Mapping[str, Any] | None = None,
     ) -> None:
         if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
             raise TunerError(f"sim: cores {cores!r}: expected a positive integer")
@@ -174,7 +176,7 @@ class SimHost:
         self._rng = np.random.default_rng(self._seed)
         self._knobs = KnobSpace.ixgbe(dvfs_steps(self._p.f_min, self._p.f_max))
         self._freqs = np.array(self._knobs.dvfs_ghz)
-        self._load = None if load is None else parse_load(load)
+        self._load = None if load_schedule is None else parse_load(load_schedule)
         self._t0 = time.monotonic()
         self._qps = self._check_qps(qps) if self._load is None else self._load.qps_at(0.0)
         self._itr: int | None = None
@@ -184,6 +186,8 @@ class SimHost:
         # counters start at arbitrary (seeded) values, like a machine that has been up for a while
         self._counters = {z: int(self._rng.integers(0, ENERGY_WRAP)) for z in self._zones}
         # long-run memo: this host's own unless one is shared (keys hold params and cores, so any host may)
+        if cache is not None and not isinstance(cache, ExpectedCache):
+            raise TunerError(f"sim: cache {cache!r}: expected an ExpectedCache shared in-process (not a config value)")
         self._cache = cache if cache is not None else ExpectedCache()
 
     # --- Host protocol -----------------------------------------------------------------------------------
@@ -212,7 +216,7 @@ class SimHost:
     def set_offered_qps(self, qps: float) -> None:
         if self._load is not None:
             raise TunerError(
-                "sim: the offered load follows the host's load schedule; a fixed load needs a host without one"
+                "sim: the offered load follows the host's load_schedule; a fixed load needs a host without one"
             )
         self._qps = self._check_qps(qps)
 
@@ -226,7 +230,7 @@ class SimHost:
         return self._p
 
     @property
-    def load(self) -> LoadSchedule | None:
+    def load_schedule(self) -> LoadSchedule | None:
         """The load schedule the offered load follows, or None (a fixed load, `set_offered_qps`)."""
         return self._load
 
@@ -234,6 +238,18 @@ class SimHost:
     def expected_cache(self) -> ExpectedCache:
         """The long-run memo; pass it as `cache=` to another host to share the cells."""
         return self._cache
+
+    def hardware_class(self) -> HardwareClass:
+        """A sim class from the model: hosts with the same `SimParams` and cores are one class (the seed,
+        i.e. the noise, is not part of it)."""
+        digest = hashlib.sha256(repr(self._p).encode()).hexdigest()[:8]
+        return HardwareClass(
+            cpu_model=f"sim E5-2690 model {digest}",
+            cores=self._cores,
+            nic_driver="sim-ixgbe",
+            memcached_version="sim",
+            kernel="sim",
+        )
 
     def clock_s(self) -> float:
         """Simulated seconds measured so far."""
@@ -492,15 +508,18 @@ def make_sim_host(
     cores: int = 16,
     qps: float | None = None,
     cache: ExpectedCache | None = None,
-    load: LoadSchedule | Mapping[str, Any] | None = None,
-    **options,
+    load_schedule: LoadSchedule | Mapping[str, Any] | None = None,
 ) -> SimHost:
-    """Factory for `tuner.hosts.make_host("sim", ...)`. Unknown options are refused with one line.
+    """Factory for `tuner.hosts.make_host("sim", ...)` (its signature is what `[host.options]` may hold).
 
     `cache`: an `ExpectedCache` to share with other hosts of the same process (a replay's policies).
-    `load`: a load schedule (`actuators.sim.load`) the offered load follows instead of `qps`."""
-    if options:
-        raise TunerError(f"sim: unknown option(s) {', '.join(sorted(options))}: expected seed, cores, qps, load")
-    if load is not None and qps is not None:
-        raise TunerError("sim: give qps (a fixed load) or load (a schedule), not both")
-    return SimHost(seed=int(seed), cores=int(cores), qps=200_000.0 if qps is None else qps, cache=cache, load=load)
+    `load_schedule`: a load schedule (`actuators.sim.load`) the offered load follows instead of `qps`."""
+    if load_schedule is not None and qps is not None:
+        raise TunerError("sim: give qps (a fixed load) or load_schedule, not both")
+    return SimHost(
+        seed=int(seed),
+        cores=int(cores),
+        qps=200_000.0 if qps is None else qps,
+        cache=cache,
+        load_schedule=load_schedule,
+    )

@@ -74,54 +74,56 @@ class LoadSchedule:
 
 def _number(value: Any, field: str, *, positive: bool = False, at_most: float | None = None) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TunerError(f"sim: load.{field} {value!r}: expected a number")
+        raise TunerError(f"sim: load_schedule.{field} {value!r}: expected a number")
     v = float(value)
     if not math.isfinite(v) or v < 0 or (positive and v == 0):
-        raise TunerError(f"sim: load.{field} {value!r}: expected a finite number {'> 0' if positive else '>= 0'}")
+        raise TunerError(
+            f"sim: load_schedule.{field} {value!r}: expected a finite number {'> 0' if positive else '>= 0'}"
+        )
     if at_most is not None and v > at_most:
-        raise TunerError(f"sim: load.{field} {value!r}: expected at most {at_most:g}")
+        raise TunerError(f"sim: load_schedule.{field} {value!r}: expected at most {at_most:g}")
     return v
 
 
 def _levels(value: Any, field: str) -> tuple[float, ...]:
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value:
-        raise TunerError(f"sim: load.{field} {value!r}: expected a non-empty list of QPS values")
+        raise TunerError(f"sim: load_schedule.{field} {value!r}: expected a non-empty list of QPS values")
     return tuple(_number(v, f"{field}[{i}]", at_most=MAX_QPS) for i, v in enumerate(value))
 
 
 def parse_load(spec: LoadSchedule | Mapping[str, Any]) -> LoadSchedule:
-    """Validate a load table (the `load` host option) into a `LoadSchedule`; one-line `TunerError` otherwise."""
+    """Validate a load table (the `load_schedule` host option) into a `LoadSchedule`; one-line `TunerError` otherwise."""
     if isinstance(spec, LoadSchedule):
         return spec
     if not isinstance(spec, Mapping):
-        raise TunerError(f"sim: load {spec!r}: expected a table with shape = {' | '.join(SHAPES)} | trace")
+        raise TunerError(f"sim: load_schedule {spec!r}: expected a table with shape = {' | '.join(SHAPES)} | trace")
     shape = spec.get("shape")
     if shape == "trace":
-        raise TunerError("sim: load.shape 'trace' is read by the application's 'sim' host (tuner.hosts), not here")
+        raise TunerError("sim: load_schedule.shape 'trace' is read by the application's 'sim' host (tuner.hosts)")
     if shape not in SHAPES:
-        raise TunerError(f"sim: load.shape {shape!r}: expected one of {', '.join(SHAPES)}, trace")
+        raise TunerError(f"sim: load_schedule.shape {shape!r}: expected one of {', '.join(SHAPES)}, trace")
     unknown = sorted(set(spec) - _KEYS[shape] - _COMMON)
     if unknown:
         allowed = ", ".join(sorted(_KEYS[shape] | _COMMON - {"shape"}))
-        raise TunerError(f"sim: load ({shape}): unknown key(s) {', '.join(unknown)}: expected {allowed}")
+        raise TunerError(f"sim: load_schedule ({shape}): unknown key(s) {', '.join(unknown)}: expected {allowed}")
     missing = sorted(_KEYS[shape] - {"source"} - set(spec))
     if missing:
-        raise TunerError(f"sim: load ({shape}): missing {', '.join(missing)}")
+        raise TunerError(f"sim: load_schedule ({shape}): missing {', '.join(missing)}")
     clock = spec.get("clock", "wall")
     if clock not in CLOCKS:
-        raise TunerError(f"sim: load.clock {clock!r}: expected one of {', '.join(CLOCKS)}")
+        raise TunerError(f"sim: load_schedule.clock {clock!r}: expected one of {', '.join(CLOCKS)}")
     common = {"time_scale": _number(spec.get("time_scale", 1.0), "time_scale", positive=True), "clock": clock}
     if shape == "sine":
         low = _number(spec["low"], "low", at_most=MAX_QPS)
         high = _number(spec["high"], "high", at_most=MAX_QPS)
         if high < low:
-            raise TunerError(f"sim: load.high {high:g} is below load.low {low:g}")
+            raise TunerError(f"sim: load_schedule.high {high:g} is below load_schedule.low {low:g}")
         return LoadSchedule(
             "sine", low=low, high=high, period_s=_number(spec["period_s"], "period_s", positive=True), **common
         )
     source = spec.get("source", "")
     if not isinstance(source, str):
-        raise TunerError(f"sim: load.source {source!r}: expected a string")
+        raise TunerError(f"sim: load_schedule.source {source!r}: expected a string")
     return LoadSchedule(
         shape,
         levels=_levels(spec["levels"], "levels"),

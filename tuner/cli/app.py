@@ -9,7 +9,7 @@ import sys
 from core.errors import TunerError
 
 #: Subcommand modules, in the order `tuner --help` lists them.
-COMMANDS = ("replay", "sweep", "trace", "daemon", "ctl", "set", "restore", "doctor", "trials")
+COMMANDS = ("replay", "grid", "sweep", "trace", "load", "daemon", "ctl", "set", "restore", "doctor", "trials")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except TunerError as exc:
         print(f"tuner: error: {exc}", file=sys.stderr)
-        return 2
+        return int(getattr(exc, "exit_status", 2))
     except KeyboardInterrupt:
         print("tuner: interrupted", file=sys.stderr)
         return 130

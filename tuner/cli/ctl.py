@@ -139,9 +139,10 @@ def _decision_line(d: Any) -> str:
 
 def _human(action: str, r: Any) -> str:
     if action == "status":
-        point = _pt(r.point) if r.HasField("point") else "OS defaults"
+        point = _pt(r.point) if r.HasField("point") else "none (the OS's own policy is in charge)"
         lines = [
-            f"state: {r.state}   host: {r.host}   version: {r.version}   uptime: {r.uptime_s:.0f} s",
+            f"state: {r.state}   mode: {r.mode or 'tune'}   host: {r.host}   version: {r.version}   "
+            f"uptime: {r.uptime_s:.0f} s",
             f"point: {point}",
             f"load: {r.offered_qps:.0f} QPS (tuned for {r.tuned_qps:.0f}, band "
             f"{r.band_low_qps:.0f}..{r.band_high_qps:.0f})",
@@ -153,7 +154,14 @@ def _human(action: str, r: Any) -> str:
         if r.HasField("last_measurement"):
             m = r.last_measurement
             lat = ", ".join(f"p{k} {v:.0f} µs" for k, v in sorted(m.latency_us.items(), key=lambda kv: float(kv[0])))
-            lines.append(f"last window: {m.offered_qps:.0f} QPS, {lat}, {m.power_w:.1f} W")
+            power = f"{m.power_w:.1f} W" if m.HasField("power_w") else "power unknown (no energy counter)"
+            lines.append(f"last window: {m.offered_qps:.0f} QPS, {lat}, {power}")
+        if r.HasField("energy_saved_ratio"):
+            lines.append(
+                f"energy saved vs the OS's policy: {100 * r.energy_saved_ratio:.1f} % "
+                f"(95 % CI {100 * r.energy_saved_ratio_lower:.1f} .. {100 * r.energy_saved_ratio_upper:.1f} %)"
+            )
+        lines += [f"warning: {w}" for w in r.warnings]
         return "\n".join(lines)
     if action == "point":
         src = "measured" if r.from_measured else "model"

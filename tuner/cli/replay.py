@@ -3,7 +3,7 @@
 Defaults: the bundled synthetic 24 h sample trace, the simulated host, peak 600 kQPS (the dissertation's
 Twitter replay on a 16-core E5-2690 spans roughly 200-600 kQPS), hourly windows, 30 trials per retune, one day.
 `--days N` repeats the day with seeded day-to-day noise (`traces.schedule.repeat_days`); `--tuner cold|warm`
-and the issue-6 flags choose between the dissertation's cold tuner and the contextual one.
+and the learning flags choose between the dissertation's cold tuner and the contextual one.
 """
 
 from __future__ import annotations
@@ -15,14 +15,15 @@ import time
 from pathlib import Path
 
 from core.errors import TunerError
+from tuner.cli.load import add_load_arguments, load_from_args
 from tuner.optimize.latscale import KINDS as LATENCY_METRICS  # `latency_metric` values
 
 #: Default peak of the replayed schedule (QPS); see the module docstring.
 DEFAULT_PEAK_QPS = 600_000.0
 
 
-#: The tuner `tuner replay` runs unless `--tuner` says otherwise: the 3-day benchmark (README, section "replay")
-#: showed every issue-6 feature helps, so "warm"; "cold" is the dissertation's tuner.
+#: The tuner `tuner replay` runs unless `--tuner` says otherwise: the 3-day benchmark (docs/benchmarks.md)
+#: showed every learning feature helps, so "warm"; "cold" is the dissertation's tuner.
 DEFAULT_PRESET = "warm"
 
 
@@ -35,7 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "linux-default, static-performance and the oracle; write summary.json, windows.csv and PNGs to --out.",
     )
     p.add_argument("trace", nargs="?", default=None, help="trace file (plain/.gz/.zst); default: the bundled sample")
-    p.add_argument("--host", default="sim", help="'sim' (default) or 'module:factory' (needs set_offered_qps)")
+    p.add_argument("--host", default="sim", help="'sim' (default), 'real' with --load-command, or 'module:factory'")
+    add_load_arguments(p)
     p.add_argument("--hours", type=str, default="24", help="hours of the trace to replay (default 24)")
     p.add_argument("--bin", type=str, default="3600", help="window length in seconds (default 3600)")
     p.add_argument(
@@ -61,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--oracle-exhaustive",
         action="store_true",
-        help="oracle evaluates every ITR value instead of coarse-to-fine (slow on the simulated host)",
+        help="oracle searches the full knob grid, not each frequency's largest feasible ITR (slow on a sim host)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed for the host and the optimiser (default 0)")
     p.add_argument(
@@ -84,7 +86,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="sigma of the per-window lognormal QPS factor on days >= 1, seeded by --seed "
         "(default 0.05 = 5 %%; clipped to the peak)",
     )
-    t = p.add_argument_group("tuner (issue 6; a preset first, then each flag overrides it)")
+    t = p.add_argument_group("tuner (a preset first, then each flag overrides it)")
     t.add_argument(
         "--tuner",
         dest="preset",
@@ -175,6 +177,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="no progress bar and no per-window table (the summary is still printed)",
     )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the summary as JSON (what OUT/summary.json holds) instead of the tables",
+    )
     p.set_defaults(func=run)
 
 
@@ -194,7 +201,7 @@ WINDOW_MODES = ("fixed", "adaptive")
 
 def tuner_settings(args: argparse.Namespace) -> object:
     """TunerSettings from the flags: defaults, then the `--tuner` preset, then every flag given explicitly."""
-    from tuner.optimize.optimizer import TunerSettings
+    from tuner.optimize.settings import TunerSettings
     from tuner.replay.run import TUNER_PRESETS, preset_settings
 
     base: dict[str, object] = {
@@ -261,7 +268,7 @@ def tuner_settings(args: argparse.Namespace) -> object:
 
 def run(args: argparse.Namespace) -> int:
     from reward import DEFAULT_REWARD
-    from tuner.optimize.optimizer import Objective
+    from tuner.optimize.settings import Objective
     from tuner.replay.run import parse_policies
 
     try:
@@ -300,20 +307,27 @@ def run(args: argparse.Namespace) -> int:
     schedule = load_schedule(trace, bin_s=bin_s, hours=hours, peak_qps=peak)
     if n_days > 1:
         schedule = repeat_days(schedule, n_days, noise=noise, seed=args.seed)
-    return execute(
-        args.host,
-        schedule,
-        objective,
-        settings,
-        policies,
-        args.out,
-        quiet=args.quiet,
-        source=str(trace) if args.trace else f"{trace.name} (bundled sample)",
-        oracle_exhaustive=args.oracle_exhaustive,
-        history_path=args.history,
-        save_trials=args.save_trials,
-        day_noise=noise if n_days > 1 else None,
-    )
+    load = load_from_args(args)
+    try:
+        return execute(
+            args.host,
+            schedule,
+            objective,
+            settings,
+            policies,
+            args.out,
+            quiet=args.quiet,
+            as_json=args.json,
+            source=str(trace) if args.trace else f"{trace.name} (bundled sample)",
+            oracle_exhaustive=args.oracle_exhaustive,
+            history_path=args.history,
+            save_trials=args.save_trials,
+            day_noise=noise if n_days > 1 else None,
+            host_options=None if load is None else {"load": load},
+        )
+    finally:
+        if load is not None:
+            load.stop()
 
 
 def execute(
@@ -325,26 +339,29 @@ def execute(
     out: Path,
     *,
     quiet: bool = False,
+    as_json: bool = False,
     source: str = "",
     oracle_exhaustive: bool = False,
     history_path: Path | None = None,
     save_trials: Path | None = None,
     day_noise: float | None = None,
+    host_options: dict | None = None,
 ) -> int:
     """Run the replay with a progress bar, print the report and write the files (and `save_trials`)."""
     from rich.console import Console
 
     from actuators.host import LoadControl
+    from tuner.cli.output import print_json, table_console
     from tuner.hosts import make_host
-    from tuner.replay.report import print_report, write_files, write_trials
+    from tuner.replay.report import print_report, summary, write_files, write_trials
     from tuner.replay.run import replay
 
     seed = settings.seed  # type: ignore[attr-defined]
-    first = make_host(host_spec, seed=seed)
+    first = make_host(host_spec, seed=seed, **(host_options or {}))
     if not isinstance(first, LoadControl):
         raise TunerError(
             f"--host {host_spec!r}: the host cannot set its offered load (no set_offered_qps); "
-            "replay needs load control, e.g. --host sim"
+            "replay needs load control, e.g. --host sim, or --host real with --load-command"
         )
     spare = [first]
     history: list = []
@@ -358,11 +375,10 @@ def execute(
     share = {"cache": cache} if cache is not None else {}
 
     def factory():  # type: ignore[no-untyped-def]
-        return spare.pop() if spare else make_host(host_spec, seed=seed, **share)
+        return spare.pop() if spare else make_host(host_spec, seed=seed, **share, **(host_options or {}))
 
     windows = schedule.windows  # type: ignore[attr-defined]
     console = Console(stderr=True)
-    out_console = Console()
     t0 = time.perf_counter()
     if quiet or not console.is_terminal:
         result = replay(
@@ -418,7 +434,10 @@ def execute(
     if save_trials is not None:
         save_trials.parent.mkdir(parents=True, exist_ok=True)
         n = write_trials(result, save_trials)
-        print(f"saved {n} completed tuner trial(s) to {save_trials}", file=sys.stdout)
-    print_report(result, out_console, per_window=not quiet)
-    print(f"wrote {', '.join(str(p) for p in paths)}", file=sys.stdout)
+        print(f"saved {n} completed tuner trial(s) to {save_trials}", file=sys.stderr if as_json else sys.stdout)
+    if as_json:
+        print_json(summary(result))
+    else:
+        print_report(result, table_console(), per_window=not quiet)
+    print(f"wrote {', '.join(str(p) for p in paths)}", file=sys.stderr if as_json else sys.stdout)
     return 0

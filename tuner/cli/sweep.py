@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from core.errors import HostError, InputError, TunerError
+from tuner.cli.load import add_load_arguments, load_from_args
 
 POINTS = "points.jsonl"
 META = "sweep.json"
 #: Fields of `sweep.json` that must match for `--resume` to append to an existing sweep.
-RESUME_KEYS = ("host", "qps", "load", "seconds", "settle", "seed")
+RESUME_KEYS = ("host", "qps", "load_schedule", "seconds", "settle", "seed")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -62,16 +63,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="a point counts only if it serves at least this share of the offered load (default 0.95)",
     )
     p.add_argument("--seed", type=int, default=None, help="seed passed to the host factory (simulated hosts)")
+    add_load_arguments(p)
     p.add_argument(
-        "--load",
+        "--load-schedule",
         default=None,
-        help="a moving load for the host (sim): a TOML inline table, e.g. "
+        help="a moving load for the simulated host: a TOML inline table, e.g. "
         "'{shape=\"sine\", low=100000, high=600000, period_s=600}'; each point records the load it ran at "
         "(see docs/simulated-host-load.md); not with --qps",
     )
     p.add_argument("--out", required=True, type=Path, help="output directory")
     p.add_argument(
         "--resume", action="store_true", help="append to an existing sweep in --out, skipping points already measured"
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the result (points, the best point as in OUT/best.json) as JSON instead of text",
     )
     p.set_defaults(func=run)
 
@@ -289,9 +296,9 @@ def run(args: argparse.Namespace) -> int:
     pct = parse_percentile(args.percentile)
     min_load = _number(args.min_load, "--min-load", at_most=1.0)
     qps = None if args.qps is None else _number(args.qps, "--qps")
-    load = None if args.load is None else parse_load_option(args.load, "--load")
-    if load is not None and qps is not None:
-        raise TunerError("--load and --qps: give one (a moving load or a fixed one)")
+    schedule = None if args.load_schedule is None else parse_load_option(args.load_schedule, "--load-schedule")
+    if schedule is not None and qps is not None:
+        raise TunerError("--load-schedule and --qps: give one (a moving load or a fixed one)")
     out: Path = args.out
     if out.exists() and not out.is_dir():
         raise TunerError(f"--out {str(out)!r} exists and is not a directory")
@@ -299,7 +306,7 @@ def run(args: argparse.Namespace) -> int:
     meta = {
         "host": args.host,
         "qps": qps,
-        "load": args.load,
+        "load_schedule": args.load_schedule,
         "seconds": config.seconds,
         "settle": config.settle,
         "seed": args.seed,
@@ -327,6 +334,9 @@ def run(args: argparse.Namespace) -> int:
         raise TunerError(f"{points_path} already holds a sweep: pass --resume to continue it, or choose another --out")
 
     host_options: dict[str, Any] = {} if args.seed is None else {"seed": args.seed}
+    load = load_from_args(args)
+    if schedule is not None:
+        host_options["load_schedule"] = schedule
     if load is not None:
         host_options["load"] = load
     host = make_host(args.host, **host_options)
@@ -376,6 +386,8 @@ def run(args: argparse.Namespace) -> int:
                 writer.close()
     except BaseException as exc:  # noqa: BLE001 - re-raised below once the host is restored
         failure = exc
+    if load is not None:
+        load.stop()
     restore_error, signalled = restore_host(host)
     if signalled and failure is None:
         failure = KeyboardInterrupt()
@@ -415,6 +427,11 @@ def run(args: argparse.Namespace) -> int:
             )
         raise failure
 
+    if args.json:
+        from tuner.cli.output import print_json
+
+        print_json({"out": str(out), "points": len(measured), "measured_now": new, "elapsed_s": elapsed, "best": best})
+        return 0
     print(f"sweep: {len(measured)} points ({new} measured now) in {elapsed:.1f} s -> {out}")
     if best is not None:
         if best["met"]:

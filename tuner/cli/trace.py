@@ -172,9 +172,10 @@ def _clock(seconds: int) -> str:
 
 
 def _print_table(doc: dict) -> None:
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
+
+    from tuner.cli.output import table_console
 
     scaled = doc["scale"] is not None
     table = Table(
@@ -209,7 +210,7 @@ def _print_table(doc: dict) -> None:
             escape(f"{ks['mean']:.1f} [{ks['min']}-{ks['max']}]") if ks else "-",
             escape(f"{vs['mean']:.1f} [{vs['min']}-{vs['max']}]") if vs else "-",
         )
-    console = Console()
+    console = table_console()
     console.print(table)
     notes = [
         f"peak {doc['peak_qps']:,.2f} QPS, trough {doc['trough_qps']:,.2f} QPS "

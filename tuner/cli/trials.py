@@ -2,12 +2,15 @@
 
     tuner trials export [--config FILE | --state-dir DIR | --from-replay OUT_DIR] --out FILE
     tuner trials import FILE [--config FILE] [--state-dir DIR] [--host sim|real|module:factory]
+    tuner trials fleet [--config FILE | --state-dir DIR | --url URL] [--sla US] [--percentile P] [--json]
 
 Export writes every completed trial a daemon has (its history store, state.json and saved experiments,
 duplicates dropped) or a replay saved. Import checks every line against the host's knob space (bounded by
 the config's [knobs] when --config is given) -- one bad line rejects the file with `FILE:LINE: ...` -- and
 adds the trials to the daemon's history store, from which the next retune warm-starts (config
 `history.warm_start` or `tuning.context`). It may run while the daemon runs.
+Fleet prints, from a trial store (a fleet's PostgreSQL, or one host's SQLite file), the best known point per
+hardware class and load band under one SLA (drifting hosts left out).
 """
 
 from __future__ import annotations
@@ -67,6 +70,17 @@ def register(subparsers: Any) -> None:
     )
     i.set_defaults(func=run_import)
 
+    f = sub.add_parser("fleet", help="best known point per hardware class and load band, from a trial store")
+    f.add_argument("--config", type=Path, help="daemon config (for state.dir and history.url)")
+    f.add_argument("--state-dir", type=Path, help=f"daemon state directory (default: {DEFAULT_STATE_DIR})")
+    f.add_argument("--url", help="trial store: postgresql://... or sqlite:///path (default: the config's)")
+    f.add_argument("--sla", type=float, default=500.0, help="latency SLA in µs (default 500)")
+    f.add_argument("--percentile", type=float, default=99.0, help="SLA percentile (default 99)")
+    f.add_argument("--band-pct", type=float, default=10.0, help="load band width in %% (default 10)")
+    f.add_argument("--class", dest="hw_class", help="only this hardware class id")
+    f.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    f.set_defaults(func=run_fleet)
+
 
 # ------------------------------------------------------------------------------------------------ helpers
 
@@ -113,7 +127,7 @@ def _state_entries(state_dir: Path) -> list[Any]:
     """Completed trials in state.json and experiments/*.json, as history entries."""
     from actuators.host import Measurement, OperatingPoint
     from tuner.daemon.state import StateStore
-    from tuner.optimize.optimizer import TrialRecord
+    from tuner.optimize.records import TrialRecord
     from tuner.store.history import HistoryEntry, as_objective, objective_reward
 
     store = StateStore(state_dir)
@@ -210,7 +224,7 @@ def run_import(args: argparse.Namespace) -> int:
         if callable(close):
             close()
     if cfg is not None:
-        from tuner.daemon.loop import bounded_space
+        from tuner.daemon.plain import bounded_space
 
         space = bounded_space(space, cfg.knobs)
     entries = read_entries(args.file, space)  # one bad line rejects the whole file
@@ -222,4 +236,65 @@ def run_import(args: argparse.Namespace) -> int:
         f"imported {added} trial(s) into {history_file}; skipped {skipped} already there"
         + (f" (the store keeps the newest {store.keep})" if len(store.read()) >= store.keep else "")
     )
+    return 0
+
+
+def run_fleet(args: argparse.Namespace) -> int:
+    from actuators.host import PERCENTILES
+    from tuner.store.fleet import fleet_view
+    from tuner.store.open import open_store
+
+    if args.percentile not in PERCENTILES:
+        raise InputError(
+            f"--percentile {args.percentile:g}: expected one of {', '.join(f'{p:g}' for p in PERCENTILES)}"
+        )
+    for name, v, lo in (("--sla", args.sla, 0.0), ("--band-pct", args.band_pct, 0.0)):
+        if not (math.isfinite(v) and v > lo):
+            raise InputError(f"{name} {v:g}: expected a number > {lo:g}")
+    cfg = _config(args.config)
+    url = args.url if args.url is not None else (getattr(cfg.history, "url", "") if cfg is not None else "")
+    state_dir = args.state_dir or (cfg.state_dir if cfg is not None else DEFAULT_STATE_DIR)
+    if not url and not (Path(state_dir) / "trials.sqlite").is_file():
+        raise InputError(f"{state_dir}: no trial store here (expected trials.sqlite, or give --url)")
+    store = open_store(url, state_dir)
+    try:
+        drifting = frozenset(h.host for h in store.hosts() if h.drift)
+        rows = fleet_view(
+            store.read(hw_class=args.hw_class),
+            percentile=args.percentile,
+            sla_us=args.sla,
+            band_pct=args.band_pct,
+            drifting=drifting,
+        )
+        labels = {h.hw_class: h.hw for h in store.hosts()}
+    finally:
+        store.close()
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "store": store.location,
+                    "objective": {"percentile": args.percentile, "sla_us": args.sla},
+                    "band_pct": args.band_pct,
+                    "drifting_hosts": sorted(drifting),
+                    "classes": {c: labels.get(c, {}) for c in sorted({r.hw_class for r in rows})},
+                    "bands": [r.to_dict() for r in rows],
+                },
+                indent=2,
+            )
+        )
+        return 0
+    print(f"best known points in {store.location} (p{args.percentile:g} < {args.sla:g} µs)")
+    print(f"{'class':<17} {'load kQPS':>15} {'ITR µs':>7} {'GHz':>5} {'W':>7} {'lat µs':>7} {'n':>4} {'hosts':>5}")
+    for r in rows:
+        band = f"{r.qps_low / 1e3:.0f}-{r.qps_high / 1e3:.0f}"
+        if r.itr_us is None:
+            print(f"{r.hw_class or '-':<17} {band:>15} {'no point met the SLA':>28} {r.trials:>4} {r.hosts:>5}")
+        else:
+            print(
+                f"{r.hw_class or '-':<17} {band:>15} {r.itr_us:>7} {r.dvfs_ghz:>5.1f} {r.power_w:>7.1f} "
+                f"{r.latency_us:>7.0f} {r.trials_at_point:>4} {r.hosts:>5}"
+            )
+    if drifting:
+        print(f"left out (drifting from their class): {', '.join(sorted(drifting))}")
     return 0

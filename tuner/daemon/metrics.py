@@ -11,11 +11,41 @@ from actuators.host import PERCENTILES, Measurement, OperatingPoint
 #: Reasons a retune starts (label values of `tuner_retunes_total`).
 RETUNE_REASONS = ("startup", "resume", "schedule", "load", "rpc", "policy", "config")
 TRIAL_STATUSES = ("completed", "failed", "abandoned")
-LOOP_STATES = ("starting", "retuning", "holding", "stopping")
+LOOP_STATES = ("starting", "retuning", "holding", "observing", "stopping")
+#: What the daemon does (`[host] mode`, `dry_run`).
+MODES = ("tune", "observe", "dry_run")
+#: Where a host warning comes from (label values of `tuner_host_warnings`).
+WARNING_SOURCES = ("latency", "energy", "dvfs", "startup")
 
 
 def _percentile_label(pct: float) -> str:
     return f"{pct:g}"
+
+
+class OptionalGauge:
+    """An unlabelled gauge that exports no sample while its value is unknown (`set(None)`): a host without
+    RAPL has no power, and a dry run holds no point -- absent, never a made-up 0 or a NaN."""
+
+    def __init__(self, name: str, documentation: str, registry: Any) -> None:
+        self.name, self.documentation = name, documentation
+        self.value: float | None = None
+        registry.register(self)
+
+    def set(self, value: float | None) -> None:
+        self.value = None if value is None or value != value else float(value)  # NaN is unknown too
+
+    def describe(self) -> list[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        return [GaugeMetricFamily(self.name, self.documentation)]
+
+    def collect(self) -> list[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        fam = GaugeMetricFamily(self.name, self.documentation)
+        if self.value is not None:
+            fam.add_metric([], self.value)
+        return [fam]
 
 
 @dataclass
@@ -39,9 +69,20 @@ class DaemonMetrics:
     trial_seconds: Any
     state: Any
     last_retune: Any
+    mode: Any
+    warnings: Any
+    baseline_power: Any
+    baseline_latency: Any
+    baseline_windows: Any
+    saved: Any
+    saved_lower: Any
+    saved_upper: Any
+    class_drift: Any = None
+    class_drift_t: Any = None
+    warm_start_trials: Any = None
 
     @classmethod
-    def create(cls, version: str, host: str) -> DaemonMetrics:
+    def create(cls, version: str, host: str, mode: str = "tune") -> DaemonMetrics:
         from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram, Info
 
         r = CollectorRegistry(auto_describe=True)
@@ -49,8 +90,16 @@ class DaemonMetrics:
         info.info({"version": version, "python": platform.python_version(), "host": host})
         m = cls(
             registry=r,
-            itr=Gauge("tuner_itr_seconds", "NIC interrupt throttling interval in force (0 = OS adaptive).", registry=r),
-            freq=Gauge("tuner_cpu_frequency_hertz", "CPU frequency pinned by the tuner (0 = OS governor).", registry=r),
+            itr=OptionalGauge(
+                "tuner_itr_seconds",
+                "NIC interrupt throttling interval the tuner applied (absent while the OS's own policy is in charge).",
+                r,
+            ),
+            freq=OptionalGauge(
+                "tuner_cpu_frequency_hertz",
+                "CPU frequency the tuner pinned (absent while the OS governor is in charge).",
+                r,
+            ),
             offered=Gauge("tuner_offered_requests_per_second", "Offered load measured in the last window.", registry=r),
             achieved=Gauge("tuner_achieved_requests_per_second", "Load served in the last window.", registry=r),
             latency=Gauge(
@@ -60,7 +109,9 @@ class DaemonMetrics:
                 registry=r,
             ),
             sla=Gauge("tuner_sla_seconds", "Latency SLA of the current policy (at its percentile).", registry=r),
-            power=Gauge("tuner_power_watts", "Mean package power over the last window.", registry=r),
+            power=OptionalGauge(
+                "tuner_power_watts", "Mean package power over the last window (absent when not measurable).", r
+            ),
             energy=Counter(
                 "tuner_energy_joules", "Energy measured by the tuner's windows, by RAPL zone.", ["zone"], registry=r
             ),
@@ -92,7 +143,71 @@ class DaemonMetrics:
             last_retune=Gauge(
                 "tuner_last_retune_timestamp_seconds", "Unix time of the last retune decision.", registry=r
             ),
+            mode=Enum(
+                "tuner_mode",
+                "What the daemon does: tune, observe (measure only, write nothing) or dry_run (tune, write nothing).",
+                states=list(MODES),
+                registry=r,
+            ),
+            warnings=Gauge(
+                "tuner_host_warnings",
+                "Active warnings about what the host can measure or set, by source (see GetStatus / the log).",
+                ["source"],
+                registry=r,
+            ),
+            baseline_power=Gauge(
+                "tuner_baseline_power_watts",
+                "Mean package power under the OS's own policy, by load band (requests/s, lower-upper).",
+                ["band"],
+                registry=r,
+            ),
+            baseline_latency=Gauge(
+                "tuner_baseline_latency_seconds",
+                "Mean latency at each percentile under the OS's own policy, by load band.",
+                ["band", "percentile"],
+                registry=r,
+            ),
+            baseline_windows=Gauge(
+                "tuner_baseline_windows",
+                "Windows measured under the OS's own policy, by load band.",
+                ["band"],
+                registry=r,
+            ),
+            saved=OptionalGauge(
+                "tuner_energy_saved_ratio",
+                "Energy saved against the OS's own policy at the same loads (1 - tuned / baseline power, load "
+                "bands weighted by time tuned in them); absent until both are measured.",
+                r,
+            ),
+            saved_lower=OptionalGauge(
+                "tuner_energy_saved_ratio_lower", "Lower bound of the 95 % CI of tuner_energy_saved_ratio.", r
+            ),
+            saved_upper=OptionalGauge(
+                "tuner_energy_saved_ratio_upper", "Upper bound of the 95 % CI of tuner_energy_saved_ratio.", r
+            ),
+            class_drift=Gauge(
+                "tuner_class_drift",
+                "1 when this host's trials disagree with its hardware class (drift test), else 0; "
+                "a drifting host warm-starts from its own trials only.",
+                ["hw_class"],
+                registry=r,
+            ),
+            class_drift_t=Gauge(
+                "tuner_class_drift_statistic",
+                "Largest |t| of the drift test on the class model's residuals (NaN: too few trials to test).",
+                ["hw_class"],
+                registry=r,
+            ),
+            warm_start_trials=Gauge(
+                "tuner_warm_start_trials",
+                "Trials the last retune was seeded with, by source (own, class).",
+                ["source"],
+                registry=r,
+            ),
         )
+        m.mode.state(mode)
+        for source in WARNING_SOURCES:
+            m.warnings.labels(source=source).set(0)
         for reason in RETUNE_REASONS:
             m.retunes.labels(reason=reason)
         for status in TRIAL_STATUSES:
@@ -100,8 +215,32 @@ class DaemonMetrics:
         return m
 
     def set_point(self, point: OperatingPoint | None) -> None:
-        self.itr.set(point.itr_us * 1e-6 if point else 0.0)
-        self.freq.set(point.dvfs_ghz * 1e9 if point else 0.0)
+        self.itr.set(point.itr_us * 1e-6 if point else None)
+        self.freq.set(point.dvfs_ghz * 1e9 if point else None)
+
+    def set_warnings(self, by_source: dict[str, int]) -> None:
+        for source in WARNING_SOURCES:
+            self.warnings.labels(source=source).set(by_source.get(source, 0))
+
+    def set_baseline(self, band: str, power_w: float | None, latency_us: dict[float, float], windows: int) -> None:
+        """One load band of the OS-policy baseline; power only when measured."""
+        if power_w is not None:  # a host without energy never gets a power sample for the band
+            self.baseline_power.labels(band=band).set(power_w)
+        for pct, us in latency_us.items():
+            self.baseline_latency.labels(band=band, percentile=_percentile_label(pct)).set(us * 1e-6)
+        self.baseline_windows.labels(band=band).set(windows)
+
+    def set_savings(self, ratio: float | None, lower: float | None, upper: float | None) -> None:
+        self.saved.set(ratio)
+        self.saved_lower.set(lower)
+        self.saved_upper.set(upper)
+
+    def set_class_drift(self, hw_class: str, drifting: bool, t: float | None, own: int, from_class: int) -> None:
+        """Record the last warm start: the drift verdict for `hw_class` and the trials by source."""
+        self.class_drift.labels(hw_class=hw_class).set(1.0 if drifting else 0.0)
+        self.class_drift_t.labels(hw_class=hw_class).set(float("nan") if t is None else float(t))
+        self.warm_start_trials.labels(source="own").set(own)
+        self.warm_start_trials.labels(source="class").set(from_class)
 
     def set_sla(self, sla_us: float) -> None:
         self.sla.set(sla_us * 1e-6)
@@ -113,7 +252,9 @@ class DaemonMetrics:
         for pct in PERCENTILES:
             if pct in m.latency_us:
                 self.latency.labels(percentile=_percentile_label(pct)).set(m.latency_us[pct] * 1e-6)
-        self.power.set(m.power_w)
+        self.power.set(m.power_or_none)
+        if not m.energy_known:
+            return  # energy unknown: the counter does not move (and is not invented)
         zones = m.energy_by_zone_j or {"package": m.energy_j}
         for zone, joules in zones.items():
             if joules > 0:

@@ -63,10 +63,10 @@ def _measurement_msg(pb: Any, md: dict | None) -> Any:
         offered_qps=md["offered_qps"],
         achieved_qps=md["achieved_qps"],
         requests=max(0, int(md["requests"])),
-        power_w=md["power_w"],
-        energy_j=md["energy_j"],
         time=md.get("time", 0.0),
     )
+    if md.get("energy_j") is not None and md.get("power_w") is not None and math.isfinite(md["power_w"]):
+        m.power_w, m.energy_j = md["power_w"], md["energy_j"]  # unset: energy unknown on this host
     for k, v in md.get("latency_us", {}).items():
         m.latency_us[k] = float(v)
     if md.get("point"):
@@ -149,7 +149,14 @@ def make_servicer(daemon: Any) -> Any:
                 host=str(s["host"]),
                 version=s["version"],
                 uptime_s=s["uptime_s"],
+                warnings=list(s.get("warnings", ())),
+                mode=str(s.get("mode", "tune")),
             )
+            savings = s.get("savings")
+            if savings is not None:
+                msg.energy_saved_ratio = savings.ratio
+                msg.energy_saved_ratio_lower = savings.lower
+                msg.energy_saved_ratio_upper = savings.upper
             if s["point"] is not None:
                 msg.point.CopyFrom(_point_msg(pb, s["point"]))
             if s["last_measurement"]:
@@ -172,6 +179,33 @@ def make_servicer(daemon: Any) -> Any:
                 tuned_qps=_finite(a.tuned_qps),
                 source=a.source,
                 note=a.note,
+            )
+
+        def GetPowerCurve(self, request: Any, context: Any) -> Any:
+            answer = getattr(daemon, "power_curve", None)
+            if answer is None:
+                context.abort(grpc.StatusCode.UNIMPLEMENTED, "this daemon has no power curve")
+            try:
+                sla, pct, curve, note = answer(request.sla_us, request.percentile)
+            except TunerError as exc:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            return pb.PowerCurve(
+                sla_us=sla,
+                percentile=pct,
+                note=note,
+                points=[
+                    pb.PowerCurvePoint(
+                        qps=_finite(c.qps),
+                        point=_point_msg(pb, c.point) if c.point is not None else None,
+                        predicted_power_w=_finite(c.power_w),
+                        power_sem_w=_finite(c.power_sem_w),
+                        predicted_latency_us=_finite(c.latency_us),
+                        latency_sem_us=_finite(c.latency_sem_us),
+                        meets_sla=c.meets_sla,
+                        source=c.source,
+                    )
+                    for c in curve
+                ],
             )
 
         def ListTrials(self, request: Any, context: Any) -> Any:

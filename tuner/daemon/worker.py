@@ -7,7 +7,7 @@ to it through `OptimizerProxy`, which has the same methods and returns plain rec
 worker exits and its memory goes back to the OS. The daemon itself never imports Ax. A stop request kills a
 worker stuck in a model fit, so SIGTERM is prompt.
 
-The issue-6 methods (`add_history`, `begin_retune`, `retune_trials`, `should_stop`) are proxied when the
+The learning methods (`add_history`, `begin_retune`, `retune_trials`, `should_stop`) are proxied when the
 optimiser has them (`OptimizerProxy.supports`), and the `TuningConfig` fields of `tuner.config.SETTINGS_FIELDS`
 become `TunerSettings` fields of the same names.
 """
@@ -77,7 +77,7 @@ def _rec(r: Any) -> tuple:
     )
 
 
-#: Optimiser methods of issue 6 the daemon uses when the optimiser has them (`OptimizerProxy.supports`).
+#: Optimiser methods for learning across retunes the daemon uses when the optimiser has them (`OptimizerProxy.supports`).
 OPTIONAL_METHODS = ("add_history", "begin_retune", "retune_trials", "should_stop")
 
 
@@ -86,7 +86,7 @@ def _capabilities(opt: Any) -> list[str]:
 
 
 def _extra_settings(settings_cls: Any, tuning: dict[str, Any]) -> dict[str, Any]:
-    """The issue-6 `TunerSettings` fields present in `tuning`; one the optimiser lacks is an error only if it is
+    """The learning `TunerSettings` fields present in `tuning`; one the optimiser lacks is an error only if it is
     set to something other than its (off) default."""
     from tuner.config import SETTINGS_FIELDS, TuningConfig
 
@@ -229,7 +229,7 @@ class OptimizerProxy:
         return name in self._capabilities
 
     def add_history(self, records: list[Any]) -> int:
-        """Attach completed past trials (`tuner.optimize.optimizer.TrialRecord`s); returns how many the model used."""
+        """Attach completed past trials (`tuner.optimize.records.TrialRecord`s); returns how many the model used."""
         return int(self._call("add_history", list(records)))
 
     def begin_retune(self, qps: float) -> None:

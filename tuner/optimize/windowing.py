@@ -9,12 +9,12 @@ rule to memcached tail latency. `measure_window` does this inside one trial:
 * `mode="adaptive"`: measure `min_s` (as `batches` equal chunks), then grow in further chunks, pooling
   them (`Measurement.merge`), until the CI of the chosen percentile (at `confidence`) has a half-width
   <= `ci_pct` % of the estimate, or `max_s` is reached. The half-width is the larger of two:
-  the order-statistic CI of the pooled samples (the issue's rule; valid for independent samples), and a
+  the order-statistic CI of the pooled samples (CONFIRM's rule; valid for independent samples), and a
   batch-means CI across the chunks (each chunk's own percentile, weighted by its length, Student t with
   k-1 degrees of freedom) -- which also sees what makes whole windows differ: load bursts, correlated
   queueing. On the simulator with 0.5 s minimum windows the order-statistic rule alone reports CIs
   that miss the noise-free p99 in 19 % of windows (47 % at 700K QPS), the combined rule in 1.5 %
-  (README, `bench/windows.py`); `batches=1` turns the batch check off. The next chunk is sized from the
+  (docs/optimizer.md, `bench/windows.py`); `batches=1` turns the batch check off. The next chunk is sized from the
   current half-width h assuming
   h ~ 1/sqrt(seconds): total needed ~ elapsed (h / target)^2, plus a 20 % margin, at least
   `min_s / batches`, at most doubling the window (a few noisy chunks with Student's t for few degrees of

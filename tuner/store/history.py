@@ -8,6 +8,7 @@ One completed trial per line (failed trials are never written: they carry no mea
 
 `time` is when the window was measured (unix s), `qps` the offered load it ran at, `objective` the policy it was
 measured under (the measurement holds every percentile, so a reader may re-score it under its own policy).
+An optional `"class"` names the host's hardware class (`actuators.hwclass`), when the host reported one.
 Unknown extra keys are ignored (additive evolution within v1); a different `schema` is refused.
 
 Readers stream the file and stop at the first bad line with one `FILE:LINE: field: expected ...` error;
@@ -32,7 +33,8 @@ from typing import Any
 from actuators.host import PERCENTILES, KnobSpace, Measurement, OperatingPoint
 from core.errors import InputError, KnobRangeError, TunerError
 from core.fsutil import atomic_write
-from tuner.optimize.optimizer import Objective, TrialRecord
+from tuner.optimize.records import TrialRecord
+from tuner.optimize.settings import Objective
 
 SCHEMA = "tuner.trial/v1"
 #: The daemon's history store, relative to its state directory (config `history.file`).
@@ -55,6 +57,7 @@ class HistoryEntry:
     host: str
     time: float
     objective: Objective
+    hw_class: str = ""  # the host's hardware class id ("" = unknown)
 
     def key(self) -> tuple:
         """Identity of the measured window (same point, load, length and energy = the same trial), used to
@@ -72,19 +75,18 @@ class HistoryEntry:
     def to_line(self) -> str:
         r = self.record
         assert r.measurement is not None
-        return json.dumps(
-            {
-                "schema": SCHEMA,
-                "host": self.host,
-                "time": self.time,
-                "objective": asdict(self.objective),
-                "point": {"itr_us": r.point.itr_us, "dvfs_ghz": r.point.dvfs_ghz},
-                "qps": r.qps,
-                "measurement": r.measurement.to_dict(),
-            },
-            separators=(",", ":"),
-            allow_nan=False,
-        )
+        d: dict[str, Any] = {
+            "schema": SCHEMA,
+            "host": self.host,
+            "time": self.time,
+            "objective": asdict(self.objective),
+            "point": {"itr_us": r.point.itr_us, "dvfs_ghz": r.point.dvfs_ghz},
+            "qps": r.qps,
+            "measurement": r.measurement.to_dict(),
+        }
+        if self.hw_class:
+            d["class"] = self.hw_class
+        return json.dumps(d, separators=(",", ":"), allow_nan=False)
 
 
 def host_label(name: str) -> str:
@@ -220,6 +222,9 @@ def _parse_line(d: Any, index: int, space: KnobSpace | None) -> HistoryEntry:
     if not isinstance(host, str) or not host:
         raise _Bad(f"host: expected a non-empty string, got {host!r}")
     when = _number(d, "time", "")
+    hw_class = d.get("class", "")
+    if not isinstance(hw_class, str):
+        raise _Bad(f"class: expected a string (hardware class id), got {hw_class!r}")
     obj = d.get("objective")
     if not isinstance(obj, dict) or not {"reward", "percentile", "sla_us"} <= set(obj):
         raise _Bad(f"objective: expected an object with reward, percentile, sla_us, got {obj!r}")
@@ -251,7 +256,19 @@ def _parse_line(d: Any, index: int, space: KnobSpace | None) -> HistoryEntry:
     except Exception:  # noqa: BLE001 - a reward that cannot score this window leaves it unscored
         reward = None
     rec = TrialRecord(index, point, qps, _COMPLETED, m, reward, None)
-    return HistoryEntry(rec, host, when, objective)
+    return HistoryEntry(rec, host, when, objective, hw_class)
+
+
+def parse_line(text: str, index: int = 0, space: KnobSpace | None = None) -> HistoryEntry:
+    """One `tuner.trial/v1` line as an entry; `InputError` `field: expected ...` if it is not one."""
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise InputError(f"expected one JSON object ({exc})") from None
+    try:
+        return _parse_line(data, index, space)
+    except _Bad as exc:
+        raise InputError(str(exc)) from None
 
 
 def objective_reward(objective: Objective, m: Measurement) -> float:
@@ -399,6 +416,7 @@ __all__ = [
     "is_exportable",
     "iter_entries",
     "objective_reward",
+    "parse_line",
     "read_entries",
     "read_trials",
     "write_entries",

@@ -1,0 +1,49 @@
+"""`python -m actuators.fakehw DIR`: create the fake-hardware kit in DIR (if needed) and play its hardware until
+SIGTERM/SIGINT (`--create-only` just builds the tree)."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+
+from actuators.fakehw.kit import HardwareModel, create, is_kit
+from core.errors import TunerError
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m actuators.fakehw", description=__doc__)
+    p.add_argument("dir", help="kit directory (created; an existing kit is reused)")
+    p.add_argument("--cpus", type=int, default=2, help="fake CPUs (default 2)")
+    p.add_argument("--memcached", metavar="HOST:PORT", help="load for the power model from this memcached's stats")
+    p.add_argument("--reset", action="store_true", help="rebuild an existing kit (knobs back to boot values)")
+    p.add_argument("--create-only", action="store_true", help="build the tree and exit")
+    args = p.parse_args(argv)
+    try:
+        if args.reset or not is_kit(args.dir):
+            create(args.dir, args.cpus)
+        print(f"fakehw: kit in {args.dir}", file=sys.stderr)
+        if args.create_only:
+            return 0
+        qps = None
+        if args.memcached:
+            from actuators.qps import qps_source_from_spec
+
+            qps = qps_source_from_spec(f"memcached:{args.memcached}")
+        model = HardwareModel(args.dir, qps)
+        if not model.claim():
+            raise TunerError(f"{args.dir}: another process already plays this kit's hardware")
+        signal.signal(signal.SIGTERM, lambda *_: model.stop())
+        print("fakehw: playing the hardware (Ctrl-C or SIGTERM to stop)", file=sys.stderr)
+        try:
+            model.run()
+        except KeyboardInterrupt:
+            pass
+        return 0
+    except TunerError as exc:
+        print(f"fakehw: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

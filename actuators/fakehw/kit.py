@@ -1,0 +1,182 @@
+"""The fake-hardware kit: a fake host under a directory, its hardware model, and a `Host` factory over it.
+
+`create(root)` builds `<root>/sys` and `<root>/proc` as the kernel shows them on a small acpi-cpufreq server:
+`cpus` CPUs with cpufreq (ondemand governor, userspace available, `scaling_setspeed`), one RAPL package zone
+(`intel-rapl:0`, powercap `energy_uj`), and an ixgbe NIC `eth1` whose coalescing lives in a file (`FileNic`).
+`HardwareModel` plays the hardware: it advances `energy_uj` by `PowerModel` power at the frequency the
+governor / `scaling_setspeed` set, the ITR the NIC has and the load memcached reports, and mirrors the set
+frequency into `scaling_cur_freq`. `make_fake_host(root=...)` is `make_real_host` over that tree (the daemon's
+`[host] spec = "actuators.fakehw:make_fake_host"`); it runs the model in a thread unless another process already
+does (`python -m actuators.fakehw DIR`). Nothing outside `root` is read or written, except memcached stats.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from actuators.fakehw import tree
+from actuators.fakehw.nic import FileNic, create_nic, nic_path
+from actuators.fakehw.power import PowerModel
+from core.errors import HostError
+
+log = logging.getLogger(__name__)
+
+IFACE = "eth1"
+ZONE = "intel-rapl:0"
+RAPL_RANGE_UJ = 262_143_328_850
+FREQS_KHZ = (1_200_000, 1_600_000, 2_000_000, 2_400_000, 2_900_000)
+MARKER = "fakehw/KIT"
+LOCK = "fakehw/model.lock"
+
+
+def is_kit(root: str | Path) -> bool:
+    return (Path(root) / MARKER).is_file()
+
+
+def create(root: str | Path, cpus: int = 2) -> Path:
+    """Build the fake tree under `root` (refuses a non-empty directory that is not a kit; resets a kit)."""
+    root = Path(root)
+    if root.exists() and any(root.iterdir()) and not is_kit(root):
+        raise HostError(f"{root}: not empty and not a fake-hardware kit: give a new or empty directory")
+    if not 1 <= cpus <= 256:
+        raise HostError(f"cpus {cpus}: expected 1..256")
+    tree.cpu_online(root, cpus)
+    tree.cpufreq(root, cpus, available_khz=list(FREQS_KHZ), min_khz=FREQS_KHZ[0], max_khz=FREQS_KHZ[-1])
+    tree.powercap_zone(root, "package-0", ZONE, 0, RAPL_RANGE_UJ, max_power_uw=95_000_000)
+    tree.net_iface(root, IFACE, "ixgbe")
+    tree.cpuinfo(root, "GenuineIntel", cpus, flags="fpu msr")
+    create_nic(root, IFACE)
+    tree.write(root / MARKER, f"fake-hardware kit: {cpus} CPUs, cpufreq, RAPL {ZONE}, NIC {IFACE} (ixgbe)")
+    return root
+
+
+class HardwareModel:
+    """Advances the fake RAPL counter and `scaling_cur_freq` every `period_s` from the kit's own state."""
+
+    def __init__(
+        self, root: str | Path, qps: Any = None, model: PowerModel | None = None, period_s: float = 0.05
+    ) -> None:
+        self.root = Path(root)
+        if not is_kit(self.root):
+            raise HostError(f"{self.root}: not a fake-hardware kit (create it first: python -m actuators.fakehw DIR)")
+        self.cpus = sorted(p.name for p in (self.root / "sys/devices/system/cpu").glob("cpu[0-9]*"))
+        self.model = model or PowerModel(cores=len(self.cpus), fmax_ghz=FREQS_KHZ[-1] / 1e6)
+        self.qps = qps  # anything with total_requests(), e.g. actuators.qps.MemcachedStatsQps
+        self.period_s = period_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock_fd: int | None = None
+        self.watts = 0.0
+
+    def _cpu_ghz(self, cpu: str) -> float:
+        d = self.root / "sys/devices/system/cpu" / cpu / "cpufreq"
+        gov = (d / "scaling_governor").read_text().strip()
+        khz = FREQS_KHZ[-1]
+        if gov == "userspace":
+            with contextlib.suppress(ValueError):
+                khz = int((d / "scaling_setspeed").read_text())
+        elif gov == "powersave":
+            khz = FREQS_KHZ[0]
+        cur = d / "scaling_cur_freq"
+        if cur.read_text().strip() != str(khz):
+            tree.write(cur, str(khz))
+        return khz / 1e6
+
+    def _rx_usecs(self) -> int | None:
+        nic = FileNic(self.root)
+        c = nic.get_coalesce(IFACE)
+        return None if c.get("use_adaptive_rx_coalesce") else int(c["rx_coalesce_usecs"])
+
+    def step(self, dt_s: float, qps: float) -> float:
+        """Advance the hardware by `dt_s` at `qps`; returns the package power used (W)."""
+        ghz = sum(self._cpu_ghz(c) for c in self.cpus) / len(self.cpus)
+        self.watts = self.model.watts(ghz, qps, self._rx_usecs())
+        tree.advance_zone(self.root, ZONE, int(round(self.watts * dt_s * 1e6)))
+        return self.watts
+
+    def claim(self) -> bool:
+        """Take the kit's model lock (one model per kit); False if another process runs it."""
+        fd = os.open(self.root / LOCK, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        self._lock_fd = fd
+        return True
+
+    def run(self) -> None:
+        """Step every `period_s` until `stop()` (QPS from the source's counter; 0 if none or unreadable)."""
+        last_t, last_n = time.monotonic(), self._requests()
+        while not self._stop.wait(self.period_s):
+            now, n = time.monotonic(), self._requests()
+            dt = now - last_t
+            qps = max(n - last_n, 0.0) / dt if (n is not None and last_n is not None and dt > 0) else 0.0
+            self.step(dt, qps)
+            last_t, last_n = now, n
+
+    def _requests(self) -> float | None:
+        if self.qps is None:
+            return None
+        try:
+            return float(self.qps.total_requests())
+        except HostError:
+            return None
+
+    def start(self) -> bool:
+        """Run in a daemon thread if no other process models this kit; returns whether it started."""
+        if not self.claim():
+            return False
+        self._thread = threading.Thread(target=self.run, name="fakehw-model", daemon=True)
+        self._thread.start()
+        return True
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+
+def make_fake_host(root: str, model: bool = True, seed: int | None = None, **options: Any) -> Any:
+    """`make_real_host` over the kit at `root` with its file-backed NIC (cpufreq backend, NIC eth1); the other
+    options are `[host.options]` of the real host (qps, latency, state_dir, dry_run, ...). `model` runs the
+    hardware model in this process unless another one already does."""
+    from actuators.qps import qps_source_from_spec
+    from actuators.real import make_real_host
+
+    if not is_kit(root):
+        raise HostError(f"{root}: not a fake-hardware kit (create it: python -m actuators.fakehw {root})")
+    if not nic_path(Path(root), IFACE).exists():
+        raise HostError(f"{root}: the kit's NIC file is missing (recreate the kit)")
+    options.setdefault("backend", "cpufreq")
+    options.setdefault("iface", IFACE)
+    host = make_real_host(root=root, nic=FileNic(root), **options)
+    if model:
+        spec = options.get("qps")
+        source = qps_source_from_spec(spec) if isinstance(spec, str) else spec
+        hw = HardwareModel(root, source)
+        if hw.start():
+            host.warnings.append("fake-hardware kit: power is modelled (actuators.fakehw.power), not measured")
+            _attach(host, hw)
+    return host
+
+
+def _attach(host: Any, hw: HardwareModel) -> None:
+    """Stop the model when the host is closed."""
+    close = host.close
+
+    def closing() -> None:
+        hw.stop()
+        close()
+
+    host.close = closing

@@ -1,0 +1,140 @@
+"""Two simulated hosts of one hardware class share a trial store: what does the second host's day 0 cost? JSON.
+
+Host A (seed `--seed-a`) replays day 0 of the bundled 24 h trace (peak 600 kQPS, every `--every`-th hourly
+window) with the default (warm) tuner and writes its trials to a real trial store (a SQLite file in a temp
+dir, or PostgreSQL with `--pg URL`) under its hardware class (`SimHost.hardware_class()`). Host B (another
+seed, same class) then starts: its retunes are seeded with `tuner.store.warm.class_history` -- its own
+trials (none yet) plus its class's, after the drift test -- exactly as the daemon does, and it replays the
+same day. A fresh host B (no store) replays it too, for the comparison. Reported per host: trials per
+retune, energy vs the oracle, % of trial time above the SLA, windows in violation, and the store's
+warm-start query time.
+
+Target: the second host's day 0 needs <= 3 trials per retune at <= 1.02 x the oracle with <= 1 % of
+trial time above the SLA, against a fresh host's ~6.6 trials per retune.
+
+    .venv/bin/python bench/fleet.py [--every 3] [--seed-a 0] [--seeds-b 1] [--slas 99:500] [--pg URL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+TARGETS = {"trials_per_retune": 3.0, "ratio_to_oracle": 1.02, "explore_above_sla_pct_of_time": 1.0}
+KEYS = (
+    "trials_per_retune",
+    "ratio_to_oracle",
+    "explore_above_sla_pct_of_time",
+    "sla_violating_windows",
+    "saved_vs_linux_default_pct",
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--every", type=int, default=3, help="replay every N-th hourly window of the day")
+    ap.add_argument("--seed-a", type=int, default=0)
+    ap.add_argument("--seeds-b", default="1", help="comma list of seeds for the second host")
+    ap.add_argument("--slas", default="99:500", help="comma list PCT:US")
+    ap.add_argument("--peak-qps", type=float, default=600_000.0)
+    ap.add_argument("--no-fresh", action="store_true", help="skip the fresh-host comparison run")
+    ap.add_argument("--pg", default=None, help="postgresql:// URL of an empty database (default: SQLite)")
+    ap.add_argument("--limit", type=int, default=2000, help="warm-start trials per source (own, class)")
+    args = ap.parse_args(argv)
+
+    from traces.schedule import load_schedule, sample_trace_path
+    from tuner.hosts import make_host
+    from tuner.optimize.optimizer import Objective, TunerSettings
+    from tuner.replay.report import trial_times
+    from tuner.replay.run import ReplayWindow, oracle_point, policy_summary, preset_settings, replay
+    from tuner.store.history import entries_from_records
+    from tuner.store.open import open_store
+    from tuner.store.warm import class_history
+
+    sched = load_schedule(sample_trace_path(), peak_qps=args.peak_qps)
+    windows = [ReplayWindow(w.index, w.start_s, w.seconds, w.qps) for w in sched.windows][:: args.every]
+    slas = [(float(a), float(b)) for a, b in (x.split(":") for x in args.slas.split(","))]
+    seeds_b = [int(s) for s in args.seeds_b.split(",")]
+    cls = make_host("sim", seed=args.seed_a).hardware_class()
+    out: dict = {
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "note": "simulated hosts; timings from a shared 2-core machine",
+        "windows": len(windows),
+        "qps": [round(w.qps) for w in windows],
+        "hw_class": cls.to_dict(),
+        "store": "postgresql" if args.pg else "sqlite",
+        "targets": TARGETS,
+        "runs": [],
+    }
+    oracle_host = make_host("sim", seed=0)
+    for pct, sla in slas:
+        obj = Objective("constrained", pct, sla)
+        memo = {(round(w.qps, 6), pct, sla): oracle_point(oracle_host, obj, w.qps) for w in windows}
+
+        def run(seed: int, history: list, obj: Objective = obj, memo: dict = memo) -> tuple[dict, object, float]:
+            st = preset_settings("warm", TunerSettings(seed=seed))
+            t0 = time.perf_counter()
+            res = replay(
+                lambda: make_host("sim", seed=seed),
+                windows,
+                obj,
+                st,
+                policies=("tuner", "linux-default", "oracle"),
+                host_label=f"sim-{seed}",
+                oracle_memo=memo,
+                history=history,
+            )
+            s = policy_summary(res, "tuner")
+            return {k: s[k] for k in KEYS}, res, time.perf_counter() - t0
+
+        with tempfile.TemporaryDirectory() as tmp:
+            store = open_store(args.pg or "", tmp)
+            a, res_a, wall_a = run(args.seed_a, [])
+            pr = res_a.policies["tuner"]  # type: ignore[attr-defined]
+            entries = entries_from_records(
+                pr.trials,
+                host="sim-a",
+                objective=obj,
+                times=trial_times(res_a, 1.7e9),  # type: ignore[arg-type]
+            )
+            entries = [type(e)(e.record, e.host, e.time, e.objective, cls.id) for e in entries]
+            store.add(entries)
+            for seed in seeds_b:
+                host_b = f"sim-b{seed}"
+                t0 = time.perf_counter()
+                got = class_history(store, host_b, cls.id, limit=args.limit, space=make_host("sim").knobs())
+                query_s = time.perf_counter() - t0
+                b, _, wall_b = run(seed, got.records())
+                row: dict = {
+                    "sla": f"p{pct:g} < {sla:g} us",
+                    "seed_a": args.seed_a,
+                    "seed_b": seed,
+                    "host_a": {**a, "wall_s": round(wall_a, 1)},
+                    "host_b_from_class": {
+                        **b,
+                        "wall_s": round(wall_b, 1),
+                        "history_trials": len(got.entries),
+                        "drift": {"drifting": got.drift.drifting, "t": got.drift.t, "n": got.drift.n},
+                        "warm_start_query_s": round(query_s, 4),
+                    },
+                }
+                if not args.no_fresh:
+                    f, _, wall_f = run(seed, [])
+                    row["host_b_fresh"] = {**f, "wall_s": round(wall_f, 1)}
+                row["met"] = {k: b[k] is not None and b[k] <= v for k, v in TARGETS.items()}
+                out["runs"].append(row)
+                print(json.dumps(row), file=sys.stderr, flush=True)
+            store.close()
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,98 @@
+"""The fake-hardware kit: its tree, file-backed NIC, power model and the real host running over it."""
+
+from __future__ import annotations
+
+import errno
+import subprocess
+import sys
+
+import pytest
+
+from actuators.fakehw import FileNic, HardwareModel, PowerModel, create, make_fake_host
+from actuators.fakehw.kit import IFACE, ZONE
+from actuators.host import OperatingPoint, apply_point
+from core.errors import HostError
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.n = 0.0
+
+    def total_requests(self) -> float:
+        return self.n
+
+
+def test_power_model_grows_with_frequency_load_and_interrupt_rate() -> None:
+    m = PowerModel(cores=2)
+    assert m.watts(1.2, 0, None) < m.watts(2.9, 0, None)  # idle: linear in f
+    assert m.watts(2.0, 20_000, 100) < m.watts(2.0, 60_000, 100)
+    assert m.watts(2.0, 50_000, 200) < m.watts(2.0, 50_000, 2)  # throttling interrupts saves CPU time
+    assert m.utilisation(1.2, 1e9, None) == 1.0
+
+
+def test_real_host_over_the_kit_sets_knobs_meters_energy_and_restores(tmp_path) -> None:
+    root = create(tmp_path / "hw")
+    host = make_fake_host(
+        str(root), model=False, qps=Counter(), latency=_NoLatency(), state_dir=str(tmp_path / "state")
+    )
+    space = host.knobs()
+    assert space.dvfs_ghz == (1.2, 1.6, 2.0, 2.4, 2.9)
+    assert host.point() is None  # ondemand + adaptive ITR: the OS is in charge
+    apply_point(host, OperatingPoint(100, 1.6))
+    assert host.point() == OperatingPoint(100, 1.6)
+    assert FileNic(root).get_coalesce(IFACE)["rx_coalesce_usecs"] == 100
+    hw = HardwareModel(root, None)
+    watts = hw.step(0.5, 10_000)
+    cur = (root / "sys/devices/system/cpu/cpu0/cpufreq/scaling_cur_freq").read_text().strip()
+    assert cur == "1600000"
+    assert int((root / f"sys/class/powercap/{ZONE}/energy_uj").read_text()) == round(watts * 0.5e6)
+    host.restore()
+    assert host.point() is None
+    gov = (root / "sys/devices/system/cpu/cpu1/cpufreq/scaling_governor").read_text().strip()
+    assert gov == "ondemand" and FileNic(root).get_coalesce(IFACE)["use_adaptive_rx_coalesce"] == 1
+
+
+def test_file_nic_refuses_like_the_driver(tmp_path) -> None:
+    root = create(tmp_path / "hw")
+    with pytest.raises(OSError) as exc:
+        FileNic(root).set_coalesce(IFACE, {"rx_coalesce_usecs": 5000})
+    assert exc.value.errno == errno.EINVAL
+    with pytest.raises(OSError) as exc:
+        FileNic(root).get_coalesce("eth9")
+    assert exc.value.errno == errno.ENODEV
+
+
+def test_kit_refuses_a_directory_that_is_not_a_kit(tmp_path) -> None:
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "precious").write_text("1")
+    with pytest.raises(HostError, match="not a fake-hardware kit"):
+        create(tmp_path / "x")
+    with pytest.raises(HostError, match="create it"):
+        make_fake_host(str(tmp_path / "x"))
+
+
+def test_one_command_creates_the_kit(tmp_path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "actuators.fakehw", str(tmp_path / "hw"), "--create-only"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "hw/sys/class/net/eth1/device/driver").exists()
+    bad = subprocess.run(
+        [sys.executable, "-m", "actuators.fakehw", str(tmp_path), "--create-only"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and "not a fake-hardware kit" in bad.stderr
+
+
+class _NoLatency:
+    def begin(self) -> None: ...
+
+    def end(self):  # pragma: no cover - not measured here
+        raise AssertionError
+
+    def close(self) -> None: ...

@@ -1,0 +1,79 @@
+"""Load control for a testbed: a generator process per load level (tuner load or any command template)."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+from memcached_server import memcached  # noqa: F401  (fixture)
+
+from actuators.loadctl import CommandLoad, LoadedHost
+from actuators.qps import qps_source_from_spec
+from core.errors import HostError
+from tuner.hosts import load_controller, make_host
+
+
+def _wait_for(pred, timeout_s: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.05)  # poll interval of a deadline loop, not synchronisation
+    return False
+
+
+def test_template_fields_and_restart(tmp_path) -> None:
+    out = tmp_path / "args"
+    script = f"import sys,time; open({str(out)!r},'a').write(' '.join(sys.argv[1:])+'\\n'); time.sleep(60)"
+    load = CommandLoad(f'{sys.executable} -c "{script}" {{qps}} {{seconds}} {{server}}', server="h:1", seconds=30)
+    try:
+        load.set_offered_qps(1234.4)
+        assert _wait_for(lambda: out.exists() and out.read_text().count("\n") == 1)
+        first = load._proc
+        load.set_offered_qps(99)
+        assert first is not None and first.poll() is not None  # the previous run was stopped
+        assert _wait_for(lambda: out.read_text().count("\n") == 2)
+        assert out.read_text().splitlines() == ["1234 30 h:1", "99 30 h:1"]
+        load.set_offered_qps(0)
+        assert not load.running()
+    finally:
+        load.stop()
+
+
+def test_a_failing_generator_is_one_line(tmp_path) -> None:
+    load = CommandLoad(f"{sys.executable} -c \"import sys; sys.exit('mutilate: cannot reach {{server}}')\" {{qps}}")
+    load.set_offered_qps(10)
+    assert _wait_for(lambda: not load.running())
+    with pytest.raises(HostError, match=r"exited with status 1: mutilate: cannot reach 127.0.0.1:11211"):
+        load.check()
+    with pytest.raises(HostError, match="placeholder"):
+        CommandLoad("mutilate -t {seconds}")
+    with pytest.raises(HostError, match="cannot start"):
+        CommandLoad("/nonexistent/gen {qps}").set_offered_qps(5)
+
+
+def test_make_host_wraps_any_host_with_load_control(tmp_path) -> None:
+    out = tmp_path / "q"
+    load = CommandLoad(f"{sys.executable} -c \"open({str(out)!r},'w').write('{{qps}}')\" {{qps}}")
+    host = make_host("sim", seed=1, load=load)
+    assert isinstance(host, LoadedHost) and host.knobs().itr_us  # the wrapped host's knobs
+    host.set_offered_qps(321)
+    assert _wait_for(lambda: out.exists() and out.read_text() == "321")
+    host.close()
+
+
+def test_tuner_load_drives_memcached_at_the_asked_rate(memcached) -> None:
+    load = load_controller("tuner", server=memcached.address, seconds=30)
+    source = qps_source_from_spec(f"memcached:{memcached.address}")
+    try:
+        load.set_offered_qps(2000)
+        assert _wait_for(lambda: source.total_requests() > 10_000 + 1_000, timeout_s=30)  # after the 10k-key warm-up
+        t0, n0 = time.monotonic(), source.total_requests()
+        assert _wait_for(lambda: time.monotonic() - t0 >= 2.0)
+        rate = (source.total_requests() - n0) / (time.monotonic() - t0)
+        assert 1700 < rate < 2300, rate
+        load.check()
+    finally:
+        load.stop()
+    assert not load.running()

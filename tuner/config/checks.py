@@ -1,0 +1,182 @@
+"""Reading typed values out of parsed TOML with one `file:line: key: expected ...` message per problem
+(`tomllib` gives no line numbers, so keys are located by scanning the source), and the value checks the
+config's fields share."""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tuner.config.schema import ALLOWED_PERCENTILES, known_rewards
+
+_TABLE_RE = re.compile(r"^\s*\[\s*([A-Za-z0-9_.\"' -]+?)\s*\]\s*(#.*)?$")
+
+
+def _locate(lines: list[str], table: str, key: str | None) -> int:
+    """1-based line of `key` inside `[table]` (or of the table header when key is None); 1 if not found."""
+    current = ""
+    header_line = 0
+    key_re = re.compile(rf"^\s*\"?{re.escape(key)}\"?\s*=") if key else None
+    dotted_re = (
+        re.compile(rf"^\s*{re.escape(table.split('.')[-1])}\s*\.\s*{re.escape(key)}\s*=") if key and table else None
+    )
+    for number, line in enumerate(lines, start=1):
+        m = _TABLE_RE.match(line)
+        if m and not line.lstrip().startswith("[["):
+            current = m.group(1).replace('"', "").replace("'", "").replace(" ", "")
+            if current == table and not header_line:
+                header_line = number
+            if key and current == (f"{table}.{key}" if table else key):
+                return number  # the key is itself a table: [table.key]
+            continue
+        if current == table and key_re and key_re.match(line):
+            return number
+        if dotted_re and current == "" and dotted_re.match(line):
+            return number
+    return header_line or 1
+
+
+class Checker:
+    """Collects one message per problem while reading typed values out of the parsed TOML."""
+
+    def __init__(self, path: Path, text: str) -> None:
+        self.path = path
+        self.lines = text.splitlines()
+        self.errors: list[str] = []
+
+    def error(self, table: str, key: str | None, message: str) -> None:
+        line = _locate(self.lines, table, key)
+        name = f"{table}.{key}" if key and table else (key or table)
+        self.errors.append(f"{self.path}:{line}: {name}: {message}")
+
+    def table(self, data: dict, name: str, allowed: set[str]) -> dict:
+        value = data.get(name, {})
+        if not isinstance(value, dict):
+            self.error("", name, f"expected a table [{name}], got {type(value).__name__}")
+            return {}
+        for key in sorted(set(value) - allowed):
+            self.error(name, key, f"unknown key: expected one of {', '.join(sorted(allowed))}")
+        return value
+
+    def get(
+        self,
+        table: dict,
+        tname: str,
+        key: str,
+        default: Any,
+        kind: str,
+        check: Callable[[Any], str | None] | None = None,
+    ) -> Any:
+        if key not in table:
+            return default
+        value = table[key]
+        converted = _convert(value, kind)
+        if converted is None:
+            self.error(tname, key, f"expected {_KIND_TEXT[kind]}, got {value!r}")
+            return default
+        if check is not None:
+            problem = check(converted)
+            if problem:
+                self.error(tname, key, f"expected {problem}, got {value!r}")
+                return default
+        return converted
+
+
+_KIND_TEXT = {
+    "int": "an integer",
+    "float": "a number",
+    "str": "a string",
+    "range_int": "[low, high] integers",
+    "range_float": "[low, high] numbers",
+    "bool": "true or false",
+    "table": "a table",
+}
+
+
+def _convert(value: Any, kind: str) -> Any:
+    if kind == "int":
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+    if kind == "float":
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            return float(value)
+        return None
+    if kind == "str":
+        return value if isinstance(value, str) else None
+    if kind == "bool":
+        return value if isinstance(value, bool) else None
+    if kind in ("range_int", "range_float"):
+        inner = "int" if kind == "range_int" else "float"
+        if isinstance(value, list) and len(value) == 2:
+            lo, hi = (_convert(v, inner) for v in value)
+            if lo is not None and hi is not None and lo <= hi:
+                return (lo, hi)
+        return None
+    if kind == "table":
+        return dict(value) if isinstance(value, dict) else None
+    raise ValueError(kind)
+
+
+def positive(value: float) -> str | None:
+    return None if value > 0 else "a value > 0"
+
+
+def non_negative(value: float) -> str | None:
+    return None if value >= 0 else "a value >= 0"
+
+
+def check_grpc_address(address: str) -> str | None:
+    """None if `address` is `unix:PATH` or `HOST:PORT`; else what was expected."""
+    if address.startswith("unix:"):
+        path = address[len("unix:") :]
+        path = path[2:] if path.startswith("//") else path
+        if not path:
+            return "unix:///absolute/path.sock"
+        if len(path.encode()) > 107:
+            return "a unix socket path of at most 107 bytes"
+        return None
+    return check_host_port(address)
+
+
+def check_host_port(address: str) -> str | None:
+    """None if `address` is `HOST:PORT` (IPv6 in brackets) with port 0..65535; else what was expected."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        return "HOST:PORT (port 0..65535) or unix:///path.sock"
+    return None
+
+
+def is_loopback(address: str) -> bool:
+    """True for unix sockets and loopback IPs / `localhost`."""
+    if address.startswith("unix:"):
+        return True
+    host = address.rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_percentile(value: float) -> str | None:
+    return (
+        None
+        if any(abs(value - p) < 1e-9 for p in ALLOWED_PERCENTILES)
+        else "one of " + ", ".join(f"{p:g}" for p in ALLOWED_PERCENTILES)
+    )
+
+
+def check_reward(value: str) -> str | None:
+    names = known_rewards()
+    return None if value in names else "one of " + ", ".join(repr(n) for n in names)
+
+
+def check_host_spec(value: str) -> str | None:
+    if value in ("sim", "real"):
+        return None
+    module, sep, attr = value.partition(":")
+    return None if sep and module and attr else "'sim', 'real' or 'module:factory'"

@@ -1,0 +1,121 @@
+"""Holding a decided point: measure a window at a time, count SLA violations, revert to the most recent
+point measured within the SLA at this load or above (or the safe corner) when a window breaks SLA +
+`guardrail_margin_pct`, and ask for a retune when the load leaves the band it was tuned for."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from actuators.host import Measurement, OperatingPoint
+from core.errors import TunerError
+from tuner.config import PolicyConfig
+from tuner.daemon.plain import latency_at, measurement_dict, point_from, point_list, safe_corner
+from tuner.daemon.status import DaemonReads
+
+log = logging.getLogger("tuner.daemon.loop")  # one logger for the whole control loop (operators filter on it)
+
+
+class Guardrail(DaemonReads):
+    """Holding windows and the guardrail over the daemon's read side (see the module docstring)."""
+
+    def _hold_window(self) -> None:
+        self._set_loop_state("holding")
+        try:
+            m, when = self._measure()
+        except Exception as exc:
+            if self._stop.is_set():
+                return
+            log.warning("measurement failed while holding: %s", exc, exc_info=not isinstance(exc, TunerError))
+            self._wait(self.config.tuning.window_s, interruptible=True)
+            return
+        self._note_window(m, when)
+        pol = self.policy()
+        lat = m.latency_us.get(pol.percentile)
+        margin = self.config.tuning.guardrail_margin_pct / 100
+        if lat is not None and lat > pol.sla_us:
+            self.metrics.violations.inc()
+            self._count("sla_violations")
+        if lat is not None and lat > pol.sla_us * (1 + margin):
+            self._guardrail(m, when, lat, pol)
+        tuned = self.state.tuned_qps
+        band = self.config.tuning.load_change_pct / 100
+        if tuned > 0 and abs(m.offered_qps - tuned) > band * tuned:
+            log.info("load %.0f QPS left the band %.0f ± %g%%: retuning", m.offered_qps, tuned, band * 100)
+            with self._lock:
+                self._load_trigger = True
+        else:
+            with self._lock:
+                self.state.counters.setdefault("windows", 0)
+                self.state.counters["windows"] += 1
+
+    def _note_window(self, m: Measurement, when: float) -> None:
+        """Keep a holding window (met the SLA or not) for `GetOperatingPoint` and the guardrail."""
+        if m.point is None:
+            return
+        with self._lock:
+            self.state.windows.append(
+                {
+                    "point": point_list(m.point),
+                    "qps": m.offered_qps,
+                    "measurement": measurement_dict(m, when),
+                    "time": when,
+                }
+            )
+            if len(self.state.windows) % 20 == 0:
+                self._save()
+
+    def fallback_point(self, qps: float, exclude: OperatingPoint | None) -> tuple[OperatingPoint, str]:
+        """The most recent point measured meeting the SLA at a load >= `qps` (−5 %), else the safe corner."""
+        pol = self.policy()
+        with self._lock:
+            seen = [
+                {
+                    "point": t["point"],
+                    "qps": t["measurement"]["offered_qps"],
+                    "measurement": t["measurement"],
+                    "time": t["time"],
+                }
+                for t in self.state.trials
+                if t.get("status") == "completed" and t.get("measurement")
+            ] + list(self.state.windows)
+        goods = sorted(seen, key=lambda g: g["time"])
+        for g in reversed(goods):
+            p = point_from(g["point"])
+            lat = latency_at(g.get("measurement") or {}, pol.percentile)
+            if p == exclude or lat is None or lat > pol.sla_us or g["qps"] < 0.95 * qps:
+                continue
+            try:
+                return self.space.check(p), f"met the SLA at {g['qps']:.0f} QPS ({lat:.0f} µs)"
+            except TunerError:
+                continue
+        return safe_corner(self.space), "safe corner (minimum ITR, maximum frequency)"
+
+    def _guardrail(self, m: Measurement, when: float, lat: float, pol: PolicyConfig) -> None:
+        point, why = self.fallback_point(m.offered_qps, self._current_point)
+        if point == self._current_point:
+            log.warning(
+                "guardrail: p%g %.0f µs > SLA %.0f µs but already at %s", pol.percentile, lat, pol.sla_us, point
+            )
+            return
+        point = self._apply(point)
+        decision = {
+            "retune_id": (self.state.held or {}).get("retune_id", ""),
+            "reason": "guardrail",
+            "point": point_list(point),
+            "met_sla": False,
+            "detail": f"p{pol.percentile:g} {lat:.0f} µs > SLA {pol.sla_us:.0f} µs + "
+            f"{self.config.tuning.guardrail_margin_pct:g}% at {m.offered_qps:.0f} QPS; "
+            f"reverted to {point}: {why}",
+            "qps": m.offered_qps,
+            "time": time.time(),
+            "measurement": measurement_dict(m, when),
+        }
+        with self._lock:
+            self.state.held = {**decision, "met_sla": True}
+            self.state.decisions.append(decision)
+            self.state.counters["guardrail_reverts"] = int(self.state.counters.get("guardrail_reverts", 0)) + 1
+            self._save()
+        self.metrics.reverts.inc()
+        log.warning("guardrail: %s", decision["detail"])
+        self._publish(decision)

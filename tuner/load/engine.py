@@ -1,0 +1,216 @@
+"""One generator process: its share of a plan, sent open-loop over a few memcached connections.
+
+The loop sends every request whose scheduled time has come (back to back on each connection, one `send` per
+connection per pass), reads whatever replies have arrived, and counts completed requests per connection by their
+`MN\\r\\n` terminators (memcached answers a connection's requests in order, so the k-th terminator on a connection
+completes its k-th request). It only stamps times into preallocated arrays -- send time and completion time per
+request -- and hands the raw stamps to the parent process every `flush_s`; latency is completion minus the
+*scheduled* time (a late send is charged to the request, so coordinated omission cannot hide a stall), send lag
+is send minus scheduled time. When the next send is more than `spin_ns` away the process sleeps in `select`
+(µs timeout, ~50 µs kernel timer slack); closer than that it spins.
+"""
+
+from __future__ import annotations
+
+import select
+import signal
+import socket
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+
+import numpy as np
+
+from actuators.latency.memcached import MemcachedAddress
+from tuner.load.plan import MN, Plan
+
+_ERR = b"ERROR"
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    address: MemcachedAddress
+    connections: int
+    duration_s: float
+    drain_s: float = 1.0  # how long to wait for outstanding replies after the last send
+    flush_s: float = 0.25
+    spin_ns: int = 200_000
+    connect_timeout_s: float = 2.0
+
+
+def _connect(address: MemcachedAddress, timeout_s: float) -> socket.socket:
+    if address.path is not None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout_s)
+        sock.connect(address.path)
+    else:
+        sock = socket.create_connection((address.host, address.port), timeout=timeout_s)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setblocking(False)
+    return sock
+
+
+@dataclass
+class _Conn:
+    sock: socket.socket
+    times: np.ndarray  # scheduled ns of this connection's requests
+    reqs: list[bytes]
+    send_ns: np.ndarray
+    done_ns: np.ndarray
+    sent: int = 0
+    done: int = 0
+    flushed_sent: int = 0
+    flushed_done: int = 0
+    tail: bytes = b""
+    pending: bytes = b""  # bytes the kernel did not take yet (socket buffer full)
+    errors: int = 0
+
+
+def run_worker(spec: WorkerSpec, plan: Plan, pipe: Connection) -> None:
+    """Entry point of a forked worker: connect, report ready with the per-second schedule, wait for the start
+    time, run, flush stamps, send the final counts. Errors go back through the pipe as one line."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us with SIGTERM
+    stop = {"flag": False}
+    signal.signal(signal.SIGTERM, lambda *_: stop.__setitem__("flag", True))
+    try:
+        conns = []
+        n_conn = spec.connections
+        for c in range(n_conn):
+            part = plan.part(c, n_conn)
+            reqs = [plan.templates[j] for j in part.template.tolist()]
+            n = len(part)
+            conns.append(
+                _Conn(
+                    _connect(spec.address, spec.connect_timeout_s),
+                    part.times_ns,
+                    reqs,
+                    np.zeros(n, np.int64),
+                    np.zeros(n, np.int64),
+                )
+            )
+    except OSError as exc:
+        pipe.send(("error", f"memcached {spec.address}: cannot connect: {exc.strerror or type(exc).__name__}"))
+        return
+    pipe.send(("ready", plan.per_second(int(np.ceil(spec.duration_s)))))
+    msg = pipe.recv()
+    if msg[0] != "start":
+        return
+    t0: int = msg[1]
+    try:
+        _loop(spec, conns, t0, pipe, stop)
+    except OSError as exc:
+        pipe.send(("error", f"memcached {spec.address}: {exc.strerror or type(exc).__name__}"))
+    except Exception as exc:  # noqa: BLE001 -- a process boundary: the parent reports it as one line
+        pipe.send(("error", f"generator process failed: {type(exc).__name__}: {exc}"))
+    finally:
+        for c in conns:
+            c.sock.close()
+
+
+def _flush(conns: list[_Conn], pipe: Connection, now: int, final: bool) -> None:
+    sched_s, send_s, sched_d, done_d = [], [], [], []
+    errors = 0
+    for c in conns:
+        sched_s.append(c.times[c.flushed_sent : c.sent])
+        send_s.append(c.send_ns[c.flushed_sent : c.sent])
+        sched_d.append(c.times[c.flushed_done : c.done])
+        done_d.append(c.done_ns[c.flushed_done : c.done])
+        c.flushed_sent, c.flushed_done = c.sent, c.done
+        errors += c.errors
+        c.errors = 0
+    pipe.send(
+        (
+            "final" if final else "data",
+            now,
+            np.concatenate(sched_s),
+            np.concatenate(send_s),
+            np.concatenate(sched_d),
+            np.concatenate(done_d),
+            errors,
+            sum(len(c.times) - c.done for c in conns) if final else 0,
+        )
+    )
+
+
+def _loop(spec: WorkerSpec, conns: list[_Conn], t0: int, pipe: Connection, stop: dict[str, bool]) -> None:
+    clock = time.monotonic_ns
+    by_fd = {c.sock.fileno(): c for c in conns}
+    fds = list(by_fd)
+    poller = select.epoll()
+    for fd in fds:
+        poller.register(fd, select.EPOLLIN)
+    end_ns = int(spec.duration_s * 1e9)
+    drain_end = end_ns + int(spec.drain_s * 1e9)
+    flush_every = int(spec.flush_s * 1e9)
+    next_flush = flush_every
+    spin = spec.spin_ns
+    big = 1 << 62
+    nexts = [int(c.times[0]) if len(c.times) else big for c in conns]
+    total = sum(len(c.times) for c in conns)
+    completed = 0
+    while True:
+        now = clock() - t0
+        soonest = big
+        for i, c in enumerate(conns):
+            due = nexts[i]
+            if due <= now:
+                a = c.sent
+                b = int(np.searchsorted(c.times, now, "right"))
+                data = b"".join(c.reqs[a:b])
+                if c.pending:
+                    data = c.pending + data
+                    c.pending = b""
+                try:
+                    k = c.sock.send(data)
+                except BlockingIOError:
+                    k = 0
+                if k < len(data):
+                    c.pending = data[k:]
+                c.send_ns[a:b] = now
+                c.sent = b
+                due = nexts[i] = int(c.times[b]) if b < len(c.times) else big
+            elif c.pending:
+                try:
+                    k = c.sock.send(c.pending)
+                except BlockingIOError:
+                    k = 0
+                c.pending = c.pending[k:]
+            if due < soonest:
+                soonest = due
+        wait = soonest - now - spin
+        if wait > 0 and not any(c.pending for c in conns):
+            ready = select.select(fds, [], [], max(min(wait, next_flush - now, 50_000_000), 0) / 1e9)[0]
+            events = [(fd, 0) for fd in ready]
+        else:
+            events = poller.poll(0)
+        if events:
+            got = clock() - t0
+            for fd, _ in events:
+                c = by_fd[fd]
+                data = c.sock.recv(1 << 18)
+                if not data:
+                    raise ConnectionResetError(104, "connection closed by the server")
+                k = data.count(MN)
+                if c.tail:
+                    k += (c.tail + data[:3]).count(MN)
+                    if _ERR in data:
+                        c.errors += data.count(_ERR)
+                elif _ERR in data:
+                    c.errors += data.count(_ERR)
+                c.tail = data[-3:]
+                k = min(k, c.sent - c.done)  # never more replies than requests sent (a stray MN in a value)
+                if k:
+                    c.done_ns[c.done : c.done + k] = got
+                    c.done += k
+                    completed += k
+        if now >= next_flush:
+            if stop["flag"]:
+                break
+            _flush(conns, pipe, now, final=False)
+            next_flush = now + flush_every
+        if completed >= total and soonest == big:
+            break
+        if now >= drain_end or (now >= end_ns and soonest == big and stop["flag"]):
+            break
+    poller.close()
+    _flush(conns, pipe, clock() - t0, final=True)

@@ -1,0 +1,324 @@
+"""The optimiser's bottom layer: the Ax experiment over the host's knob grid.
+
+It owns the Ax `Client` (parameters, objective or outcome constraint, generation strategy), maps operating
+points to Ax parameters and grid cells (ITR candidates x frequencies, in normalised coordinates), asks the
+model about the grid (`_grid_model`: latency and power mean/SD, P(SLA broken), the safety gate's verdict),
+keeps the model's data bounded (`_prune`), and books the trials handed out and reported. The layers above
+(`safety`, `stopping`, `optimizer`) decide what to do with it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from actuators.host import KnobSpace, Measurement, OperatingPoint
+from core.errors import TunerError
+from tuner.optimize.axsetup import no_warnings, quiet_ax, small_acqf_batches
+from tuner.optimize.latscale import LatencyScale
+from tuner.optimize.records import Pending, TrialRecord, latency_sem, power_sem
+from tuner.optimize.settings import Objective, TunerSettings, itr_candidates, met_limit_us, pct_text
+
+#: A completed trial whose measured load differs from the load its suggestion was pinned at by more than this
+#: (normalised units: 0.5 % of `context_max_qps`) is re-filed in Ax at its measured load.
+LOAD_TOLERANCE = 5e-3
+#: Abandoned Ax trials (safety substitutions, re-filed loads) tolerated before the experiment is rebuilt without
+#: them (`Optimizer._prune`).
+ABANDONED_MAX = 12
+
+
+class ExperimentModel:
+    """The Ax experiment, the knob grid and the trial books of one optimiser (see the module docstring)."""
+
+    def __init__(self, space: KnobSpace, objective: Objective, settings: TunerSettings, name: str = "tuner") -> None:
+        self.space = space
+        self.objective = objective
+        self.settings = settings
+        self.name = name
+        self._itr = itr_candidates(space.itr_us, settings.itr_resolution_us)
+        self._records: dict[int, TrialRecord] = {}
+        self._pending: dict[int, Pending] = {}
+        self._line_t: dict[int, float] = {}  # safe-start trials: their position on the safe line
+        self._grid_cache: tuple[Any, dict[str, Any] | None] | None = None  # (key, last full-grid prediction)
+        self._stop_s = 0.0  # compute of the stopping rule since the last suggestion
+        self._evidence_cache: tuple[Any, tuple[Any, Any, Any, Any]] | None = None
+        self._next_index = 0
+        self._retune_start: int | None = None
+        self._load: float | None = None
+        self._client: Any = None
+        self._client = self._new_client()
+
+    # -- Ax set-up
+    def _parameters(self) -> list[Any]:
+        from ax import ChoiceParameterConfig, RangeParameterConfig
+
+        params: list[Any] = []
+        if len(self._itr) > 1:
+            params.append(RangeParameterConfig(name="itr_index", bounds=(0, len(self._itr) - 1), parameter_type="int"))
+        if len(self.space.dvfs_ghz) > 1:
+            params.append(
+                ChoiceParameterConfig(
+                    name="dvfs_ghz",
+                    values=[float(f) for f in self.space.dvfs_ghz],
+                    parameter_type="float",
+                    is_ordered=True,
+                )
+            )
+        if not params:
+            raise TunerError("the host offers a single ITR value and a single frequency: nothing to tune")
+        if self.settings.context:
+            params.append(RangeParameterConfig(name="load", bounds=(0.0, 1.0), parameter_type="float"))
+        return params
+
+    def _init_budget(self) -> int:
+        return min(self.settings.sobol_trials, self.settings.trials)
+
+    def _new_client(self) -> Any:
+        from ax import Client
+
+        quiet_ax()
+        client = Client(random_seed=self.settings.seed)
+        with no_warnings():
+            client.configure_experiment(parameters=self._parameters(), name=self.name)
+            scale = self._scale
+            if self._reward.constrained:
+                client.configure_optimization(objective="-power", outcome_constraints=[scale.constraint()])
+            else:
+                client.configure_optimization(objective="-log_reward")
+                client.configure_tracking_metrics(["power", scale.metric])
+            # Existing (attached, earlier-retune) trials count toward the Sobol budget
+            # (use_existing_trials_for_initialization, Ax's default), so a warm experiment starts from the GP.
+            client.configure_generation_strategy(
+                method="fast",
+                initialization_budget=self._init_budget(),
+                initialization_random_seed=self.settings.seed,
+                initialize_with_center=False,
+                use_existing_trials_for_initialization=True,
+                allow_exceeding_initialization_budget=True,
+            )
+            small_acqf_batches(client)
+        return client
+
+    @property
+    def _scale(self) -> LatencyScale:
+        return LatencyScale(self.settings.latency_metric, self.objective.sla_us)
+
+    @property
+    def _reward(self) -> Any:
+        from reward import get_reward
+
+        return get_reward(self.objective.reward)
+
+    def _to_point(self, params: dict[str, Any]) -> OperatingPoint:
+        itr = self._itr[int(params["itr_index"])] if "itr_index" in params else self._itr[0]
+        dvfs = self.space.check_dvfs(params["dvfs_ghz"]) if "dvfs_ghz" in params else self.space.dvfs_ghz[0]
+        return OperatingPoint(itr, dvfs)
+
+    def _to_params(self, point: OperatingPoint, load: float | None = None) -> dict[str, Any]:
+        checked = self.space.check(point)
+        params: dict[str, Any] = {}
+        if len(self._itr) > 1:  # off-grid ITR values are predicted at the nearest grid value
+            params["itr_index"] = min(range(len(self._itr)), key=lambda i: (abs(self._itr[i] - checked.itr_us), i))
+        if len(self.space.dvfs_ghz) > 1:
+            params["dvfs_ghz"] = float(checked.dvfs_ghz)
+        if self.settings.context:
+            at = load if load is not None else self._load
+            params["load"] = float(at) if at is not None else 0.0
+        return params
+
+    # -- grid (ITR candidates x frequencies) in normalised coordinates
+    def _grid(self) -> list[tuple[int, int]]:
+        return [(i, j) for i in range(len(self._itr)) for j in range(len(self.space.dvfs_ghz))]
+
+    def _grid_point(self, cell: tuple[int, int]) -> OperatingPoint:
+        return OperatingPoint(self._itr[cell[0]], self.space.dvfs_ghz[cell[1]])
+
+    def _coords(self, cells: Sequence[tuple[int, int]]) -> Any:
+        import numpy as np
+
+        ni, nj = max(len(self._itr) - 1, 1), max(len(self.space.dvfs_ghz) - 1, 1)
+        return np.array([(i / ni, j / nj) for i, j in cells], dtype=float).reshape(-1, 2)
+
+    def _cell_at(self, u: tuple[float, float]) -> tuple[int, int]:
+        ni, nj = len(self._itr) - 1, len(self.space.dvfs_ghz) - 1
+        return int(round(u[0] * ni)), int(round(u[1] * nj))
+
+    def _cell_of(self, point: OperatingPoint) -> tuple[int, int]:
+        i = min(range(len(self._itr)), key=lambda k: (abs(self._itr[k] - point.itr_us), k))
+        j = self.space.dvfs_ghz.index(self.space.check_dvfs(point.dvfs_ghz))
+        return i, j
+
+    def _grid_model(
+        self, load: float | None, *, refit: bool, cells: list[tuple[int, int]] | None = None
+    ) -> dict[str, Any] | None:
+        """Model predictions over the grid (or `cells` of it) at `load`: arrays mu/sd of the latency metric
+        (`tuner.optimize.latscale`) and of power, P(SLA broken) and P(over the limit `best` applies), the safety gate's
+        verdict; None while no predictive model is fitted (Sobol phase)."""
+        import numpy as np
+
+        gs = self._client._generation_strategy
+        observed = tuple(self._observed())
+        # the whole grid at one load is asked twice per trial (stopping rule, then safety filter) of the same
+        # fit: Ax refits only when the data changed, so the data (with the load and the cells) key the answer
+        key = (
+            (id(self._client), observed, load, None if cells is None else tuple(cells))
+            if cells is None or len(cells) > 1
+            else None
+        )
+        if key is not None and self._grid_cache is not None and self._grid_cache[0] == key:
+            return self._grid_cache[1]
+        with no_warnings(self.settings.torch_threads):
+            if refit:
+                if len(observed) < self._init_budget():
+                    return None  # Ax would still be in its Sobol phase: no model to ask
+                # Ax's public "fit outside gen": moves past Sobol if due and refits only if the data changed
+                # (the next suggestion then reuses this fit).
+                gs.fit(experiment=self._client._experiment)
+            cells = self._grid() if cells is None else list(cells)
+            params = [self._cell_params(c, load) for c in cells]
+            try:
+                preds = self._client.predict(params)
+            except Exception:  # noqa: BLE001 - Ax raises until a predictive model is fitted
+                return None
+        scale = self._scale
+        if not preds or scale.metric not in preds[0] or "power" not in preds[0]:
+            return None
+        mu = np.array([p[scale.metric][0] for p in preds], dtype=float)
+        sd = np.array([p[scale.metric][1] for p in preds], dtype=float)
+        pw = np.array([p["power"][0] for p in preds], dtype=float)
+        pw_sd = np.array([p["power"][1] for p in preds], dtype=float)
+        # both from the model's SD times `safe_sd_scale`; P(SLA broken) also with `safe_model_error` added in
+        # quadrature; P(over the limit `best` applies) is also the constrained EI's feasibility
+        sdk = sd * self.settings.safe_sd_scale
+        pv = scale.prob_over(mu, sdk, self.objective.sla_us, self.settings.safe_model_error)
+        p_unmet = scale.prob_over(mu, sdk, self._met_limit_us())
+        out = {
+            "cells": cells,
+            "mu": mu,
+            "sd": sd,
+            "power": pw,
+            "power_sd": np.nan_to_num(pw_sd, nan=0.0),
+            "p_violation": pv,
+            "p_unmet": p_unmet,
+            "unsafe": self._unsafe(pv, p_unmet),
+        }
+        if key is not None:
+            self._grid_cache = (key, out)
+        return out
+
+    def _met_limit_us(self) -> float:
+        """`met_limit_us` of this objective and settings. Used by the expected improvement, the safety filter
+        and the adaptive window: exploring a point likely over this limit can only cost (`best` would never
+        take it), and on the simulated host gating on the SLA itself let ~10-25 % of the warm tuner's trial
+        time run above the SLA (docs/optimizer.md)."""
+        return met_limit_us(self.objective.sla_us, self.settings)
+
+    def _unsafe(self, pv: Any, p_unmet: Any) -> Any:
+        """The safety gate's verdict per cell: P(SLA broken) > δ or P(over the limit `best` applies) > δ (trying a
+        point `best` could never take only costs), as `_grid_model` computes them (`safe_sd_scale`,
+        `safe_model_error`)."""
+        import numpy as np
+
+        delta = self.settings.safe_delta
+        if delta <= 0:
+            return np.zeros(np.shape(pv), dtype=bool)
+        return (pv > delta) | (p_unmet > delta)
+
+    def _ei(self, grid: dict[str, Any], best_w: float) -> Any:
+        """Constrained EI of one more trial per grid cell: EI of power below `best_w` x P(percentile within the
+        limit `best` applies); with safe exploration, 0 at cells the filter would never let us try."""
+        from tuner.optimize import acquisition
+
+        ei = acquisition.constrained_ei(grid["power"], grid["power_sd"], best_w, grid["p_unmet"])
+        if self.settings.safe_delta > 0:
+            ei = ei * ~grid["unsafe"]
+        return ei
+
+    def _cell_params(self, cell: tuple[int, int], load: float | None) -> dict[str, Any]:
+        params: dict[str, Any] = {}
+        if len(self._itr) > 1:
+            params["itr_index"] = cell[0]
+        if len(self.space.dvfs_ghz) > 1:
+            params["dvfs_ghz"] = float(self.space.dvfs_ghz[cell[1]])
+        if self.settings.context:
+            params["load"] = float(load if load is not None else 0.0)
+        return params
+
+    def retune_trials(self) -> list[TrialRecord]:
+        """Trials reported since the last `begin_retune` (all of them if it was never called)."""
+        start = self._retune_start or 0
+        return [r for r in self.trials() if r.index >= start]
+
+    def trials(self) -> list[TrialRecord]:
+        """Every reported trial, in index order."""
+        return [self._records[i] for i in sorted(self._records)]
+
+    def _observed(self) -> list[int]:
+        from ax.core.base_trial import TrialStatus
+
+        return sorted(self._client._experiment.trial_indices_by_status[TrialStatus.COMPLETED])
+
+    def _prune(self) -> None:
+        """Keep the model's data within `history_max_trials`: past the bound, rebuild the experiment from the
+        newest 3/4 of the bound (oldest dropped first; the slack amortises the rebuild). Also rebuilt (same
+        trials) when more than `ABANDONED_MAX` abandoned safety substitutions piled up: Ax keeps abandoned arms
+        as pending points forever, and each one is a fantasy in every later acquisition."""
+        from ax.core.base_trial import TrialStatus
+
+        bound = self.settings.history_max_trials
+        done = self._observed()
+        abandoned = len(self._client._experiment.trial_indices_by_status[TrialStatus.ABANDONED])
+        if self._pending or (len(done) <= bound and abandoned <= ABANDONED_MAX):
+            return
+        keep = done[-max(1, (3 * bound) // 4) :] if len(done) > bound else done
+        exp = self._client._experiment
+        df = exp.lookup_data(trial_indices=keep).df
+        client = self._new_client()
+        with no_warnings():
+            for ti in keep:
+                rows = df[df["trial_index"] == ti]
+                raw: dict[str, float | tuple[float, float]] = {}
+                for _, row in rows.iterrows():
+                    sem = row["sem"]
+                    raw[str(row["metric_name"])] = (
+                        float(row["mean"])
+                        if sem is None or not math.isfinite(sem)
+                        else (float(row["mean"]), float(sem))
+                    )
+                ni = client.attach_trial(parameters=dict(exp.trials[ti].arm.parameters))
+                client.complete_trial(trial_index=ni, raw_data=raw)
+        self._client = client
+
+    def _attach(self, cell: tuple[int, int]) -> int:
+        with no_warnings():
+            return int(self._client.attach_trial(parameters=self._cell_params(cell, self._load)))
+
+    def _take_pending(self, index: int) -> Pending:
+        if index in self._records:
+            raise TunerError(f"trial {index} was already reported")
+        try:
+            return self._pending.pop(index)
+        except KeyError:
+            raise TunerError(f"trial {index} was never suggested") from None
+
+    def metrics(self, m: Measurement) -> dict[str, float | tuple[float, float]]:
+        """The (mean, SEM) per Ax metric for a measured window (see the module docstring); a bare mean
+        where the SEM is unknown (a latency source without CIs), so Ax infers that noise itself."""
+        pct = self.objective.percentile
+        p = m.percentile(pct)
+        p_sem = latency_sem(m, pct)
+        j = m.power_w
+        j_sem = power_sem(m)
+        if not (math.isfinite(p) and p > 0 and math.isfinite(j) and j > 0):
+            raise ValueError(f"non-finite or non-positive measurement: {pct_text(pct)} {p!r} µs, power {j!r} W")
+        scale = self._scale
+        data: dict[str, float | tuple[float, float]] = {"power": (j, j_sem), scale.metric: scale.value(p, p_sem)}
+        if not self._reward.constrained:
+            r = self._reward(j, p, self.objective.sla_us)
+            if p_sem is None:
+                data["log_reward"] = math.log(r)
+            else:
+                r_sem = self._reward.sem(j, j_sem, p, p_sem, self.objective.sla_us)
+                data["log_reward"] = (math.log(r), max(r_sem / r, 1e-9))
+        return data

@@ -1,0 +1,198 @@
+"""Safe exploration (`TunerSettings.safe_delta` > 0), the layer over the Ax experiment that vets every point
+before it is tried: a safe start on a line from the safe corner while there is no model, then Ax's proposal
+only if the model's P(SLA broken) and P(over the limit `best` applies) are within δ and it is near evidence
+measured within the limit (`acquisition.supported`) and not next to a point measured over the SLA
+(`acquisition.vetoed`); otherwise the allowed grid point of largest constrained expected improvement."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from tuner.optimize.axsetup import no_warnings
+from tuner.optimize.decision import best_decision
+from tuner.optimize.model import ExperimentModel
+from tuner.optimize.records import STATUS_COMPLETED, Pending
+from tuner.optimize.settings import pct_text
+
+#: `acquisition.supported`: moving to a LOWER ITR than the measured point counts this many times its distance.
+#: At a fixed frequency a lower ITR means more interrupts and more CPU per request, so latency climbs into
+#: saturation steeply that way, while a higher ITR only adds a bounded batching delay (dissertation ch. 5).
+SAFE_ITR_DOWN_WEIGHT = 3.0
+#: `acquisition.vetoed`: a point measured over the SLA rules out the points within this normalised ITR distance
+#: (0.06 of the range: ~60 µs on ixgbe) at its frequency or below, at its load or above.
+SAFE_VETO_RADIUS = 0.06
+#: Safe exploration's evidence rule (`TunerSettings.safe_radius`): a point measured within the limit at load L'
+#: vouches for its neighbourhood at loads up to L' / (1 - SAFE_LOAD_TOL), ~11 % above (day-to-day noise).
+SAFE_LOAD_TOL = 0.10
+
+
+class SafeExploration(ExperimentModel):
+    """The safety filter over `ExperimentModel` (see the module docstring)."""
+
+    def _safe_start(self, this_retune: bool = False) -> Pending:
+        """The next safe-line point (no model yet), attached to Ax as a trial of its own; `this_retune`: step
+        from this retune's own line trials only (the model has no safe point at this load)."""
+        from tuner.optimize import acquisition
+
+        tried = []
+        limit = self._met_limit_us()  # a step over it could never be chosen: it bounds the line like the SLA
+        start = (self._retune_start or 0) if this_retune else -1
+        for i, t in sorted(self._line_t.items()):
+            if i < start:
+                continue
+            r = self._records.get(i)
+            if r is not None and r.status == STATUS_COMPLETED and r.measurement is not None:
+                ratio = r.measurement.percentile(self.objective.percentile) / limit
+                tried.append((t, ratio <= 1.0, ratio))
+        n = self._init_budget()
+        t = acquisition.next_line_t(tried, 1.0 / max(n - 1, 1))
+        cell = self._cell_at(acquisition.line_point(t))
+        ax_index = self._attach(cell)
+        note = (
+            f"safe start (no model yet): step {len(tried) + 1} of {n} on the line from the safe corner "
+            f"toward the centre, t={t:.3f}"
+        )
+        return Pending(self._grid_point(cell), 0.0, ax_index, self._load, None, note, t)
+
+    def _safety_filter(self, pend: Pending) -> Pending:
+        """Keep Ax's proposal if the gate passes it (`_unsafe`) and it is near evidence (`_supported`), else
+        substitute the allowed cell of largest constrained EI (or the closest allowed one)."""
+        import numpy as np
+
+        from tuner.optimize import acquisition
+
+        delta = self.settings.safe_delta
+        prop = self._cell_of(pend.point)
+        evidence = self._evidence()
+        # Ax just fitted the model on all data to propose; ask it about the proposal first (cheap), and about
+        # the cells near evidence (the whole grid, 128 x 18 cells, costs ~0.5 s) only if the proposal fails
+        one = self._grid_model(self._load, refit=False, cells=[prop])
+        near = bool(self._supported([prop], evidence)[0])
+        if one is not None and not one["unsafe"][0] and near:
+            pend.p_violation = float(one["p_violation"][0])
+            return pend
+        with no_warnings():
+            self._client.mark_trial_abandoned(trial_index=pend.ax_index)
+        if one is None:  # no predictive model (Ax still in its Sobol phase): do not try a random point
+            sub = self._safe_start()
+            sub.note = "no model to check Ax's proposal; " + sub.note
+            return sub
+        why = (
+            f"Ax proposed {pend.point} with P({pct_text(self.objective.percentile)} > "
+            f"{self.objective.sla_us:g} µs) {one['p_violation'][0]:.3f}"
+            + (
+                f" > δ {delta:g}"
+                if one["unsafe"][0]
+                else f", farther than {self.settings.safe_radius:g} from any point measured within the limit "
+                f"at this load or above, or next to one measured over the SLA"
+            )
+        )
+        cells = self._near_cells(evidence)
+        grid = self._grid_model(self._load, refit=False, cells=cells) if cells else None
+        ok = ~grid["unsafe"] if grid is not None else np.zeros(0, dtype=bool)
+        if not ok.any():  # no point both modelled safe and near evidence (e.g. a load above any measured)
+            sub = self._safe_start(this_retune=True)  # walk the safe line at this load
+            at = self._grid_model(self._load, refit=False, cells=[self._cell_of(sub.point)])
+            if at is not None:
+                sub.p_violation = float(at["p_violation"][0])
+            sub.note = (
+                f"{why}; no point is within δ and near a point measured safe at this load or above, "
+                f"stepping out from the safe corner instead "
+                f"(model P {sub.p_violation if sub.p_violation is not None else math.nan:.3f}): "
+                + sub.note.split(": ", 1)[-1]
+            )
+            return sub
+        assert grid is not None
+        pv = grid["p_violation"]
+        coords = self._coords(cells)
+        target = self._coords([prop])[0]
+        seen = {self._cell_of(r.point) for r in self.retune_trials() if r.status == STATUS_COMPLETED}
+        fresh = ok & np.array([c not in seen for c in cells])
+        allowed = fresh if fresh.any() else ok
+        incumbent = self._incumbent_w(grid, allowed)
+        ei = self._ei(grid, incumbent) * allowed if incumbent is not None else None
+        if ei is not None and float(ei.max()) > 0:
+            top = ei >= float(ei.max()) * (1 - 1e-9)
+            j = acquisition.nearest(coords, target, top, tiebreak=pv)
+            note = (
+                f"{why}; tried the safe point of largest expected improvement instead "
+                f"({float(ei[j]):.3g} W below {incumbent:.1f} W)"
+            )
+        else:
+            j = acquisition.nearest(coords, target, allowed, tiebreak=pv)
+            note = f"{why}; tried the closest safe point instead"
+        cell = cells[j]
+        return Pending(self._grid_point(cell), 0.0, self._attach(cell), self._load, float(pv[j]), note)
+
+    def _near_cells(self, evidence: tuple[Any, Any, Any, Any]) -> list[tuple[int, int]]:
+        """The grid cells `_supported` at this load: the only ones the safety filter may choose, so the only
+        ones the model is asked about (and the stopping rule's EI ranges over)."""
+        cells = self._grid()
+        mask = self._supported(cells, evidence)
+        return [c for c, m in zip(cells, mask) if m]
+
+    def _evidence(self) -> tuple[Any, Any, Any, Any]:
+        """Every completed trial in the model: normalised knob coordinates (n x 2), load (normalised; 0 without
+        context), whether its percentile was within the limit `best` applies (`_met_limit_us`) and whether it
+        was over the SLA."""
+        import numpy as np
+        from ax.core.base_trial import TrialStatus
+
+        exp = self._client._experiment
+        done = sorted(exp.trial_indices_by_status[TrialStatus.COMPLETED])
+        key = (id(self._client), tuple(done))
+        if self._evidence_cache is not None and self._evidence_cache[0] == key:
+            return self._evidence_cache[1]
+        lat: dict[int, float] = {}
+        if done:
+            df = exp.lookup_data(trial_indices=done).df
+            scale = self._scale
+            rows = df[df["metric_name"] == scale.metric]
+            lat = {int(t): scale.to_us(float(v)) for t, v in zip(rows["trial_index"], rows["mean"])}
+        cells, loads, met, broke = [], [], [], []
+        limit = self._met_limit_us()
+        sla = self.objective.sla_us
+        for ti in done:
+            if ti not in lat:
+                continue
+            params = exp.trials[ti].arm.parameters
+            cells.append(self._cell_of(self._to_point(params)))
+            loads.append(float(params.get("load", 0.0)))
+            met.append(lat[ti] <= limit)
+            broke.append(lat[ti] > sla)
+        out = (
+            self._coords(cells),
+            np.array(loads, dtype=float),
+            np.array(met, dtype=bool),
+            np.array(broke, dtype=bool),
+        )
+        self._evidence_cache = (key, out)
+        return out
+
+    def _supported(self, cells: Sequence[tuple[int, int]], evidence: tuple[Any, Any, Any, Any]) -> Any:
+        """Grid `cells` the evidence allows at this retune's load: `acquisition.supported` (near a point measured
+        within the limit) and not `acquisition.vetoed` (next to one measured over the SLA); all True when
+        `safe_radius` or `safe_delta` is 0."""
+        import numpy as np
+
+        from tuner.optimize import acquisition
+
+        if self.settings.safe_radius <= 0 or self.settings.safe_delta <= 0:
+            return np.ones(len(cells), dtype=bool)
+        ev, ev_load, ev_met, ev_broke = evidence
+        coords = self._coords(cells)
+        near = acquisition.supported(
+            coords, ev, ev_load, ev_met, self._load, self.settings.safe_radius, SAFE_LOAD_TOL, SAFE_ITR_DOWN_WEIGHT
+        )
+        return near & ~acquisition.vetoed(coords, ev, ev_load, ev_broke, self._load, SAFE_VETO_RADIUS, SAFE_LOAD_TOL)
+
+    def _incumbent_w(self, grid: dict[str, Any], allowed: Any) -> float | None:
+        """Power to improve on: the best SLA-meeting power measured in this retune, else the model's lowest
+        predicted power among allowed cells likely (P >= 0.5) to meet the SLA; None if neither exists."""
+        d = best_decision(self.retune_trials(), self.objective, self.settings, self.space)
+        if d.met_sla and d.measurement is not None:
+            return float(d.measurement.power_w)
+        likely = allowed & (grid["p_unmet"] <= 0.5)
+        return float(grid["power"][likely].min()) if likely.any() else None

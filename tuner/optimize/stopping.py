@@ -1,0 +1,63 @@
+"""The stopping rule (`TunerSettings.stop_ei_pct` > 0): a retune ends once one more trial is not expected to
+improve on the best measured SLA-meeting power by that %, judged over the points safe exploration allows."""
+
+from __future__ import annotations
+
+import time
+
+from tuner.optimize.decision import best_decision
+from tuner.optimize.safety import SafeExploration
+
+
+class StoppingRule(SafeExploration):
+    """`should_stop` over the safety layer (see the module docstring)."""
+
+    def should_stop(self) -> tuple[bool, str]:
+        """Whether the current retune should end, and why (`_should_stop`); its compute time counts in the
+        next suggestion's `compute_s`."""
+        t0 = time.perf_counter()
+        try:
+            return self._should_stop()
+        finally:
+            self._stop_s += time.perf_counter() - t0
+
+    def _should_stop(self) -> tuple[bool, str]:
+        """Whether the current retune should end, and why.
+
+        True once `settings.trials` trials of this retune were reported. With `stop_ei_pct` > 0, also after
+        `min_trials` when the largest constrained expected improvement of one more trial over the grid at
+        this load -- EI of power below the best SLA-meeting power measured in this retune (as `best` judges
+        it), times the model's P(percentile within the limit `best` applies: the SLA less `sla_margin_pct`
+        with `sla_check="ci"`) -- is below `stop_ei_pct` % of that power. With safe exploration only points
+        the safety filter would let us try count.
+        """
+        from tuner.optimize import acquisition
+
+        n = len(self.retune_trials())
+        s = self.settings
+        if n >= s.trials:
+            return True, f"trial budget reached ({n} of {s.trials})"
+        if s.stop_ei_pct <= 0:
+            return False, "stopping rule off"
+        if n < s.min_trials:
+            return False, f"{n} trial(s) of at least {s.min_trials}"
+        d = best_decision(self.retune_trials(), self.objective, self.settings, self.space)
+        if not d.met_sla or d.measurement is None:
+            return False, "no trial of this retune met the SLA yet"
+        best_w = d.measurement.power_w
+        cells = self._near_cells(self._evidence()) if s.safe_delta > 0 and s.safe_radius > 0 else None
+        if cells is not None and not cells:
+            return False, "no point near one measured within the limit at this load or above yet"
+        grid = self._grid_model(self._load, refit=True, cells=cells)
+        if grid is None:
+            return False, "no model yet"
+        ei = self._ei(grid, best_w)
+        k = int(ei.argmax())
+        limit = s.stop_ei_pct / 100.0 * best_w
+        where = self._grid_point(grid["cells"][k])
+        if acquisition.should_stop_ei(float(ei[k]), best_w, s.stop_ei_pct):
+            return True, (
+                f"expected improvement of one more trial {ei[k]:.3g} W (at {where}) < {s.stop_ei_pct:g} % "
+                f"of the best {best_w:.1f} W"
+            )
+        return False, f"expected improvement {ei[k]:.3g} W at {where} >= {limit:.3g} W"

@@ -1,0 +1,332 @@
+"""Replays at scale: seeds x SLAs x traces x tuner variants, run serially or as Ray tasks, gathered in one report.
+
+A `RunSpec` names one replay of the simulated host completely (trace window selection, seed, SLA, tuner
+preset and overrides), so it runs the same anywhere: in this process (`engine="serial"`), or as a Ray task on
+the local Ray (`ray.init` with `num_cpus`, no dashboard, bound to loopback) or on a cluster (`address`).
+The oracle's points depend on the trace and the SLA only, so they are computed once per (trace, SLA) -- as
+Ray tasks too -- and handed to every run that needs them.
+
+Results equal the serial run's, run for run: everything a run depends on is in its spec; the simulated
+host draws from generators seeded by the spec; the optimiser is seeded by it; PyTorch runs on one intra-op
+thread during the run in every engine (a different thread count may sum in a different order); and the
+simulator's shared memo of long-run cells (`actuators.sim.host`) holds values computed from fixed seeds,
+so a warm cache in one process and a cold one in a Ray worker give the same numbers (the test compares them).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.errors import TunerError
+
+ENGINES = ("auto", "serial", "ray")
+#: Per-run metrics aggregated over seeds (keys of `tuner.replay.run.policy_summary`).
+METRICS = (
+    "saved_vs_linux_default_pct",
+    "ratio_to_oracle",
+    "sla_violating_windows",
+    "explore_above_sla_pct_of_time",
+    "trials_per_retune",
+    "energy_j",
+)
+
+
+@dataclass(frozen=True)
+class TraceSpec:
+    """Which windows of which trace: `path` "" is the bundled sample day; hours from `start_hour`, every N-th."""
+
+    name: str = "sample"
+    path: str = ""
+    start_hour: int = 0
+    hours: float = 24.0
+    every: int = 1
+    peak_qps: float = 600_000.0
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One replay: the simulated host of `seed` under the tuner variant, linux-default and the oracle."""
+
+    trace: TraceSpec
+    seed: int
+    percentile: float
+    sla_us: float
+    variant: str = "warm"
+    preset: str = "warm"
+    overrides: tuple[tuple[str, Any], ...] = ()
+    reward: str = "constrained"
+    trials: int = 30
+    policies: tuple[str, ...] = ("tuner", "linux-default", "oracle")
+
+    def key(self) -> dict[str, Any]:
+        return {
+            "trace": self.trace.name,
+            "seed": self.seed,
+            "percentile": self.percentile,
+            "sla_us": self.sla_us,
+            "variant": self.variant,
+        }
+
+
+@dataclass
+class GridReport:
+    """Every run's result in spec order, the aggregate over seeds per (trace, SLA, variant), and timings."""
+
+    engine: str
+    runs: list[dict[str, Any]]
+    aggregate: list[dict[str, Any]] = field(default_factory=list)
+    wall_s: float = 0.0
+    oracle_s: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def grid(
+    traces: Sequence[TraceSpec],
+    seeds: Sequence[int],
+    slas: Sequence[tuple[float, float]],
+    variants: Sequence[tuple[str, str, dict[str, Any]]],
+    *,
+    reward: str = "constrained",
+    trials: int = 30,
+    policies: Sequence[str] = ("tuner", "linux-default", "oracle"),
+) -> list[RunSpec]:
+    """The cross product; `variants` are (name, preset, TunerSettings overrides); `slas` (percentile, µs)."""
+    return [
+        RunSpec(t, s, float(p), float(u), name, preset, tuple(sorted(over.items())), reward, trials, tuple(policies))
+        for t in traces
+        for p, u in slas
+        for name, preset, over in variants
+        for s in seeds
+    ]
+
+
+# ------------------------------------------------------------------------------------------ one run (pure)
+
+
+@contextmanager
+def _one_torch_thread() -> Iterator[None]:
+    """PyTorch on one intra-op thread meanwhile (restored after): sums in the same order in every engine."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a dependency
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _windows(trace: TraceSpec) -> list[Any]:
+    from traces.schedule import load_schedule, sample_trace_path
+    from tuner.replay.run import ReplayWindow
+
+    path = trace.path or sample_trace_path()
+    sched = load_schedule(path, peak_qps=trace.peak_qps, hours=trace.start_hour + trace.hours)
+    sel = sched.windows[trace.start_hour : trace.start_hour + math.ceil(trace.hours)][:: trace.every]
+    if not sel:
+        raise TunerError(f"trace {trace.name!r}: no window in hours {trace.start_hour}..+{trace.hours:g}")
+    return [ReplayWindow(w.index, w.start_s, w.seconds, w.qps) for w in sel]
+
+
+def oracle_memo(trace: TraceSpec, percentile: float, sla_us: float) -> dict[tuple, Any]:
+    """The oracle's point for each window of `trace` at this SLA (seed-independent: the host's model)."""
+    from tuner.hosts import make_host
+    from tuner.optimize.optimizer import Objective
+    from tuner.replay.run import oracle_point
+
+    host = make_host("sim", seed=0)
+    obj = Objective("constrained", percentile, sla_us)
+    return {(round(w.qps, 6), percentile, sla_us): oracle_point(host, obj, w.qps) for w in _windows(trace)}
+
+
+def run_one(spec: RunSpec, memo: dict[tuple, Any] | None = None) -> dict[str, Any]:
+    """Replay `spec`; a JSON-able record: the spec's key, every window's energy and point per policy, the
+    tuner's summary, and the wall time (the one field that differs between engines)."""
+    from tuner.hosts import make_host
+    from tuner.optimize.optimizer import Objective, TunerSettings
+    from tuner.replay.run import policy_summary, preset_settings, replay
+
+    t0 = time.perf_counter()
+    with _one_torch_thread():
+        settings = preset_settings(
+            spec.preset, TunerSettings(seed=spec.seed), trials=spec.trials, **dict(spec.overrides)
+        )
+        res = replay(
+            lambda: make_host("sim", seed=spec.seed),
+            _windows(spec.trace),
+            Objective(spec.reward, spec.percentile, spec.sla_us),
+            settings,
+            policies=spec.policies,
+            host_label="sim",
+            oracle_memo=memo,
+        )
+    summary = policy_summary(res, "tuner")
+    return {
+        **spec.key(),
+        "windows": {
+            policy: [
+                {
+                    "qps": w.qps,
+                    "energy_j": w.energy_j,
+                    "point": [w.point.itr_us, w.point.dvfs_ghz] if w.point is not None else None,
+                    "trials": w.trials,
+                    "met_sla": w.met_sla,
+                }
+                for w in pr.windows
+            ]
+            for policy, pr in res.policies.items()
+        },
+        "trial_points": [[t.point.itr_us, t.point.dvfs_ghz] for t in res.policies["tuner"].trials],
+        "summary": {k: summary.get(k) for k in METRICS},
+        "wall_s": time.perf_counter() - t0,
+    }
+
+
+def check(specs: Sequence[RunSpec]) -> None:
+    """Refuse a bad grid here, in one line, before any run starts (not as a remote task's traceback)."""
+    from tuner.optimize.optimizer import TunerSettings
+    from tuner.replay.run import POLICIES, preset_settings
+
+    for trace in {s.trace for s in specs}:
+        _windows(trace)
+    for s in specs:
+        preset_settings(s.preset, TunerSettings(seed=s.seed), trials=s.trials, **dict(s.overrides))
+        unknown = [p for p in s.policies if p not in POLICIES]
+        if unknown:
+            raise TunerError(f"policies {', '.join(unknown)}: expected some of {', '.join(POLICIES)}")
+
+
+def deterministic_part(run: dict[str, Any]) -> dict[str, Any]:
+    """A run's record without its timings: what must be equal between engines."""
+    return {k: v for k, v in run.items() if k != "wall_s"}
+
+
+# ------------------------------------------------------------------------------------------------ engines
+
+
+def ray_available() -> bool:
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def run_grid(
+    specs: Sequence[RunSpec],
+    *,
+    engine: str = "auto",
+    address: str | None = None,
+    num_cpus: int = 2,
+) -> GridReport:
+    """Run every spec and aggregate. `engine`: "serial" (this process), "ray" (Ray tasks: the cluster at
+    `address`, else a local Ray of `num_cpus` CPUs, no dashboard, on loopback) or "auto" (Ray if installed)."""
+    if engine not in ENGINES:
+        raise TunerError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
+    if engine == "auto":
+        engine = "ray" if ray_available() else "serial"
+    if engine == "ray" and not ray_available():
+        raise TunerError("--engine ray: Ray is not installed (pip install 'tuner[ray]'), or use --engine serial")
+    if not specs:
+        raise TunerError("nothing to replay: the grid is empty")
+    t0 = time.perf_counter()
+    check(specs)
+    sla_keys = sorted({(s.trace, s.percentile, s.sla_us) for s in specs if "oracle" in s.policies}, key=repr)
+    if engine == "serial":
+        t_or = time.perf_counter()
+        memos = {k: oracle_memo(*k) for k in sla_keys}
+        oracle_s = time.perf_counter() - t_or
+        runs = [run_one(s, memos.get((s.trace, s.percentile, s.sla_us))) for s in specs]
+    else:
+        runs, oracle_s = _run_ray(specs, sla_keys, address, num_cpus)
+    report = GridReport(engine, runs, aggregate(runs), time.perf_counter() - t0, oracle_s)
+    return report
+
+
+def _run_ray(
+    specs: Sequence[RunSpec], sla_keys: list[tuple], address: str | None, num_cpus: int
+) -> tuple[list[dict[str, Any]], float]:
+    import ray
+
+    started = False
+    if not ray.is_initialized():
+        # The workers import this package from where this process found it (a source checkout, or installed).
+        root = str(Path(__file__).resolve().parents[2])
+        env = {"PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
+        if address:
+            ray.init(address=address, runtime_env={"env_vars": env}, log_to_driver=False)
+        else:
+            # usage statistics would be sent over the network: off; everything else stays on loopback
+            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+            ray.init(
+                num_cpus=num_cpus,
+                include_dashboard=False,
+                _node_ip_address="127.0.0.1",
+                runtime_env={"env_vars": env},
+                log_to_driver=False,
+                configure_logging=False,
+            )
+        started = True
+    try:
+        oracle_task = ray.remote(num_cpus=1)(oracle_memo)
+        run_task = ray.remote(num_cpus=1)(run_one)
+        t_or = time.perf_counter()
+        memo_refs = {k: oracle_task.remote(*k) for k in sla_keys}
+        if memo_refs:
+            ray.wait(list(memo_refs.values()), num_returns=len(memo_refs))
+        oracle_s = time.perf_counter() - t_or
+        refs = [run_task.remote(s, memo_refs.get((s.trace, s.percentile, s.sla_us))) for s in specs]
+        return list(ray.get(refs)), oracle_s
+    finally:
+        if started:
+            ray.shutdown()
+
+
+# ---------------------------------------------------------------------------------------------- aggregate
+
+
+def mean_ci(values: Sequence[float], confidence: float = 0.95) -> dict[str, float] | None:
+    """Mean and Student-t confidence interval over `values` (None values dropped); n = 1 has no interval."""
+    vals = [float(v) for v in values if v is not None]
+    if not vals:
+        return None
+    m = statistics.fmean(vals)
+    out = {"mean": m, "n": len(vals), "min": min(vals), "max": max(vals), "ci_low": math.nan, "ci_high": math.nan}
+    if len(vals) >= 2:
+        from scipy.stats import t
+
+        half = float(t.ppf(0.5 + confidence / 2, len(vals) - 1)) * statistics.stdev(vals) / math.sqrt(len(vals))
+        out["ci_low"], out["ci_high"] = m - half, m + half
+    return out
+
+
+def aggregate(runs: Sequence[dict[str, Any]], confidence: float = 0.95) -> list[dict[str, Any]]:
+    """Per (trace, SLA, variant), over seeds: each metric's mean with its `confidence` interval."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in runs:
+        groups.setdefault((r["trace"], r["percentile"], r["sla_us"], r["variant"]), []).append(r)
+    return [
+        {
+            "trace": trace,
+            "percentile": pct,
+            "sla_us": sla,
+            "variant": variant,
+            "seeds": [r["seed"] for r in rows],
+            "confidence": confidence,
+            **{k: mean_ci([r["summary"][k] for r in rows], confidence) for k in METRICS},
+        }
+        for (trace, pct, sla, variant), rows in groups.items()
+    ]
