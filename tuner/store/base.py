@@ -269,8 +269,12 @@ class SqlTrials:
     ) -> tuple[list[HistoryEntry], list[HistoryEntry]]:
         """(this host's newest `limit` trials, the newest `limit` of its class's other non-drifting hosts).
 
-        With no class (`hw_class` ""), only the host's own trials."""
-        own = self.read(space, host=host, limit=limit)
+        Trials without a class (imported by hand from `tuner.trial/v1` files of unknown hosts) count as this
+        host's own. With no class (`hw_class` ""), only the host's own trials."""
+        rows = self._select("(host = ? OR hw_class = '')", [host], limit)
+        own = parse_rows(rows, self.location)
+        if space is not None:
+            own = in_space(own, space)
         if not hw_class:
             return own, []
         rows = self._select(
