@@ -30,6 +30,11 @@ def known_rewards() -> tuple[str, ...]:
 class HostConfig:
     spec: str = "sim"
     options: dict[str, Any] = field(default_factory=dict)
+    mode: str = "tune"  # "observe": measure at the OS's own settings, write nothing, record no trials
+
+
+#: `[host] mode` values.
+HOST_MODES: tuple[str, ...] = ("tune", "observe")
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,10 @@ class TuningConfig:
     window_ci_pct: float = 5.0
     window_min_s: float = 2.0
     window_guard: bool = True
+    # the daemon's own (not the optimiser's)
+    idle_qps: float = 100.0  # below this load: hold the idle point (lowest ITR, lowest frequency), never retune
+    baseline_every_s: float = 0.0  # a baseline window at the OS's own settings this often (0 = never)
+    retry_max_s: float = 600.0  # a failed retune is retried after window_s, doubling up to this
 
 
 #: `tuning.window_mode` values (see `tuner.optimize.windowing`).

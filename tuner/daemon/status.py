@@ -13,7 +13,7 @@ from typing import Any
 
 from actuators.host import OperatingPoint
 from core.errors import InputError
-from tuner.daemon.base import DaemonBase
+from tuner.daemon.observe import Observing
 from tuner.daemon.plain import VERSION, ModelTable, latency_at, latency_sem_at, mean_sem, safe_corner, validate_policy
 
 log = logging.getLogger("tuner.daemon.loop")  # one logger for the whole control loop (operators filter on it)
@@ -42,7 +42,7 @@ class PointAnswer:
     note: str
 
 
-class DaemonReads(DaemonBase):
+class DaemonReads(Observing):
     """The read side of the daemon and its prediction tables (see the module docstring)."""
 
     def status(self) -> dict[str, Any]:
@@ -73,6 +73,10 @@ class DaemonReads(DaemonBase):
                 "host": getattr(self.host, "name", self.config.host.spec),
                 "version": VERSION,
                 "uptime_s": time.time() - self._started_at,
+                "mode": self.mode_label,
+                "warnings": [w for lines in self._warnings.values() for w in lines],
+                "savings": self.savings,
+                "baseline": self.baseline_rows(),
             }
 
     def trials(self, limit: int = 0, retune_id: str = "") -> list[dict[str, Any]]:

@@ -28,20 +28,65 @@ class RetuneDriver(HistoryLayer):
             "dvfs": [self.space.dvfs_ghz[0], self.space.dvfs_ghz[-1]],
         }
 
+    #: Seconds before the next retry of a failed retune (0: the last one succeeded).
+    _retry_s = 0.0
+    #: The optimiser of a retune that failed for a reason other than its worker: the retry reuses it.
+    _kept_opt: Any = None
+    #: The optimiser of the retune in progress.
+    _live_opt: Any = None
+
     def _retune(self, reason: str) -> None:
+        if self._near_idle(reason):
+            return
         opt = None
         try:
             opt = self._retune_with(reason)
+            self._retry_s = 0.0
         except TunerError as exc:
             if self._stop.is_set():
                 return  # e.g. the optimiser worker was killed by the stop: the trial in flight is abandoned
-            log.error("retune failed: %s; retrying after a window (completed trials are kept)", exc)
-            self._wait(max(self.config.tuning.window_s, 1.0), interruptible=True)
+            from tuner.daemon.worker import WorkerError
+
+            t = self.config.tuning
+            first = max(t.window_s, 1.0)
+            self._retry_s = min(2 * self._retry_s if self._retry_s else first, max(t.retry_max_s, first))
+            if self._live_opt is not None and not isinstance(exc, WorkerError):
+                self._kept_opt = self._live_opt  # the retry continues with it: no new worker per retry
+            log.error(
+                "retune failed: %s; retrying in %.0f s (doubling up to %.0f s; completed trials are kept)",
+                exc,
+                self._retry_s,
+                t.retry_max_s,
+            )
+            self._wait(self._retry_s, interruptible=True)
         finally:
-            close = getattr(opt, "close", None) or getattr(self, "_open_optimizer_close", None)
-            if callable(close):
-                close()
+            self._live_opt = None
+            if self._kept_opt is None:
+                close = getattr(opt, "close", None) or getattr(self, "_open_optimizer_close", None)
+                if callable(close):
+                    close()
             self._open_optimizer_close = None
+
+    def _near_idle(self, reason: str) -> bool:
+        """At a load below `tuning.idle_qps` no retune starts: the idle point is held instead."""
+        if self.state.current_retune:
+            return False  # an interrupted retune resumes (its trials were measured under load)
+        try:
+            qps = self._offered_qps()
+        except TunerError:
+            return False
+        if qps >= self.config.tuning.idle_qps:
+            return False
+        if (self.state.held or {}).get("reason") != "idle":
+            self._hold_idle(qps, f"no retune ({reason}) at near-idle load")
+        self._wait(self.config.tuning.window_s, interruptible=True)
+        return True
+
+    def _drop_kept(self) -> None:
+        kept, self._kept_opt = self._kept_opt, None
+        close = getattr(kept, "close", None)
+        if callable(close):
+            close()
 
     def _retune_with(self, reason: str) -> Any:
         tuning = self.config.tuning
@@ -54,6 +99,8 @@ class RetuneDriver(HistoryLayer):
                     self.state.current_retune = None
                     self._save()
                 reason, cur = "config", None
+            elif self._kept_opt is not None:
+                opt, self._kept_opt = self._kept_opt, None  # the failed attempt's worker, still alive
             else:
                 try:
                     opt = self._timed(self.optimizers.load, cur["optimizer"])
@@ -66,6 +113,8 @@ class RetuneDriver(HistoryLayer):
                         self._save()
                     reason, cur = "resume", None
         if cur is None:
+            self._drop_kept()
+            qps = self._offered_qps()  # before the worker starts: a failing sensor spawns none
             with self._lock:
                 self.state.retune_seq += 1
                 rid = f"r{self.state.retune_seq:06d}"
@@ -73,7 +122,7 @@ class RetuneDriver(HistoryLayer):
                 self.optimizers.create, self.space, self.policy(), tuning, rid, tuning.seed + self.state.retune_seq
             )
             self._open_optimizer_close = getattr(opt, "close", None)
-            qps = self._offered_qps()
+            self._live_opt = opt
             seeded = self._seed_history(opt, rid, qps)  # before begin_retune: history is not this retune's
             if _supports(opt, "begin_retune"):
                 self._timed(opt.begin_retune, qps)
@@ -94,6 +143,7 @@ class RetuneDriver(HistoryLayer):
             with self._lock:
                 self._history_trials = int(cur.get("history_trials", 0))
         self._open_optimizer_close = getattr(opt, "close", None)
+        self._live_opt = opt
         rid = self.state.current_retune["id"]
         self.metrics.retunes.labels(reason=reason).inc()
         self._count(f"retunes:{reason}")
