@@ -39,9 +39,9 @@ LAG_P99_LIMIT_US = 100.0
 ACHIEVED_LIMIT = 0.01
 
 
-def one_run(address: str, qps: float, seconds: float, procs: int, conns: int, seed: int) -> dict:
+def one_run(address: str, qps: float, seconds: float, procs: int, conns: int, seed: int, batch_us: float = 0) -> dict:
     plan = poisson_plan(qps, seconds, seed=seed)
-    result = run_load(plan, LoadSettings(address_of(address), seconds, procs, conns, drain_s=1.0))
+    result = run_load(plan, LoadSettings(address_of(address), seconds, procs, conns, drain_s=1.0, batch_us=batch_us))
     s = result.summary()
     worst = s["worst_second_achieved_error"]
     lag99 = (s["send_lag_us"] or {}).get("p99")
@@ -49,6 +49,7 @@ def one_run(address: str, qps: float, seconds: float, procs: int, conns: int, se
     return {
         "processes": procs,
         "connections_per_process": conns,
+        "batch_us": batch_us,
         "scheduled_qps": s["scheduled_qps"],
         "achieved_qps": s["achieved_qps"],
         "worst_second_achieved_error": worst,
@@ -105,19 +106,27 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--rates", default="10000,20000,30000,40000,50000")
-    ap.add_argument("--layouts", default="1x1,1x4,2x2,2x4", help="PROCESSESxCONNECTIONS, comma-separated")
+    ap.add_argument(
+        "--layouts",
+        default="1x1,1x4,2x1,2x2,1x1b50,2x1b50",
+        help="PROCESSESxCONNECTIONS[bBATCH_US], comma-separated",
+    )
     ap.add_argument("--memcached-threads", type=int, default=2)
     args = ap.parse_args()
     rates = [float(r) for r in args.rates.split(",")]
-    layouts = [tuple(int(x) for x in lay.split("x")) for lay in args.layouts.split(",")]
+    layouts = []
+    for lay in args.layouts.split(","):
+        shape, _, batch = lay.partition("b")
+        procs, conns = (int(x) for x in shape.split("x"))
+        layouts.append((procs, conns, float(batch or 0)))
     load_before = os.getloadavg()
     server = start_memcached(extra_args=("-m", "64", "-c", "1024", "-t", str(args.memcached_threads)))
     runs = []
     try:
         warm(address_of(server.address), warm_requests(poisson_plan(1, 1)))
-        for procs, conns in layouts:
+        for procs, conns, batch in layouts:
             for qps in rates:
-                run = one_run(server.address, qps, args.seconds, procs, conns, seed=int(qps))
+                run = one_run(server.address, qps, args.seconds, procs, conns, seed=int(qps), batch_us=batch)
                 runs.append(run)
                 print(json.dumps(run), file=sys.stderr)
                 if run["worst_second_achieved_error"] is not None and run["worst_second_achieved_error"] > 0.2:
