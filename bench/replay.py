@@ -72,7 +72,6 @@ def oracle_memo(loads: list[float], slas: list[tuple[float, float]], *, check: b
     (wall and process CPU, per window: mean and max). `check`: the exhaustive grid search on every load and
     SLA too, and how many agree (the oracle claims equality, not an approximation).
     """
-    from actuators.sim.host import clear_expected_cache
     from tuner.hosts import make_host
     from tuner.optimize.settings import Objective
     from tuner.replay.run import oracle_point
@@ -84,7 +83,7 @@ def oracle_memo(loads: list[float], slas: list[tuple[float, float]], *, check: b
     cells: list[int] = []
     for pct, sla in slas:
         for q in sorted(set(loads)):
-            clear_expected_cache()
+            host.expected_cache.clear()  # type: ignore[attr-defined]
             t0, c0 = time.perf_counter(), time.process_time()
             point, how = oracle_point(host, Objective("constrained", pct, sla), q)
             wall.append(time.perf_counter() - t0)

@@ -372,8 +372,12 @@ def execute(
 
         history = read_trials(history_path, space=first.knobs())
 
+    # hosts with a long-run memo (the simulator) share it: the oracle and the tuner ask for the same cells
+    cache = getattr(first, "expected_cache", None)
+    share = {"cache": cache} if cache is not None else {}
+
     def factory():  # type: ignore[no-untyped-def]
-        return spare.pop() if spare else make_host(host_spec, seed=seed, **(host_options or {}))
+        return spare.pop() if spare else make_host(host_spec, seed=seed, **share, **(host_options or {}))
 
     windows = schedule.windows  # type: ignore[attr-defined]
     console = Console(stderr=True)
