@@ -298,13 +298,14 @@ def _run_ray(
 # ---------------------------------------------------------------------------------------------- aggregate
 
 
-def mean_ci(values: Sequence[float], confidence: float = 0.95) -> dict[str, float] | None:
+def mean_ci(values: Sequence[float | None], confidence: float = 0.95) -> dict[str, float | None] | None:
     """Mean and Student-t confidence interval over `values` (None values dropped); n = 1 has no interval."""
     vals = [float(v) for v in values if v is not None]
     if not vals:
         return None
     m = statistics.fmean(vals)
-    out = {"mean": m, "n": len(vals), "min": min(vals), "max": max(vals), "ci_low": math.nan, "ci_high": math.nan}
+    out: dict[str, float | None] = {"mean": m, "n": len(vals), "min": min(vals), "max": max(vals)}
+    out["ci_low"] = out["ci_high"] = None  # JSON null: one seed has no interval
     if len(vals) >= 2:
         from scipy.stats import t
 
