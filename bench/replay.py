@@ -12,8 +12,10 @@ replay), <= 1.10 x oracle, <= 0.5 s median per suggestion, full 24-window replay
     .venv/bin/python bench/replay.py --every 3    # windows 0, 3, ..., 21 of the day
     .venv/bin/python bench/replay.py --every 6 --tuner warm   # `tuner replay`'s default tuner (cold: dissertation)
 
-The oracle's point per (window load, SLA) does not depend on the seed and is computed once (coarse-to-fine;
-`--check-oracle` also compares it with the exhaustive grid on the first SLA's windows).
+The oracle's point per (window load, SLA) does not depend on the seed and is computed once (the largest feasible
+ITR per frequency, `tuner.replay.run.oracle_point`), each from an empty cell cache so its time per window is what a
+replay pays (JSON "oracle"; target <= 1 s per window); `--check-oracle` (either mode) also runs the exhaustive grid
+search on every window and SLA and counts the agreements.
 
 Multi-day (does a tuner that remembers need fewer trials after day 0?), `--days N` (N >= 2): the day (after --start-hour/--hours) is repeated N times with seeded
 day-to-day noise (`traces.schedule.repeat_days`, `--day-noise 0.05`, `--schedule-seed 0`; the same schedule for
@@ -45,6 +47,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from tuner.replay.run import WARM_ABLATIONS  # noqa: E402  (light: no Ax, no torch)
+
 TARGETS = {
     "saved_pct_99_500": 45.0,
     "violating_windows_99_500": 0,
@@ -59,6 +63,54 @@ def _stats(values: list[float]) -> dict[str, float] | None:
     if not vals:
         return None
     return {"mean": statistics.fmean(vals), "min": min(vals), "max": max(vals), "n": len(vals)}
+
+
+def oracle_memo(loads: list[float], slas: list[tuple[float, float]], *, check: bool) -> tuple[dict, dict]:
+    """The oracle's point per (load, percentile, SLA) (`replay(oracle_memo=...)`) and its cost and check.
+
+    Each point is computed from an empty model-cell cache, so its time is what one `tuner replay` window pays
+    (wall and process CPU, per window: mean and max). `check`: the exhaustive grid search on every load and
+    SLA too, and how many agree (the oracle claims equality, not an approximation).
+    """
+    from tuner.hosts import make_host
+    from tuner.optimize.settings import Objective
+    from tuner.replay.run import oracle_point
+
+    host = make_host("sim", seed=0)
+    memo: dict = {}
+    wall: list[float] = []
+    cpu: list[float] = []
+    cells: list[int] = []
+    for pct, sla in slas:
+        for q in sorted(set(loads)):
+            host.expected_cache.clear()  # type: ignore[attr-defined]
+            t0, c0 = time.perf_counter(), time.process_time()
+            point, how = oracle_point(host, Objective("constrained", pct, sla), q)
+            wall.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
+            cells.append(int(how.split(" over ")[1].split(" of ")[0]) if " of " in how else -1)
+            memo[(round(q, 6), pct, sla)] = (point, how)
+    info: dict = {
+        "windows": len(wall),
+        "wall_s_per_window": _stats(wall),
+        "cpu_s_per_window": _stats(cpu),
+        "points_per_window": _stats([float(c) for c in cells]),
+        "target_s_per_window": 1.0,
+    }
+    if check:
+        agree, misses = 0, []
+        for pct, sla in slas:
+            for q in sorted(set(loads)):
+                full, _ = oracle_point(host, Objective("constrained", pct, sla), q, exhaustive=True)
+                fast = memo[(round(q, 6), pct, sla)][0]
+                agree += full == fast
+                if full != fast:
+                    misses.append(
+                        {"qps": round(q), "slo": f"{pct:g}:{sla:g}", "fast": str(fast), "exhaustive": str(full)}
+                    )
+        info["equals_exhaustive"] = f"{agree}/{len(wall)} windows"
+        info["mismatches"] = misses
+    return memo, info
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     from traces.schedule import load_schedule, sample_trace_path
     from tuner.hosts import make_host
     from tuner.optimize.settings import Objective, TunerSettings
-    from tuner.replay.run import ReplayWindow, oracle_point, policy_summary, preset_settings, replay
+    from tuner.replay.run import ReplayWindow, policy_summary, preset_settings, replay
 
     sched = load_schedule(sample_trace_path(), peak_qps=args.peak_qps)
     windows = [ReplayWindow(w.index, w.start_s, w.seconds, w.qps) for w in sched.windows]
@@ -139,20 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         "aggregate": {},
     }
 
-    memo: dict = {}
-    oracle_host = make_host("sim", seed=0)
-    t_oracle = time.perf_counter()
-    for pct, sla in slas:
-        for w in windows:
-            memo[(round(w.qps, 6), pct, sla)] = oracle_point(oracle_host, Objective("constrained", pct, sla), w.qps)
-    out["oracle_compute_s"] = time.perf_counter() - t_oracle
-    if args.check_oracle:
-        pct, sla = slas[0]
-        agree = []
-        for w in windows:
-            full, _ = oracle_point(oracle_host, Objective("constrained", pct, sla), w.qps, exhaustive=True)
-            agree.append(full == memo[(round(w.qps, 6), pct, sla)][0])
-        out["oracle_coarse_equals_exhaustive"] = f"{sum(agree)}/{len(agree)} windows"
+    memo, out["oracle"] = oracle_memo([w.qps for w in windows], slas, check=args.check_oracle)
 
     from tuner.optimize.settings import TunerSettings as _TS
 
@@ -235,17 +274,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 #: Multi-day variants: a preset of `tuner.replay.run.TUNER_PRESETS` plus field overrides (the ablations).
+#: (The ablations are also `tuner replay --preset NAME`: `tuner.replay.run.WARM_ABLATIONS`.)
 VARIANTS: dict[str, tuple[str, dict]] = {
     "cold": ("cold", {}),
     "warm": ("warm", {}),
-    "warm-no-safety": ("warm", {"safe_delta": 0.0}),
-    "warm-no-evidence": ("warm", {"safe_radius": 0.0}),
-    "warm-no-adaptive": ("warm", {"window_mode": "fixed"}),
-    "warm-no-stop": ("warm", {"stop_ei_pct": 0.0}),
-    "warm-no-context": ("warm", {"context": False}),
-    "warm-no-guard": ("warm", {"window_guard": False}),
-    "warm-no-sd-scale": ("warm", {"safe_sd_scale": 1.0}),
-    "warm-headroom": ("warm", {"latency_metric": "headroom"}),
+    **{name: ("warm", dict(over)) for name, over in WARM_ABLATIONS.items()},
 }
 ABLATIONS = (
     "warm-no-safety",
@@ -285,7 +318,7 @@ def multi_day(args: argparse.Namespace) -> int:
     from traces.schedule import DEFAULT_DAY_NOISE, load_schedule, repeat_days, sample_trace_path
     from tuner.hosts import make_host
     from tuner.optimize.settings import Objective, TunerSettings
-    from tuner.replay.run import PolicyResult, ReplayWindow, day_summaries, oracle_point, preset_settings, replay
+    from tuner.replay.run import PolicyResult, ReplayWindow, day_summaries, preset_settings, replay
 
     if args.quick:
         args.every, args.seeds = max(args.every, 6), min(args.seeds, 1)
@@ -325,12 +358,7 @@ def multi_day(args: argparse.Namespace) -> int:
         "runs": [],
         "aggregate": {},
     }
-    memo: dict = {}
-    oracle_host = make_host("sim", seed=0)
-    t0 = time.perf_counter()
-    for w in windows:
-        memo[(round(w.qps, 6), pct, sla)] = oracle_point(oracle_host, obj, w.qps)
-    out["oracle_compute_s"] = time.perf_counter() - t0
+    memo, out["oracle"] = oracle_memo([w.qps for w in windows], [(pct, sla)], check=args.check_oracle)
     base_settings = TunerSettings(trials=args.trials, sobol_trials=args.sobol_trials)
     explicit = {"itr_resolution_us": args.itr_resolution} if args.itr_resolution else {}
 

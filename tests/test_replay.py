@@ -175,7 +175,7 @@ def test_cli_short_replay_writes_report(tmp_path: Path, capsys: pytest.CaptureFi
         (["--days", "1.5"], "--days '1.5': expected an integer"),
         (["--day-noise", "2"], "--day-noise '2': expected a fraction in [0, 1]"),
         (["--day-noise", "-0.1"], "--day-noise '-0.1': expected a number >= 0"),
-        (["--tuner", "hot"], "--tuner 'hot': expected one of cold, warm"),
+        (["--tuner", "hot"], "--preset 'hot': expected one of cold, warm"),
         (["--window-mode", "auto"], "--window-mode 'auto': expected one of fixed, adaptive"),
         (["--safe-delta", "1"], "--safe-delta '1': expected a probability in [0, 1)"),
         (["--safe-radius", "2.5"], "--safe-radius '2.5': expected a normalised knob distance in [0, 2]"),
@@ -234,13 +234,40 @@ def test_parse_policies() -> None:
 
 
 @pytest.mark.parametrize("qps", [120_000.0, 260_000.0])
-def test_coarse_to_fine_oracle_matches_exhaustive(qps: float) -> None:
+def test_boundary_oracle_matches_exhaustive(qps: float) -> None:
     host = ModelHost(knobs=KnobSpace.ixgbe((1.2, 1.6, 2.0, 2.4, 2.9)))
     obj = Objective("constrained", 99, 500)
-    fine, how = oracle_point(host, obj, qps)
+    fast, how = oracle_point(host, obj, qps)
     full, _ = oracle_point(host, obj, qps, exhaustive=True)
-    assert "coarse-to-fine" in how
-    assert fine == full
+    assert "largest feasible ITR per frequency" in how
+    assert fast == full
+
+
+class _SubGrid:
+    """The simulated host's model on a smaller knob grid (so the exhaustive oracle stays cheap in a test)."""
+
+    def __init__(self, host: object, knobs: KnobSpace) -> None:
+        self._host, self._knobs = host, knobs
+
+    def knobs(self) -> KnobSpace:
+        return self._knobs
+
+    def expected(self, points, qps):
+        return self._host.expected(points, qps)
+
+
+@pytest.mark.parametrize(("qps", "sla"), [(560_000.0, 500.0), (560_000.0, 200.0)])
+def test_boundary_oracle_matches_exhaustive_on_the_simulated_model(qps: float, sla: float) -> None:
+    """On the simulated host's Monte-Carlo cells (not an idealised curve): same point, far fewer cells."""
+    from actuators.sim.host import SimHost
+
+    host = _SubGrid(SimHost(seed=0), KnobSpace.ixgbe((1.2, 1.4, 1.6, 2.0, 2.9), lo=100, hi=500))
+    obj = Objective("constrained", 99, sla)
+    fast, how = oracle_point(host, obj, qps)
+    full, _ = oracle_point(host, obj, qps, exhaustive=True)
+    assert fast == full
+    used = int(how.split(" over ")[1].split(" of ")[0])
+    assert used < 0.25 * 201 * 5
 
 
 # ------------------------------------------------------------------------------------- multi-day, warm vs cold

@@ -25,7 +25,7 @@ def point_from(v: Any) -> OperatingPoint | None:
 
 def measurement_dict(m: Measurement, when: float) -> dict[str, Any]:
     """`Measurement.to_dict` plus power and time, with the point as [itr_us, dvfs_ghz] (the state format)."""
-    return {**m.to_dict(), "power_w": m.power_w, "point": point_list(m.point), "time": when}
+    return {**m.to_dict(), "power_w": m.power_or_none, "point": point_list(m.point), "time": when}
 
 
 def latency_at(md: dict[str, Any], pct: float) -> float | None:
@@ -99,7 +99,8 @@ def describe(row: dict[str, Any], pct: float) -> str:
     if not md:
         return f"{p}: {row.get('error')}"
     lat = latency_at(md, pct)
-    return f"{p}: {md['offered_qps']:.0f} QPS, p{pct:g} {lat:.0f} µs, {md['power_w']:.1f} W"
+    power = "power unknown" if md.get("power_w") is None else f"{md['power_w']:.1f} W"
+    return f"{p}: {md['offered_qps']:.0f} QPS, p{pct:g} {lat:.0f} µs, {power}"
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ class LoadSettings:
     connections: int = 4
     drain_s: float = 1.0
     spin_us: float = 200.0
+    batch_us: float = 0.0
 
 
 @dataclass
@@ -82,10 +83,19 @@ class LoadResult:
     start_epoch_s: float
     ops: dict[str, int]
 
+    stopped_at_s: float | None = None  # seconds after the start when an interrupt ended the run
+
+    @property
+    def run_seconds(self) -> float:
+        """How long the schedule ran: its duration, or until the interrupt."""
+        if self.stopped_at_s is None:
+            return self.settings.duration_s
+        return min(self.settings.duration_s, self.stopped_at_s)
+
     @property
     def full_seconds(self) -> list[Second]:
-        """The seconds wholly inside the scheduled run (not the drain after it)."""
-        return [s for s in self.seconds if s.second < int(self.settings.duration_s)]
+        """The seconds wholly inside the run (not the drain after it, nor the one an interrupt cut short)."""
+        return [s for s in self.seconds if s.second < int(self.run_seconds)]
 
     def worst_achieved_ratio(self) -> float | None:
         """The largest |completed / scheduled - 1| over the full seconds (None if no scheduled second)."""
@@ -104,14 +114,17 @@ class LoadResult:
             "duration_s": self.settings.duration_s,
             "processes": self.settings.processes,
             "connections_per_process": self.settings.connections,
+            "batch_us": self.settings.batch_us,
             "planned": self.planned,
             "sent": sent,
             "completed": done,
             "unanswered": self.unanswered,
+            "start_epoch_s": round(self.start_epoch_s, 3),
             "errors": self.errors,
             "interrupted": self.interrupted,
             "ops": self.ops,
-            "scheduled_qps": round(self.planned / self.settings.duration_s, 1),
+            "run_s": round(self.run_seconds, 3),
+            "scheduled_qps": round(sum(s.scheduled for s in self.full_seconds) / max(len(self.full_seconds), 1), 1),
             "achieved_qps": round(sum(s.completed for s in self.full_seconds) / max(len(self.full_seconds), 1), 1),
             "worst_second_achieved_error": None if worst is None else round(worst, 5),
             "latency_us": percentiles_us(self.latency),
@@ -151,6 +164,8 @@ def warm(address: MemcachedAddress, requests: list[bytes], timeout_s: float = 10
 def _check(settings: LoadSettings) -> None:
     if not 1 <= settings.processes <= (os.cpu_count() or 1) * 4:
         raise TunerError(f"--processes must be in 1..{(os.cpu_count() or 1) * 4}, got {settings.processes}")
+    if not 0 <= settings.batch_us <= 10_000 or not 0 <= settings.spin_us <= 100_000:
+        raise TunerError("--batch-us must be in 0..10000 and --spin-us in 0..100000")
     if not 1 <= settings.connections <= 256:
         raise TunerError(f"--connections must be in 1..256, got {settings.connections}")
     if not 0 < settings.duration_s <= MAX_DURATION_S:
@@ -176,6 +191,7 @@ def run_load(
         settings.duration_s,
         settings.drain_s,
         spin_ns=int(settings.spin_us * 1000),
+        batch_ns=int(settings.batch_us * 1000),
     )
     pipes, procs = [], []
     for w in range(settings.processes):
@@ -225,8 +241,10 @@ def _collect(plan, settings, seconds, pipes, procs, stopped, on_second, hlog) ->
     reported = 0
     errors = unanswered = 0
     told_stop = False
+    stopped_at = None
     while live:
         if stopped["flag"] and not told_stop:
+            stopped_at = (time.monotonic_ns() - t0) / NS
             for proc in procs:
                 if proc.is_alive():
                     os.kill(proc.pid, signal.SIGTERM)
@@ -267,6 +285,7 @@ def _collect(plan, settings, seconds, pipes, procs, stopped, on_second, hlog) ->
         interrupted=stopped["flag"],
         start_epoch_s=start_epoch,
         ops=plan.ops,
+        stopped_at_s=stopped_at,
     )
 
 

@@ -62,6 +62,19 @@ TUNER_PRESETS: dict[str, dict[str, Any]] = {
         "safe_sd_scale": 2.0,
     },
 }
+#: The benchmark's ablations, each warm without one feature (docs/benchmarks.md): named presets, so that
+#: `tuner replay --preset NAME` reproduces a row of the 3-day table.
+WARM_ABLATIONS: dict[str, dict[str, Any]] = {
+    "warm-no-safety": {"safe_delta": 0.0},
+    "warm-no-evidence": {"safe_radius": 0.0},
+    "warm-no-adaptive": {"window_mode": "fixed"},
+    "warm-no-stop": {"stop_ei_pct": 0.0},
+    "warm-no-context": {"context": False},
+    "warm-no-guard": {"window_guard": False},
+    "warm-no-sd-scale": {"safe_sd_scale": 1.0},
+    "warm-headroom": {"latency_metric": "headroom"},
+}
+TUNER_PRESETS.update({name: {**TUNER_PRESETS["warm"], **over} for name, over in WARM_ABLATIONS.items()})
 
 
 def preset_settings(name: str, base: TunerSettings | None = None, **overrides: Any) -> TunerSettings:
@@ -184,9 +197,9 @@ def _above_sla_s(objective: Objective, m: Measurement | None) -> float:
     return m.seconds if m is not None and not objective.met(m) else 0.0
 
 
-#: Coarse-to-fine oracle: ITR stride of the first pass, and how many of its best feasible ITR values are refined.
-ORACLE_COARSE_STRIDE = 16
-ORACLE_REFINE = 2
+#: The oracle's local scan: candidates within this % of the best power, and how many ITR values next to each.
+ORACLE_NEAR_PCT = 0.5
+ORACLE_SCAN = 24
 
 
 def oracle_point(
@@ -194,53 +207,140 @@ def oracle_point(
 ) -> tuple[OperatingPoint, str]:
     """The lowest-power point whose expected percentile meets the SLA at `qps` (host.expected, noise-free).
 
-    Every frequency is searched. ITR: `exhaustive=True` evaluates every host value; otherwise a coarse pass
-    over every `ORACLE_COARSE_STRIDE`-th value, then every host value within one stride of the
-    `ORACLE_REFINE` best feasible coarse ITRs (the simulated model costs ~40 ms per ITR value, so the full
-    511-value grid takes ~20 s per window; `bench/replay.py` checks that both agree). If no point meets the
-    SLA: the lowest expected latency.
+    `exhaustive=True` evaluates every (ITR, frequency) of the host. Otherwise it uses the knobs' structure: at a
+    fixed frequency power falls with ITR and the percentile has one minimum (interrupt overhead at the lowest
+    ITRs, batching delay above), so each frequency's best point is the largest ITR that meets the SLA; and a
+    faster core never has a higher percentile at the same ITR, so that boundary never rises as the frequency
+    falls. From the highest frequency down, `_largest_meeting` searches below the previous boundary, and the
+    search ends at the first frequency where no ITR meets the SLA (no lower one has any). Power is not
+    monotone at the lowest ITRs (it rises with ITR first), so a feasible range's smallest ITR is a candidate
+    too wherever the power at the lowest ITR is below the best found (usually at no frequency; then one cell
+    settles it). The answer is the lowest-power candidate -- the exhaustive answer whenever those shapes hold
+    (`bench/replay.py --check-oracle` compares the two on every window); on the simulated host ~60-110 model
+    cells instead of ~970. If no point meets the SLA: the lowest expected latency over the full grid.
     """
     knobs = host.knobs()
     pct = objective.percentile
-    cache: dict[int, list[tuple[float, float, OperatingPoint]]] = {}
+    itrs, freqs = knobs.itr_us, knobs.dvfs_ghz
+    seen: dict[tuple[int, float], tuple[float, float]] = {}  # (itr, ghz) -> (percentile µs, power W)
 
-    def evaluate(itrs: Sequence[int]) -> None:
-        todo = [i for i in itrs if i not in cache]
-        if not todo:
-            return
-        pts = [OperatingPoint(i, f) for i in todo for f in knobs.dvfs_ghz]
-        for p, e in zip(pts, host.expected(pts, qps)):
-            cache.setdefault(p.itr_us, []).append((e.power_w, e.latency_us[pct], p))
+    def evaluate(points: Sequence[OperatingPoint]) -> None:
+        todo = [p for p in points if (p.itr_us, p.dvfs_ghz) not in seen]
+        for p, e in zip(todo, host.expected(todo, qps) if todo else ()):
+            seen[(p.itr_us, p.dvfs_ghz)] = (e.latency_us[pct], e.power_w)
 
-    def feasible() -> list[tuple[float, int, float, OperatingPoint]]:
-        return sorted(
-            (pw, p.itr_us, p.dvfs_ghz, p) for rows in cache.values() for pw, lat, p in rows if lat <= objective.sla_us
-        )
+    def grid() -> str:
+        return f"{len(seen)} of {len(itrs) * len(freqs)} points"
 
-    if exhaustive:
-        evaluate(knobs.itr_us)
-        how = f"exhaustive over {len(knobs.itr_us) * len(knobs.dvfs_ghz)} points"
-    else:
-        stride = knobs.itr_us[:: ORACLE_COARSE_STRIDE // max(_step(knobs.itr_us), 1) or 1]
-        evaluate(stride)
-        width = ORACLE_COARSE_STRIDE + 1
-        tops: list[int] = []
-        for _, itr, _, _ in feasible():
-            if itr not in tops:
-                tops.append(itr)
-            if len(tops) == ORACLE_REFINE:
+    def feasible() -> list[tuple[float, int, float]]:
+        return sorted((pw, i, f) for (i, f), (lat, pw) in seen.items() if lat <= objective.sla_us)
+
+    def latency(i: int, f: float) -> float:
+        evaluate([OperatingPoint(itrs[i], f)])
+        return seen[(itrs[i], f)][0]
+
+    def power(i: int, f: float) -> float:
+        evaluate([OperatingPoint(itrs[i], f)])
+        return seen[(itrs[i], f)][1]
+
+    if not exhaustive:
+        sla = objective.sla_us
+        tops: dict[float, int] = {}  # frequency -> its largest ITR index meeting the SLA
+        top: int | None = len(itrs) - 1  # no ITR index above this meets the SLA at the current frequency
+        for f in reversed(freqs):
+            top = _largest_meeting(lambda i, f=f: latency(i, f), sla, top, first_step=1 if f != freqs[-1] else 0)
+            if top is None:
                 break
-        evaluate([i for i in knobs.itr_us if any(abs(i - t) <= width for t in tops)])
-        how = f"coarse-to-fine over {len(cache) * len(knobs.dvfs_ghz)} of {len(knobs.itr_us) * len(knobs.dvfs_ghz)} points"
+            tops[f] = top
+        # The lowest ITRs: power rises with ITR there (the busy-polling hump) before it falls, so a feasible
+        # range's low end can beat its high end. Power at the lowest ITR rises with frequency, so from the
+        # slowest feasible frequency up, once it is above the best found no frequency's low end can win.
+        best = min((power(t, f) for f, t in tops.items()), default=math.inf)
+        lows: dict[float, int] = {}  # frequency -> its smallest ITR index meeting the SLA, where searched
+        for f in sorted(tops):
+            if power(0, f) >= best:
+                break
+            # the smallest index meeting the SLA: below the latency's minimum it falls with ITR, so bisect
+            bad, good = 0, tops[f] if latency(0, f) > sla else 0
+            while good - bad > 1:
+                mid = (good + bad) // 2
+                bad, good = (bad, mid) if latency(mid, f) <= sla else (mid, good)
+            best = min(best, power(good, f))
+            lows[f] = good
+        # The model's power is smooth only to its Monte-Carlo noise (~0.05 %): every candidate within
+        # ORACLE_NEAR_PCT of the best also has its ORACLE_SCAN nearest feasible ITRs inside its range evaluated.
+        # Latency is noisy too: ORACLE_SCAN // 3 values beyond each bisected end are evaluated as well.
+        near = best * (1 + ORACLE_NEAR_PCT / 100)
+        for f, hi in tops.items():
+            if power(hi, f) <= near:
+                for i in range(hi - 1, max(hi - ORACLE_SCAN, lows.get(f, 0)) - 1, -1):
+                    if latency(i, f) > sla:
+                        break
+                for i in range(hi + 1, min(hi + ORACLE_SCAN // 3, len(itrs) - 1) + 1):
+                    latency(i, f)
+            lo = lows.get(f)
+            if lo is not None and power(lo, f) <= near:
+                for i in (*range(lo + 1, min(lo + ORACLE_SCAN, hi)), *range(lo - 1, lo - ORACLE_SCAN // 3 - 1, -1)):
+                    if i >= 0:
+                        latency(i, f)
+        feas = feasible()
+        if feas:
+            _, i, f = feas[0]
+            return OperatingPoint(i, f), f"largest feasible ITR per frequency over {grid()}"
+    evaluate([OperatingPoint(i, f) for i in itrs for f in freqs])
+    how = f"exhaustive over {grid()}"
     feas = feasible()
     if feas:
-        return feas[0][3], how
-    best = min((lat, pw, p.itr_us, p.dvfs_ghz, p) for rows in cache.values() for pw, lat, p in rows)
-    return best[4], f"no point meets the SLA ({how}); lowest expected latency"
+        _, i, f = feas[0]
+        return OperatingPoint(i, f), how
+    _, _, i, f = min((lat, pw, i, f) for (i, f), (lat, pw) in seen.items())
+    return OperatingPoint(i, f), f"no point meets the SLA ({how}); lowest expected latency"
 
 
-def _step(values: Sequence[int]) -> int:
-    return min((b - a for a, b in zip(values, values[1:])), default=1)
+def _largest_meeting(latency: Callable[[int], float], limit: float, top: int, *, first_step: int) -> int | None:
+    """The largest index <= `top` with `latency(i) <= limit`, for a `latency` with one minimum over the index.
+
+    Gallops down from `top` (steps `first_step`, doubling; 0 = bisect the range at once) while the latency
+    falls; once a step meets the limit, bisects up to the boundary. If the latency rises again (the minimum
+    was passed) or index 0 is reached first, a ternary search over the bracket of the minimum looks for any
+    index that meets the limit. None if none does.
+    """
+    if latency(top) <= limit:
+        return top
+    above, bad = top, top  # `bad` fails; `above` is the failing index evaluated before it (the bracket's top)
+    step = first_step or max(top // 2, 1)
+    good: int | None = None
+    while good is None:
+        j = max(bad - step, 0)
+        if latency(j) <= limit:
+            good = j
+        elif latency(j) > latency(bad) or j == 0:
+            good = _ternary_meeting(latency, limit, j, above)
+            if good is None:
+                return None
+            bad = min((i for i in (bad, above) if i > good), default=above)
+        else:
+            above, bad, step = bad, j, step * 2
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        good, bad = (mid, bad) if latency(mid) <= limit else (good, mid)
+    return good
+
+
+def _ternary_meeting(latency: Callable[[int], float], limit: float, lo: int, hi: int) -> int | None:
+    """Some index in [lo, hi] meeting `limit` if the (single-minimum) latency's minimum there does, else None."""
+    while hi - lo > 2:
+        m1, m2 = lo + (hi - lo) // 3, hi - (hi - lo) // 3
+        for m in (m1, m2):
+            if latency(m) <= limit:
+                return m
+        if latency(m1) < latency(m2):
+            hi = m2
+        elif latency(m1) > latency(m2):
+            lo = m1
+        else:
+            lo, hi = m1, m2
+    return next((i for i in range(lo, hi + 1) if latency(i) <= limit), None)
 
 
 def _set_load(host: Host, qps: float) -> None:
