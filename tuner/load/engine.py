@@ -78,8 +78,8 @@ def run_worker(spec: WorkerSpec, plan: Plan, pipe: Connection) -> None:
     try:
         conns = []
         n_conn = spec.connections
-        for c in range(n_conn):
-            part = plan.part(c, n_conn)
+        for index in range(n_conn):
+            part = plan.part(index, n_conn)
             reqs = [plan.templates[j] for j in part.template.tolist()]
             n = len(part)
             conns.append(
@@ -106,8 +106,8 @@ def run_worker(spec: WorkerSpec, plan: Plan, pipe: Connection) -> None:
     except Exception as exc:  # noqa: BLE001 -- a process boundary: the parent reports it as one line
         pipe.send(("error", f"generator process failed: {type(exc).__name__}: {exc}"))
     finally:
-        for c in conns:
-            c.sock.close()
+        for conn in conns:
+            conn.sock.close()
 
 
 def _flush(conns: list[_Conn], pipe: Connection, now: int, final: bool) -> None:

@@ -15,8 +15,8 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from multiprocessing.connection import wait
-from typing import Any, TextIO
+from multiprocessing.connection import Connection, wait
+from typing import Any, TextIO, cast
 
 import numpy as np
 from hdrh.histogram import HdrHistogram
@@ -221,13 +221,22 @@ def run_load(
             proc.join(timeout=5)
 
 
-def _collect(plan, settings, seconds, pipes, procs, stopped, on_second, hlog) -> LoadResult:
+def _collect(
+    plan: Plan,
+    settings: LoadSettings,
+    seconds: list[Second],
+    pipes: list[Connection],
+    procs: list[Any],
+    stopped: dict[str, bool],
+    on_second: Callable[[Second], None] | None,
+    hlog: TextIO | None,
+) -> LoadResult:
     n_sec = len(seconds)
     for pipe in pipes:
-        msg = pipe.recv()
-        if msg[0] == "error":
-            raise HostError(msg[1])
-        sched = msg[1]
+        first: Any = pipe.recv()
+        if first[0] == "error":
+            raise HostError(first[1])
+        sched = first[1]
         for s, count in enumerate(sched.tolist()):
             seconds[s].scheduled += count
     t0 = time.monotonic_ns() + 50_000_000
@@ -249,9 +258,10 @@ def _collect(plan, settings, seconds, pipes, procs, stopped, on_second, hlog) ->
                 if proc.is_alive():
                     os.kill(proc.pid, signal.SIGTERM)
             told_stop = True
-        for pipe in wait(live, timeout=0.2):
+        for ready in wait(live, timeout=0.2):
+            pipe = cast(Connection, ready)  # wait() returns the connections it was given
             try:
-                msg = pipe.recv()
+                msg: Any = pipe.recv()
             except EOFError:
                 raise HostError("a generator process exited without its final report") from None
             if msg[0] == "error":
