@@ -54,12 +54,15 @@ def one_run(
     conns: int,
     seed: int,
     batch_us: float = 0,
+    spin_us: float = 200,
     server_pid: int = 0,
 ) -> dict:
     plan = poisson_plan(qps, seconds, seed=seed)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     srv0 = _proc_cpu_s(server_pid) if server_pid else 0.0
-    result = run_load(plan, LoadSettings(address_of(address), seconds, procs, conns, drain_s=1.0, batch_us=batch_us))
+    result = run_load(
+        plan, LoadSettings(address_of(address), seconds, procs, conns, drain_s=1.0, batch_us=batch_us, spin_us=spin_us)
+    )
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     srv1 = _proc_cpu_s(server_pid) if server_pid else 0.0
     s = result.summary()
@@ -72,6 +75,7 @@ def one_run(
         "processes": procs,
         "connections_per_process": conns,
         "batch_us": batch_us,
+        "spin_us": spin_us,
         "scheduled_qps": s["scheduled_qps"],
         "achieved_qps": s["achieved_qps"],
         "worst_second_achieved_error": worst,
@@ -135,22 +139,23 @@ def main() -> int:
     ap.add_argument(
         "--layouts",
         default="1x1,1x4,2x1,2x2,1x1b50,2x1b50",
-        help="PROCESSESxCONNECTIONS[bBATCH_US], comma-separated",
+        help="PROCESSESxCONNECTIONS[bBATCH_US][sSPIN_US], comma-separated (spin default 200 µs)",
     )
     ap.add_argument("--memcached-threads", type=int, default=2)
     args = ap.parse_args()
     rates = [float(r) for r in args.rates.split(",")]
     layouts = []
     for lay in args.layouts.split(","):
+        lay, _, spin = lay.partition("s")
         shape, _, batch = lay.partition("b")
         procs, conns = (int(x) for x in shape.split("x"))
-        layouts.append((procs, conns, float(batch or 0)))
+        layouts.append((procs, conns, float(batch or 0), float(spin or 200)))
     load_before = os.getloadavg()
     server = start_memcached(extra_args=("-m", "64", "-c", "1024", "-t", str(args.memcached_threads)))
     runs = []
     try:
         warm(address_of(server.address), warm_requests(poisson_plan(1, 1)))
-        for procs, conns, batch in layouts:
+        for procs, conns, batch, spin in layouts:
             for qps in rates:
                 run = one_run(
                     server.address,
@@ -160,6 +165,7 @@ def main() -> int:
                     conns,
                     seed=int(qps),
                     batch_us=batch,
+                    spin_us=spin,
                     server_pid=server.process.pid,
                 )
                 runs.append(run)
@@ -196,7 +202,8 @@ def main() -> int:
                     )
                 },
                 "cpu_cost": {
-                    "layout": f"{cost['processes']}x{cost['connections_per_process']} batch {cost['batch_us']:g} µs",
+                    "layout": f"{cost['processes']}x{cost['connections_per_process']} batch {cost['batch_us']:g} µs"
+                    f" spin {cost['spin_us']:g} µs",
                     "at_qps": cost["scheduled_qps"],
                     "generator_cpu_us_per_request": cost["generator_cpu_us_per_request"],
                     "memcached_cpu_us_per_request": cost["memcached_cpu_us_per_request"],
