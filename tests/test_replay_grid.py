@@ -87,7 +87,7 @@ def test_ray_runs_equal_serial_runs_exactly():
 
 
 def test_cli_flags_build_the_grid_or_refuse_in_one_line(capsys):
-    from tuner.cli import grid as cli
+    from tuner.cli import replay_grid as cli
     from tuner.cli.app import main
 
     ap = argparse.ArgumentParser()
