@@ -83,6 +83,7 @@ class Guardrail(DaemonReads):
 
     def _hold_idle(self, qps: float, why: str) -> None:
         """Hold the idle point (a decision of reason "idle"): no retune while the load is near zero."""
+        assert self.space is not None  # holding happens only in tune mode, where the space is known
         point = self._apply(idle_point(self.space))
         decision = {
             "retune_id": "",
@@ -121,7 +122,7 @@ class Guardrail(DaemonReads):
         for g in reversed(goods):
             p = point_from(g["point"])
             lat = latency_at(g.get("measurement") or {}, pol.percentile)
-            if p == exclude or lat is None or lat > pol.sla_us or g["qps"] < 0.95 * qps:
+            if p is None or p == exclude or lat is None or lat > pol.sla_us or g["qps"] < 0.95 * qps:
                 continue
             if exclude is not None and not at_least_as_safe(p, exclude):
                 continue  # never revert to a point less safe than (or incomparable with) the one we leave
