@@ -337,3 +337,30 @@ def test_fuzz_validate_policy_only_raises_input_error(sla, pct, reward):
         assert "\n" not in str(exc) and str(exc).split(":")[0] in ("sla_us", "percentile", "reward")
     else:
         assert 0 < p.sla_us <= 1e9 and p.percentile in (50.0, 90.0, 95.0, 99.0, 99.9) and isinstance(p.reward, str)
+
+
+def test_file_host_fake_survives_two_writers_at_once(tmp_path):
+    # two daemons in one test share the fake's knob file (the second-daemon refusal test): their writes
+    # must neither rename each other's temp file away nor lose an update
+    import threading
+
+    from tests.daemon_fakes import FileHost, read_knobs
+
+    hosts = [FileHost(knob_file=str(tmp_path / "knobs.json")) for _ in range(2)]
+    itrs = hosts[0].knobs().itr_us[:50]
+    errors: list[BaseException] = []
+
+    def hammer(h: FileHost) -> None:
+        try:
+            for itr in itrs:
+                h.set_itr(itr)
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=hammer, args=(h,)) for h in hosts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert read_knobs(tmp_path)["writes"] == 2 * len(itrs)
