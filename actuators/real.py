@@ -326,8 +326,9 @@ def make_real_host(
             if kind == "prober" and "target" not in opts and qps_server:
                 opts["target"] = qps_server  # probe the server whose load is counted
             latency = _latency_source(kind, opts, root)
+            target = getattr(getattr(latency, "config", None), "target", None)
             host.probe_counts_in_qps = (
-                kind == "prober" and qps_server is not None and same_server(qps_server, latency.config.target)
+                kind == "prober" and qps_server is not None and target is not None and same_server(qps_server, target)
             )
         host.latency = latency
     return host

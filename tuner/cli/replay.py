@@ -15,10 +15,14 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from core.errors import TunerError
 from tuner.cli.load import add_load_arguments, load_from_args
 from tuner.cli.replay_settings import parse_number, tuner_settings
+
+if TYPE_CHECKING:
+    from tuner.optimize.settings import Objective, TunerSettings
 
 #: Default peak of the replayed schedule (QPS); see the module docstring.
 DEFAULT_PEAK_QPS = 600_000.0
@@ -331,8 +335,8 @@ def _run(args: argparse.Namespace) -> int:
 def execute(
     host_spec: str,
     schedule: object,
-    objective: object,
-    settings: object,
+    objective: Objective,
+    settings: TunerSettings,
     policies: tuple[str, ...],
     out: Path,
     *,

@@ -271,8 +271,12 @@ class SqlTrials:
 
         Trials without a class (imported by hand from `tuner.trial/v1` files of unknown hosts) count as this
         host's own. With no class (`hw_class` ""), only the host's own trials."""
-        rows = self._select("(host = ? OR hw_class = '')", [host], limit)
-        own = parse_rows(rows, self.location)
+        # two indexed queries (an OR of the two would read all of the host's rows and sort them)
+        cols = "line, hw_class, time"
+        rows = self._select("host = ?", [host], limit, cols=cols)
+        rows += self._select("hw_class = '' AND host <> ?", [host], limit, cols=cols)
+        rows.sort(key=lambda r: r[2])
+        own = parse_rows([(line, c) for line, c, _ in rows[-limit:]], self.location)
         if space is not None:
             own = in_space(own, space)
         if not hw_class:
