@@ -271,6 +271,14 @@ class RetuneDriver(HistoryLayer):
         self.metrics.trials.labels(status=status).inc()
         log.info("trial %s/%d %s: %s", rid, row["index"], status, describe(row, self.policy().percentile))
 
+    def _load_moved(self, mdict: dict[str, Any] | None, qps_values: list[float]) -> tuple[float, float] | None:
+        """(load the chosen point was measured at, load of the retune's last trial) when they differ by more
+        than the load band (`tuning.load_change_pct`); None when they agree or either is unknown."""
+        if not mdict or not qps_values:
+            return None
+        at, now = float(mdict.get("offered_qps") or 0.0), float(qps_values[-1])
+        return (at, now) if _load_moved_from(at, now, self.config.tuning.load_change_pct / 100) else None
+
     def _decide(self, opt: Any, rid: str, reason: str) -> None:
         try:
             d = self._timed(opt.best)
@@ -278,9 +286,23 @@ class RetuneDriver(HistoryLayer):
             mdict = measurement_dict(d.measurement, time.time()) if d.measurement else None
         except Exception as exc:  # noqa: BLE001 - e.g. every trial failed
             point, met, detail, mdict = safe_corner(self.space), False, f"no decision ({exc}); safe corner", None
-        point = self._apply(point)
         qps_values = [t.qps for t in _retune_trials(opt) if t.status == "completed"]
         tuned = sum(qps_values) / len(qps_values) if qps_values else 0.0
+        moved = self._load_moved(mdict, qps_values)
+        if moved is not None:
+            # the chosen point met the SLA at a load the host has left during the retune (a trial at 100K
+            # does not vouch for 600K): hold the safe corner, tuned for the load now, and retune at once
+            at, now = moved
+            log.warning(
+                "decision %s: the chosen point met the SLA at %.0f QPS but the load moved to %.0f QPS during "
+                "the retune; holding the safe corner and retuning",
+                rid,
+                at,
+                now,
+            )
+            point, met, tuned = safe_corner(self.space), False, now
+            detail = f"load moved during the retune ({at:.0f} -> {now:.0f} QPS): safe corner, retuning"
+        point = self._apply(point)
         pol = self.policy()
         cur = self.state.current_retune or {}
         decision = {
@@ -309,12 +331,16 @@ class RetuneDriver(HistoryLayer):
             self.state.tuned_qps = tuned
             self.state.last_retune_time = decision["time"]
             self.state.decisions.append(decision)
-            self._load_trigger = False
+            self._load_trigger = moved is not None
             self._save()
         self.metrics.last_retune.set(decision["time"])
         log.info("decision %s (%s): %s, met SLA: %s, tuned for %.0f QPS -- %s", rid, reason, point, met, tuned, detail)
         self._publish(decision)
         self._model_table(rid, opt, tuned, pol.percentile)
+
+
+def _load_moved_from(at: float, now: float, band: float) -> bool:
+    return at > 0 and now > 0 and abs(at - now) > band * now
 
 
 def _retune_trials(opt: Any) -> list[Any]:
