@@ -13,6 +13,7 @@ Target: the second host's day 0 needs <= 3 trials per retune at <= 1.02 x the or
 trial time above the SLA, against a fresh host's ~6.6 trials per retune.
 
     .venv/bin/python bench/fleet.py [--every 3] [--seed-a 0] [--seeds-b 1] [--slas 99:500]
+    .venv/bin/python bench/fleet.py --seed-a 5 --seeds-b 6 --offset 1 --reverse --peak-qps 450000  # another day
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds-b", default="1", help="comma list of seeds for the second host")
     ap.add_argument("--slas", default="99:500", help="comma list PCT:US")
     ap.add_argument("--peak-qps", type=float, default=600_000.0)
+    ap.add_argument("--offset", type=int, default=0, help="first hourly window (then every --every-th)")
+    ap.add_argument("--reverse", action="store_true", help="replay the windows in reverse order (another day shape)")
     ap.add_argument("--no-fresh", action="store_true", help="skip the fresh-host comparison run")
     ap.add_argument("--limit", type=int, default=2000, help="warm-start trials per source (own, class)")
     args = ap.parse_args(argv)
@@ -58,7 +61,12 @@ def main(argv: list[str] | None = None) -> int:
     from tuner.store.warm import class_history
 
     sched = load_schedule(sample_trace_path(), peak_qps=args.peak_qps)
-    windows = [ReplayWindow(w.index, w.start_s, w.seconds, w.qps) for w in sched.windows][:: args.every]
+    picked = list(sched.windows)[args.offset :: args.every]
+    if args.reverse:  # the same loads, another order: the day starts at its peak
+        picked = [
+            type(w)(index=i, start_s=i * w.seconds, seconds=w.seconds, qps=w.qps) for i, w in enumerate(picked[::-1])
+        ]
+    windows = [ReplayWindow(w.index, w.start_s, w.seconds, w.qps) for w in picked]
     slas = [(float(a), float(b)) for a, b in (x.split(":") for x in args.slas.split(","))]
     seeds_b = [int(s) for s in args.seeds_b.split(",")]
     cls = make_host("sim", seed=args.seed_a).hardware_class()
