@@ -326,9 +326,7 @@ def make_real_host(
             if kind == "prober" and "target" not in opts and qps_server:
                 opts["target"] = qps_server  # probe the server whose load is counted
             latency = _latency_source(kind, opts, root)
-            host.probe_counts_in_qps = (
-                kind == "prober" and qps_server is not None and same_server(qps_server, latency.config.target)
-            )
+            host.probe_counts_in_qps = kind == "prober" and _probes_server(latency, qps_server)
         host.latency = latency
     return host
 
@@ -338,6 +336,13 @@ def _memcached_of(qps_spec: Any) -> str | None:
     if isinstance(qps_spec, str) and qps_spec.startswith("memcached:"):
         return qps_spec.split(":", 1)[1]
     return None
+
+
+def _probes_server(latency: LatencySource, server: str | None) -> bool:
+    """Whether `latency` is a prober whose requests go to `server` (so they count in its QPS)."""
+    from actuators.latency.prober import Prober
+
+    return isinstance(latency, Prober) and server is not None and same_server(server, latency.config.target)
 
 
 def _latency_source(kind: str, opts: dict[str, Any], root: Path) -> LatencySource:

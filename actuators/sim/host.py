@@ -46,6 +46,7 @@ import math
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -54,6 +55,7 @@ from actuators.host import PERCENTILES, KnobSpace, Measurement, OperatingPoint
 from actuators.hwclass import HardwareClass
 from actuators.sim.model import (
     SimParams,
+    SimResult,
     adaptive_itr_us,
     lock_utilisation,
     package_power_w,
@@ -112,8 +114,8 @@ def _bracket(itr: int) -> tuple[int, int, float]:
 #: Memo of the long-run cells behind `expected()` / `expected_default()`: pure functions of (params, cores,
 #: ITR anchor, load, frequency) computed from fixed seeds, so hosts built alike share them (a replay's
 #: oracle and its tuner's windows ask for the same cells).  Bounded (LRU); `clear_expected_cache()` empties it.
-_CELLS: OrderedDict[tuple, tuple[np.ndarray, float, float]] = OrderedDict()
-_DEFAULTS: dict[tuple, Expected] = {}
+_CELLS: OrderedDict[tuple[Any, ...], tuple[np.ndarray, float, float]] = OrderedDict()
+_DEFAULTS: dict[tuple[Any, ...], Expected] = {}
 MAX_CACHED_CELLS = 65536  # ~200 B each
 
 
@@ -123,7 +125,7 @@ def clear_expected_cache() -> None:
     _DEFAULTS.clear()
 
 
-def _p99_se(sim) -> np.ndarray:
+def _p99_se(sim: SimResult) -> np.ndarray:
     """(F,) batch-means standard error of each row's p99: blocks of consecutive interrupt periods (all
     simulated cores), so the queueing autocorrelation within a block is honoured."""
     blocks = sim.period * SE_BLOCKS // max(sim.periods, 1)
@@ -133,7 +135,8 @@ def _p99_se(sim) -> np.ndarray:
     if len(parts) < 2:
         return np.full(sim.latency_us.shape[0], np.inf)
     per_block = np.stack([np.percentile(s, 99.0, axis=1, method="lower") for s in parts], axis=1)
-    return per_block.std(axis=1, ddof=1) / math.sqrt(len(parts))
+    se: np.ndarray = per_block.std(axis=1, ddof=1) / math.sqrt(len(parts))
+    return se
 
 
 def _shrink(
@@ -392,7 +395,7 @@ class SimHost:
         cw = np.cumsum(weights[order])
         cw /= cw[-1]
         flat = lat.ravel()[order]
-        latency = {pct: float(flat[min(np.searchsorted(cw, pct / 100.0), flat.size - 1)]) for pct in PERCENTILES}
+        latency = {pct: float(flat[min(int(np.searchsorted(cw, pct / 100.0)), flat.size - 1)]) for pct in PERCENTILES}
         result = Expected(latency, float(np.dot(occ, power)))
         self._default_cache[key] = result
         while len(self._default_cache) > MAX_CACHED_CELLS // 16:
@@ -433,7 +436,7 @@ class SimHost:
         noisy = (p99 < REFINE_MAX_US) & (se > np.maximum(REFINE_REL_SE * p99, REFINE_ABS_SE_US))
         lats = [sim.latency_us[j] for j in range(len(todo))]
         n1 = sim.latency_us.shape[1]
-        for j in np.flatnonzero(noisy):
+        for j in np.flatnonzero(noisy).tolist():
             # one more independent run at this frequency only, sized so the pooled SE reaches the target
             # (SE ~ 1/sqrt(n)), at most EXPECTED_REFINED requests in all
             target = max(REFINE_TARGET_REL_SE * p99[j], REFINE_TARGET_ABS_SE_US)
@@ -453,7 +456,7 @@ class SimHost:
             power[j] = (n1 * power[j] + n2 * float(package_power_w(self._p, more, self._cores, qps)[0])) / (n1 + n2)
             # pooled SE: the larger run's batch-means SE scaled to the pooled count
             se[j] = float(_p99_se(more)[0]) * math.sqrt(n2 / (n1 + n2))
-        for j in np.flatnonzero(noisy):
+        for j in np.flatnonzero(noisy).tolist():
             quant[j] = np.percentile(lats[j], PERCENTILES)
         for j, fi in enumerate(todo):
             self._cache[(self._p, self._cores, itr, round(qps, 3), fi)] = (quant[j], float(power[j]), float(se[j]))

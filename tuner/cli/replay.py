@@ -13,10 +13,15 @@ import math
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from core.errors import TunerError
 from tuner.cli.load import add_load_arguments, load_from_args
 from tuner.optimize.latscale import KINDS as LATENCY_METRICS  # `latency_metric` values
+
+if TYPE_CHECKING:  # imported where used: the CLI starts without them
+    from traces.schedule import Schedule
+    from tuner.optimize.settings import Objective, TunerSettings
 
 #: Default peak of the replayed schedule (QPS); see the module docstring.
 DEFAULT_PEAK_QPS = 600_000.0
@@ -199,18 +204,18 @@ def _num(text: str, flag: str, *, integer: bool = False, minimum: float | None =
 WINDOW_MODES = ("fixed", "adaptive")
 
 
-def tuner_settings(args: argparse.Namespace) -> object:
+def tuner_settings(args: argparse.Namespace) -> TunerSettings:
     """TunerSettings from the flags: defaults, then the `--tuner` preset, then every flag given explicitly."""
     from tuner.optimize.settings import TunerSettings
     from tuner.replay.run import TUNER_PRESETS, preset_settings
 
-    base: dict[str, object] = {
+    base: dict[str, Any] = {
         "sobol_trials": int(_num(args.sobol_trials, "--sobol-trials", integer=True, minimum=1, strict=False)),
         "settle_s": _num(args.settle, "--settle", minimum=0, strict=False),
         "window_s": _num(args.window, "--window", minimum=0),
         "seed": args.seed,
     }
-    explicit: dict[str, object] = {}
+    explicit: dict[str, Any] = {}
     if args.itr_resolution is not None:
         explicit["itr_resolution_us"] = int(
             _num(args.itr_resolution, "--itr-resolution", integer=True, minimum=1, strict=False)
@@ -332,9 +337,9 @@ def run(args: argparse.Namespace) -> int:
 
 def execute(
     host_spec: str,
-    schedule: object,
-    objective: object,
-    settings: object,
+    schedule: Schedule,
+    objective: Objective,
+    settings: TunerSettings,
     policies: tuple[str, ...],
     out: Path,
     *,
@@ -354,9 +359,9 @@ def execute(
     from tuner.cli.output import print_json, table_console
     from tuner.hosts import make_host
     from tuner.replay.report import print_report, summary, write_files, write_trials
-    from tuner.replay.run import replay
+    from tuner.replay.run import ReplayWindow, replay
 
-    seed = settings.seed  # type: ignore[attr-defined]
+    seed = settings.seed
     first = make_host(host_spec, seed=seed, **(host_options or {}))
     if not isinstance(first, LoadControl):
         raise TunerError(
@@ -370,10 +375,10 @@ def execute(
 
         history = read_trials(history_path, space=first.knobs())
 
-    def factory():  # type: ignore[no-untyped-def]
+    def factory():
         return spare.pop() if spare else make_host(host_spec, seed=seed, **(host_options or {}))
 
-    windows = schedule.windows  # type: ignore[attr-defined]
+    windows = tuple(ReplayWindow(w.index, w.start_s, w.seconds, w.qps, w.day) for w in schedule.windows)
     console = Console(stderr=True)
     t0 = time.perf_counter()
     if quiet or not console.is_terminal:
@@ -382,7 +387,7 @@ def execute(
             windows,
             objective,
             settings,
-            policies=policies,  # type: ignore[arg-type]
+            policies=policies,
             host_label=host_spec,
             source=source,
             oracle_exhaustive=oracle_exhaustive,
@@ -412,15 +417,15 @@ def execute(
                 windows,
                 objective,
                 settings,
-                policies=policies,  # type: ignore[arg-type]
+                policies=policies,
                 progress=progress,
                 host_label=host_spec,
                 source=source,
                 oracle_exhaustive=oracle_exhaustive,
                 history=history,
             )
-    result.meta["peak_qps_target"] = schedule.peak_qps  # type: ignore[attr-defined]
-    result.meta["trace_scale"] = schedule.scale  # type: ignore[attr-defined]
+    result.meta["peak_qps_target"] = schedule.peak_qps
+    result.meta["trace_scale"] = schedule.scale
     result.meta["total_wall_s"] = time.perf_counter() - t0
     if day_noise is not None:
         result.meta["day_noise"] = day_noise

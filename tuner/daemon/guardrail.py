@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from actuators.host import Measurement, OperatingPoint
 from core.errors import TunerError
@@ -83,13 +84,13 @@ class Guardrail(DaemonReads):
         for g in reversed(goods):
             p = point_from(g["point"])
             lat = latency_at(g.get("measurement") or {}, pol.percentile)
-            if p == exclude or lat is None or lat > pol.sla_us or g["qps"] < 0.95 * qps:
+            if p is None or p == exclude or lat is None or lat > pol.sla_us or g["qps"] < 0.95 * qps:
                 continue
             try:
-                return self.space.check(p), f"met the SLA at {g['qps']:.0f} QPS ({lat:.0f} µs)"
+                return self.knob_space.check(p), f"met the SLA at {g['qps']:.0f} QPS ({lat:.0f} µs)"
             except TunerError:
                 continue
-        return safe_corner(self.space), "safe corner (minimum ITR, maximum frequency)"
+        return safe_corner(self.knob_space), "safe corner (minimum ITR, maximum frequency)"
 
     def _guardrail(self, m: Measurement, when: float, lat: float, pol: PolicyConfig) -> None:
         point, why = self.fallback_point(m.offered_qps, self._current_point)
@@ -99,7 +100,7 @@ class Guardrail(DaemonReads):
             )
             return
         point = self._apply(point)
-        decision = {
+        decision: dict[str, Any] = {
             "retune_id": (self.state.held or {}).get("retune_id", ""),
             "reason": "guardrail",
             "point": point_list(point),

@@ -14,7 +14,7 @@ from typing import Any
 from actuators.host import Measurement
 from core.errors import TunerError
 from tuner.daemon.guardrail import Guardrail
-from tuner.daemon.plain import describe, measurement_dict, point_from, point_list, safe_corner
+from tuner.daemon.plain import describe, measurement_dict, point_list, point_of, safe_corner
 
 log = logging.getLogger("tuner.daemon.loop")  # one logger for the whole control loop (operators filter on it)
 
@@ -25,12 +25,12 @@ class RetuneDriver(Guardrail):
     def _signature(self) -> dict[str, Any]:
         return {
             "policy": dict(self.policy().__dict__),
-            "itr": [self.space.itr_us[0], self.space.itr_us[-1]],
-            "dvfs": [self.space.dvfs_ghz[0], self.space.dvfs_ghz[-1]],
+            "itr": [self.knob_space.itr_us[0], self.knob_space.itr_us[-1]],
+            "dvfs": [self.knob_space.dvfs_ghz[0], self.knob_space.dvfs_ghz[-1]],
         }
 
     def _retune(self, reason: str) -> None:
-        opt = None
+        opt: Any = None
         try:
             opt = self._retune_with(reason)
         except TunerError as exc:
@@ -44,10 +44,17 @@ class RetuneDriver(Guardrail):
                 close()
             self._open_optimizer_close = None
 
+    def _current_retune(self) -> dict[str, Any]:
+        """The running retune's state record (set before its first trial)."""
+        cur = self.state.current_retune
+        if cur is None:
+            raise TunerError("no retune is running")
+        return cur
+
     def _retune_with(self, reason: str) -> Any:
         tuning = self.config.tuning
         cur = self.state.current_retune
-        opt = None
+        opt: Any = None
         if cur is not None:
             if cur.get("signature") != self._signature():
                 log.info("retune %s was started under another policy/bounds; starting afresh", cur["id"])
@@ -95,7 +102,7 @@ class RetuneDriver(Guardrail):
             with self._lock:
                 self._history_trials = int(cur.get("history_trials", 0))
         self._open_optimizer_close = getattr(opt, "close", None)
-        rid = self.state.current_retune["id"]
+        rid = self._current_retune()["id"]
         self.metrics.retunes.labels(reason=reason).inc()
         self._count(f"retunes:{reason}")
         self._set_loop_state("retuning")
@@ -111,7 +118,7 @@ class RetuneDriver(Guardrail):
                 if stop:
                     log.info("retune %s stops after %d trials: %s", rid, done, why)
                     with self._lock:
-                        self.state.current_retune["stopped"] = why
+                        self._current_retune()["stopped"] = why
                     break
             self._beat()
             if self._stop.is_set():
@@ -145,7 +152,7 @@ class RetuneDriver(Guardrail):
     def _offered_qps(self) -> float:
         """The load a retune starts at: the host's offered QPS, else the last window's."""
         try:
-            qps = float(self.host.offered_qps())
+            qps = float(self.live_host.offered_qps())
             if math.isfinite(qps) and qps >= 0:
                 return qps
         except Exception as exc:  # noqa: BLE001 - a QPS source hiccup must not stop a retune
@@ -172,7 +179,7 @@ class RetuneDriver(Guardrail):
         except TunerError as exc:
             log.warning("retune %s: history store unreadable (%s); starting cold", rid, exc)
             return 0
-        usable = in_space(entries, self.space)
+        usable = in_space(entries, self.knob_space)
         if not self.config.tuning.context:
             band = self.config.tuning.load_change_pct / 100
             usable = [e for e in usable if abs(e.record.qps - qps) <= band * qps]
@@ -212,7 +219,7 @@ class RetuneDriver(Guardrail):
                 obj = as_objective(t.get("objective") or dict(self.policy().__dict__))
                 rec = TrialRecord(
                     int(t["index"]),
-                    point_from(t["point"]),
+                    point_of(t["point"]),
                     float(t["measurement"]["offered_qps"]),
                     "completed",
                     m,
@@ -259,7 +266,7 @@ class RetuneDriver(Guardrail):
 
         policy = self._trial_window_policy()
         t0 = time.monotonic()
-        m = measure_window(self.host, policy)
+        m = measure_window(self.live_host, policy)
         self._wait(m.seconds - (time.monotonic() - t0), interruptible=False)
         now = time.time()
         with self._lock:
@@ -317,7 +324,7 @@ class RetuneDriver(Guardrail):
         text = self._timed(opt.to_json)
         with self._lock:
             self.state.trials.append(row)
-            self.state.current_retune["optimizer"] = text
+            self._current_retune()["optimizer"] = text
             self.state.counters["trials"] = int(self.state.counters.get("trials", 0)) + 1
             self.state.counters[f"trials:{status}"] = int(self.state.counters.get(f"trials:{status}", 0)) + 1
             self._save()  # trial and experiment in one atomic write
@@ -330,13 +337,13 @@ class RetuneDriver(Guardrail):
             point, met, detail = d.point, bool(d.met_sla), str(d.reason)
             mdict = measurement_dict(d.measurement, time.time()) if d.measurement else None
         except Exception as exc:  # noqa: BLE001 - e.g. every trial failed
-            point, met, detail, mdict = safe_corner(self.space), False, f"no decision ({exc}); safe corner", None
+            point, met, detail, mdict = safe_corner(self.knob_space), False, f"no decision ({exc}); safe corner", None
         point = self._apply(point)
         qps_values = [t.qps for t in _retune_trials(opt) if t.status == "completed"]
         tuned = sum(qps_values) / len(qps_values) if qps_values else 0.0
         pol = self.policy()
         cur = self.state.current_retune or {}
-        decision = {
+        decision: dict[str, Any] = {
             "retune_id": rid,
             "reason": reason,
             "point": point_list(point),

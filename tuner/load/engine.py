@@ -103,8 +103,8 @@ def run_worker(spec: WorkerSpec, plan: Plan, pipe: Connection) -> None:
     except Exception as exc:  # noqa: BLE001 -- a process boundary: the parent reports it as one line
         pipe.send(("error", f"generator process failed: {type(exc).__name__}: {exc}"))
     finally:
-        for c in conns:
-            c.sock.close()
+        for conn in conns:
+            conn.sock.close()
 
 
 def _flush(conns: list[_Conn], pipe: Connection, now: int, final: bool) -> None:

@@ -15,8 +15,8 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from multiprocessing.connection import wait
-from typing import Any, TextIO
+from multiprocessing.connection import Connection, wait
+from typing import Any, TextIO, cast
 
 import numpy as np
 from hdrh.histogram import HdrHistogram
@@ -231,7 +231,7 @@ def _collect(plan, settings, seconds, pipes, procs, stopped, on_second, hlog) ->
                 if proc.is_alive():
                     os.kill(proc.pid, signal.SIGTERM)
             told_stop = True
-        for pipe in wait(live, timeout=0.2):
+        for pipe in cast("list[Connection]", wait(live, timeout=0.2)):  # `wait` returns the pipes it was given
             try:
                 msg = pipe.recv()
             except EOFError:

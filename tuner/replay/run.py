@@ -21,6 +21,7 @@ A multi-day schedule (`traces.schedule.repeat_days`) carries each window's `day`
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import time
@@ -233,12 +234,12 @@ def oracle_point(
     if not exhaustive:
         sla = objective.sla_us
         tops: dict[float, int] = {}  # frequency -> its largest ITR index meeting the SLA
-        top: int | None = len(itrs) - 1  # no ITR index above this meets the SLA at the current frequency
+        top = len(itrs) - 1  # no ITR index above this meets the SLA at the current frequency
         for f in reversed(freqs):
-            top = _largest_meeting(lambda i, f=f: latency(i, f), sla, top, first_step=1 if f != freqs[-1] else 0)
-            if top is None:
+            found = _largest_meeting(functools.partial(latency, f=f), sla, top, first_step=1 if f != freqs[-1] else 0)
+            if found is None:
                 break
-            tops[f] = top
+            top = tops[f] = found
         # The lowest ITRs: power rises with ITR there (the busy-polling hump) before it falls, so a feasible
         # range's low end can beat its high end. Power at the lowest ITR rises with frequency, so from the
         # slowest feasible frequency up, once it is above the best found no frequency's low end can win.
@@ -402,8 +403,8 @@ def _run_tuner_window(
         trial_window_s=sum(m.seconds for m in measured),
         fixed_window_s=len(measured) * settings.window_s,
         gated_trials=len(gated),
-        gated_p_sum=sum(float(r.p_violation) for r in gated),  # type: ignore[arg-type]
-        gated_over=sum(1 for r in gated if not objective.met(r.measurement)),  # type: ignore[arg-type]
+        gated_p_sum=sum(float(r.p_violation) for r in gated if r.p_violation is not None),
+        gated_over=sum(1 for r in gated if r.measurement is not None and not objective.met(r.measurement)),
     ), recs
 
 
