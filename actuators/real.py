@@ -25,7 +25,7 @@ from actuators.linux.itr import NicItr, physical_interfaces
 from actuators.linux.originals import OriginalsStore, RestoreReport, default_state_dir, restore_originals
 from actuators.linux.rapl import EnergyMeter, discover_meter
 from actuators.sensors import LatencySource, QpsSource
-from core.errors import HostError
+from core.errors import HostError, HostPartsError
 
 log = logging.getLogger(__name__)
 
@@ -317,7 +317,7 @@ def make_real_host(
     build("qps", make_qps)
     qps_spec = qps
     if problems:
-        raise HostError("; ".join(problems))
+        raise HostPartsError(problems)
     if "latency" in parts:
         if latency is None or isinstance(latency, dict):
             opts = dict(latency or {})

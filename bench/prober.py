@@ -4,13 +4,13 @@ Starts the Debian memcached on 127.0.0.1 (a free port), then measures, each for 
 
 * `closed_loop_back_to_back` / `closed_loop_after_idle_5ms`: one client, gets back to back vs. after a 5 ms
   idle gap -- the difference is CPU wake-up (idle-state exit, vCPU halt) on client and server;
-* `prober_<isolation>_<main>`: the prober at --rate in a child interpreter vs. a thread, with this process's
+* `prober_<isolation>_<main>`: the prober at --rate-hz in a child interpreter vs. a thread, with this process's
   main thread idle vs. spinning in Python (holding the GIL, as a tuner fitting a model would);
 * `prober_process_idle_<5x rate>Hz`: a higher probe rate (shorter idle gaps).
 
 Loopback only, bounded: about 8 x --seconds in total.
 
-    .venv/bin/python bench/prober.py [--seconds 2] [--rate 200]
+    .venv/bin/python bench/prober.py [--seconds 2] [--rate-hz 200]
 """
 
 from __future__ import annotations
@@ -72,31 +72,31 @@ def _window(prober: Prober, seconds: float, busy_main: bool) -> dict[str, float]
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=2.0)
-    ap.add_argument("--rate", type=float, default=200.0)
+    ap.add_argument("--rate-hz", type=float, default=200.0)
     args = ap.parse_args()
     server = start_memcached()
     result: dict[str, object] = {
         "machine": platform.platform(),
         "python": platform.python_version(),
         "client_settings": read_client_settings("/").lines(),
-        "rate_hz": args.rate,
+        "rate_hz": args.rate_hz,
         "window_s": args.seconds,
     }
     try:
-        n = int(args.seconds * args.rate)
+        n = int(args.seconds * args.rate_hz)
         result["closed_loop_back_to_back"] = _closed_loop(server.address, n, 0.0)
         result["closed_loop_after_idle_5ms"] = _closed_loop(server.address, n, 0.005)
         for isolation in ("process", "thread"):
-            prober = Prober(target=server.address, rate_hz=args.rate, isolation=isolation, settings_root=None)
+            prober = Prober(target=server.address, rate_hz=args.rate_hz, isolation=isolation, settings_root=None)
             try:
                 for busy in (False, True):
                     key = f"prober_{isolation}_{'busy' if busy else 'idle'}_main"
                     result[key] = _window(prober, args.seconds, busy)
             finally:
                 prober.close()
-        fast = Prober(target=server.address, rate_hz=args.rate * 5, settings_root=None)
+        fast = Prober(target=server.address, rate_hz=args.rate_hz * 5, settings_root=None)
         try:
-            result[f"prober_process_idle_{args.rate * 5:g}Hz"] = _window(fast, args.seconds, False)
+            result[f"prober_process_idle_{args.rate_hz * 5:g}Hz"] = _window(fast, args.seconds, False)
         finally:
             fast.close()
     finally:

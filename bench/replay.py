@@ -47,6 +47,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from tuner.replay.run import WARM_ABLATIONS  # noqa: E402  (light: no Ax, no torch)
+
 TARGETS = {
     "saved_pct_99_500": 45.0,
     "violating_windows_99_500": 0,
@@ -70,7 +72,6 @@ def oracle_memo(loads: list[float], slas: list[tuple[float, float]], *, check: b
     (wall and process CPU, per window: mean and max). `check`: the exhaustive grid search on every load and
     SLA too, and how many agree (the oracle claims equality, not an approximation).
     """
-    from actuators.sim.host import clear_expected_cache
     from tuner.hosts import make_host
     from tuner.optimize.settings import Objective
     from tuner.replay.run import oracle_point
@@ -82,7 +83,7 @@ def oracle_memo(loads: list[float], slas: list[tuple[float, float]], *, check: b
     cells: list[int] = []
     for pct, sla in slas:
         for q in sorted(set(loads)):
-            clear_expected_cache()
+            host.expected_cache.clear()  # type: ignore[attr-defined]
             t0, c0 = time.perf_counter(), time.process_time()
             point, how = oracle_point(host, Objective("constrained", pct, sla), q)
             wall.append(time.perf_counter() - t0)
@@ -273,17 +274,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 #: Multi-day variants: a preset of `tuner.replay.run.TUNER_PRESETS` plus field overrides (the ablations).
+#: (The ablations are also `tuner replay --preset NAME`: `tuner.replay.run.WARM_ABLATIONS`.)
 VARIANTS: dict[str, tuple[str, dict]] = {
     "cold": ("cold", {}),
     "warm": ("warm", {}),
-    "warm-no-safety": ("warm", {"safe_delta": 0.0}),
-    "warm-no-evidence": ("warm", {"safe_radius": 0.0}),
-    "warm-no-adaptive": ("warm", {"window_mode": "fixed"}),
-    "warm-no-stop": ("warm", {"stop_ei_pct": 0.0}),
-    "warm-no-context": ("warm", {"context": False}),
-    "warm-no-guard": ("warm", {"window_guard": False}),
-    "warm-no-sd-scale": ("warm", {"safe_sd_scale": 1.0}),
-    "warm-headroom": ("warm", {"latency_metric": "headroom"}),
+    **{name: ("warm", dict(over)) for name, over in WARM_ABLATIONS.items()},
 }
 ABLATIONS = (
     "warm-no-safety",

@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from actuators.host import OperatingPoint, apply_point
-from actuators.sim.host import SimHost, clear_expected_cache
+from actuators.sim.host import SimHost
 
 
 def _ms(fn, repeat: int) -> float:
@@ -49,14 +49,13 @@ def speeds(repeat: int = 5) -> dict:
     host.set_offered_qps(600_000)
     out["hold_3600s_ms"] = _ms(lambda: host.measure(3600.0), 3)
     cold = []
-    clear_expected_cache()
+    host.expected_cache.clear()
     for k in range(5):
         apply_point(host, OperatingPoint(150 + 50 * k, round(1.5 + 0.2 * k, 1)))
         cold.append(_ms(lambda: host.measure(20.0), 1))
     out["window_20s_cold_ms"] = {"600000": round(statistics.median(cold), 1), "600000_max": max(cold)}
     grid = [OperatingPoint(i, f) for i in host.knobs().itr_us for f in host.knobs().dvfs_ghz]
     cold = SimHost(seed=1)
-    clear_expected_cache()
     t = time.perf_counter()
     cold.expected(grid, 400_000)
     dt = time.perf_counter() - t
@@ -67,8 +66,7 @@ def speeds(repeat: int = 5) -> dict:
     out["expected_points_per_s_cached"] = round(len(grid) / (time.perf_counter() - t))
 
     def default_cold() -> None:
-        clear_expected_cache()
-        SimHost(seed=1).expected_default(400_000)
+        SimHost(seed=1).expected_default(400_000)  # a fresh host: its own, empty cache
 
     out["expected_default_cold_ms"] = _ms(default_cold, 3)
     return out

@@ -4,6 +4,8 @@ For each store (a SQLite file in a temp dir; PostgreSQL with `--pg URL`, or `--p
 cluster started like the tests' `tests/pg_server.py`):
   * writes/s of durable adds of one trial each (one transaction per trial: the worst case) and in batches
     of 100 (a retune's trials arrive together);
+    (wall time, plus the client's CPU time: on a shared machine the wall time also counts waiting for a core;
+    the load average is recorded);
   * filled to `--trials` (default 100,000) trials over `--hosts` hosts in `--classes` classes, the
     warm-start read a retune does -- `store.warm_start(host, class, limit)`: this host's newest `limit`
     trials and its class's, parsed into entries -- median and max over 20 hosts, at each `--limits`.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
@@ -61,6 +64,7 @@ def _entries(n: int, hosts: int, classes: int, seed: int = 0) -> list:
 def bench_store(open_fn, entries: list, limits: list[int], hosts: int, classes: int) -> dict:  # type: ignore[no-untyped-def]
     res: dict = {}
     s = open_fn()
+    res["load_average_at_start"] = [round(x, 1) for x in os.getloadavg()]
     single = entries[:1000]
     t0 = time.perf_counter()
     for e in single:
@@ -79,18 +83,21 @@ def bench_store(open_fn, entries: list, limits: list[int], hosts: int, classes: 
     res["stored_trials"] = s.count()
     rng = random.Random(1)
     for limit in limits:
-        times, sizes = [], []
+        times, cpu, sizes = [], [], []
         for _ in range(20):
             h = rng.randrange(hosts)
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             own, cls = s.warm_start(f"host{h:03d}", f"class{h % classes}", limit)
             times.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
             sizes.append(len(own) + len(cls))
         res[f"warm_start_limit_{limit}"] = {
             "median_s": round(statistics.median(times), 4),
             "max_s": round(max(times), 4),
+            "median_client_cpu_s": round(statistics.median(cpu), 4),
             "trials_returned_median": statistics.median(sizes),
         }
+    res["load_average_at_end"] = [round(x, 1) for x in os.getloadavg()]
     s.close()
     return res
 

@@ -13,6 +13,14 @@ class HostError(TunerError):
     """The host could not do what was asked (permission, missing driver, failed read-back, ...)."""
 
 
+class HostPartsError(HostError):
+    """Several parts of a host cannot be built; `problems` lists each (`part: why`)."""
+
+    def __init__(self, problems: list[str] | tuple[str, ...]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("; ".join(self.problems))
+
+
 class InputError(TunerError):
     """Bad input in a file: the message starts with `FILE:LINE:` where a line is known."""
 
@@ -23,6 +31,11 @@ EXIT_CONFIG = 78
 
 
 class StartupError(TunerError):
-    """The configuration cannot work on this machine (found before serving): exit `EXIT_CONFIG`."""
+    """The configuration cannot work on this machine (found before serving): every problem in one message,
+    exit status `EXIT_CONFIG`."""
 
     exit_status = EXIT_CONFIG
+
+    def __init__(self, problems: list[str] | tuple[str, ...]) -> None:
+        self.problems = tuple(problems)
+        super().__init__(f"start-up checks: {len(self.problems)} problem(s): " + "; ".join(self.problems))

@@ -8,10 +8,14 @@ SIGTERM or a SIGKILL + restart left on the "hardware".
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import random
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,26 +36,37 @@ class FileHost(FakeHost):
         self.name = "file"
         self.path = Path(knob_file)
         self.qps_file = Path(qps_file) if qps_file else None
-        if not self.path.exists():
-            self._write(
-                {"itr": ORIGINAL["itr"], "dvfs": ORIGINAL["dvfs"], "originals": None, "restores": 0, "writes": 0}
-            )
+        with self._locked():
+            if not self.path.exists():
+                self._write(
+                    {"itr": ORIGINAL["itr"], "dvfs": ORIGINAL["dvfs"], "originals": None, "restores": 0, "writes": 0}
+                )
 
     def _read(self) -> dict:
         return json.loads(self.path.read_text())
 
     def _write(self, data: dict) -> None:
-        tmp = self.path.with_suffix(".tmp")
+        # a temp name of this process and thread: two daemons sharing the file (a test of the refusal of a
+        # second daemon) must not write the same temp file, which left it renamed away or holding two objects
+        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_text(json.dumps(data))
         os.replace(tmp, self.path)
 
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Read-modify-write under an exclusive flock, so concurrent writers never lose an update."""
+        with open(self.path.with_name(self.path.name + ".lock"), "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            yield
+
     def _set(self, key: str, value: Any) -> None:
-        data = self._read()
-        if data["originals"] is None:
-            data["originals"] = {"itr": data["itr"], "dvfs": data["dvfs"]}
-        data[key] = value
-        data["writes"] += 1
-        self._write(data)
+        with self._locked():
+            data = self._read()
+            if data["originals"] is None:
+                data["originals"] = {"itr": data["itr"], "dvfs": data["dvfs"]}
+            data[key] = value
+            data["writes"] += 1
+            self._write(data)
 
     def set_itr(self, itr_us: int) -> None:
         super().set_itr(itr_us)
@@ -63,12 +78,13 @@ class FileHost(FakeHost):
 
     def restore(self) -> None:
         super().restore()
-        data = self._read()
-        if data["originals"] is not None:
-            data.update(data["originals"])
-            data["originals"] = None
-        data["restores"] += 1
-        self._write(data)
+        with self._locked():
+            data = self._read()
+            if data["originals"] is not None:
+                data.update(data["originals"])
+                data["originals"] = None
+            data["restores"] += 1
+            self._write(data)
 
     def measure(self, seconds: float) -> Measurement:
         if self.qps_file is not None and self.qps_file.exists():

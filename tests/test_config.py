@@ -141,9 +141,37 @@ def test_loopback_detection():
 
 def test_metrics_off_and_host_options(tmp_path):
     cfg = parse_config(
-        '[metrics]\nlisten = "off"\n[host]\nspec = "mod:fn"\n[host.options]\nqps = 5\n', tmp_path / "c.toml"
+        '[metrics]\nlisten = "off"\n[host]\nspec = "tests.fakes:make_fake_host"\n[host.options]\nqps = 5\n',
+        tmp_path / "c.toml",
     )
-    assert cfg.metrics_listen is None and cfg.host.options == {"qps": 5} and cfg.host.spec == "mod:fn"
+    assert (
+        cfg.metrics_listen is None and cfg.host.options == {"qps": 5} and cfg.host.spec == "tests.fakes:make_fake_host"
+    )
+    assert cfg.host.mode == "tune"
+
+
+def test_host_options_checked_against_the_factory_signature(tmp_path):
+    """The example config once suggested `memcached = ...`, which the real host never took: --check said OK and
+    the daemon died at start-up with a TypeError. Every key is now checked, at its line."""
+    text = '[host]\nspec = "real"\nmode = "observe"\n[host.options]\nmemcached = "127.0.0.1:11211"\nparts = []\n'
+    with pytest.raises(InputError) as e:
+        parse_config(text, tmp_path / "c.toml")
+    lines = str(e.value).splitlines()
+    assert lines[0].startswith(f"{tmp_path / 'c.toml'}:5: host.options.memcached: not an option of host 'real'")
+    assert "qps" in lines[0] and "latency" in lines[0] and "parts" not in lines[0].partition("accepted")[2]
+    assert any(":6: host.options.parts: set by the daemon itself" in line for line in lines)
+    with pytest.raises(InputError, match=r"c.toml:2: host.spec: --host 'nosuchmod:make': cannot import"):
+        parse_config('[host]\nspec = "nosuchmod:make"\n', tmp_path / "c.toml")
+    with pytest.raises(InputError, match="host.mode: expected one of 'tune', 'observe'"):
+        parse_config('[host]\nmode = "watch"\n', tmp_path / "c.toml")
+
+
+def test_example_config_is_valid_and_shows_only_real_options():
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parent.parent / "deploy" / "tuner.example.toml"
+    assert load_config(example).host.mode == "tune"
+    assert "memcached = " not in example.read_text()
 
 
 def test_learning_tuning_and_history_keys(tmp_path):
@@ -236,7 +264,7 @@ colour = "red"
         f"{f}:11: tuning.safe_radius: expected a normalised knob distance in [0, 2] (0 = off), got 3",
         f"{f}:13: history.warm_start: expected true or false, got 1",
         f"{f}:14: history.keep_trials: expected 1..1000000, got 0",
-        f"{f}:15: history.colour: unknown key: expected one of file, keep_trials, warm_start",
+        f"{f}:15: history.colour: unknown key: expected one of file, keep_trials, url, warm_start",
     ]
     for want in expected:
         assert want in lines, (want, lines)
@@ -256,3 +284,17 @@ colour = "red"
     # the default minimum follows a shorter window_s instead of refusing a config that never set it
     short = parse_config("[tuning]\nwindow_s = 1.0\n", tmp_path / "t.toml")
     assert short.tuning.window_mode == "adaptive" and short.tuning.window_min_s == 1.0
+
+
+def test_history_url_names_the_trial_store(tmp_path):
+    from tuner.config import load_config
+
+    f = tmp_path / "t.toml"
+    f.write_text('[history]\nurl = "postgresql://tuner@db.example/tuner"\n')
+    assert load_config(f).history.url == "postgresql://tuner@db.example/tuner"
+    f.write_text('[state]\ndir = "st"\n')
+    assert load_config(f).history.url == ""  # the default: SQLite in the state directory
+    assert _errors('[history]\nurl = "mysql://x"\n', tmp_path) == [
+        f'{f}:2: history.url: expected "" (SQLite in the state directory), "postgresql://..." or '
+        "\"sqlite:///absolute/path\", got 'mysql://x'"
+    ]

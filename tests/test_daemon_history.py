@@ -12,7 +12,8 @@ from tests.fakes import FakeHost
 from tuner.cli.app import main
 from tuner.optimize.records import TrialRecord
 from tuner.optimize.settings import Objective
-from tuner.store.history import HistoryStore, read_entries, write_trials
+from tuner.store.history import read_entries, write_trials
+from tuner.store.sqlite import SqliteStore
 
 
 def _config(tmp_path, *, history: str = "", tuning: str = "", **kw):
@@ -56,7 +57,7 @@ def test_imported_history_seeds_the_first_retune_and_survives_restart(tmp_path, 
         d = _decisions(tmp_path, "startup")[0]
         assert d["history_trials"] == 5 and d["trials"] == 4
         assert r.stop() == 0
-    store = HistoryStore(tmp_path / "state" / "history.jsonl")
+    store = SqliteStore(tmp_path / "state" / "trials.sqlite")
     stored = store.read()
     assert len(stored) == 7 + 4  # the retune's 4 completed trials were appended
     own = [e for e in stored if e.host != "other/fake"]
@@ -95,7 +96,7 @@ def test_warm_start_off_starts_cold_but_still_records_history(tmp_path):
         wait_for(lambda: r.daemon.status()["state"] == "holding")
         assert opts.made[0].history == [] and r.daemon.status()["retune_history_trials"] == 0
         assert _decisions(tmp_path, "startup")[0]["history_trials"] == 0
-    assert len(HistoryStore(tmp_path / "state" / "history.jsonl").read()) == 3 + 4
+    assert len(SqliteStore(tmp_path / "state" / "trials.sqlite").read()) == 3 + 4
 
 
 def test_context_mode_uses_history_at_every_load(tmp_path):
@@ -148,21 +149,36 @@ def test_export_from_a_running_daemons_state_dir(tmp_path, capsys):
     assert all(json.loads(line)["objective"]["sla_us"] == 5000.0 for line in out.read_text().splitlines())
 
 
-def test_unreadable_history_store_means_a_cold_retune_not_a_dead_daemon(tmp_path, caplog):
+def test_unreadable_old_history_file_means_a_cold_retune_not_a_dead_daemon(tmp_path, caplog):
     cfg = _config(tmp_path, history="warm_start = true")
     (tmp_path / "state").mkdir()
     (tmp_path / "state" / "history.jsonl").write_text("{broken\n")
     opts = FakeOptimizers()
-    with caplog.at_level("WARNING", logger="tuner.daemon.loop"):
+    with caplog.at_level("WARNING", logger="tuner.store"):
         with Running(cfg, serve=False, optimizers=opts) as r:
             wait_for(lambda: r.daemon.status()["state"] == "holding")
             assert opts.made[0].history == []
     assert any(
-        "history store unreadable" in m and "history.jsonl:1: expected one JSON object" in m for m in caplog.messages
+        "not imported into the trial store" in m and "history.jsonl:1: expected one JSON object" in m
+        for m in caplog.messages
     )
-    # the retune's own trials start a new store; the damaged one is kept aside
-    assert len(HistoryStore(tmp_path / "state" / "history.jsonl").read()) == 4
-    assert [p.read_text() for p in (tmp_path / "state").glob("history.jsonl.bad-*")] == ["{broken\n"]
+    # the retune's own trials go to the trial store; the damaged file is left where it was, for inspection
+    assert len(SqliteStore(tmp_path / "state" / "trials.sqlite").read()) == 4
+    assert (tmp_path / "state" / "history.jsonl").read_text() == "{broken\n"
+
+
+def test_an_old_history_file_is_imported_once_and_seeds_the_first_retune(tmp_path, capsys):
+    cfg = _config(tmp_path, history="warm_start = true")
+    (tmp_path / "state").mkdir()
+    src = _trials_file(tmp_path, [100_000.0, 98_000.0])
+    (tmp_path / "state" / "history.jsonl").write_bytes(src.read_bytes())
+    opts = FakeOptimizers()
+    with Running(cfg, serve=False, optimizers=opts) as r:
+        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        assert sorted(opts.made[0].history) == [98_000.0, 100_000.0]
+    assert not (tmp_path / "state" / "history.jsonl").exists()
+    assert len(list((tmp_path / "state").glob("history.jsonl.imported-*"))) == 1
+    assert len(SqliteStore(tmp_path / "state" / "trials.sqlite").read()) == 2 + 4
 
 
 def test_adaptive_windows_size_each_trial_between_min_and_max(tmp_path):

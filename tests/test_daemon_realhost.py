@@ -49,7 +49,7 @@ def _untouched(root, nic):
 
 def test_daemon_writes_held_point_and_restores_on_stop(tmp_path, tree):
     root, nic = tree
-    cfg = write_config(tmp_path, options={}, window_s=0.1, sla_us=500.0)
+    cfg = write_config(tmp_path, host="tests.fakes:make_fake_host", options={}, window_s=0.1, sla_us=500.0)
     host = _host(root, nic)
     with Running(cfg, host=host, serve=False) as r:
         wait_for(lambda: r.daemon.status()["state"] == "holding", timeout=15)
@@ -71,7 +71,7 @@ def test_start_undoes_a_dead_runs_writes_first(tmp_path, tree):
     dead.apply(itr_us=300, dvfs_ghz=1.5)  # a previous daemon wrote the knobs, then was SIGKILLed
     del dead
     assert not _untouched(root, nic)
-    cfg = write_config(tmp_path, options={}, window_s=0.1)
+    cfg = write_config(tmp_path, host="tests.fakes:make_fake_host", options={}, window_s=0.1)
     d = Daemon(load_config(cfg), host=_host(root, nic), optimizers=FakeOptimizers(), serve=False)
     d.start()  # before the loop runs a single trial
     try:
@@ -79,3 +79,66 @@ def test_start_undoes_a_dead_runs_writes_first(tmp_path, tree):
     finally:
         d._shutdown()
     assert _untouched(root, nic)
+
+
+def _scrape(registry) -> dict:
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = generate_latest(registry).decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
+
+
+def test_observe_on_a_vm_like_host_with_a_real_memcached(tmp_path, tree, caplog):
+    """The first thing to run on a new host: no RAPL (a VM), memcached on loopback, the prober on the same
+    host. Nothing is written, power is unknown, and the prober's blind spot (no NIC, so no ITR delay) is
+    said in the log, in GetStatus and as a metric."""
+    import shutil
+
+    from memcached_server import start_memcached
+
+    root, nic = tree
+    shutil.rmtree(root / "sys/class/powercap")
+    server = start_memcached()
+    try:
+        opts = {
+            "root": str(root),
+            "state_dir": str(tmp_path / "orig"),
+            "qps": f"memcached:localhost:{server.port}",  # another spelling than the prober's default target
+        }
+        latency = '[host.options.latency]\nisolation = "thread"\nrate_hz = 300\n'
+        cfg = write_config(tmp_path, host="real", options=opts, window_s=0.3, extra=latency)
+        cfg.write_text(cfg.read_text().replace("[host]\n", '[host]\nmode = "observe"\n', 1))
+        with caplog.at_level("WARNING"), Running(cfg, serve=False) as r:
+            wait_for(lambda: sum(b.windows for b in r.daemon.baseline.data.values()) >= 2, timeout=20)
+            s = r.daemon.status()
+            metrics = _scrape(r.daemon.metrics.registry)
+            host = r.host
+        assert host.probe_counts_in_qps  # localhost and 127.0.0.1 are the same server: probes subtracted
+        assert s["point"] is None and s["trials_total"] == 0 and s["mode"] == "observe"
+        assert s["last_measurement"]["power_w"] is None and s["last_measurement"]["offered_qps"] < 100
+        assert any("never cross the NIC" in w for w in s["warnings"])
+        assert any(w.startswith("energy unavailable:") for w in s["warnings"])
+        assert metrics[("tuner_host_warnings", (("source", "latency"),))] >= 1
+        assert metrics[("tuner_host_warnings", (("source", "energy"),))] == 1
+        assert ("tuner_power_watts", ()) not in metrics
+        assert any("never cross the NIC" in rec.getMessage() for rec in caplog.records)
+        assert _untouched(root, nic) and nic.set_calls == []
+    finally:
+        server.stop()
+
+
+def test_dvfs_read_back_warnings_reach_status_and_metrics(tmp_path, tree):
+    """IA32_PERF_STATUS stays at the old ratio on this tree (as under a power limit): `apply` warns, and the
+    daemon no longer drops it."""
+    root, nic = tree
+    cfg = write_config(tmp_path, host="tests.fakes:make_fake_host", options={}, window_s=0.1)
+    with Running(cfg, host=_host(root, nic), serve=False) as r:
+        wait_for(lambda: r.daemon.status()["state"] == "holding", timeout=15)
+        wait_for(lambda: any("IA32_PERF_STATUS" in w for w in r.daemon.status()["warnings"]))
+        metrics = _scrape(r.daemon.metrics.registry)
+    assert metrics[("tuner_host_warnings", (("source", "dvfs"),))] >= 1

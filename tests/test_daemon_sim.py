@@ -102,7 +102,8 @@ def test_sim_daemon_with_ax_warm_starts_a_contextual_retune_from_imported_trials
     from tuner.hosts import make_host
     from tuner.optimize.records import TrialRecord
     from tuner.optimize.settings import Objective
-    from tuner.store.history import HistoryStore, write_trials
+    from tuner.store.history import write_trials
+    from tuner.store.sqlite import SqliteStore
 
     # another day's trials on the same (simulated) machine, at two loads
     other = make_host("sim", **SIM)
@@ -147,4 +148,7 @@ def test_sim_daemon_with_ax_warm_starts_a_contextual_retune_from_imported_trials
         st = read_state(tmp_path)
         assert st["held"]["history_trials"] == 6 and st["held"]["trials"] == 3
         assert len(st["trials"]) == 3  # history is data, not this retune's trials
-    assert len(HistoryStore(tmp_path / "state" / "history.jsonl").read()) == 6 + 3
+    stored = SqliteStore(tmp_path / "state" / "trials.sqlite").read()
+    assert len(stored) == 6 + 3
+    own = [e for e in stored if e.host != "yesterday/sim"]
+    assert len({e.hw_class for e in own}) == 1 and own[0].hw_class  # the sim host's class travels with its trials

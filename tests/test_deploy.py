@@ -105,7 +105,7 @@ def test_dashboard_queries_only_exported_metrics():
     used = {n for e in exprs for n in re.findall(r"\b(tuner_[a-z_]+)", e)}
     exposed = _exposed_names()
     assert used and used <= exposed, used - exposed
-    # every headline metric of the issue is on the dashboard
+    # every headline metric (docs/daemon.md, Metrics) is on the dashboard
     for name in (
         "tuner_itr_seconds",
         "tuner_cpu_frequency_hertz",

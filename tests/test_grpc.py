@@ -107,6 +107,25 @@ def test_get_operating_point_from_model_when_nothing_measured_meets(client, runn
     assert not r.meets_sla and "predicts p99 only" in r.note
 
 
+def test_get_power_curve_from_the_model(client, running):
+    c = client.call("GetPowerCurve")  # the policy's SLA and percentile
+    assert (c.sla_us, c.percentile) == (900.0, 99.0) and len(c.points) >= 1
+    p = c.points[0]
+    assert p.qps == pytest.approx(100_000.0) and p.meets_sla and p.source.startswith("model ")
+    assert p.predicted_latency_us + 1.645 * p.latency_sem_us <= 900.0 and p.latency_sem_us > 0
+    assert p.predicted_power_w > 0 and p.power_sem_w == 1.0
+    # a tighter SLA costs at least as much power; an impossible one is reported, not dropped
+    tight = client.call("GetPowerCurve", sla_us=p.predicted_latency_us * 0.8).points[0]
+    assert not tight.meets_sla or tight.predicted_power_w >= p.predicted_power_w
+    none = client.call("GetPowerCurve", sla_us=1.0).points[0]
+    assert not none.meets_sla and not none.HasField("point")
+    other = client.call("GetPowerCurve", percentile=90.0)
+    assert list(other.points) == [] and "other percentiles left out (p99)" in other.note
+    with pytest.raises(grpc.RpcError) as err:
+        client.call("GetPowerCurve", percentile=97.0)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
 @pytest.mark.parametrize(
     "fields, word",
     [

@@ -640,7 +640,7 @@ def test_standalone_prober_prints_hook_json(memcached):
             "actuators.latency.prober",
             "--target",
             memcached.address,
-            "--rate",
+            "--rate-hz",
             "200",
             "--seconds",
             "0.3",
@@ -678,7 +678,7 @@ def test_span_hook_drives_a_prober_until_eof(memcached):
             "actuators.latency.prober",
             "--target",
             memcached.address,
-            "--rate",
+            "--rate-hz",
             "200",
             "--until-eof",
         ],
@@ -740,3 +740,19 @@ def test_prometheus_min_window_floor(prom):
     w = src.end()
     assert server.seen[0]["query"] == QUERY.format(q="0.99", window="60000ms")
     assert w.latency_us == {99.0: pytest.approx(100.0)} and w.seconds == 1.5
+
+
+def test_standalone_prober_flags_are_the_config_keys():
+    """One name per option: each flag of `python -m actuators.latency.prober` that sets a `ProberConfig` field
+    is that field's name with dashes (`rate_hz` is `--rate-hz`, never `--rate`)."""
+    import dataclasses
+    import re
+    import subprocess
+
+    out = subprocess.run(
+        [sys.executable, "-m", "actuators.latency.prober", "--help"], capture_output=True, text=True, timeout=30
+    )
+    flags = set(re.findall(r"--([a-z][a-z-]*)", out.stdout))
+    fields = {f.name.replace("_", "-") for f in dataclasses.fields(ProberConfig)}
+    assert {"rate-hz", "timeout-s", "set-every", "keys", "cpus", "target"} <= flags & fields
+    assert "rate" not in flags and "timeout" not in flags

@@ -175,7 +175,7 @@ def test_cli_short_replay_writes_report(tmp_path: Path, capsys: pytest.CaptureFi
         (["--days", "1.5"], "--days '1.5': expected an integer"),
         (["--day-noise", "2"], "--day-noise '2': expected a fraction in [0, 1]"),
         (["--day-noise", "-0.1"], "--day-noise '-0.1': expected a number >= 0"),
-        (["--tuner", "hot"], "--tuner 'hot': expected one of cold, warm"),
+        (["--tuner", "hot"], "--preset 'hot': expected one of cold, warm"),
         (["--window-mode", "auto"], "--window-mode 'auto': expected one of fixed, adaptive"),
         (["--safe-delta", "1"], "--safe-delta '1': expected a probability in [0, 1)"),
         (["--safe-radius", "2.5"], "--safe-radius '2.5': expected a normalised knob distance in [0, 2]"),

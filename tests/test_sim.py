@@ -22,7 +22,8 @@ def test_make_host_sim_builds_a_host_with_load_control():
 
 def test_unknown_factory_option_is_one_line_error():
     with pytest.raises(
-        TunerError, match=r"^--host 'sim': option turbo: not an option of host 'sim' \(accepted: seed, cores, qps\)$"
+        TunerError,
+        match=r"^--host 'sim': option turbo: not an option of host 'sim' \(accepted: seed, cores, qps, cache, load_schedule\)$",
     ):
         make_host("sim", turbo=True)
     with pytest.raises(TunerError, match="cores"):
@@ -330,13 +331,9 @@ def test_long_windows_keep_getting_less_noisy():
 
 
 def test_expected_cells_do_not_depend_on_what_else_is_asked():
-    from actuators.sim.host import clear_expected_cache
-
     pts = [OperatingPoint(246, 1.6), OperatingPoint(110, 2.0)]
-    clear_expected_cache()
     alone = SimHost().expected(pts, 600_000)
-    clear_expected_cache()
-    host = SimHost(seed=9)  # another host, another seed: same long-run model
+    host = SimHost(seed=9)  # another host (its own cache), another seed: same long-run model
     host.expected([OperatingPoint(i, f) for i in (240, 100) for f in (1.3, 1.6, 2.0, 2.9)], 600_000)
     together = host.expected(pts, 600_000)
     assert [e.latency_us for e in alone] == [e.latency_us for e in together]

@@ -189,3 +189,27 @@ def test_concurrent_writers_from_many_daemons(tmp_path: Path, pg_url: str) -> No
     assert {h: len(stores[1].read(host=h)) for h in ("host0", "host3")} == {"host0": 200, "host3": 200}
     for s in stores:
         s.close()
+
+
+def test_cli_import_export_through_postgres_with_a_legacy_file(
+    tmp_path: Path, pg_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tuner.cli.app import main
+    from tuner.store.history import read_entries
+
+    src = tmp_path / "in.jsonl"
+    write_entries(src, [entry(i, "peer/sim") for i in range(5)])
+    state = tmp_path / "state"
+    state.mkdir()
+    write_entries(state / "history.jsonl", [entry(100 + i, "old/sim", hw_class="") for i in range(3)])
+    args = ["trials", "import", str(src), "--state-dir", str(state), "--url", pg_url, "--host", "sim"]
+    assert main(args) == 0
+    assert "imported 5 trial(s) into" in capsys.readouterr().out
+    assert not (state / "history.jsonl").exists()  # imported once, renamed
+    out = tmp_path / "out.jsonl"
+    assert main(["trials", "export", "--state-dir", str(state), "--url", pg_url, "--out", str(out)]) == 0
+    back = read_entries(out)
+    assert sorted((e.host, e.time) for e in back) == sorted(
+        [("old/sim", 100.0 + i) for i in range(3)] + [("peer/sim", float(i)) for i in range(5)]
+    )
+    assert {e.hw_class for e in back if e.host == "peer/sim"} == {"c1"}  # the class travels in the v1 line

@@ -16,7 +16,8 @@ from tuner.cli.app import main
 from tuner.daemon.state import DaemonState, StateStore
 from tuner.optimize.records import TrialRecord, record_to_dict
 from tuner.optimize.settings import Objective
-from tuner.store.history import HistoryStore, read_entries, write_trials
+from tuner.store.history import read_entries, write_trials
+from tuner.store.sqlite import SqliteStore
 
 REPO = Path(__file__).resolve().parent.parent
 POLICY = {"reward": "constrained", "sla_us": 500.0, "percentile": 99.0}
@@ -108,7 +109,7 @@ def test_import_rejects_a_foreign_knob_space_line_and_adds_nothing(tmp_path, cap
         f"tuner: error: {src}:3: point: outside this host's knob space: ITR 250 µs is not supported: "
         "expected an integer in 100..500 in steps of 100\n"
     )
-    assert HistoryStore(state / "history.jsonl").read() == []
+    assert not (state / "trials.sqlite").exists() or SqliteStore(state / "trials.sqlite").read() == []
 
 
 def test_import_checks_the_configs_knob_bounds_and_uses_its_store(tmp_path, capsys):
@@ -128,7 +129,7 @@ def test_import_checks_the_configs_knob_bounds_and_uses_its_store(tmp_path, caps
     assert f"{src}:2: point: outside this host's knob space: ITR 600 µs" in capsys.readouterr().err
     cfg.write_text(cfg.read_text().replace("[2, 400]", "[2, 1022]"))
     assert main(["trials", "import", str(src), "--config", str(cfg)]) == 0
-    assert len(HistoryStore(tmp_path / "hist" / "h.jsonl").read()) == 2
+    assert len(SqliteStore(tmp_path / "st" / "trials.sqlite").read()) == 2
     out = tmp_path / "o.jsonl"
     assert main(["trials", "export", "--config", str(cfg), "--out", str(out)]) == 0  # the config's store
     assert len(read_entries(out)) == 2
@@ -160,7 +161,8 @@ def test_export_from_replay_output(tmp_path, capsys):
 def test_export_of_an_empty_place_is_an_error(tmp_path, capsys):
     assert main(["trials", "export", "--state-dir", str(tmp_path), "--out", str(tmp_path / "o.jsonl")]) == 2
     assert capsys.readouterr().err == (
-        f"tuner: error: {tmp_path}: no daemon state here (expected state.json, experiments/ or history.jsonl)\n"
+        f"tuner: error: {tmp_path}: no daemon state here "
+        "(expected state.json, experiments/, trials.sqlite or history.jsonl)\n"
     )
     assert not (tmp_path / "o.jsonl").exists()
 

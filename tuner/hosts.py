@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import math
 import os
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from actuators.host import Host
 from core.errors import TunerError
 
 BUILTIN = {
-    "sim": "actuators.sim.host:make_sim_host",
+    "sim": "tuner.hosts:make_sim",
     "real": "actuators.real:make_real_host",
 }
 
@@ -140,3 +142,82 @@ def _takes(factory: Any, name: str) -> bool:
     except (TypeError, ValueError):
         return True
     return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+# ------------------------------------------------------------------------------------- the simulated host
+
+#: Keys of a `shape = "trace"` load schedule (the rest -- time_scale, clock -- pass through to the host).
+TRACE_LOAD_KEYS = ("path", "bin_s", "peak_qps", "scale", "start_s", "hours")
+DEFAULT_TRACE_BIN_S = 60.0
+DEFAULT_TRACE_PEAK_QPS = 600_000.0  # as `tuner replay`: the busiest bin at the dissertation's peak load
+EXAMPLE_LOAD = '{shape="steps", levels=[100000, 600000], step_s=240}'
+
+
+def make_sim(
+    seed: int = 0,
+    cores: int = 16,
+    qps: float | None = None,
+    cache: Any = None,
+    load_schedule: Mapping[str, Any] | None = None,
+) -> Host:
+    """The `sim` host (`actuators.sim.host.make_sim_host`), with a `load_schedule = {shape = "trace", ...}`
+    option's trace file read and binned here (`traces.schedule`): the simulator does not import `traces`."""
+    from actuators.sim.host import make_sim_host
+
+    if isinstance(load_schedule, Mapping) and load_schedule.get("shape") == "trace":
+        load_schedule = trace_load(load_schedule)
+    return make_sim_host(seed=seed, cores=cores, qps=qps, cache=cache, load_schedule=load_schedule)
+
+
+def trace_load(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A `shape = "trace"` load schedule as the simulator's `series` table: the trace's rate in `bin_s` bins
+    (default 60 s), scaled to `peak_qps` (default 600K) or by `scale`, from `start_s`, for `hours` (default
+    all of it). `path` defaults to the bundled sample day."""
+    from traces.schedule import load_schedule, sample_trace_path
+
+    rest = {k: v for k, v in spec.items() if k not in TRACE_LOAD_KEYS and k != "shape"}
+    unknown = sorted(set(rest) - {"time_scale", "clock"})
+    if unknown:
+        allowed = ", ".join((*TRACE_LOAD_KEYS, "time_scale", "clock"))
+        raise TunerError(f"sim: load_schedule (trace): unknown key(s) {', '.join(unknown)}: expected {allowed}")
+    path = spec.get("path", "")
+    if not isinstance(path, str):
+        raise TunerError(f"sim: load_schedule.path {path!r}: expected a trace file path")
+    kw: dict[str, float] = {}
+    for key in ("bin_s", "peak_qps", "scale", "start_s", "hours"):
+        if key in spec:
+            v = spec[key]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise TunerError(f"sim: load_schedule.{key} {v!r}: expected a finite number >= 0")
+            kw[key] = float(v)
+    kw.setdefault("bin_s", DEFAULT_TRACE_BIN_S)
+    if "scale" not in kw:
+        kw.setdefault("peak_qps", DEFAULT_TRACE_PEAK_QPS)
+    if kw["bin_s"] < 1:
+        raise TunerError(f"sim: load_schedule.bin_s {kw['bin_s']:g}: expected at least 1 s")
+    source = path or str(sample_trace_path())
+    try:
+        schedule = load_schedule(source, **kw)  # type: ignore[arg-type]
+    except TunerError as exc:
+        raise TunerError(f"sim: load_schedule.path: {_one_line(exc)}") from None
+    return {
+        "shape": "series",
+        "levels": [w.qps for w in schedule.windows],
+        "step_s": kw["bin_s"],
+        "source": source,
+        **rest,
+    }
+
+
+def parse_load_option(text: str, flag: str = "--load-schedule") -> dict[str, Any]:
+    """A load schedule given on the command line: a TOML inline table (the config's
+    `[host.options.load_schedule]`)."""
+    import tomllib
+
+    try:
+        value = tomllib.loads(f"load = {text}")["load"]
+    except tomllib.TOMLDecodeError as exc:
+        raise TunerError(f"{flag} {text!r}: expected a TOML inline table such as {EXAMPLE_LOAD} ({exc})") from None
+    if not isinstance(value, dict):
+        raise TunerError(f"{flag} {text!r}: expected a TOML inline table such as {EXAMPLE_LOAD}")
+    return value

@@ -268,8 +268,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m actuators.latency.prober", description=(main.__doc__ or "").splitlines()[0]
     )
     ap.add_argument("--target", required=True, help="memcached HOST:PORT or unix:/path (the server's NIC address)")
-    ap.add_argument("--rate", type=float, default=200.0, help="probes per second (default 200)")
-    ap.add_argument("--timeout", type=float, default=0.5, help="per-request timeout in s (default 0.5)")
+    # flags are ProberConfig's field names ([host.options.latency] keys) with dashes: one name per option
+    ap.add_argument("--rate-hz", type=float, default=200.0, help="probes per second (default 200)")
+    ap.add_argument("--timeout-s", type=float, default=0.5, help="per-request timeout in s (default 0.5)")
     ap.add_argument("--keys", type=int, default=16)
     ap.add_argument("--set-every", type=int, default=0, help="every Nth probe is a set (default 0: gets only)")
     ap.add_argument("--cpus", default="", help="pin the probe loop, e.g. 3 or 2,3")
@@ -284,8 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = ProberConfig(
             target=args.target,
-            rate_hz=args.rate,
-            timeout_s=args.timeout,
+            rate_hz=args.rate_hz,
+            timeout_s=args.timeout_s,
             keys=args.keys,
             set_every=args.set_every,
             isolation="thread",

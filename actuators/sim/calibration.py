@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from actuators.host import OperatingPoint
-from actuators.sim.host import Expected, SimHost
+from actuators.sim.cells import Expected
+from actuators.sim.host import SimHost
 
 SLA_US = 500.0
 #: Table 6.1, Linux column: QPS -> (Z µs, alpha, phi).

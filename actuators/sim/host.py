@@ -43,9 +43,8 @@ from __future__ import annotations
 import bisect
 import hashlib
 import math
-from collections import OrderedDict
-from collections.abc import Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -53,6 +52,8 @@ import numpy as np
 from actuators.energy import counter_delta
 from actuators.host import PERCENTILES, KnobSpace, Measurement, OperatingPoint
 from actuators.hwclass import HardwareClass
+from actuators.sim.cells import Cell, Expected, ExpectedCache
+from actuators.sim.load import LoadSchedule, parse_load
 from actuators.sim.model import (
     SimParams,
     SimResult,
@@ -86,15 +87,6 @@ EXPECTED_SEED = 20230501
 DEFAULT_GOVERNOR_STEPS = 6000  # 10 ms governor samples behind expected_default() (60 s of occupancy)
 
 
-@dataclass(frozen=True)
-class Expected:
-    """Noise-free long-run latency percentiles (µs) and package power (W) of one operating point."""
-
-    latency_us: dict[float, float]
-    power_w: float
-    p99_se_us: float = 0.0  # standard error of latency_us[99.0] itself (batch means over its own sample)
-
-
 #: ITR values (µs) at which `expected()` simulates; other values are interpolated linearly between them.
 ITR_ANCHORS: tuple[int, ...] = (
     (2, 4, 6, 8, 10, 12, 16, 20, 26, 32, 40, 50, 60, 70, 80, 100) + tuple(range(120, 1000, 24)) + (1022,)
@@ -109,20 +101,6 @@ def _bracket(itr: int) -> tuple[int, int, float]:
     i = min(max(i, 1), len(ITR_ANCHORS) - 1)
     lo, hi = ITR_ANCHORS[i - 1], ITR_ANCHORS[i]
     return lo, hi, (itr - lo) / (hi - lo)
-
-
-#: Memo of the long-run cells behind `expected()` / `expected_default()`: pure functions of (params, cores,
-#: ITR anchor, load, frequency) computed from fixed seeds, so hosts built alike share them (a replay's
-#: oracle and its tuner's windows ask for the same cells).  Bounded (LRU); `clear_expected_cache()` empties it.
-_CELLS: OrderedDict[tuple[Any, ...], tuple[np.ndarray, float, float]] = OrderedDict()
-_DEFAULTS: dict[tuple[Any, ...], Expected] = {}
-MAX_CACHED_CELLS = 65536  # ~200 B each
-
-
-def clear_expected_cache() -> None:
-    """Forget every cached long-run cell (benchmarks of the cold cost)."""
-    _CELLS.clear()
-    _DEFAULTS.clear()
 
 
 def _p99_se(sim: SimResult) -> np.ndarray:
@@ -183,7 +161,15 @@ class SimHost:
 
     name = "sim"
 
-    def __init__(self, seed: int = 0, cores: int = 16, qps: float = 200_000.0, params: SimParams | None = None) -> None:
+    def __init__(
+        self,
+        seed: int = 0,
+        cores: int = 16,
+        qps: float = 200_000.0,
+        params: SimParams | None = None,
+        cache: ExpectedCache | None = None,
+        load_schedule: LoadSchedule | Mapping[str, Any] | None = None,
+    ) -> None:
         if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
             raise TunerError(f"sim: cores {cores!r}: expected a positive integer")
         self._p = params or SimParams()
@@ -192,15 +178,19 @@ class SimHost:
         self._rng = np.random.default_rng(self._seed)
         self._knobs = KnobSpace.ixgbe(dvfs_steps(self._p.f_min, self._p.f_max))
         self._freqs = np.array(self._knobs.dvfs_ghz)
-        self._qps = self._check_qps(qps)
+        self._load = None if load_schedule is None else parse_load(load_schedule)
+        self._t0 = time.monotonic()
+        self._qps = self._check_qps(qps) if self._load is None else self._load.qps_at(0.0)
         self._itr: int | None = None
         self._dvfs: float | None = None
         self._clock_s = 0.0
         self._zones = ("package-0", "package-1") if cores >= 2 else ("package-0",)
         # counters start at arbitrary (seeded) values, like a machine that has been up for a while
         self._counters = {z: int(self._rng.integers(0, ENERGY_WRAP)) for z in self._zones}
-        self._cache = _CELLS  # shared by hosts with the same params and cores (keys include both)
-        self._default_cache = _DEFAULTS
+        # long-run memo: this host's own unless one is shared (keys hold params and cores, so any host may)
+        if cache is not None and not isinstance(cache, ExpectedCache):
+            raise TunerError(f"sim: cache {cache!r}: expected an ExpectedCache shared in-process (not a config value)")
+        self._cache = cache if cache is not None else ExpectedCache()
 
     # --- Host protocol -----------------------------------------------------------------------------------
     def knobs(self) -> KnobSpace:
@@ -222,9 +212,14 @@ class SimHost:
         self._dvfs = None
 
     def offered_qps(self) -> float:
+        self._follow_load()
         return float(self._qps * (1.0 + QPS_READ_SIGMA * self._rng.standard_normal()))
 
     def set_offered_qps(self, qps: float) -> None:
+        if self._load is not None:
+            raise TunerError(
+                "sim: the offered load follows the host's load_schedule; a fixed load needs a host without one"
+            )
         self._qps = self._check_qps(qps)
 
     # --- extras ---------------------------------------------------------------------------------------------
@@ -235,6 +230,16 @@ class SimHost:
     @property
     def params(self) -> SimParams:
         return self._p
+
+    @property
+    def load_schedule(self) -> LoadSchedule | None:
+        """The load schedule the offered load follows, or None (a fixed load, `set_offered_qps`)."""
+        return self._load
+
+    @property
+    def expected_cache(self) -> ExpectedCache:
+        """The long-run memo; pass it as `cache=` to another host to share the cells."""
+        return self._cache
 
     def hardware_class(self) -> HardwareClass:
         """A sim class from the model: hosts with the same `SimParams` and cores are one class (the seed,
@@ -263,6 +268,7 @@ class SimHost:
             raise TunerError(f"sim: window {seconds!r}: expected seconds > 0") from None
         if not math.isfinite(seconds) or seconds <= 0:
             raise TunerError(f"sim: window {seconds!r}: expected seconds > 0")
+        self._follow_load()
         rng = self._rng
         point = self.point()
         burst = BURST_SIGMA / math.sqrt(max(seconds, 1e-3))
@@ -350,13 +356,15 @@ class SimHost:
             need.setdefault(lo, set()).add(fi)
             if w > 0.0:
                 need.setdefault(hi, set()).add(fi)
+        cells: dict[tuple[int, int], Cell] = {}
         for anchor, fis in need.items():
-            self._expected_cells(anchor, qps, sorted(fis))
+            for fi, cell in self._expected_cells(anchor, qps, sorted(fis)).items():
+                cells[(anchor, fi)] = cell
         out: list[Expected] = []
         for (lo, hi, w), fi in plan:
-            lat, power, se = self._cell(lo, qps, fi)
+            lat, power, se = cells[(lo, fi)]
             if w > 0.0:
-                lat_hi, pw_hi, se_hi = self._cell(hi, qps, fi)
+                lat_hi, pw_hi, se_hi = cells[(hi, fi)]
                 lat = (1.0 - w) * lat + w * lat_hi
                 power = (1.0 - w) * power + w * pw_hi
                 se = math.hypot((1.0 - w) * se, w * se_hi)
@@ -367,9 +375,9 @@ class SimHost:
         """Long-run values in Linux default mode (5.4 adaptive ITR + intel_pstate powersave) at `qps`."""
         qps = max(self._check_qps(qps), MIN_MODEL_QPS)
         key = (self._p, self._cores, round(qps, 3))
-        hit = self._default_cache.get(key)
-        if hit is not None:
-            return hit
+        return self._cache.defaults.get(key, lambda: self._compute_default(qps))
+
+    def _compute_default(self, qps: float) -> Expected:
         lam = qps / self._cores / 1e6
         itr = adaptive_itr_us(self._p, qps, self._cores)
         occ = pstate_occupancy(
@@ -396,13 +404,15 @@ class SimHost:
         cw /= cw[-1]
         flat = lat.ravel()[order]
         latency = {pct: float(flat[min(int(np.searchsorted(cw, pct / 100.0)), flat.size - 1)]) for pct in PERCENTILES}
-        result = Expected(latency, float(np.dot(occ, power)))
-        self._default_cache[key] = result
-        while len(self._default_cache) > MAX_CACHED_CELLS // 16:
-            self._default_cache.pop(next(iter(self._default_cache)))
-        return result
+        return Expected(latency, float(np.dot(occ, power)))
 
     # --- internals ------------------------------------------------------------------------------------------
+    def _follow_load(self) -> None:
+        """Move the nominal load to the schedule's value now (a window runs at the load of its start)."""
+        if self._load is not None:
+            t = time.monotonic() - self._t0 if self._load.clock == "wall" else self._clock_s
+            self._qps = self._load.qps_at(t)
+
     def _long_run_latency(self, point: OperatingPoint | None) -> dict[float, float] | None:
         """Long-run percentiles at the current nominal load: `expected` (static point) or `expected_default`
         (both knobs governed); None with one knob static and the other governed (no long-run model kept)."""
@@ -413,17 +423,20 @@ class SimHost:
             return self.expected_default(qps).latency_us
         return None
 
-    def _cell(self, itr: int, qps: float, fi: int) -> tuple[np.ndarray, float, float]:
-        key = (self._p, self._cores, itr, round(qps, 3), fi)
-        hit = self._cache[key]
-        self._cache.move_to_end(key)
-        return hit
+    def _expected_cells(self, itr: int, qps: float, fis: list[int]) -> dict[int, Cell]:
+        """The cells (itr, qps, f) for frequency indices `fis`: cached ones as held, the others computed (one
+        run for all of them) and cached; the returned values never depend on what the bound evicts."""
+        base = (self._p, self._cores, itr, round(qps, 3))
 
-    def _expected_cells(self, itr: int, qps: float, fis: list[int]) -> None:
-        """Compute and cache the cells (itr, qps, f) for frequency indices `fis` not cached yet."""
-        todo = [fi for fi in fis if (self._p, self._cores, itr, round(qps, 3), fi) not in self._cache]
-        if not todo:
-            return
+        def compute(missing: list[tuple[Any, ...]]) -> dict[tuple[Any, ...], Cell]:
+            todo = [key[-1] for key in missing]
+            return {base + (fi,): cell for fi, cell in zip(todo, self._compute_cells(itr, qps, todo), strict=True)}
+
+        got = self._cache.cells.get_many([base + (fi,) for fi in fis], compute)
+        return {key[-1]: cell for key, cell in got.items()}
+
+    def _compute_cells(self, itr: int, qps: float, todo: list[int]) -> list[Cell]:
+        """Simulate the cells (itr, qps, f) for frequency indices `todo` (see `expected`)."""
         lam = qps / self._cores / 1e6
         freqs = self._freqs[todo]
         sim = simulate(
@@ -458,10 +471,7 @@ class SimHost:
             se[j] = float(_p99_se(more)[0]) * math.sqrt(n2 / (n1 + n2))
         for j in np.flatnonzero(noisy).tolist():
             quant[j] = np.percentile(lats[j], PERCENTILES)
-        for j, fi in enumerate(todo):
-            self._cache[(self._p, self._cores, itr, round(qps, 3), fi)] = (quant[j], float(power[j]), float(se[j]))
-        while len(self._cache) > MAX_CACHED_CELLS:
-            self._cache.popitem(last=False)
+        return [(quant[j], float(power[j]), float(se[j])) for j in range(len(todo))]
 
     def _advance_counters(self, power_w: float, seconds: float) -> tuple[float, dict[str, float]]:
         """Advance each zone's wrapping counter, reading it every COUNTER_READ_S; return the energy read."""
@@ -495,6 +505,23 @@ class SimHost:
         return value
 
 
-def make_sim_host(seed: int = 0, cores: int = 16, qps: float = 200_000.0) -> SimHost:
-    """Factory for `tuner.hosts.make_host("sim", ...)` (its signature is what `[host.options]` may hold)."""
-    return SimHost(seed=int(seed), cores=int(cores), qps=qps)
+def make_sim_host(
+    seed: int = 0,
+    cores: int = 16,
+    qps: float | None = None,
+    cache: ExpectedCache | None = None,
+    load_schedule: LoadSchedule | Mapping[str, Any] | None = None,
+) -> SimHost:
+    """Factory for `tuner.hosts.make_host("sim", ...)` (its signature is what `[host.options]` may hold).
+
+    `cache`: an `ExpectedCache` to share with other hosts of the same process (a replay's policies).
+    `load_schedule`: a load schedule (`actuators.sim.load`) the offered load follows instead of `qps`."""
+    if load_schedule is not None and qps is not None:
+        raise TunerError("sim: give qps (a fixed load) or load_schedule, not both")
+    return SimHost(
+        seed=int(seed),
+        cores=int(cores),
+        qps=200_000.0 if qps is None else qps,
+        cache=cache,
+        load_schedule=load_schedule,
+    )

@@ -1,8 +1,12 @@
-"""`tuner doctor`: what this host offers for tuning, what is missing, and the fix for each (read-only)."""
+"""`tuner doctor`: what this host offers for tuning, what is missing, and the fix for each (read-only).
+
+With `--config FILE` it also runs the daemon's start-up checks on that configuration (the host built in dry
+run, nothing written) and exits by their verdict: what `tuner daemon` would refuse to start with."""
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -11,15 +15,35 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="check this host for what tuning needs (read-only)",
         description="Read-only checks: msr module, CAP_SYS_RAWIO / CAP_NET_ADMIN, HWP, cpufreq driver and "
         "governor, available frequencies, RAPL domains, NIC driver and coalescing, memcached, the prober's "
-        "own governor and C-states, and whether this is a VM. Exit 0 when the tuner can run here, 1 when it "
-        "cannot, 2 on bad arguments.",
+        "own governor and C-states, and whether this is a VM. With --config, also the daemon's start-up checks "
+        "of that file. Exit 0 when the tuner can run here (with --config: when the daemon would start), 1 when "
+        "it cannot, 2 on bad arguments.",
     )
-    p.add_argument("--root", default="/", help="prefix for /sys, /dev, /proc (a fake tree in tests)")
+    p.add_argument("--root", default=None, help="prefix for /sys, /dev, /proc (a fake tree in tests; default /)")
     p.add_argument("--iface", metavar="IF[,IF...]", help="NIC(s) to check (default: all physical NICs)")
-    p.add_argument("--memcached", default="127.0.0.1:11211", metavar="ADDR", help="HOST:PORT or unix:/path")
+    p.add_argument(
+        "--memcached", default=None, metavar="ADDR", help="HOST:PORT or unix:/path (default 127.0.0.1:11211)"
+    )
     p.add_argument("--cores", metavar="LIST", help="CPU list to check (default: all online)")
+    p.add_argument("--config", "-c", metavar="FILE", help="also run the daemon's start-up checks on this config")
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
     p.set_defaults(func=run)
+
+
+def _from_config(args: argparse.Namespace, config: Any) -> None:
+    """Take root, iface, cores and the memcached address from a `real` host's options unless given."""
+    if config.host.spec != "real":
+        return
+    o = config.host.options
+    qps = o.get("qps", "memcached:127.0.0.1:11211")
+    if args.root is None and o.get("root"):
+        args.root = str(o["root"])
+    if args.iface is None and o.get("iface"):
+        args.iface = o["iface"] if isinstance(o["iface"], str) else ",".join(o["iface"])
+    if args.cores is None and o.get("cores") not in (None, "", "all"):
+        args.cores = o["cores"] if isinstance(o["cores"], str) else ",".join(str(c) for c in o["cores"])
+    if args.memcached is None and isinstance(qps, str) and qps.startswith("memcached:"):
+        args.memcached = qps.split(":", 1)[1]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -31,6 +55,14 @@ def run(args: argparse.Namespace) -> int:
     from actuators.linux.hwio import HardwareIO
     from actuators.real import _as_tuple, _cores, default_nic
 
+    config = None
+    if args.config:
+        from tuner.config import load_config
+
+        config = load_config(args.config)  # an invalid file: one line per problem, exit 2
+        _from_config(args, config)
+    args.root = args.root or "/"
+    args.memcached = args.memcached or "127.0.0.1:11211"
     MemcachedAddress.parse(args.memcached)  # a malformed address is a usage error (exit 2), not "cannot tune"
     cores = _cores(args.cores)
     root = Path(args.root)
@@ -42,5 +74,23 @@ def run(args: argparse.Namespace) -> int:
         closer = getattr(nic, "close", None)
         if callable(closer):
             closer()
-    print(json.dumps(report.to_json(), indent=1) if args.json else format_report(report))
+    problems: list[str] = []
+    if config is not None:
+        from tuner.daemon.startup import check_config
+
+        problems = check_config(config)
+    if args.json:
+        out = report.to_json()
+        if config is not None:
+            out["config"] = {"path": str(args.config), "mode": config.host.mode, "startup_problems": problems}
+        print(json.dumps(out, indent=1))
+    else:
+        print(format_report(report))
+        if config is not None:
+            head = f"start-up checks of {args.config} ({config.host.spec} host, mode {config.host.mode})"
+            print(f"{head}: OK, the daemon would start" if not problems else f"{head}: {len(problems)} problem(s)")
+            for p in problems:
+                print(f"  - {p}")
+    if config is not None:
+        return 0 if not problems else 1
     return 0 if report.can_tune else 1

@@ -2,24 +2,27 @@
 
 Defaults: the bundled synthetic 24 h sample trace, the simulated host, peak 600 kQPS (the dissertation's
 Twitter replay on a 16-core E5-2690 spans roughly 200-600 kQPS), hourly windows, 30 trials per retune, one day.
-`--days N` repeats the day with seeded day-to-day noise (`traces.schedule.repeat_days`); `--tuner cold|warm`
-and the learning flags choose between the dissertation's cold tuner and the contextual one.
+`--days N` repeats the day with seeded day-to-day noise (`traces.schedule.repeat_days`); `--preset NAME`
+(`tuner.replay.run.TUNER_PRESETS`: cold, warm and warm's ablations) chooses the tuner, and the learning flags
+override it. Every flag can also come from a `[replay]` table (`--config FILE`, `tuner.cli.replay_config`):
+the defaults, then the preset, then the file, then the command line. Rarely used flags are left out of
+`--help` (`RARE`); docs/replay.md lists them all.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from core.errors import TunerError
 from tuner.cli.load import add_load_arguments, load_from_args
-from tuner.optimize.latscale import KINDS as LATENCY_METRICS  # `latency_metric` values
+from tuner.cli.replay_settings import parse_number, tuner_settings
 
 if TYPE_CHECKING:  # imported where used: the CLI starts without them
+    from actuators.host import Host
     from traces.schedule import Schedule
     from tuner.optimize.settings import Objective, TunerSettings
 
@@ -30,6 +33,33 @@ DEFAULT_PEAK_QPS = 600_000.0
 #: The tuner `tuner replay` runs unless `--tuner` says otherwise: the 3-day benchmark (docs/benchmarks.md)
 #: showed every learning feature helps, so "warm"; "cold" is the dissertation's tuner.
 DEFAULT_PRESET = "warm"
+
+#: Flags (by dest) that stay out of `--help`: knobs for experiments, all documented in docs/replay.md and
+#: settable in a `[replay]` config file.
+RARE = frozenset(
+    {
+        "sobol_trials",
+        "settle",
+        "window",
+        "itr_resolution",
+        "oracle_exhaustive",
+        "day_noise",
+        "context",
+        "context_max_qps",
+        "history_max_trials",
+        "min_trials",
+        "stop_ei_pct",
+        "safe_delta",
+        "safe_radius",
+        "safe_model_error",
+        "safe_sd_scale",
+        "latency_metric",
+        "window_mode",
+        "window_guard",
+        "window_ci_pct",
+        "window_min_s",
+    }
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -91,15 +121,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="sigma of the per-window lognormal QPS factor on days >= 1, seeded by --seed "
         "(default 0.05 = 5 %%; clipped to the peak)",
     )
-    t = p.add_argument_group("tuner (a preset first, then each flag overrides it)")
+    t = p.add_argument_group(
+        "tuner (a preset first, then --config's [replay] table, then each flag overrides it; more flags: "
+        "docs/replay.md)"
+    )
     t.add_argument(
+        "--preset",
         "--tuner",
         dest="preset",
         default=DEFAULT_PRESET,
-        metavar="cold|warm",
+        metavar="NAME",
         help="warm (default, chosen by the 3-day benchmark): context + stopping rule + safe exploration "
-        "+ adaptive windows; cold: the dissertation's tuner (fresh experiment per window, 30 "
-        "trials, every option below off)",
+        "+ adaptive windows; cold: the dissertation's tuner (fresh experiment per window, 30 trials); "
+        "warm-no-safety, warm-no-evidence, warm-no-adaptive, warm-no-stop, warm-no-context, "
+        "warm-no-guard, warm-no-sd-scale, warm-headroom: warm without one feature (the benchmark's ablations)",
+    )
+    t.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="read options from the [replay] table of a TOML file (keys = flag names, e.g. sla_us = 200)",
     )
     t.add_argument(
         "--context",
@@ -187,91 +229,41 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="print the summary as JSON (what OUT/summary.json holds) instead of the tables",
     )
-    p.set_defaults(func=run)
-
-
-def _num(text: str, flag: str, *, integer: bool = False, minimum: float | None = None, strict: bool = True) -> float:
-    try:
-        value = int(text) if integer else float(text)
-    except (TypeError, ValueError):
-        raise TunerError(f"{flag} {text!r}: expected {'an integer' if integer else 'a number'}") from None
-    if not math.isfinite(value) or (minimum is not None and (value <= minimum if strict else value < minimum)):
-        raise TunerError(f"{flag} {text!r}: expected a number {'>' if strict else '>='} {minimum:g}")
-    return value
-
-
-#: `--window-mode` values (TunerSettings.window_mode).
-WINDOW_MODES = ("fixed", "adaptive")
-
-
-def tuner_settings(args: argparse.Namespace) -> TunerSettings:
-    """TunerSettings from the flags: defaults, then the `--tuner` preset, then every flag given explicitly."""
-    from tuner.optimize.settings import TunerSettings
-    from tuner.replay.run import TUNER_PRESETS, preset_settings
-
-    base: dict[str, Any] = {
-        "sobol_trials": int(_num(args.sobol_trials, "--sobol-trials", integer=True, minimum=1, strict=False)),
-        "settle_s": _num(args.settle, "--settle", minimum=0, strict=False),
-        "window_s": _num(args.window, "--window", minimum=0),
-        "seed": args.seed,
-    }
-    explicit: dict[str, Any] = {}
-    if args.itr_resolution is not None:
-        explicit["itr_resolution_us"] = int(
-            _num(args.itr_resolution, "--itr-resolution", integer=True, minimum=1, strict=False)
-        )
-    if args.trials is not None:
-        explicit["trials"] = int(_num(args.trials, "--trials", integer=True, minimum=1, strict=False))
-    if args.context is not None:
-        explicit["context"] = bool(args.context)
-    if args.context_max_qps is not None:
-        explicit["context_max_qps"] = _num(args.context_max_qps, "--context-max-qps", minimum=0)
-    if args.history_max_trials is not None:
-        explicit["history_max_trials"] = int(
-            _num(args.history_max_trials, "--history-max-trials", integer=True, minimum=1, strict=False)
-        )
-    if args.min_trials is not None:
-        explicit["min_trials"] = int(_num(args.min_trials, "--min-trials", integer=True, minimum=1, strict=False))
-    if args.stop_ei_pct is not None:
-        explicit["stop_ei_pct"] = _num(args.stop_ei_pct, "--stop-ei-pct", minimum=0, strict=False)
-    for field, flag, lo, hi, closed, what in (  # bounded safety settings: [lo, hi) or [lo, hi]
-        ("safe_delta", "--safe-delta", 0.0, 1.0, False, "a probability in [0, 1) (0 = off)"),
-        ("safe_radius", "--safe-radius", 0.0, 2.0, True, "a normalised knob distance in [0, 2] (0 = off)"),
-        ("safe_model_error", "--safe-model-error", 0.0, 1.0, True, "an SD of ln latency in [0, 1] (0 = off)"),
-        ("safe_sd_scale", "--safe-sd-scale", 1.0, 10.0, True, "a factor in [1, 10]"),
-    ):
-        text = getattr(args, field)
-        if text is None:
+    # Each option's default is kept aside and replaced by None, so `run` knows what the command line set
+    # (CLI over file over preset); rarely used flags leave --help.
+    defaults: dict[str, object] = {}
+    flags: dict[str, str] = {}
+    actions: dict[str, argparse.Action] = {}
+    for action in p._actions:
+        if action.dest == "help":
             continue
-        value = _num(text, flag, minimum=lo, strict=False)
-        if value > hi or (value == hi and not closed):
-            raise TunerError(f"{flag} {text!r}: expected {what}")
-        explicit[field] = value
-    if args.latency_metric is not None:
-        if args.latency_metric not in LATENCY_METRICS:
-            raise TunerError(f"--latency-metric {args.latency_metric!r}: expected one of {', '.join(LATENCY_METRICS)}")
-        explicit["latency_metric"] = args.latency_metric
-    if args.window_mode is not None:
-        if args.window_mode not in WINDOW_MODES:
-            raise TunerError(f"--window-mode {args.window_mode!r}: expected one of {', '.join(WINDOW_MODES)}")
-        explicit["window_mode"] = args.window_mode
-    if args.window_guard is not None:
-        explicit["window_guard"] = bool(args.window_guard)
-    if args.window_ci_pct is not None:
-        explicit["window_ci_pct"] = _num(args.window_ci_pct, "--window-ci-pct", minimum=0)
-    if args.window_min_s is not None:
-        explicit["window_min_s"] = _num(args.window_min_s, "--window-min-s", minimum=0)
-    if args.preset is not None and args.preset not in TUNER_PRESETS:
-        raise TunerError(f"--tuner {args.preset!r}: expected one of {', '.join(TUNER_PRESETS)}")
-    try:
-        if args.preset is not None:  # always, from the command line (default DEFAULT_PRESET)
-            return preset_settings(args.preset, TunerSettings(**base), **explicit)
-        return TunerSettings(**{**base, **explicit})
-    except TypeError as exc:  # a flag for a TunerSettings field this build does not have
-        raise TunerError(f"tuner settings: {exc}") from None
+        defaults[action.dest] = action.default
+        action.default = None
+        actions[action.dest] = action
+        flags.update({s: action.dest for s in action.option_strings})
+        if action.dest in RARE:
+            action.help = argparse.SUPPRESS
+    p.set_defaults(func=run, _replay=(defaults, flags, actions))
 
 
 def run(args: argparse.Namespace) -> int:
+    """Resolve every option (default < preset < `--config` file < command line), then replay."""
+    from tuner.cli import replay_config
+
+    defaults, flags, actions = args._replay
+    given = {dest for dest in defaults if getattr(args, dest) is not None}
+    in_file = replay_config.load(args.config, actions) if args.config is not None else {}
+    for dest, default in defaults.items():
+        if dest not in given:
+            setattr(args, dest, in_file[dest].value if dest in in_file else default)
+    from_file = {dest: fv.line for dest, fv in in_file.items() if dest not in given}
+    try:
+        return _run(args)
+    except TunerError as exc:
+        raise replay_config.attribute(exc, args.config, from_file, flags) from None
+
+
+def _run(args: argparse.Namespace) -> int:
     from reward import DEFAULT_REWARD
     from tuner.optimize.settings import Objective
     from tuner.replay.run import parse_policies
@@ -284,17 +276,24 @@ def run(args: argparse.Namespace) -> int:
         pct = float(args.percentile.rstrip("%").lstrip("pP"))
     except ValueError:
         pct = args.percentile
-    objective = Objective(reward=args.reward or DEFAULT_REWARD, percentile=pct, sla_us=sla)
+    try:
+        objective = Objective(reward=args.reward or DEFAULT_REWARD, percentile=pct, sla_us=sla)
+    except TunerError as exc:  # name the flag (or the config key) the value came from
+        text = str(exc)
+        flag = "--reward" if "reward" in text else "--percentile" if "percentile" in text else "--sla-us"
+        raise TunerError(f"{flag}: {text}") from None
     settings = tuner_settings(args)
     policies = parse_policies(args.policies)
-    hours = _num(args.hours, "--hours", minimum=0)
-    bin_s = _num(args.bin, "--bin", minimum=0)
-    peak = DEFAULT_PEAK_QPS if args.peak_qps is None else _num(args.peak_qps, "--peak-qps", minimum=0)
-    n_days = int(_num(args.days, "--days", integer=True, minimum=1, strict=False))
+    hours = parse_number(args.hours, "--hours", minimum=0)
+    bin_s = parse_number(args.bin, "--bin", minimum=0)
+    peak = DEFAULT_PEAK_QPS if args.peak_qps is None else parse_number(args.peak_qps, "--peak-qps", minimum=0)
+    n_days = int(parse_number(args.days, "--days", integer=True, minimum=1, strict=False))
     from traces.schedule import DEFAULT_DAY_NOISE, load_schedule, repeat_days, sample_trace_path
 
     noise = (
-        DEFAULT_DAY_NOISE if args.day_noise is None else _num(args.day_noise, "--day-noise", minimum=0, strict=False)
+        DEFAULT_DAY_NOISE
+        if args.day_noise is None
+        else parse_number(args.day_noise, "--day-noise", minimum=0, strict=False)
     )
     if noise > 1:
         raise TunerError(f"--day-noise {args.day_noise!r}: expected a fraction in [0, 1] (0.05 = 5 %)")
@@ -375,8 +374,12 @@ def execute(
 
         history = read_trials(history_path, space=first.knobs())
 
-    def factory():
-        return spare.pop() if spare else make_host(host_spec, seed=seed, **(host_options or {}))
+    # hosts with a long-run memo (the simulator) share it: the oracle and the tuner ask for the same cells
+    cache = getattr(first, "expected_cache", None)
+    share = {"cache": cache} if cache is not None else {}
+
+    def factory() -> Host:
+        return spare.pop() if spare else make_host(host_spec, seed=seed, **share, **(host_options or {}))
 
     windows = tuple(ReplayWindow(w.index, w.start_s, w.seconds, w.qps, w.day) for w in schedule.windows)
     console = Console(stderr=True)

@@ -25,7 +25,7 @@ from tuner.cli.load import add_load_arguments, load_from_args
 POINTS = "points.jsonl"
 META = "sweep.json"
 #: Fields of `sweep.json` that must match for `--resume` to append to an existing sweep.
-RESUME_KEYS = ("host", "qps", "seconds", "settle", "seed")
+RESUME_KEYS = ("host", "qps", "load_schedule", "seconds", "settle", "seed")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -64,6 +64,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--seed", type=int, default=None, help="seed passed to the host factory (simulated hosts)")
     add_load_arguments(p)
+    p.add_argument(
+        "--load-schedule",
+        default=None,
+        help="a moving load for the simulated host: a TOML inline table, e.g. "
+        "'{shape=\"sine\", low=100000, high=600000, period_s=600}'; each point records the load it ran at "
+        "(see docs/simulated-host-load.md); not with --qps",
+    )
     p.add_argument("--out", required=True, type=Path, help="output directory")
     p.add_argument(
         "--resume", action="store_true", help="append to an existing sweep in --out, skipping points already measured"
@@ -270,7 +277,7 @@ def _progress(total: int, done: int, every_s: float = 60.0) -> Iterator[Callable
 
 def run(args: argparse.Namespace) -> int:
     from actuators.host import LoadControl
-    from tuner.hosts import make_host
+    from tuner.hosts import make_host, parse_load_option
     from tuner.replay.sweep import (
         SweepConfig,
         grid,
@@ -289,6 +296,9 @@ def run(args: argparse.Namespace) -> int:
     pct = parse_percentile(args.percentile)
     min_load = _number(args.min_load, "--min-load", at_most=1.0)
     qps = None if args.qps is None else _number(args.qps, "--qps")
+    schedule = None if args.load_schedule is None else parse_load_option(args.load_schedule, "--load-schedule")
+    if schedule is not None and qps is not None:
+        raise TunerError("--load-schedule and --qps: give one (a moving load or a fixed one)")
     out: Path = args.out
     if out.exists() and not out.is_dir():
         raise TunerError(f"--out {str(out)!r} exists and is not a directory")
@@ -296,6 +306,7 @@ def run(args: argparse.Namespace) -> int:
     meta = {
         "host": args.host,
         "qps": qps,
+        "load_schedule": args.load_schedule,
         "seconds": config.seconds,
         "settle": config.settle,
         "seed": args.seed,
@@ -324,6 +335,8 @@ def run(args: argparse.Namespace) -> int:
 
     host_options: dict[str, Any] = {} if args.seed is None else {"seed": args.seed}
     load = load_from_args(args)
+    if schedule is not None:
+        host_options["load_schedule"] = schedule
     if load is not None:
         host_options["load"] = load
     host = make_host(args.host, **host_options)

@@ -4,11 +4,12 @@
     tuner trials import FILE [--config FILE] [--state-dir DIR] [--host sim|real|module:factory]
     tuner trials fleet [--config FILE | --state-dir DIR | --url URL] [--sla US] [--percentile P] [--json]
 
-Export writes every completed trial a daemon has (its history store, state.json and saved experiments,
+Export writes every completed trial a daemon has (its trial store, state.json and saved experiments,
 duplicates dropped) or a replay saved. Import checks every line against the host's knob space (bounded by
 the config's [knobs] when --config is given) -- one bad line rejects the file with `FILE:LINE: ...` -- and
-adds the trials to the daemon's history store, from which the next retune warm-starts (config
-`history.warm_start` or `tuning.context`). It may run while the daemon runs.
+adds the trials to the daemon's trial store (`<state dir>/trials.sqlite`, or the fleet's `history.url`),
+from which the next retune warm-starts (config `history.warm_start` or `tuning.context`). It may run while
+the daemon runs. A `history.jsonl` of an older daemon is imported into the store once, first.
 Fleet prints, from a trial store (a fleet's PostgreSQL, or one host's SQLite file), the best known point per
 hardware class and load band under one SLA (drifting hosts left out).
 """
@@ -49,7 +50,8 @@ def register(subparsers: Any) -> None:
         metavar="OUT_DIR",
         help="a `tuner replay --out` directory with saved trials (trials.jsonl)",
     )
-    e.add_argument("--config", type=Path, help="daemon config (for state.dir and history.file)")
+    e.add_argument("--config", type=Path, help="daemon config (for state.dir and history.url)")
+    e.add_argument("--url", help="trial store: postgresql://... or sqlite:///path (default: the config's)")
     e.add_argument("--out", type=Path, required=True, help="file to write (replaced atomically)")
     e.set_defaults(func=run_export)
 
@@ -57,7 +59,8 @@ def register(subparsers: Any) -> None:
         "import", help="validate trials against a host's knob space and add them to a daemon's history store"
     )
     i.add_argument("file", type=Path, help="a tuner.trial/v1 JSON-lines file (from `tuner trials export`)")
-    i.add_argument("--config", type=Path, help="daemon config (host, knob bounds, state.dir, history.file)")
+    i.add_argument("--config", type=Path, help="daemon config (host, knob bounds, state.dir, history.url)")
+    i.add_argument("--url", help="trial store: postgresql://... or sqlite:///path (default: the config's)")
     i.add_argument(
         "--state-dir",
         type=Path,
@@ -180,8 +183,21 @@ def _state_entries(state_dir: Path) -> list[Any]:
 # ------------------------------------------------------------------------------------------------ commands
 
 
+def _open_store(args: argparse.Namespace, cfg: Any) -> tuple[Any, Path]:
+    """The trial store named by --url / the config's history.url (default `<state dir>/trials.sqlite`), with an
+    old daemon's history.jsonl imported into it once; and the state directory."""
+    from tuner.store.open import import_legacy, open_store
+
+    state_dir, legacy = _store_path(args, cfg)
+    url = getattr(args, "url", None) or (cfg.history.url if cfg is not None else "")
+    store = open_store(url, state_dir)
+    import_legacy(store, legacy)
+    return store, state_dir
+
+
 def run_export(args: argparse.Namespace) -> int:
-    from tuner.store.history import REPLAY_TRIALS_FILE, HistoryStore, dedupe, read_entries, write_entries
+    from tuner.store.history import REPLAY_TRIALS_FILE, dedupe, read_entries, write_entries
+    from tuner.store.open import SQLITE_FILE
 
     if args.from_replay is not None:
         src = args.from_replay / REPLAY_TRIALS_FILE
@@ -195,11 +211,18 @@ def run_export(args: argparse.Namespace) -> int:
     else:
         cfg = _config(args.config)
         state_dir, history_file = _store_path(args, cfg)
-        if not any(p.exists() for p in (state_dir / "state.json", state_dir / "experiments", history_file)):
+        has_url = bool(args.url or (cfg.history.url if cfg is not None else ""))
+        places = (state_dir / "state.json", state_dir / "experiments", history_file, state_dir / SQLITE_FILE)
+        if not has_url and not any(p.exists() for p in places):
             raise InputError(
-                f"{state_dir}: no daemon state here (expected state.json, experiments/ or {history_file.name})"
+                f"{state_dir}: no daemon state here (expected state.json, experiments/, {SQLITE_FILE} "
+                f"or {history_file.name})"
             )
-        entries = HistoryStore(history_file).read() + _state_entries(state_dir)
+        store, _ = _open_store(args, cfg)
+        try:
+            entries = store.read() + _state_entries(state_dir)
+        finally:
+            store.close()
         where = str(state_dir)
     entries = dedupe(entries)
     n = write_entries(args.out, entries)
@@ -209,7 +232,7 @@ def run_export(args: argparse.Namespace) -> int:
 
 def run_import(args: argparse.Namespace) -> int:
     from tuner.hosts import make_host
-    from tuner.store.history import HistoryStore, read_entries
+    from tuner.store.history import read_entries
 
     cfg = _config(args.config)
     spec = args.host or (cfg.host.spec if cfg is not None else "sim")
@@ -228,14 +251,12 @@ def run_import(args: argparse.Namespace) -> int:
 
         space = bounded_space(space, cfg.knobs)
     entries = read_entries(args.file, space)  # one bad line rejects the whole file
-    state_dir, history_file = _store_path(args, cfg)
-    keep = cfg.history.keep_trials if cfg is not None else None
-    store = HistoryStore(history_file) if keep is None else HistoryStore(history_file, keep)
-    added, skipped = store.add(entries)
-    print(
-        f"imported {added} trial(s) into {history_file}; skipped {skipped} already there"
-        + (f" (the store keeps the newest {store.keep})" if len(store.read()) >= store.keep else "")
-    )
+    store, _ = _open_store(args, cfg)
+    try:
+        added, skipped = store.add(entries)
+    finally:
+        store.close()
+    print(f"imported {added} trial(s) into {store.location}; skipped {skipped} already there")
     return 0
 
 
@@ -252,7 +273,7 @@ def run_fleet(args: argparse.Namespace) -> int:
         if not (math.isfinite(v) and v > lo):
             raise InputError(f"{name} {v:g}: expected a number > {lo:g}")
     cfg = _config(args.config)
-    url = args.url if args.url is not None else (getattr(cfg.history, "url", "") if cfg is not None else "")
+    url = args.url if args.url is not None else (cfg.history.url if cfg is not None else "")
     state_dir = args.state_dir or (cfg.state_dir if cfg is not None else DEFAULT_STATE_DIR)
     if not url and not (Path(state_dir) / "trials.sqlite").is_file():
         raise InputError(f"{state_dir}: no trial store here (expected trials.sqlite, or give --url)")

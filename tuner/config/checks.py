@@ -40,6 +40,14 @@ def _locate(lines: list[str], table: str, key: str | None) -> int:
     return header_line or 1
 
 
+def shown(value: Any) -> str:
+    """`value` for an error line: its repr when short, else its ends and length (a line stays a line)."""
+    text = repr(value)
+    if len(text) <= 80:
+        return text
+    return f"{text[:40]}...{text[-20:]} ({len(value) if isinstance(value, str | list | dict) else len(text)} long)"
+
+
 class Checker:
     """Collects one message per problem while reading typed values out of the parsed TOML."""
 
@@ -76,12 +84,12 @@ class Checker:
         value = table[key]
         converted = _convert(value, kind)
         if converted is None:
-            self.error(tname, key, f"expected {_KIND_TEXT[kind]}, got {value!r}")
+            self.error(tname, key, f"expected {_KIND_TEXT[kind]}, got {shown(value)}")
             return default
         if check is not None:
             problem = check(converted)
             if problem:
-                self.error(tname, key, f"expected {problem}, got {value!r}")
+                self.error(tname, key, f"expected {problem}, got {shown(value)}")
                 return default
         return converted
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from pathlib import Path
@@ -18,8 +19,10 @@ from tuner.config.checks import (
     is_loopback,
     non_negative,
     positive,
+    shown,
 )
 from tuner.config.schema import (
+    HOST_MODES,
     WINDOW_MODES,
     Config,
     GrpcConfig,
@@ -30,6 +33,28 @@ from tuner.config.schema import (
     TuningConfig,
 )
 from tuner.optimize.latscale import KINDS as LATENCY_METRICS  # `latency_metric` values
+
+
+def _config_path(c: Checker, table: str, key: str, value: str, base: Path, *, file: bool = False) -> Path | None:
+    """`value` as a path, relative to the config file's directory; with `file`, one that can be read. Whatever
+    the OS says about it (too long, a NUL byte, permission denied, ...) is one error at the key's line."""
+    try:
+        p = Path(value) if Path(value).is_absolute() else (base / value).resolve()
+        if file and not p.is_file():
+            c.error(table, key, f"expected a readable file, got {shown(value)} (not found)")
+        elif file and not os.access(p, os.R_OK):
+            c.error(table, key, f"expected a readable file, got {shown(value)} (permission denied)")
+        return p
+    except (OSError, ValueError) as exc:  # ENAMETOOLONG, ELOOP, EACCES on a parent; "embedded null byte"
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        c.error(table, key, f"expected a usable path, got {shown(value)}: {reason}")
+        return None
+
+
+def _check_store_url(v: str) -> str | None:
+    if v == "" or v.startswith(("postgresql://", "postgres://")) or (v.startswith("sqlite:///") and len(v) > 10):
+        return None
+    return '"" (SQLite in the state directory), "postgresql://..." or "sqlite:///absolute/path"'
 
 
 def parse_config(text: str, path: Path) -> Config:
@@ -46,11 +71,13 @@ def parse_config(text: str, path: Path) -> Config:
     for key in sorted(set(data) - top_allowed):
         c.error("", key, f"unknown table: expected one of {', '.join(sorted(top_allowed))}")
 
-    t = c.table(data, "host", {"spec", "options"})
+    t = c.table(data, "host", {"spec", "options", "mode"})
     host = HostConfig(
         spec=c.get(t, "host", "spec", "sim", "str", check_host_spec),
         options=c.get(t, "host", "options", {}, "table"),
+        mode=c.get(t, "host", "mode", "tune", "str", lambda v: None if v in HOST_MODES else "one of 'tune', 'observe'"),
     )
+    check_host_options(c, host)
 
     t = c.table(data, "knobs", {"itr_us", "dvfs_ghz"})
     knobs = KnobBounds(
@@ -216,6 +243,18 @@ def parse_config(text: str, path: Path) -> Config:
             lambda v: None if 0.001 <= v <= 3600 else "0.001..3600 seconds",
         ),
         window_guard=c.get(t, "tuning", "window_guard", d.window_guard, "bool"),
+        idle_qps=c.get(t, "tuning", "idle_qps", d.idle_qps, "float", non_negative),
+        baseline_every_s=c.get(
+            t,
+            "tuning",
+            "baseline_every_s",
+            d.baseline_every_s,
+            "float",
+            lambda v: None if v == 0 or v >= 1 else "0 (never) or a period >= 1 second",
+        ),
+        retry_max_s=c.get(
+            t, "tuning", "retry_max_s", d.retry_max_s, "float", lambda v: None if 1 <= v <= 86_400 else "1..86400 s"
+        ),
     )
     if tuning.window_mode == "adaptive" and tuning.window_min_s > tuning.window_s and "window_min_s" not in t:
         # the default minimum (2 s) follows a shorter window_s (the adaptive window's maximum)
@@ -243,10 +282,7 @@ def parse_config(text: str, path: Path) -> Config:
     for key in ("tls_cert", "tls_key", "tls_client_ca", "token_file"):
         value = c.get(t, "grpc", key, "", "str")
         if value:
-            p = (base / value).resolve() if not Path(value).is_absolute() else Path(value)
-            if not p.is_file():
-                c.error("grpc", key, f"expected a readable file, got {value!r} (not found)")
-            files[key] = p
+            files[key] = _config_path(c, "grpc", key, value, base, file=True) or Path(value)
         else:
             files[key] = None
     if bool(files["tls_cert"]) != bool(files["tls_key"]):
@@ -259,7 +295,7 @@ def parse_config(text: str, path: Path) -> Config:
             "grpc",
             "listen",
             f"expected a unix socket or loopback address unless token_file or "
-            f"tls_client_ca is set (anyone could retune the host), got {listen!r}",
+            f"tls_client_ca is set (anyone could retune the host), got {shown(listen)}",
         )
     grpc_cfg = GrpcConfig(listen=listen, **files)
 
@@ -273,28 +309,47 @@ def parse_config(text: str, path: Path) -> Config:
     history_file = c.get(t, "history", "file", "", "str")
     history = HistoryConfig(
         warm_start=c.get(t, "history", "warm_start", hd.warm_start, "bool"),
-        file=((base / history_file).resolve() if not Path(history_file).is_absolute() else Path(history_file))
-        if history_file
-        else None,
+        file=_config_path(c, "history", "file", history_file, base) if history_file else None,
         keep_trials=c.get(
             t, "history", "keep_trials", hd.keep_trials, "int", lambda v: None if 1 <= v <= 1_000_000 else "1..1000000"
         ),
+        url=c.get(t, "history", "url", hd.url, "str", _check_store_url),
     )
 
+    state_path = _config_path(c, "state", "dir", state_dir, base) if state_dir else None
     if c.errors:
         raise InputError("\n".join(c.errors))
-    state_path = Path(state_dir)
+    assert state_path is not None  # an empty state.dir is an error above
     return Config(
         path=path,
         host=host,
         knobs=knobs,
         policy=policy,
         tuning=tuning,
-        state_dir=state_path if state_path.is_absolute() else (base / state_path).resolve(),
+        state_dir=state_path,
         grpc=grpc_cfg,
         metrics_listen=None if metrics_listen in ("", "off") else metrics_listen,
         history=history,
     )
+
+
+def check_host_options(c: Checker, host: HostConfig) -> None:
+    """`[host.options]` against the host factory's signature: each key it does not take is an error at its line."""
+    from core.errors import TunerError
+    from tuner.hosts import DAEMON_SET, check_options
+
+    if check_host_spec(host.spec) is not None:
+        return
+    try:
+        problems = check_options(host.spec, host.options, "")
+    except TunerError as exc:
+        c.error("host", "spec", str(exc))
+        return
+    for problem in problems:
+        key, _, message = problem.partition(": ")
+        c.error("host.options", key, message)
+    for key in sorted(set(host.options) & set(DAEMON_SET)):
+        c.error("host.options", key, "set by the daemon itself (observe mode), not in the config")
 
 
 def load_config(path: str | Path) -> Config:
@@ -302,10 +357,11 @@ def load_config(path: str | Path) -> Config:
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"{p}: cannot read config: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise InputError(f"{p}:1: expected UTF-8 text") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise InputError(f"{shown(str(p))}: cannot read config: {reason}") from None
     return parse_config(text, p)
 
 

@@ -30,6 +30,11 @@ def known_rewards() -> tuple[str, ...]:
 class HostConfig:
     spec: str = "sim"
     options: dict[str, Any] = field(default_factory=dict)
+    mode: str = "tune"  # "observe": measure at the OS's own settings, write nothing, record no trials
+
+
+#: `[host] mode` values.
+HOST_MODES: tuple[str, ...] = ("tune", "observe")
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,10 @@ class TuningConfig:
     window_ci_pct: float = 5.0
     window_min_s: float = 2.0
     window_guard: bool = True
+    # the daemon's own (not the optimiser's)
+    idle_qps: float = 100.0  # below this load: hold the idle point (lowest ITR, lowest frequency), never retune
+    baseline_every_s: float = 0.0  # a baseline window at the OS's own settings this often (0 = never)
+    retry_max_s: float = 600.0  # a failed retune is retried after window_s, doubling up to this
 
 
 #: `tuning.window_mode` values (see `tuner.optimize.windowing`).
@@ -99,14 +108,16 @@ SETTINGS_FIELDS: tuple[str, ...] = (
 
 @dataclass(frozen=True)
 class HistoryConfig:
-    """The daemon's history store of completed trials (`tuner.store.history`) and warm start from it."""
+    """The daemon's trial store (`tuner.store`) and warm start from it."""
 
     #: Seed each retune's optimiser with the stored trials (always done when `tuning.context` is on).
     warm_start: bool = False
-    #: The store; None = `<state.dir>/history.jsonl`.
+    #: An older daemon's JSON-lines history, imported into the trial store once; None = `<state.dir>/history.jsonl`.
     file: Path | None = None
-    #: Newest trials kept in the store.
+    #: Newest trials a warm start takes from each source (this host's own, its hardware class's).
     keep_trials: int = 2000
+    #: The trial store: "" = `<state.dir>/trials.sqlite`; `postgresql://...` (a fleet) or `sqlite:///path`.
+    url: str = ""
 
 
 @dataclass(frozen=True)
@@ -132,7 +143,7 @@ class Config:
 
     @property
     def history_path(self) -> Path:
-        """The history store file (`history.file`, default `<state.dir>/history.jsonl`)."""
+        """An older daemon's history file (`history.file`, default `<state.dir>/history.jsonl`), imported once."""
         return self.history.file if self.history.file is not None else Path(self.state_dir) / "history.jsonl"
 
     @property

@@ -163,7 +163,11 @@ class DaemonBase:
         with self._lock:
             self._current_point = checked
         self.metrics.set_point(checked)
+        self._after_apply()
         return checked
+
+    def _after_apply(self) -> None:
+        """Called after every knob write (the DVFS read-back warnings are then fresh)."""
 
     def _timed(self, fn: Callable, *args: Any) -> Any:
         t0 = time.perf_counter()
@@ -215,7 +219,7 @@ class DaemonBase:
                 log.warning("reload: %s changed; it takes effect after a restart", key)
                 new = replace(new, **{attr: getattr(old, attr)})
         try:
-            space = bounded_space(self.live_host.knobs(), new.knobs)
+            space = bounded_space(self.live_host.knobs(), new.knobs) if self.space is not None else None
         except TunerError as exc:
             log.error("reload rejected, keeping the running config: %s: %s", path, exc)
             return

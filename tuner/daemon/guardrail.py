@@ -1,6 +1,10 @@
 """Holding a decided point: measure a window at a time, count SLA violations, revert to the most recent
 point measured within the SLA at this load or above (or the safe corner) when a window breaks SLA +
-`guardrail_margin_pct`, and ask for a retune when the load leaves the band it was tuned for."""
+`guardrail_margin_pct`, and ask for a retune when the load leaves the band it was tuned for.
+
+A revert only ever moves to a point at least as safe as the one it leaves (`tuner.daemon.safety`: lower or
+equal ITR and higher or equal frequency, and not the same point); below `tuning.idle_qps` the daemon holds the
+idle point (lowest ITR, lowest frequency) and starts no retune until the load comes back."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from actuators.host import Measurement, OperatingPoint
 from core.errors import TunerError
 from tuner.config import PolicyConfig
 from tuner.daemon.plain import latency_at, measurement_dict, point_from, point_list, safe_corner
+from tuner.daemon.safety import at_least_as_safe, idle_point
 from tuner.daemon.status import DaemonReads
 
 log = logging.getLogger("tuner.daemon.loop")  # one logger for the whole control loop (operators filter on it)
@@ -34,14 +39,24 @@ class Guardrail(DaemonReads):
         pol = self.policy()
         lat = m.latency_us.get(pol.percentile)
         margin = self.config.tuning.guardrail_margin_pct / 100
+        idle = m.offered_qps < self.config.tuning.idle_qps
+        held_idle = (self.state.held or {}).get("reason") == "idle"
         if lat is not None and lat > pol.sla_us:
             self.metrics.violations.inc()
             self._count("sla_violations")
         if lat is not None and lat > pol.sla_us * (1 + margin):
             self._guardrail(m, when, lat, pol)
+        elif idle and not held_idle:
+            self._hold_idle(m.offered_qps, "load fell below tuning.idle_qps")
+        elif m.point is not None and m.point == self._current_point and not held_idle:
+            self._record_tuned(m)  # a window at the tuned point: counts toward the measured savings
         tuned = self.state.tuned_qps
         band = self.config.tuning.load_change_pct / 100
-        if tuned > 0 and abs(m.offered_qps - tuned) > band * tuned:
+        if held_idle and not idle:
+            log.info("load %.0f QPS is back above idle (%g QPS): retuning", m.offered_qps, self.config.tuning.idle_qps)
+            with self._lock:
+                self._load_trigger = True
+        elif not idle and tuned > 0 and abs(m.offered_qps - tuned) > band * tuned:
             log.info("load %.0f QPS left the band %.0f ± %g%%: retuning", m.offered_qps, tuned, band * 100)
             with self._lock:
                 self._load_trigger = True
@@ -66,8 +81,30 @@ class Guardrail(DaemonReads):
             if len(self.state.windows) % 20 == 0:
                 self._save()
 
+    def _hold_idle(self, qps: float, why: str) -> None:
+        """Hold the idle point (a decision of reason "idle"): no retune while the load is near zero."""
+        point = self._apply(idle_point(self.knob_space))
+        decision: dict[str, Any] = {
+            "retune_id": "",
+            "reason": "idle",
+            "point": point_list(point),
+            "met_sla": True,
+            "detail": f"{why} ({qps:.0f} < {self.config.tuning.idle_qps:g} QPS): holding {point}, no retune",
+            "qps": qps,
+            "time": time.time(),
+            "measurement": None,
+        }
+        with self._lock:
+            self.state.held = decision
+            self.state.decisions.append(decision)
+            self._load_trigger = False
+            self._save()
+        log.info("idle: %s", decision["detail"])
+        self._publish(decision)
+
     def fallback_point(self, qps: float, exclude: OperatingPoint | None) -> tuple[OperatingPoint, str]:
-        """The most recent point measured meeting the SLA at a load >= `qps` (−5 %), else the safe corner."""
+        """The most recent point measured meeting the SLA at a load >= `qps` (−5 %) that is strictly safer than
+        `exclude` (`tuner.daemon.safety`), else the safe corner."""
         pol = self.policy()
         with self._lock:
             seen = [
@@ -86,6 +123,8 @@ class Guardrail(DaemonReads):
             lat = latency_at(g.get("measurement") or {}, pol.percentile)
             if p is None or p == exclude or lat is None or lat > pol.sla_us or g["qps"] < 0.95 * qps:
                 continue
+            if exclude is not None and not at_least_as_safe(p, exclude):
+                continue  # never revert to a point less safe than (or incomparable with) the one we leave
             try:
                 return self.knob_space.check(p), f"met the SLA at {g['qps']:.0f} QPS ({lat:.0f} µs)"
             except TunerError:

@@ -39,20 +39,24 @@ class Daemon(RetuneDriver):
     def start(self) -> None:
         """Load state, build the host, undo a dead run's knob writes, start gRPC and metrics, notify READY."""
         from tuner.daemon.metrics import DaemonMetrics, start_metrics_server
-        from tuner.hosts import make_host
+        from tuner.daemon.startup import build_host, is_dry_run
 
+        dry_run = is_dry_run(self.config.host.options)
+        self.mode_label = "dry_run" if dry_run else self.config.host.mode
         self.store.ensure()
         self.state = self.store.load()
         if self.host is None:
-            self.host = make_host(self.config.host.spec, **self.config.host.options)
+            self.host = build_host(self.config)  # start-up checks: StartupError listing every problem
         if self.state.knobs_dirty:
             log.warning("previous run ended with knobs changed; restoring the original ITR/DVFS first")
         self.host.restore()  # idempotent; a real host restores originals persisted by a dead process
         with self._lock:
             self.state.knobs_dirty = False
             self.store.save(self.state)
-        self.space = bounded_space(self.host.knobs(), self.config.knobs)
-        self.metrics = DaemonMetrics.create(VERSION, self.config.host.spec)
+        self.space = None if self.mode_label == "observe" else bounded_space(self.host.knobs(), self.config.knobs)
+        self.metrics = DaemonMetrics.create(VERSION, self.config.host.spec, self.mode_label)
+        self._load_bands()
+        self._refresh_warnings({"startup": self._mode_warnings()})
         self.metrics.set_sla(self.policy().sla_us)
         self.metrics.state.state("starting")
         for reason, n in self.state.counters.items():  # counters continue across restarts
@@ -77,9 +81,39 @@ class Daemon(RetuneDriver):
             self.metrics_port,
         )
 
+    def _mode_warnings(self) -> list[str]:
+        if self.mode_label == "dry_run":
+            lines = [
+                "DRY RUN (host option dry_run = true): no knob is written; the daemon measures at the OS's own "
+                "settings like observe mode, records no trial and writes no history"
+            ]
+            if self.space is not None:  # show what a tuning run's first write would be
+                from tuner.daemon.plain import safe_corner
+
+                corner = safe_corner(self.space)
+                apply = getattr(self.host, "apply", None)
+                if callable(apply):
+                    apply(itr_us=corner.itr_us, dvfs_ghz=corner.dvfs_ghz)  # dry run: logged, not made
+                    lines.append(f"dry run: the writes a tuning run would make for {corner} are logged above")
+            return lines
+        if self.mode_label == "observe":
+            log.info(
+                "observe mode: measuring QPS, latency and energy at the OS's own settings; no knob is written and "
+                "no trial recorded; the per-load-band baseline goes to %s",
+                self.store.dir / "baseline.json",
+            )
+        return []
+
     def run(self) -> int:
         """The loop; returns 0 after a requested stop (knobs restored). Exceptions propagate after restoring."""
         try:
+            if self.observing:
+                while not self._stop.is_set():
+                    self._beat()
+                    self._wake.clear()
+                    self._apply_reload()
+                    self._observe_window()
+                return 0
             self._prepare_models()
             self._resume_held()
             while not self._stop.is_set():
@@ -89,6 +123,8 @@ class Daemon(RetuneDriver):
                 reason = self._due_retune()
                 if reason:
                     self._retune(reason)
+                elif self._baseline_due():
+                    self._baseline_window()
                 else:
                     self._hold_window()
             return 0
@@ -177,6 +213,9 @@ class Daemon(RetuneDriver):
     def _shutdown(self) -> None:
         self._set_loop_state("stopping")
         self.notifier.stopping()
+        self._drop_kept()
+        if self.metrics is not None and hasattr(self, "baseline"):
+            self._save_bands()
         try:
             if self.grpc is not None:
                 self.grpc.set_serving(False)
@@ -198,6 +237,7 @@ class Daemon(RetuneDriver):
             if self._metrics_server is not None:
                 self._metrics_server.shutdown()
                 self._metrics_server.server_close()
+            self._close_history_store()
             self.store.release()
             self._finished.set()
 

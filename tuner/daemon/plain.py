@@ -33,7 +33,7 @@ def point_of(v: Any) -> OperatingPoint:
 
 def measurement_dict(m: Measurement, when: float) -> dict[str, Any]:
     """`Measurement.to_dict` plus power and time, with the point as [itr_us, dvfs_ghz] (the state format)."""
-    return {**m.to_dict(), "power_w": m.power_w, "point": point_list(m.point), "time": when}
+    return {**m.to_dict(), "power_w": m.power_or_none, "point": point_list(m.point), "time": when}
 
 
 def latency_at(md: dict[str, Any], pct: float) -> float | None:

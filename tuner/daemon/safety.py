@@ -13,16 +13,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from actuators.host import KnobSpace, OperatingPoint
+from tuner.daemon.plain import safe_corner
 
 
 def at_least_as_safe(a: OperatingPoint, b: OperatingPoint) -> bool:
     """`a` >= `b` in the safety partial order (lower-or-equal ITR and higher-or-equal frequency)."""
     return a.itr_us <= b.itr_us and a.dvfs_ghz >= b.dvfs_ghz - 5e-4
-
-
-def safe_corner(space: KnobSpace) -> OperatingPoint:
-    """Lowest ITR, highest frequency: the safest point of `space`."""
-    return OperatingPoint(space.itr_us[0], space.dvfs_ghz[-1])
 
 
 def safe_revert(

@@ -8,18 +8,17 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import replace
 from typing import Any
 
 from actuators.host import Measurement
 from core.errors import TunerError
-from tuner.daemon.guardrail import Guardrail
-from tuner.daemon.plain import describe, measurement_dict, point_list, point_of, safe_corner
+from tuner.daemon.history import HistoryLayer, _supports
+from tuner.daemon.plain import describe, measurement_dict, point_list, safe_corner
 
 log = logging.getLogger("tuner.daemon.loop")  # one logger for the whole control loop (operators filter on it)
 
 
-class RetuneDriver(Guardrail):
+class RetuneDriver(HistoryLayer):
     """Retunes over the holding and read sides of the daemon (see the module docstring)."""
 
     def _signature(self) -> dict[str, Any]:
@@ -29,20 +28,65 @@ class RetuneDriver(Guardrail):
             "dvfs": [self.knob_space.dvfs_ghz[0], self.knob_space.dvfs_ghz[-1]],
         }
 
+    #: Seconds before the next retry of a failed retune (0: the last one succeeded).
+    _retry_s = 0.0
+    #: The optimiser of a retune that failed for a reason other than its worker: the retry reuses it.
+    _kept_opt: Any = None
+    #: The optimiser of the retune in progress.
+    _live_opt: Any = None
+
     def _retune(self, reason: str) -> None:
+        if self._near_idle(reason):
+            return
         opt: Any = None
         try:
             opt = self._retune_with(reason)
+            self._retry_s = 0.0
         except TunerError as exc:
             if self._stop.is_set():
                 return  # e.g. the optimiser worker was killed by the stop: the trial in flight is abandoned
-            log.error("retune failed: %s; retrying after a window (completed trials are kept)", exc)
-            self._wait(max(self.config.tuning.window_s, 1.0), interruptible=True)
+            from tuner.daemon.worker import WorkerError
+
+            t = self.config.tuning
+            first = max(t.window_s, 1.0)
+            self._retry_s = min(2 * self._retry_s if self._retry_s else first, max(t.retry_max_s, first))
+            if self._live_opt is not None and not isinstance(exc, WorkerError):
+                self._kept_opt = self._live_opt  # the retry continues with it: no new worker per retry
+            log.error(
+                "retune failed: %s; retrying in %.0f s (doubling up to %.0f s; completed trials are kept)",
+                exc,
+                self._retry_s,
+                t.retry_max_s,
+            )
+            self._wait(self._retry_s, interruptible=True)
         finally:
-            close = getattr(opt, "close", None) or getattr(self, "_open_optimizer_close", None)
-            if callable(close):
-                close()
+            self._live_opt = None
+            if self._kept_opt is None:
+                close = getattr(opt, "close", None) or getattr(self, "_open_optimizer_close", None)
+                if callable(close):
+                    close()
             self._open_optimizer_close = None
+
+    def _near_idle(self, reason: str) -> bool:
+        """At a load below `tuning.idle_qps` no retune starts: the idle point is held instead."""
+        if self.state.current_retune:
+            return False  # an interrupted retune resumes (its trials were measured under load)
+        try:
+            qps = self._offered_qps()
+        except TunerError:
+            return False
+        if qps >= self.config.tuning.idle_qps:
+            return False
+        if (self.state.held or {}).get("reason") != "idle":
+            self._hold_idle(qps, f"no retune ({reason}) at near-idle load")
+        self._wait(self.config.tuning.window_s, interruptible=True)
+        return True
+
+    def _drop_kept(self) -> None:
+        kept, self._kept_opt = self._kept_opt, None
+        close = getattr(kept, "close", None)
+        if callable(close):
+            close()
 
     def _current_retune(self) -> dict[str, Any]:
         """The running retune's state record (set before its first trial)."""
@@ -62,6 +106,8 @@ class RetuneDriver(Guardrail):
                     self.state.current_retune = None
                     self._save()
                 reason, cur = "config", None
+            elif self._kept_opt is not None:
+                opt, self._kept_opt = self._kept_opt, None  # the failed attempt's worker, still alive
             else:
                 try:
                     opt = self._timed(self.optimizers.load, cur["optimizer"])
@@ -74,6 +120,8 @@ class RetuneDriver(Guardrail):
                         self._save()
                     reason, cur = "resume", None
         if cur is None:
+            self._drop_kept()
+            qps = self._offered_qps()  # before the worker starts: a failing sensor spawns none
             with self._lock:
                 self.state.retune_seq += 1
                 rid = f"r{self.state.retune_seq:06d}"
@@ -81,7 +129,7 @@ class RetuneDriver(Guardrail):
                 self.optimizers.create, self.space, self.policy(), tuning, rid, tuning.seed + self.state.retune_seq
             )
             self._open_optimizer_close = getattr(opt, "close", None)
-            qps = self._offered_qps()
+            self._live_opt = opt
             seeded = self._seed_history(opt, rid, qps)  # before begin_retune: history is not this retune's
             if _supports(opt, "begin_retune"):
                 self._timed(opt.begin_retune, qps)
@@ -102,6 +150,7 @@ class RetuneDriver(Guardrail):
             with self._lock:
                 self._history_trials = int(cur.get("history_trials", 0))
         self._open_optimizer_close = getattr(opt, "close", None)
+        self._live_opt = opt
         rid = self._current_retune()["id"]
         self.metrics.retunes.labels(reason=reason).inc()
         self._count(f"retunes:{reason}")
@@ -136,108 +185,6 @@ class RetuneDriver(Guardrail):
                 return opt  # stopping: the trial in flight is abandoned (never reported)
         self._decide(opt, rid, reason)
         return opt
-
-    # ------------------------------------------------------------------ history (warm start)
-
-    def _host_label(self) -> str:
-        from tuner.store.history import host_label
-
-        return host_label(str(getattr(self.host, "name", None) or self.config.host.spec))
-
-    def _history_store(self) -> Any:
-        from tuner.store.history import HistoryStore
-
-        return HistoryStore(self.config.history_path, self.config.history.keep_trials)
-
-    def _offered_qps(self) -> float:
-        """The load a retune starts at: the host's offered QPS, else the last window's."""
-        try:
-            qps = float(self.live_host.offered_qps())
-            if math.isfinite(qps) and qps >= 0:
-                return qps
-        except Exception as exc:  # noqa: BLE001 - a QPS source hiccup must not stop a retune
-            log.warning("offered QPS unavailable (%s); using the last window's", exc)
-        return float((self._last_measurement or {}).get("offered_qps") or self.state.tuned_qps or 0.0)
-
-    def _seed_history(self, opt: Any, rid: str, qps: float) -> int:
-        """Warm start: give a new retune's optimiser the stored trials it can use; returns how many it used.
-
-        In context mode every stored trial informs the model (load is an input); otherwise only trials
-        within the load band around `qps` (`tuning.load_change_pct`) do, as a model without the load as
-        input would mix up loads.
-        """
-        if not self.config.warm_start:
-            return 0
-        if not _supports(opt, "add_history"):
-            log.warning("retune %s: the optimiser has no add_history; starting cold", rid)
-            return 0
-        from tuner.store.history import in_space
-
-        store = self._history_store()
-        try:
-            entries = store.read()
-        except TunerError as exc:
-            log.warning("retune %s: history store unreadable (%s); starting cold", rid, exc)
-            return 0
-        usable = in_space(entries, self.knob_space)
-        if not self.config.tuning.context:
-            band = self.config.tuning.load_change_pct / 100
-            usable = [e for e in usable if abs(e.record.qps - qps) <= band * qps]
-        if not usable:
-            log.info(
-                "retune %s: no usable history trial in %s (%d stored); starting cold", rid, store.path, len(entries)
-            )
-            return 0
-        records = [replace(e.record, index=i) for i, e in enumerate(usable)]
-        used = int(self._timed(opt.add_history, records))
-        log.info(
-            "retune %s: warm start from %d history trial(s) (%d offered, %d stored in %s)",
-            rid,
-            used,
-            len(records),
-            len(entries),
-            store.path,
-        )
-        return used
-
-    def _append_history(self, rid: str) -> None:
-        """Add the completed trials of retune `rid` to the history store (errors are logged, not fatal)."""
-        from actuators.host import Measurement as _M
-        from tuner.optimize.records import TrialRecord
-        from tuner.store.history import HistoryEntry, as_objective
-
-        entries = []
-        with self._lock:
-            rows = [
-                t
-                for t in self.state.trials
-                if t.get("retune_id") == rid and t.get("status") == "completed" and t.get("measurement")
-            ]
-        for t in rows:
-            try:
-                m = _M.from_dict(t["measurement"])
-                obj = as_objective(t.get("objective") or dict(self.policy().__dict__))
-                rec = TrialRecord(
-                    int(t["index"]),
-                    point_of(t["point"]),
-                    float(t["measurement"]["offered_qps"]),
-                    "completed",
-                    m,
-                    t.get("reward"),
-                    None,
-                )
-            except (KeyError, TypeError, ValueError, TunerError) as exc:
-                log.warning("trial %s/%s not added to the history: %s", rid, t.get("index"), exc)
-                continue
-            entries.append(HistoryEntry(rec, t.get("host") or self._host_label(), float(t["time"]), obj))
-        if not entries:
-            return
-        try:
-            added, _ = self._history_store().add(entries)
-        except TunerError as exc:
-            log.warning("history store not updated: %s", exc)
-            return
-        log.info("history: %d trial(s) of %s added to %s", added, rid, self.config.history_path)
 
     def _trial_window_policy(self) -> Any:
         """The adaptive trial window (`tuner.optimize.windowing.WindowPolicy`): grown until the percentile's CI is within
@@ -375,12 +322,6 @@ class RetuneDriver(Guardrail):
         log.info("decision %s (%s): %s, met SLA: %s, tuned for %.0f QPS -- %s", rid, reason, point, met, tuned, detail)
         self._publish(decision)
         self._model_table(rid, opt, tuned, pol.percentile)
-
-
-def _supports(opt: Any, name: str) -> bool:
-    """Whether optimiser `opt` (in process, or a worker proxy) has the optional method `name`."""
-    check = getattr(opt, "supports", None)
-    return bool(check(name)) if callable(check) else callable(getattr(opt, name, None))
 
 
 def _retune_trials(opt: Any) -> list[Any]:

@@ -127,7 +127,7 @@ def _flush(conns: list[_Conn], pipe: Connection, now: int, final: bool) -> None:
             np.concatenate(sched_d),
             np.concatenate(done_d),
             errors,
-            sum(len(c.times) - c.done for c in conns) if final else 0,
+            sum(c.sent - c.done for c in conns) if final else 0,  # sent, never answered
         )
     )
 

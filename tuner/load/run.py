@@ -82,10 +82,19 @@ class LoadResult:
     start_epoch_s: float
     ops: dict[str, int]
 
+    stopped_at_s: float | None = None  # seconds after the start when an interrupt ended the run
+
+    @property
+    def run_seconds(self) -> float:
+        """How long the schedule ran: its duration, or until the interrupt."""
+        if self.stopped_at_s is None:
+            return self.settings.duration_s
+        return min(self.settings.duration_s, self.stopped_at_s)
+
     @property
     def full_seconds(self) -> list[Second]:
-        """The seconds wholly inside the scheduled run (not the drain after it)."""
-        return [s for s in self.seconds if s.second < int(self.settings.duration_s)]
+        """The seconds wholly inside the run (not the drain after it, nor the one an interrupt cut short)."""
+        return [s for s in self.seconds if s.second < int(self.run_seconds)]
 
     def worst_achieved_ratio(self) -> float | None:
         """The largest |completed / scheduled - 1| over the full seconds (None if no scheduled second)."""
@@ -108,10 +117,12 @@ class LoadResult:
             "sent": sent,
             "completed": done,
             "unanswered": self.unanswered,
+            "start_epoch_s": round(self.start_epoch_s, 3),
             "errors": self.errors,
             "interrupted": self.interrupted,
             "ops": self.ops,
-            "scheduled_qps": round(self.planned / self.settings.duration_s, 1),
+            "run_s": round(self.run_seconds, 3),
+            "scheduled_qps": round(sum(s.scheduled for s in self.full_seconds) / max(len(self.full_seconds), 1), 1),
             "achieved_qps": round(sum(s.completed for s in self.full_seconds) / max(len(self.full_seconds), 1), 1),
             "worst_second_achieved_error": None if worst is None else round(worst, 5),
             "latency_us": percentiles_us(self.latency),
@@ -225,8 +236,10 @@ def _collect(plan, settings, seconds, pipes, procs, stopped, on_second, hlog) ->
     reported = 0
     errors = unanswered = 0
     told_stop = False
+    stopped_at = None
     while live:
         if stopped["flag"] and not told_stop:
+            stopped_at = (time.monotonic_ns() - t0) / NS
             for proc in procs:
                 if proc.is_alive():
                     os.kill(proc.pid, signal.SIGTERM)
@@ -267,6 +280,7 @@ def _collect(plan, settings, seconds, pipes, procs, stopped, on_second, hlog) ->
         interrupted=stopped["flag"],
         start_epoch_s=start_epoch,
         ops=plan.ops,
+        stopped_at_s=stopped_at,
     )
 
 

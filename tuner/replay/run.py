@@ -63,6 +63,19 @@ TUNER_PRESETS: dict[str, dict[str, Any]] = {
         "safe_sd_scale": 2.0,
     },
 }
+#: The benchmark's ablations, each warm without one feature (docs/benchmarks.md): named presets, so that
+#: `tuner replay --preset NAME` reproduces a row of the 3-day table.
+WARM_ABLATIONS: dict[str, dict[str, Any]] = {
+    "warm-no-safety": {"safe_delta": 0.0},
+    "warm-no-evidence": {"safe_radius": 0.0},
+    "warm-no-adaptive": {"window_mode": "fixed"},
+    "warm-no-stop": {"stop_ei_pct": 0.0},
+    "warm-no-context": {"context": False},
+    "warm-no-guard": {"window_guard": False},
+    "warm-no-sd-scale": {"safe_sd_scale": 1.0},
+    "warm-headroom": {"latency_metric": "headroom"},
+}
+TUNER_PRESETS.update({name: {**TUNER_PRESETS["warm"], **over} for name, over in WARM_ABLATIONS.items()})
 
 
 def preset_settings(name: str, base: TunerSettings | None = None, **overrides: Any) -> TunerSettings:

@@ -269,8 +269,16 @@ class SqlTrials:
     ) -> tuple[list[HistoryEntry], list[HistoryEntry]]:
         """(this host's newest `limit` trials, the newest `limit` of its class's other non-drifting hosts).
 
-        With no class (`hw_class` ""), only the host's own trials."""
-        own = self.read(space, host=host, limit=limit)
+        Trials without a class (imported by hand from `tuner.trial/v1` files of unknown hosts) count as this
+        host's own. With no class (`hw_class` ""), only the host's own trials."""
+        # two indexed queries (an OR of the two would read all of the host's rows and sort them)
+        cols = "line, hw_class, time"
+        rows = self._select("host = ?", [host], limit, cols=cols)
+        rows += self._select("hw_class = '' AND host <> ?", [host], limit, cols=cols)
+        rows.sort(key=lambda r: r[2])
+        own = parse_rows([(line, c) for line, c, _ in rows[-limit:]], self.location)
+        if space is not None:
+            own = in_space(own, space)
         if not hw_class:
             return own, []
         rows = self._select(

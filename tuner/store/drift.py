@@ -97,7 +97,7 @@ def drift_test(
         if len(near) < s.min_neighbours:
             continue
         for name, y, idx in (("power", pw, 0), ("latency", lat, 1)):
-            ys = [v for _, r in near if (v := r[idx]) is not None]
+            ys: list[float] = [v for _, r in near if (v := r[idx]) is not None]
             if y is not None and len(ys) >= s.min_neighbours:
                 resid[name].append(y - statistics.median(ys))
     n = max(len(v) for v in resid.values())

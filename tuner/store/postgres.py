@@ -1,8 +1,9 @@
 """`PostgresStore`: a fleet's shared trial store in PostgreSQL (psycopg 3), with a durable local spool.
 
-Every `add` goes first to a local SQLite spool (`SqliteStore`, synchronous=FULL) and is durable when it
-returns; then the spool is flushed to PostgreSQL in one transaction per batch and the flushed rows are
-deleted from the spool only after that transaction committed. So:
+An `add` is durable when it returns: committed to PostgreSQL when it is reachable and nothing waits in the
+spool, else committed to a local SQLite spool (`SqliteStore`, synchronous=FULL). The spool is flushed to
+PostgreSQL in one transaction per batch and the flushed rows are deleted from it only after that transaction
+committed. So:
 
 * the database down or restarting: trials wait in the spool (logged once), the next `add`/`read`/`flush`
   after `retry_s` reconnects and sends them;
@@ -163,10 +164,16 @@ class PostgresStore(SqlTrials):
 
     # -- writes ---------------------------------------------------------------------------------------
     def add(self, entries: Iterable[HistoryEntry]) -> tuple[int, int]:
-        """Spool `entries` (durable on return), then flush; returns (added, skipped): added counts the trials
-        new to the database (while it is unreachable: new to the spool, sent at a later flush)."""
+        """Store `entries` durably before returning: straight into the database when it is reachable and
+        nothing waits in the spool (its commit is the durability), else into the spool, then flush. Returns
+        (added, skipped): added counts the trials new to the database (while it is unreachable: new to the
+        spool, sent at a later flush)."""
         new = list(entries)
         rows = [r for r in (to_row(e) for e in new) if r is not None]
+        if self.flush() == 0:
+            ok, n = self._guard(lambda: self._send(rows))
+            if ok:
+                return n, len(new) - n
         spooled = self.spool.add_rows(rows)
         sent = self._sent
         added = spooled if self.flush() else min(self._sent - sent, spooled)

@@ -1,0 +1,87 @@
+"""Larger mutation fuzz of the config loader and the trace parser than the test suite runs; prints JSON.
+
+Same engine and checks as `tests/test_fuzz_mutation.py` (`tests/fuzzkit.py`): a valid input (the example config,
+the head of the bundled sample trace) is mutated and fed to `tuner daemon --check` / `tuner trace stats`; each
+run must succeed or exit 2 with one line per problem naming the file, never a traceback. Reports, per target,
+the examples and CLI runs, how many inputs were accepted / refused, the wall time, and the first
+failing example (minimised by hypothesis) if any.
+
+    .venv/bin/python bench/fuzz.py [--examples 3000] [--targets config,trace] [--seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+def run_target(name: str, examples: int, seed: int) -> dict:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import seed as hseed
+
+    from tests.fuzzkit import MUTATIONS, check_config, check_trace, config_base, mutate, trace_base
+
+    base = config_base() if name == "config" else trace_base()
+    outcomes: Counter = Counter()
+    failure: dict | None = None
+
+    def one(mutations) -> None:  # type: ignore[no-untyped-def]
+        data = mutate(base, mutations)
+        with tempfile.TemporaryDirectory() as tmp:
+            runs = (
+                [check_config(Path(tmp), data)]
+                if name == "config"
+                else [check_trace(Path(tmp), data, skip_bad=skip) for skip in (False, True)]
+            )
+            for code, bad in runs:
+                outcomes["accepted" if code == 0 else "refused"] += 1
+                if bad:
+                    raise AssertionError(bad)
+
+    test = settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))(
+        given(mutations=MUTATIONS)(one)
+    )
+    test = hseed(seed)(test)
+    t0 = time.perf_counter()
+    try:
+        test()
+    except AssertionError as exc:
+        failure = {"problems": str(exc)[:2000]}
+    elapsed = time.perf_counter() - t0
+    return {
+        "target": name,
+        "examples": examples,
+        "runs": sum(outcomes.values()),
+        "accepted": outcomes["accepted"],
+        "refused": outcomes["refused"],
+        "wall_s": round(elapsed, 2),
+        "ok": failure is None,
+        "failure": failure,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--examples", type=int, default=3000, help="hypothesis examples per target (default 3000)")
+    ap.add_argument("--targets", default="config,trace", help="comma list of config, trace")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    targets = [t for t in args.targets.split(",") if t]
+    for t in targets:
+        if t not in ("config", "trace"):
+            ap.error(f"--targets: unknown target {t!r}: expected config, trace")
+    results = [run_target(t, args.examples, args.seed) for t in targets]
+    print(json.dumps({"results": results, "ok": all(r["ok"] for r in results)}, indent=2))
+    return 0 if all(r["ok"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

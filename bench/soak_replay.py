@@ -1,0 +1,124 @@
+"""Soak the replay: days of the bundled trace in fine windows, every policy, in one process; prints JSON.
+
+Runs `tuner replay` as a user would (`--days 3 --bin 300`: 864 five-minute windows, all policies, on the
+simulated host) through the CLI's own code path, with the host factory wrapped only to keep a handle on the
+hosts it builds, and reports the wall time, the peak RSS of the process, the hit rate of the simulator's
+long-run cache (`actuators.sim.cells.ExpectedCache`, byte-bounded) and of the CI-rank memo, the per-policy
+energies and whether any window failed.  A soak passes when the replay finishes with no failed window.
+
+    nice -n 10 .venv/bin/python bench/soak_replay.py [--days 3] [--bin 300] [--json-out soak-replay.json]
+
+`--hours` shortens each day (a quick check of the bench itself).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+class _Recorder:
+    """The `sim` host factory, keeping every host it builds (for their cache counters)."""
+
+    hosts: list[Any] = []
+
+    @classmethod
+    def make(cls, **options: Any) -> Any:
+        from tuner.hosts import make_sim
+
+        host = make_sim(**options)
+        cls.hosts.append(host)
+        return host
+
+
+sim_host = _Recorder.make  # `--host bench.soak_replay:sim_host`
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--days", type=int, default=3)
+    ap.add_argument("--bin", type=float, default=300.0, help="window length, s (default 300: 5 minutes)")
+    ap.add_argument("--hours", type=float, default=None, help="hours of each day (default: all 24)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=None, help="replay output directory (default: a temp dir)")
+    ap.add_argument("--json-out", type=Path, default=None, help="also write the JSON here (replaced atomically)")
+    args = ap.parse_args()
+
+    # the module as `make_host` imports it (by name), so the recorder seen here is the one that records
+    import bench.soak_replay as me
+    from actuators.latency import dist
+    from core.fsutil import atomic_write
+    from tuner.cli.app import build_parser
+
+    out_dir = args.out or Path(tempfile.mkdtemp(prefix="tuner-soak-replay-"))
+    argv = ["replay", "--host", "bench.soak_replay:sim_host", "--days", str(args.days), "--bin", f"{args.bin:g}"]
+    argv += ["--seed", str(args.seed), "--quiet", "--out", str(out_dir)]
+    if args.hours is not None:
+        argv += ["--hours", f"{args.hours:g}"]
+    ns = build_parser().parse_args(argv)
+    t0 = time.perf_counter()
+    error = None
+    try:
+        rc = ns.func(ns)
+    except Exception as exc:  # noqa: BLE001 - the soak reports any failure instead of dying on it
+        rc, error = None, f"{type(exc).__name__}: {exc}"
+    wall = time.perf_counter() - t0
+    summary_path = out_dir / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    caches: dict[str, dict] = {}
+    seen: set[int] = set()
+    for host in me._Recorder.hosts:
+        cache = getattr(host, "expected_cache", None)
+        if cache is None or id(cache) in seen:
+            continue
+        seen.add(id(cache))
+        for st in cache.stats():
+            caches[f"{st.name}#{len(seen)}"] = st.as_dict()
+    caches["latency.ci_ranks"] = dist.RANKS_CACHE.stats().as_dict()
+    policies = summary.get("policies", {})
+    result = {
+        "bench": "soak_replay",
+        "command": "tuner " + " ".join(argv),
+        "windows": summary.get("windows"),
+        "days": args.days,
+        "bin_s": args.bin,
+        "exit_code": rc,
+        "error": error,
+        "wall_s": round(wall, 1),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "hosts_built": len(me._Recorder.hosts),
+        "caches": caches,
+        "policies": {
+            name: {
+                "energy_j": p.get("energy_j"),
+                "failed_windows": p.get("failed_windows"),
+                "sla_violating_windows": p.get("sla_violating_windows"),
+                "trials": p.get("trials"),
+                "wall_s": None if p.get("wall_s") is None else round(p["wall_s"], 1),
+            }
+            for name, p in policies.items()
+        },
+        "out": str(out_dir),
+        "machine": "shared 2-core VM (8 engineers at work): timings are indicative",
+    }
+    result["pass"] = bool(
+        error is None and rc == 0 and policies and all(not p.get("failed_windows") for p in policies.values())
+    )
+    text = json.dumps(result, indent=1)
+    if args.json_out is not None:
+        atomic_write(args.json_out, (text + "\n").encode(), mode=0o644)
+    print(text)
+    return 0 if result["pass"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""Mutation fuzzing of the two parsers users feed files to: the daemon's config loader (`tuner daemon --check`)
+and the trace parser (`tuner trace stats`), through the CLI as a user runs them.
+
+A valid input (the example config, the head of the bundled sample trace) is mutated -- bytes deleted, inserted,
+replaced, lines duplicated, a value swapped for a hostile one -- and the command must either succeed or exit 2
+with one line per problem that names the file, and never raise. Used by `tests/test_fuzz_mutation.py` (a few
+hundred examples) and `bench/fuzz.py` (a larger run).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+from pathlib import Path
+
+import zstandard
+from hypothesis import strategies as st
+
+from traces.schedule import sample_trace_path
+from tuner.cli.app import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+#: Values a config key may be given: wrong types, out of range, paths the OS cannot take.
+HOSTILE_VALUES = (
+    '"' + "a" * 3000 + '"',
+    '"a\\u0000b"',
+    '"/proc/self/mem"',
+    '"../../../../../../etc/shadow"',
+    '"/dev/null"',
+    '"~/x"',
+    '""',
+    '"' + "d/" * 2100 + '"',
+    "-1",
+    "0",
+    "1e308",
+    "-1e308",
+    "nan",
+    "inf",
+    "99999999999999999999",
+    "true",
+    "[]",
+    "[1, 2, 3]",
+    '["a", 1]',
+    "{}",
+    "{ x = 1 }",
+    '"sim"',
+    '"real"',
+    '"os:system"',
+    '"unix:///' + "s" * 200 + '"',
+    '"0.0.0.0:1"',
+    '"[::1]:99999"',
+    '"postgresql://"',
+    '"sqlite:///"',
+    "1979-05-27T07:32:00Z",
+    '"\u202e\u00e9\U0001f600"',
+)
+
+#: Mutations: (kind, position, payload); position is taken modulo the input's size.
+MUTATION = st.tuples(
+    st.sampled_from(("delete", "insert", "replace", "dup-line", "drop-line", "value", "truncate")),
+    st.integers(0, 1 << 30),
+    st.one_of(
+        st.binary(max_size=12),
+        st.sampled_from([b"\n", b",", b"=", b"[", b"]", b'"', b"\x00", b"\xff", b"-", b"9" * 20, b"\r\n", b"#"]),
+    ),
+)
+MUTATIONS = st.lists(MUTATION, min_size=1, max_size=5)
+
+
+def mutate(base: bytes, mutations: list[tuple[str, int, bytes]], values: tuple[str, ...] = HOSTILE_VALUES) -> bytes:
+    """Apply `mutations` to `base` (deterministic: same input, same output)."""
+    data = base
+    for kind, pos, payload in mutations:
+        lines = data.split(b"\n")
+        if kind == "delete" and data:
+            i = pos % len(data)
+            data = data[:i] + data[i + 1 + (pos >> 20) % 16 :]
+        elif kind == "insert":
+            i = pos % (len(data) + 1)
+            data = data[:i] + payload + data[i:]
+        elif kind == "replace" and data:
+            i = pos % len(data)
+            data = data[:i] + payload + data[i + len(payload) :]
+        elif kind == "dup-line" and lines:
+            i = pos % len(lines)
+            data = b"\n".join(lines[: i + 1] + lines[i:])
+        elif kind == "drop-line" and lines:
+            i = pos % len(lines)
+            data = b"\n".join(lines[:i] + lines[i + 1 :])
+        elif kind == "value":  # a `key = value` line gets a hostile value
+            keyed = [j for j, line in enumerate(lines) if re.match(rb"^\s*[A-Za-z_][\w.]*\s*=", line)]
+            if keyed:
+                j = keyed[pos % len(keyed)]
+                key = lines[j].split(b"=", 1)[0]
+                lines[j] = key + b"= " + values[(pos >> 8) % len(values)].encode()
+                data = b"\n".join(lines)
+        elif kind == "truncate" and data:
+            data = data[: pos % len(data)]
+    return data
+
+
+def config_base() -> bytes:
+    """The example config, made to point its state at a relative directory (the check never writes)."""
+    text = (REPO / "deploy" / "tuner.example.toml").read_text()
+    return text.encode()
+
+
+def trace_base(lines: int = 120) -> bytes:
+    """The first `lines` rows of the bundled sample trace, as plain CSV."""
+    reader = zstandard.ZstdDecompressor().stream_reader(sample_trace_path().open("rb"))
+    text = io.TextIOWrapper(reader, encoding="utf-8")
+    return "".join(next(text) for _ in range(lines)).encode()
+
+
+def run_cli(argv: list[str]) -> tuple[int, str, str]:
+    """`tuner ARGV` in process: (exit status, stdout, stderr). Any exception escaping `main` propagates."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    return code, out.getvalue(), err.getvalue()
+
+
+def problems_with_errors(code: int, err: str, path: Path) -> list[str]:
+    """What is wrong with a failed run's stderr: it must be one line per problem, each naming the file."""
+    if code == 0:
+        return []
+    bad = []
+    if code != 2:
+        bad.append(f"exit status {code}, expected 0 or 2")
+    if "Traceback" in err:
+        bad.append("a traceback")
+    lines = err.splitlines()
+    if not lines:
+        bad.append("no error message")
+    for n, line in enumerate(lines):
+        text = line.removeprefix("tuner: error: ") if n == 0 else line
+        if not (text.startswith(str(path)) or text.startswith(repr(str(path))[:40])):
+            bad.append(f"line {n + 1} does not start with the file: {line[:120]!r}")
+        if len(line) > 1000:
+            bad.append(f"line {n + 1} is {len(line)} characters long")
+    return bad
+
+
+def check_config(tmp: Path, data: bytes) -> tuple[int, list[str]]:
+    path = tmp / "tuner.toml"
+    path.write_bytes(data)
+    code, _, err = run_cli(["daemon", "--check", "--config", str(path)])
+    return code, problems_with_errors(code, err, path)
+
+
+def check_trace(tmp: Path, data: bytes, *, skip_bad: bool) -> tuple[int, list[str]]:
+    path = tmp / "trace.csv"
+    path.write_bytes(data)
+    argv = ["trace", "stats", str(path), "--bin", "10", "--json", "--max-span-days", "1"]
+    code, out, err = run_cli(argv + (["--skip-bad"] if skip_bad else []))
+    bad = problems_with_errors(code, err, path)
+    if code == 0:
+        try:
+            json.loads(out)
+        except ValueError:
+            bad.append("--json output is not JSON")
+    return code, bad
