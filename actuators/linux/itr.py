@@ -149,7 +149,7 @@ class NicItr:
             if not prof.verified and not self.force:
                 problems.append(
                     f"NIC {ifname} (driver {prof.driver}) has no verified ITR profile (known: "
-                    f"{', '.join(sorted(PROFILES))}); set force = true to try static rx-usecs on it anyway"
+                    f"{', '.join(sorted(PROFILES))}); pass --force (host option force = true) to try static rx-usecs anyway"
                 )
         if problems:
             raise HostError("; ".join(problems))

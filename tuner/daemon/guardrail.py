@@ -40,13 +40,14 @@ class Guardrail(DaemonReads):
         lat = m.latency_us.get(pol.percentile)
         margin = self.config.tuning.guardrail_margin_pct / 100
         idle = m.offered_qps < self.config.tuning.idle_qps
-        held_idle = (self.state.held or {}).get("reason") == "idle"
+        held_reason = (self.state.held or {}).get("reason")
+        held_idle = held_reason == "idle"
         if lat is not None and lat > pol.sla_us:
             self.metrics.violations.inc()
             self._count("sla_violations")
         if lat is not None and lat > pol.sla_us * (1 + margin):
             self._guardrail(m, when, lat, pol)
-        elif idle and not held_idle:
+        elif idle and held_reason not in ("idle", "guardrail"):  # a revert is kept: it is safer than idle
             self._hold_idle(m.offered_qps, "load fell below tuning.idle_qps")
         elif m.point is not None and m.point == self._current_point and not held_idle:
             self._record_tuned(m)  # a window at the tuned point: counts toward the measured savings

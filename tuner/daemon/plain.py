@@ -107,7 +107,8 @@ def describe(row: dict[str, Any], pct: float) -> str:
     if not md:
         return f"{p}: {row.get('error')}"
     lat = latency_at(md, pct)
-    return f"{p}: {md['offered_qps']:.0f} QPS, p{pct:g} {lat:.0f} µs, {md['power_w']:.1f} W"
+    power = "power unknown" if md.get("power_w") is None else f"{md['power_w']:.1f} W"
+    return f"{p}: {md['offered_qps']:.0f} QPS, p{pct:g} {lat:.0f} µs, {power}"
 
 
 @dataclass(frozen=True)

@@ -138,8 +138,8 @@ class DaemonReads(Observing):
         best: PointAnswer | None = None
         for key, mds in groups.items():
             lats = [v for md in mds if (v := latency_at(md, pct)) is not None]
-            if len(lats) < len(mds):
-                continue
+            if len(lats) < len(mds) or any(md.get("power_w") is None for md in mds):
+                continue  # no power measured (no RAPL): nothing to recommend it by
             lat, lat_sem = mean_sem(lats, [latency_sem_at(md, pct) for md in mds])
             pw, pw_sem = mean_sem([md["power_w"] for md in mds], None)
             if lat + MODEL_Z * lat_sem > sla:  # same one-sided 95 % rule as for the model

@@ -201,6 +201,9 @@ def _above_sla_s(objective: Objective, m: Measurement | None) -> float:
 #: The oracle's local scan: candidates within this % of the best power, and how many ITR values next to each.
 ORACLE_NEAR_PCT = 0.5
 ORACLE_SCAN = 24
+#: The ITR search takes the latency's minimum as passed only once a step down raises it by this share (its
+#: Monte-Carlo noise near saturation is a few %: a smaller rise is no evidence of the minimum).
+ORACLE_RISE = 0.1
 
 
 def oracle_point(
@@ -254,12 +257,13 @@ def oracle_point(
                 break
             top = tops[f] = found
         # The lowest ITRs: power rises with ITR there (the busy-polling hump) before it falls, so a feasible
-        # range's low end can beat its high end. Power at the lowest ITR rises with frequency, so from the
-        # slowest feasible frequency up, once it is above the best found no frequency's low end can win.
+        # range's low end can beat its high end. Power at the lowest ITRs (the least of the first ORACLE_SCAN // 3)
+        # rises with frequency, so from the slowest feasible frequency up, once it is above the best found no
+        # frequency's low end can win.
         best = min((power(t, f) for f, t in tops.items()), default=math.inf)
         lows: dict[float, int] = {}  # frequency -> its smallest ITR index meeting the SLA, where searched
         for f in sorted(tops):
-            if power(0, f) >= best:
+            if min(power(i, f) for i in range(min(ORACLE_SCAN // 3, len(itrs)))) >= best:
                 break
             # the smallest index meeting the SLA: below the latency's minimum it falls with ITR, so bisect
             bad, good = 0, tops[f] if latency(0, f) > sla else 0
@@ -302,9 +306,9 @@ def _largest_meeting(latency: Callable[[int], float], limit: float, top: int, *,
     """The largest index <= `top` with `latency(i) <= limit`, for a `latency` with one minimum over the index.
 
     Gallops down from `top` (steps `first_step`, doubling; 0 = bisect the range at once) while the latency
-    falls; once a step meets the limit, bisects up to the boundary. If the latency rises again (the minimum
-    was passed) or index 0 is reached first, a ternary search over the bracket of the minimum looks for any
-    index that meets the limit. None if none does.
+    falls; once a step meets the limit, bisects up to the boundary. If the latency rises again by more than
+    `ORACLE_RISE` (the minimum was passed) or index 0 is reached first, a ternary search over the bracket of
+    the minimum looks for any index that meets the limit. None if none does.
     """
     if latency(top) <= limit:
         return top
@@ -315,7 +319,7 @@ def _largest_meeting(latency: Callable[[int], float], limit: float, top: int, *,
         j = max(bad - step, 0)
         if latency(j) <= limit:
             good = j
-        elif latency(j) > latency(bad) or j == 0:
+        elif latency(j) > latency(bad) * (1 + ORACLE_RISE) or j == 0:
             good = _ternary_meeting(latency, limit, j, above)
             if good is None:
                 return None
