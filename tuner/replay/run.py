@@ -204,6 +204,9 @@ ORACLE_SCAN = 24
 #: The ITR search takes the latency's minimum as passed only once a step down raises it by this share (its
 #: Monte-Carlo noise near saturation is a few %: a smaller rise is no evidence of the minimum).
 ORACLE_RISE = 0.1
+#: ... and a frequency where the search found no ITR meeting the SLA, but some value within this factor of it,
+#: is scanned every ORACLE_SCAN // 3 ITR values for feasible islands that noise near saturation leaves.
+ORACLE_ISLAND = 1.5
 
 
 def oracle_point(
@@ -250,20 +253,29 @@ def oracle_point(
     if not exhaustive:
         sla = objective.sla_us
         tops: dict[float, int] = {}  # frequency -> its largest ITR index meeting the SLA
-        top = len(itrs) - 1  # no ITR index above this meets the SLA at the current frequency
+        top: int | None = len(itrs) - 1  # no ITR index above this meets the SLA at the current frequency
         for f in reversed(freqs):
-            found = _largest_meeting(functools.partial(latency, f=f), sla, top, first_step=1 if f != freqs[-1] else 0)
-            if found is None:
+            above = top
+            assert above is not None
+            top = _largest_meeting(functools.partial(latency, f=f), sla, above, first_step=1 if f != freqs[-1] else 0)
+            close = min(lat for (i, g), (lat, _) in seen.items() if g == f) <= sla * ORACLE_ISLAND
+            if top is None and close:
+                # near saturation the model's noise can leave feasible islands the search stepped over: scan
+                stride = ORACLE_SCAN // 3
+                hit = next((i for i in range(above, -1, -stride) if latency(i, f) <= sla), None)
+                if hit is not None:
+                    top = max(i for i in range(hit, min(hit + stride, above + 1)) if latency(i, f) <= sla)
+            if top is None:
                 break
-            top = tops[f] = found
+            tops[f] = top
         # The lowest ITRs: power rises with ITR there (the busy-polling hump) before it falls, so a feasible
-        # range's low end can beat its high end. Power at the lowest ITRs (the least of the first ORACLE_SCAN // 3)
-        # rises with frequency, so from the slowest feasible frequency up, once it is above the best found no
-        # frequency's low end can win.
+        # range's low end can beat its high end. Power at the lowest ITR rises with frequency, so from the slowest
+        # feasible frequency up, once it is above the best found (by more than the model's noise, ORACLE_NEAR_PCT:
+        # the first few ITR values are within it) no frequency's low end can win.
         best = min((power(t, f) for f, t in tops.items()), default=math.inf)
         lows: dict[float, int] = {}  # frequency -> its smallest ITR index meeting the SLA, where searched
         for f in sorted(tops):
-            if min(power(i, f) for i in range(min(ORACLE_SCAN // 3, len(itrs)))) >= best:
+            if power(0, f) * (1 - ORACLE_NEAR_PCT / 100) >= best:
                 break
             # the smallest index meeting the SLA: below the latency's minimum it falls with ITR, so bisect
             bad, good = 0, tops[f] if latency(0, f) > sla else 0
