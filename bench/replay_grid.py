@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from core.errors import TunerError  # noqa: E402
-from tuner.cli import grid as cli  # noqa: E402
+from tuner.cli import replay_grid as cli  # noqa: E402
 from tuner.replay import grid as g  # noqa: E402
 
 

@@ -172,6 +172,7 @@ def run_e2e(tmp: Path, cfg: E2EConfig = E2EConfig()) -> dict[str, Any]:
     server = start_memcached(extra_args=("-m", "64", "-c", "256"))
     procs: list[subprocess.Popen] = []
     daemon = None
+    poller = None
     t_step = None
     try:
         if cfg.mode == "tune":
@@ -190,7 +191,8 @@ def run_e2e(tmp: Path, cfg: E2EConfig = E2EConfig()) -> dict[str, Any]:
         if cfg.mode == "tune":
             _wait(lambda: (_state(tmp).get("held") or {}).get("reason") == "startup", cfg.timeout_s, "first decision")
         else:
-            _wait(lambda: "started:" in (tmp / "daemon.log").read_text(), cfg.timeout_s, "the daemon's start")
+            poller = StatusPoller(tmp / "t.sock")
+            _wait(lambda: len(poller.windows) >= 1, cfg.timeout_s, "the daemon's first observed window")
         # the load phase before the step: `hold_windows` windows at the first load (scenario time, not a sync)
         time.sleep(cfg.hold_windows * cfg.window_s + 0.5)
         procs.append(_generator(tmp, "gen_b", server.address, cfg.qps * (cfg.step - 1), TRACE_START_S + 3600, cfg))
@@ -203,15 +205,59 @@ def run_e2e(tmp: Path, cfg: E2EConfig = E2EConfig()) -> dict[str, Any]:
                 "a retune for the load step and its decision",
             )
         # one more phase at the new load: windows the daemon measured after the step (scenario time)
-        time.sleep(2 * cfg.window_s + 0.5)
+        time.sleep(max(cfg.hold_windows, 2) * cfg.window_s + 1.5)
         daemon_rc = _stop(daemon)
     finally:
+        if poller is not None:
+            poller.stop()
         if daemon is not None and daemon.poll() is None:
             daemon.kill()
         for p in procs:
             _stop(p)
         server.stop()
-    return analyse(tmp, cfg, daemon_rc, t_step)
+    observed = None
+    if poller is not None:
+        observed = {"windows": list(poller.windows.values()), "status": poller.status}
+        (tmp / "observed.json").write_text(json.dumps(observed))
+    return analyse(tmp, cfg, daemon_rc, t_step, observed)
+
+
+class StatusPoller:
+    """Collects the daemon's measured windows from GetStatus (observe mode keeps no per-window record on disk)."""
+
+    def __init__(self, sock: Path, period_s: float = 0.3) -> None:
+        import threading
+
+        self.sock, self.period_s = sock, period_s
+        self.windows: dict[float, dict] = {}
+        self.status: dict = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import grpc
+        from google.protobuf import json_format
+
+        from tuner.daemon.service import protos
+
+        pb, services = protos()
+        while not self._stop.wait(self.period_s):
+            if not self.sock.exists():
+                continue
+            try:
+                with grpc.insecure_channel(f"unix://{self.sock}") as ch:
+                    resp = services.TunerStub(ch).GetStatus(pb.GetStatusRequest(), timeout=2)
+            except grpc.RpcError:
+                continue
+            self.status = json_format.MessageToDict(resp, preserving_proto_field_name=True)
+            m = self.status.get("last_measurement")
+            if m and m.get("time"):
+                self.windows[float(m["time"])] = m
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
 
 
 def _sending(hlog: Path) -> bool:
@@ -250,9 +296,21 @@ def _gen_rate(counts: dict[int, int], t0: float, t1: float) -> float:
     return total / (t1 - t0)
 
 
-def _windows(state: dict) -> list[dict]:
-    """The daemon's measured windows (trials and holding windows): start, end, QPS and latency."""
+def _windows(state: dict, observed: dict | None = None) -> list[dict]:
+    """The daemon's measured windows (trials and holding windows, or observed ones): start, end, QPS, latency."""
     rows = []
+    for m in (observed or {}).get("windows", []):
+        end = float(m["time"])
+        rows.append(
+            {
+                "kind": "observe",
+                "start": end - float(m["seconds"]),
+                "end": end,
+                "qps": float(m.get("offered_qps", 0.0)),
+                "p99": (m.get("latency_us") or {}).get("99"),
+                "p99_ci": None,
+            }
+        )
     for kind, items in (("trial", state.get("trials", [])), ("hold", state.get("windows", []))):
         for r in items:
             m = r.get("measurement")
@@ -272,11 +330,13 @@ def _windows(state: dict) -> list[dict]:
     return sorted(rows, key=lambda r: r["start"])
 
 
-def analyse(tmp: Path, cfg: E2EConfig, daemon_rc: int, t_step: float | None) -> dict[str, Any]:
+def analyse(
+    tmp: Path, cfg: E2EConfig, daemon_rc: int, t_step: float | None, observed: dict | None = None
+) -> dict[str, Any]:
     state = _state(tmp)
     hists, counts = _gen_logs(tmp)
     rows = []
-    for w in _windows(state):
+    for w in _windows(state, observed):
         if int(w["start"]) not in counts or int(w["end"]) not in counts:
             continue
         straddles = t_step is not None and w["start"] - 1.0 <= t_step <= w["end"] + 1.0
@@ -340,6 +400,9 @@ def analyse(tmp: Path, cfg: E2EConfig, daemon_rc: int, t_step: float | None) -> 
             for d in state.get("decisions", [])
         ),
         "trials_recorded": len(state.get("trials", [])),
+        "observe_status": None
+        if observed is None
+        else {k: observed["status"].get(k) for k in ("mode", "trials_total", "point", "warnings")},
         "p99_cis_overlap": [r["p99_cis_overlap"] for r in rows if r["p99_cis_overlap"] is not None],
         "generators": {
             n: {

@@ -106,3 +106,16 @@ def test_metrics_mode_label(tmp_path, mode):
     d = started(tmp_path, FakeHost())
     assert d.mode_label == mode and d.status()["mode"] == mode
     d._shutdown()
+
+
+def test_an_idle_point_that_breaks_the_sla_is_left_for_a_safer_one_and_not_retaken(tmp_path):
+    host = FakeHost(qps=5.0)  # at ITR 2 µs, 1.2 GHz this host's p99 is ~160 µs: above a 100 µs SLA
+    d = started(tmp_path, host, sla_us=100.0)
+    d._wait = lambda seconds, interruptible: False
+    d._retune("startup")
+    idle = host.point()
+    for _ in range(3):
+        d._hold_window()
+    assert host.point() == safe_corner(d.space) and at_least_as_safe(host.point(), idle)
+    assert [x["reason"] for x in d.state.decisions] == ["idle", "guardrail"]  # no ping-pong back to idle
+    d._shutdown()

@@ -94,6 +94,7 @@ def _exposed_names() -> set[str]:
     m.set_point(OperatingPoint(50, 2.0))  # present once the tuner holds a point
     m.power.set(80.0)  # present once energy is measured
     m.set_savings(0.2, 0.1, 0.3)
+    m.set_baseline("1000-1200", 50.0, {99.0: 100.0}, 3)
     text = generate_latest(m.registry).decode()
     return {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
 

@@ -145,3 +145,13 @@ def test_cli_run_and_merge(memcached, tmp_path, capsys) -> None:
     assert "100 requests" in capsys.readouterr().err
     assert main(["load", "--qps", "10", "--duration", "1"]) == 2
     assert "give --server" in capsys.readouterr().err
+
+
+def test_batching_holds_sends_and_charges_the_wait_to_send_lag(memcached) -> None:
+    plan = poisson_plan(500, 0.5, seed=4)
+    result = run_load(plan, LoadSettings(address_of(memcached.address), 0.5, 1, 1, drain_s=2.0, batch_us=3000))
+    s = result.summary()
+    assert s["completed"] == len(plan)
+    # the first request of every batch waited >= 3 ms; at 500/s (2 ms apart) that is over a third of them
+    assert s["send_lag_us"]["p50"] >= 500 and s["send_lag_max_us"] >= 3000
+    assert s["latency_us"]["p99"]["us"] >= 3000

@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from actuators.linux.hwio import COALESCE, HardwareIO, Setting, nic_driver
 from core.errors import HostError, KnobRangeError
@@ -66,7 +67,7 @@ class PyrouteEthtool:
 
         self._io = IoctlEthtool()
 
-    def _call(self, ifname: str, fn_name: str, *args: object) -> object:
+    def _call(self, ifname: str, fn_name: str, *args: object) -> Any:  # pyroute2's ethtool objects are untyped
         from pyroute2.ethtool.ioctl import NoSuchDevice, NotSupportedError
 
         self._io.change_ifname(ifname)
@@ -148,7 +149,7 @@ class NicItr:
             if not prof.verified and not self.force:
                 problems.append(
                     f"NIC {ifname} (driver {prof.driver}) has no verified ITR profile (known: "
-                    f"{', '.join(sorted(PROFILES))}); set force = true to try static rx-usecs on it anyway"
+                    f"{', '.join(sorted(PROFILES))}); pass --force (host option force = true) to try static rx-usecs anyway"
                 )
         if problems:
             raise HostError("; ".join(problems))

@@ -9,7 +9,7 @@ import sys
 from core.errors import TunerError
 
 #: Subcommand modules, in the order `tuner --help` lists them.
-COMMANDS = ("replay", "grid", "sweep", "trace", "load", "daemon", "ctl", "set", "restore", "doctor", "trials")
+COMMANDS = ("replay", "replay_grid", "sweep", "trace", "load", "daemon", "ctl", "set", "restore", "doctor", "trials")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -47,6 +47,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-warm", action="store_true", help="--qps: do not store the key set before the run")
     p.add_argument("--seed", type=int, default=0, help="random seed of the schedule (default 0)")
     p.add_argument("--drain", type=float, default=1.0, metavar="S", help="wait for late replies (default 1 s)")
+    p.add_argument(
+        "--batch-us",
+        type=float,
+        default=0.0,
+        help="hold due requests until the oldest waited this long, then send them in one write (default 0)",
+    )
     p.add_argument("--spin-us", type=float, default=200.0, help="spin (not sleep) this close to a send (default 200)")
     p.add_argument("--hlog", metavar="FILE", help="write an HdrHistogram interval log (ns; send lag tagged send_lag)")
     p.add_argument("--json", metavar="FILE", help="write the summary (with per-second rows) as JSON ('-' = stdout)")
@@ -86,7 +92,13 @@ def run(args: argparse.Namespace) -> int:
     if args.trace is None and (args.peak_qps is not None or args.time_scale is not None or args.start):
         raise TunerError("tuner load: --peak-qps, --time-scale and --start apply to --trace only")
     settings = LoadSettings(
-        address_of(args.server), args.duration, args.processes, args.connections, args.drain, args.spin_us
+        address_of(args.server),
+        args.duration,
+        args.processes,
+        args.connections,
+        args.drain,
+        args.spin_us,
+        args.batch_us,
     )
     if args.qps is not None:
         plan = poisson_plan(
@@ -159,7 +171,8 @@ def _print_summary(s: dict[str, Any]) -> None:
     print(
         f"tuner load: scheduled {s['scheduled_qps']:,.0f}/s, achieved {s['achieved_qps']:,.0f}/s"
         f" (worst second {'-' if worst is None else f'{100 * worst:.2f} %'} off), sent {s['sent']:,} of"
-        f" {s['planned']:,}, unanswered {s['unanswered']}, errors {s['errors']}",
+        f" {s['planned']:,}, unanswered {s['unanswered']}, errors {s['errors']}"
+        + (f" (interrupted after {s['run_s']:g} s)" if s["interrupted"] else ""),
         file=sys.stderr,
     )
     print(f"tuner load: latency µs p50 {fmt('p50')}  p99 {fmt('p99')}  p99.9 {fmt('p99.9')} (95 % CI)", file=sys.stderr)
@@ -199,7 +212,7 @@ def add_load_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--load-server", default="127.0.0.1:11211", metavar="HOST:PORT", help="{server} of --load-command")
 
 
-def load_from_args(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def load_from_args(args: argparse.Namespace):
     """The `CommandLoad` for --load-command, or None."""
     if not getattr(args, "load_command", None):
         return None

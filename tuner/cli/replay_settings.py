@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import TYPE_CHECKING, Any
 
 from core.errors import TunerError
 from tuner.optimize.latscale import KINDS as LATENCY_METRICS  # `latency_metric` values
+
+if TYPE_CHECKING:
+    from tuner.optimize.settings import TunerSettings
 
 
 def parse_number(
@@ -25,18 +29,18 @@ def parse_number(
 WINDOW_MODES = ("fixed", "adaptive")
 
 
-def tuner_settings(args: argparse.Namespace) -> object:
+def tuner_settings(args: argparse.Namespace) -> TunerSettings:
     """TunerSettings from the flags: defaults, then the `--tuner` preset, then every flag given explicitly."""
     from tuner.optimize.settings import TunerSettings
     from tuner.replay.run import TUNER_PRESETS, preset_settings
 
-    base: dict[str, object] = {
+    base: dict[str, Any] = {
         "sobol_trials": int(parse_number(args.sobol_trials, "--sobol-trials", integer=True, minimum=1, strict=False)),
         "settle_s": parse_number(args.settle, "--settle", minimum=0, strict=False),
         "window_s": parse_number(args.window, "--window", minimum=0),
         "seed": args.seed,
     }
-    explicit: dict[str, object] = {}
+    explicit: dict[str, Any] = {}
     if args.itr_resolution is not None:
         explicit["itr_resolution_us"] = int(
             parse_number(args.itr_resolution, "--itr-resolution", integer=True, minimum=1, strict=False)

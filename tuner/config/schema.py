@@ -78,6 +78,7 @@ class TuningConfig:
     window_ci_pct: float = 5.0
     window_min_s: float = 2.0
     window_guard: bool = True
+    refit_every: int = 1
     # the daemon's own (not the optimiser's)
     idle_qps: float = 100.0  # below this load: hold the idle point (lowest ITR, lowest frequency), never retune
     baseline_every_s: float = 0.0  # a baseline window at the OS's own settings this often (0 = never)
@@ -103,6 +104,7 @@ SETTINGS_FIELDS: tuple[str, ...] = (
     "window_ci_pct",
     "window_min_s",
     "window_guard",
+    "refit_every",
 )
 
 

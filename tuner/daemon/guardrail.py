@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from actuators.host import Measurement, OperatingPoint
 from core.errors import TunerError
@@ -39,13 +40,14 @@ class Guardrail(DaemonReads):
         lat = m.latency_us.get(pol.percentile)
         margin = self.config.tuning.guardrail_margin_pct / 100
         idle = m.offered_qps < self.config.tuning.idle_qps
-        held_idle = (self.state.held or {}).get("reason") == "idle"
+        held_reason = (self.state.held or {}).get("reason")
+        held_idle = held_reason == "idle"
         if lat is not None and lat > pol.sla_us:
             self.metrics.violations.inc()
             self._count("sla_violations")
         if lat is not None and lat > pol.sla_us * (1 + margin):
             self._guardrail(m, when, lat, pol)
-        elif idle and not held_idle:
+        elif idle and held_reason not in ("idle", "guardrail"):  # a revert is kept: it is safer than idle
             self._hold_idle(m.offered_qps, "load fell below tuning.idle_qps")
         elif m.point is not None and m.point == self._current_point and not held_idle:
             self._record_tuned(m)  # a window at the tuned point: counts toward the measured savings
@@ -82,8 +84,8 @@ class Guardrail(DaemonReads):
 
     def _hold_idle(self, qps: float, why: str) -> None:
         """Hold the idle point (a decision of reason "idle"): no retune while the load is near zero."""
-        point = self._apply(idle_point(self.space))
-        decision = {
+        point = self._apply(idle_point(self.knob_space))
+        decision: dict[str, Any] = {
             "retune_id": "",
             "reason": "idle",
             "point": point_list(point),
@@ -120,15 +122,15 @@ class Guardrail(DaemonReads):
         for g in reversed(goods):
             p = point_from(g["point"])
             lat = latency_at(g.get("measurement") or {}, pol.percentile)
-            if p == exclude or lat is None or lat > pol.sla_us or g["qps"] < 0.95 * qps:
+            if p is None or p == exclude or lat is None or lat > pol.sla_us or g["qps"] < 0.95 * qps:
                 continue
             if exclude is not None and not at_least_as_safe(p, exclude):
                 continue  # never revert to a point less safe than (or incomparable with) the one we leave
             try:
-                return self.space.check(p), f"met the SLA at {g['qps']:.0f} QPS ({lat:.0f} µs)"
+                return self.knob_space.check(p), f"met the SLA at {g['qps']:.0f} QPS ({lat:.0f} µs)"
             except TunerError:
                 continue
-        return safe_corner(self.space), "safe corner (minimum ITR, maximum frequency)"
+        return safe_corner(self.knob_space), "safe corner (minimum ITR, maximum frequency)"
 
     def _guardrail(self, m: Measurement, when: float, lat: float, pol: PolicyConfig) -> None:
         point, why = self.fallback_point(m.offered_qps, self._current_point)
@@ -138,7 +140,7 @@ class Guardrail(DaemonReads):
             )
             return
         point = self._apply(point)
-        decision = {
+        decision: dict[str, Any] = {
             "retune_id": (self.state.held or {}).get("retune_id", ""),
             "reason": "guardrail",
             "point": point_list(point),

@@ -115,8 +115,11 @@ class Observing(DaemonBase):
         self._last_baseline_t = time.monotonic()
         held = point_from((self.state.held or {}).get("point"))
         self._set_loop_state("observing")
+        host = self.host
+        if host is None:
+            return
         try:
-            self.host.restore()
+            host.restore()
             with self._lock:
                 self._current_point = None
             self.metrics.set_point(None)

@@ -6,7 +6,9 @@ connection per pass), reads whatever replies have arrived, and counts completed 
 completes its k-th request). It only stamps times into preallocated arrays -- send time and completion time per
 request -- and hands the raw stamps to the parent process every `flush_s`; latency is completion minus the
 *scheduled* time (a late send is charged to the request, so coordinated omission cannot hide a stall), send lag
-is send minus scheduled time. When the next send is more than `spin_ns` away the process sleeps in `select`
+is send minus scheduled time. `batch_ns` > 0 holds a connection's due requests until the oldest has waited that
+long and sends them in one write: fewer system calls per request at a bounded, measured cost in send lag.
+When the next send is more than `spin_ns` away the process sleeps in `select`
 (µs timeout, ~50 µs kernel timer slack); closer than that it spins.
 """
 
@@ -35,6 +37,7 @@ class WorkerSpec:
     drain_s: float = 1.0  # how long to wait for outstanding replies after the last send
     flush_s: float = 0.25
     spin_ns: int = 200_000
+    batch_ns: int = 0  # send a connection's due requests once the oldest has waited this long (fewer syscalls)
     connect_timeout_s: float = 2.0
 
 
@@ -75,8 +78,8 @@ def run_worker(spec: WorkerSpec, plan: Plan, pipe: Connection) -> None:
     try:
         conns = []
         n_conn = spec.connections
-        for c in range(n_conn):
-            part = plan.part(c, n_conn)
+        for index in range(n_conn):
+            part = plan.part(index, n_conn)
             reqs = [plan.templates[j] for j in part.template.tolist()]
             n = len(part)
             conns.append(
@@ -103,8 +106,8 @@ def run_worker(spec: WorkerSpec, plan: Plan, pipe: Connection) -> None:
     except Exception as exc:  # noqa: BLE001 -- a process boundary: the parent reports it as one line
         pipe.send(("error", f"generator process failed: {type(exc).__name__}: {exc}"))
     finally:
-        for c in conns:
-            c.sock.close()
+        for conn in conns:
+            conn.sock.close()
 
 
 def _flush(conns: list[_Conn], pipe: Connection, now: int, final: bool) -> None:
@@ -144,6 +147,7 @@ def _loop(spec: WorkerSpec, conns: list[_Conn], t0: int, pipe: Connection, stop:
     flush_every = int(spec.flush_s * 1e9)
     next_flush = flush_every
     spin = spec.spin_ns
+    batch = spec.batch_ns
     big = 1 << 62
     nexts = [int(c.times[0]) if len(c.times) else big for c in conns]
     total = sum(len(c.times) for c in conns)
@@ -152,7 +156,7 @@ def _loop(spec: WorkerSpec, conns: list[_Conn], t0: int, pipe: Connection, stop:
         now = clock() - t0
         soonest = big
         for i, c in enumerate(conns):
-            due = nexts[i]
+            due = nexts[i] + batch
             if due <= now:
                 a = c.sent
                 b = int(np.searchsorted(c.times, now, "right"))
@@ -168,7 +172,8 @@ def _loop(spec: WorkerSpec, conns: list[_Conn], t0: int, pipe: Connection, stop:
                     c.pending = data[k:]
                 c.send_ns[a:b] = now
                 c.sent = b
-                due = nexts[i] = int(c.times[b]) if b < len(c.times) else big
+                nexts[i] = int(c.times[b]) if b < len(c.times) else big
+                due = nexts[i] + batch
             elif c.pending:
                 try:
                     k = c.sock.send(c.pending)

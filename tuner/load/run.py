@@ -15,8 +15,8 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from multiprocessing.connection import wait
-from typing import Any, TextIO
+from multiprocessing.connection import Connection, wait
+from typing import Any, TextIO, cast
 
 import numpy as np
 from hdrh.histogram import HdrHistogram
@@ -41,6 +41,7 @@ class LoadSettings:
     connections: int = 4
     drain_s: float = 1.0
     spin_us: float = 200.0
+    batch_us: float = 0.0
 
 
 @dataclass
@@ -113,6 +114,7 @@ class LoadResult:
             "duration_s": self.settings.duration_s,
             "processes": self.settings.processes,
             "connections_per_process": self.settings.connections,
+            "batch_us": self.settings.batch_us,
             "planned": self.planned,
             "sent": sent,
             "completed": done,
@@ -162,6 +164,8 @@ def warm(address: MemcachedAddress, requests: list[bytes], timeout_s: float = 10
 def _check(settings: LoadSettings) -> None:
     if not 1 <= settings.processes <= (os.cpu_count() or 1) * 4:
         raise TunerError(f"--processes must be in 1..{(os.cpu_count() or 1) * 4}, got {settings.processes}")
+    if not 0 <= settings.batch_us <= 10_000 or not 0 <= settings.spin_us <= 100_000:
+        raise TunerError("--batch-us must be in 0..10000 and --spin-us in 0..100000")
     if not 1 <= settings.connections <= 256:
         raise TunerError(f"--connections must be in 1..256, got {settings.connections}")
     if not 0 < settings.duration_s <= MAX_DURATION_S:
@@ -187,6 +191,7 @@ def run_load(
         settings.duration_s,
         settings.drain_s,
         spin_ns=int(settings.spin_us * 1000),
+        batch_ns=int(settings.batch_us * 1000),
     )
     pipes, procs = [], []
     for w in range(settings.processes):
@@ -216,13 +221,22 @@ def run_load(
             proc.join(timeout=5)
 
 
-def _collect(plan, settings, seconds, pipes, procs, stopped, on_second, hlog) -> LoadResult:
+def _collect(
+    plan: Plan,
+    settings: LoadSettings,
+    seconds: list[Second],
+    pipes: list[Connection],
+    procs: list[Any],
+    stopped: dict[str, bool],
+    on_second: Callable[[Second], None] | None,
+    hlog: TextIO | None,
+) -> LoadResult:
     n_sec = len(seconds)
     for pipe in pipes:
-        msg = pipe.recv()
-        if msg[0] == "error":
-            raise HostError(msg[1])
-        sched = msg[1]
+        first: Any = pipe.recv()
+        if first[0] == "error":
+            raise HostError(first[1])
+        sched = first[1]
         for s, count in enumerate(sched.tolist()):
             seconds[s].scheduled += count
     t0 = time.monotonic_ns() + 50_000_000
@@ -244,9 +258,10 @@ def _collect(plan, settings, seconds, pipes, procs, stopped, on_second, hlog) ->
                 if proc.is_alive():
                     os.kill(proc.pid, signal.SIGTERM)
             told_stop = True
-        for pipe in wait(live, timeout=0.2):
+        for ready in wait(live, timeout=0.2):
+            pipe = cast(Connection, ready)  # wait() returns the connections it was given
             try:
-                msg = pipe.recv()
+                msg: Any = pipe.recv()
             except EOFError:
                 raise HostError("a generator process exited without its final report") from None
             if msg[0] == "error":

@@ -28,6 +28,19 @@ LOAD_TOLERANCE = 5e-3
 ABANDONED_MAX = 12
 
 
+#: `TunerSettings.refit_every`: the GP's hyperparameters are also re-optimised once the data grew by this share.
+REFIT_GROWTH = 0.2
+
+
+def _botorch_adapter(gs: Any) -> Any:
+    """The fitted Ax adapter of the generation strategy's current node if it is a BoTorch model, else None."""
+    for spec in getattr(gs._curr, "generator_specs", ()):
+        adapter = getattr(spec, "_fitted_adapter", None)
+        if spec.generator_enum.value == "BoTorch" and adapter is not None:
+            return adapter
+    return None
+
+
 class ExperimentModel:
     """The Ax experiment, the knob grid and the trial books of one optimiser (see the module docstring)."""
 
@@ -43,6 +56,8 @@ class ExperimentModel:
         self._grid_cache: tuple[Any, dict[str, Any] | None] | None = None  # (key, last full-grid prediction)
         self._stop_s = 0.0  # compute of the stopping rule since the last suggestion
         self._evidence_cache: tuple[Any, tuple[Any, Any, Any, Any]] | None = None
+        self._hyper_fit: tuple[int, int] | None = None  # (client id, trials) at the last hyperparameter fit
+        self._fitted_on: tuple[int, tuple[int, ...]] | None = None  # (client id, completed trials) of the last fit
         self._next_index = 0
         self._retune_start: int | None = None
         self._load: float | None = None
@@ -157,7 +172,6 @@ class ExperimentModel:
         verdict; None while no predictive model is fitted (Sobol phase)."""
         import numpy as np
 
-        gs = self._client._generation_strategy
         observed = tuple(self._observed())
         # the whole grid at one load is asked twice per trial (stopping rule, then safety filter) of the same
         # fit: Ax refits only when the data changed, so the data (with the load and the cells) key the answer
@@ -172,9 +186,7 @@ class ExperimentModel:
             if refit:
                 if len(observed) < self._init_budget():
                     return None  # Ax would still be in its Sobol phase: no model to ask
-                # Ax's public "fit outside gen": moves past Sobol if due and refits only if the data changed
-                # (the next suggestion then reuses this fit).
-                gs.fit(experiment=self._client._experiment)
+                self.fit_model()
             cells = self._grid() if cells is None else list(cells)
             params = [self._cell_params(c, load) for c in cells]
             try:
@@ -206,6 +218,52 @@ class ExperimentModel:
         if key is not None:
             self._grid_cache = (key, out)
         return out
+
+    def fit_model(self) -> None:
+        """Fit the model the next suggestion, the safety filter and the stopping rule all use, on all data.
+
+        Ax refits only when the data changed, and then re-optimises the GP's hyperparameters
+        (`fit_gpytorch_mll`, most of a suggestion's compute). Here they are re-optimised only when due: every
+        `settings.refit_every` new trials, once the data grew by `REFIT_GROWTH` since, after a rebuilt
+        experiment, and whenever Ax has no model yet (Ax's own fit, `GenerationStrategy.fit`). In between,
+        the same Ax adapter refits on all data with the last hyperparameters (`state_dict`, `refit=False`:
+        the path Ax's own cross-validation takes), so the next `get_next_trials` finds the data unchanged and
+        reuses that model as it is.
+        """
+        gs = self._client._generation_strategy
+        exp = self._client._experiment
+        observed = self._observed()
+        n = len(observed)
+        key = (id(self._client), tuple(observed))
+        if key == self._fitted_on and _botorch_adapter(gs) is not None:
+            return  # nothing new since the last fit (Ax's own check costs a pass over the experiment's data)
+        last = self._hyper_fit
+        due = (
+            last is None
+            or last[0] != id(self._client)
+            or n - last[1] >= self.settings.refit_every
+            or n > last[1] * (1 + REFIT_GROWTH)
+        )
+        adapter = None if due else _botorch_adapter(gs)
+        if adapter is not None:
+            try:
+                data, space = adapter._process_and_transform_data(experiment=exp)
+                if data != adapter._last_experiment_data:
+                    state = adapter.generator.surrogate.model.state_dict()
+                    adapter._fit(search_space=space, experiment_data=data, state_dict=state, refit=False)
+                self._fitted_on = key
+                return
+            except Exception:  # noqa: BLE001 - Ax's internals moved: fall back to its own (full) fit
+                pass
+        # Ax's public "fit outside gen": moves past Sobol if due and refits only if the data changed (if they
+        # did not, the hyperparameters stay due until they do)
+        before = _botorch_adapter(gs)
+        seen = None if before is None else before._last_experiment_data
+        gs.fit(experiment=exp)
+        after = _botorch_adapter(gs)
+        if after is not None and (after is not before or after._last_experiment_data is not seen):
+            self._hyper_fit = (id(self._client), n)
+        self._fitted_on = key if after is not None else None
 
     def _met_limit_us(self) -> float:
         """`met_limit_us` of this objective and settings. Used by the expected improvement, the safety filter

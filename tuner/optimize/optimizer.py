@@ -153,6 +153,8 @@ class Optimizer(StoppingRule):
             pend = self._safe_start()
         else:
             with no_warnings(self.settings.torch_threads):
+                if len(self._observed()) >= self._init_budget():
+                    self.fit_model()  # hyperparameters only when due (the stopping rule may have done it)
                 if self.settings.context:
                     trials = self._client.get_next_trials(max_trials=1, fixed_parameters={"load": self._load})
                 else:
@@ -377,6 +379,7 @@ class Optimizer(StoppingRule):
             self._load = opt_float(retune.get("load"))
             self._line_t = {int(i): float(t) for i, t in (d.get("line_t") or {}).items()}
             self._grid_cache, self._stop_s, self._evidence_cache = None, 0.0, None
+            self._hyper_fit, self._fitted_on = None, None
             with no_warnings():
                 self._client = Client._from_json_snapshot(d["ax"])
                 small_acqf_batches(self._client)

@@ -26,6 +26,9 @@ SAFE_VETO_RADIUS = 0.06
 #: Safe exploration's evidence rule (`TunerSettings.safe_radius`): a point measured within the limit at load L'
 #: vouches for its neighbourhood at loads up to L' / (1 - SAFE_LOAD_TOL), ~11 % above (day-to-day noise).
 SAFE_LOAD_TOL = 0.10
+#: `TunerSettings.peak_step`: trials within this share below the highest load measured within the limit count as
+#: measured at it (the best of them is the new peak's starting point).
+PEAK_LOAD_BAND = 0.02
 
 
 class SafeExploration(ExperimentModel):
@@ -92,6 +95,10 @@ class SafeExploration(ExperimentModel):
         cells = self._near_cells(evidence)
         grid = self._grid_model(self._load, refit=False, cells=cells) if cells else None
         ok = ~grid["unsafe"] if grid is not None else np.zeros(0, dtype=bool)
+        if not ok.any() and self.settings.peak_step:  # a load above any measured within the limit
+            step = self._peak_step(why)
+            if step is not None:
+                return step
         if not ok.any():  # no point both modelled safe and near evidence (e.g. a load above any measured)
             sub = self._safe_start(this_retune=True)  # walk the safe line at this load
             at = self._grid_model(self._load, refit=False, cells=[self._cell_of(sub.point)])
@@ -125,6 +132,58 @@ class SafeExploration(ExperimentModel):
             note = f"{why}; tried the closest safe point instead"
         cell = cells[j]
         return Pending(self._grid_point(cell), 0.0, self._attach(cell), self._load, float(pv[j]), note)
+
+    def _peak_step(self, why: str) -> Pending | None:
+        """At a load above every load measured within the limit: the best point measured at the highest such
+        load, moved toward safety -- the frequency raised at least in proportion to the load (a core's service
+        rate scales with its clock, so the utilisation stays where it was measured), then, past the highest
+        frequency, the ITR shortened by what the frequency could not give -- and on along that path (frequency
+        first, ITR second) to the first point the model deems within δ at this load. None (the caller walks the
+        safe line) if this load is not above every measured one, or no point on the path passes the model."""
+        import numpy as np
+
+        limit = self._met_limit_us()
+        pct = self.objective.percentile
+        met = [
+            r
+            for r in self._records.values()
+            if r.status == STATUS_COMPLETED
+            and r.measurement is not None
+            and math.isfinite(r.qps)
+            and r.measurement.percentile(pct) <= limit
+        ]
+        if not met or self._load is None:
+            return None
+        top_q = max(r.qps for r in met)
+        top_load = self.settings.load_of(top_q)
+        if self._load <= top_load or top_load <= 0:
+            return None
+        at_top = [r for r in met if r.qps >= top_q * (1 - PEAK_LOAD_BAND)]
+        base = min(at_top, key=lambda r: (r.measurement.power_w, r.index))  # type: ignore[union-attr]
+        ratio = self._load / top_load
+        i0, j0 = self._cell_of(base.point)
+        freqs = self.space.dvfs_ghz
+        want = base.point.dvfs_ghz * ratio
+        path = [(i0, j) for j in range(j0, len(freqs)) if freqs[j] >= want - 1e-9]
+        itr_max = self._itr[i0] * freqs[-1] / want if want > freqs[-1] else self._itr[i0]
+        path += [(i, len(freqs) - 1) for i in range(i0 - 1, -1, -1) if self._itr[i] <= itr_max]
+        if not path:
+            return None
+        grid = self._grid_model(self._load, refit=False, cells=path)
+        if grid is None:
+            k = 0
+        else:
+            ok = np.flatnonzero(~grid["unsafe"])
+            if not ok.size:
+                return None
+            k = int(ok[0])
+        cell = path[k]
+        pv = None if grid is None else float(grid["p_violation"][k])
+        note = (
+            f"{why}; load {ratio:.3f} x the highest measured within the limit: stepped from {base.point} "
+            f"(best there) toward safety, frequency first, to the first point the model deems within δ"
+        )
+        return Pending(self._grid_point(cell), 0.0, self._attach(cell), self._load, pv, note)
 
     def _near_cells(self, evidence: tuple[Any, Any, Any, Any]) -> list[tuple[int, int]]:
         """The grid cells `_supported` at this load: the only ones the safety filter may choose, so the only

@@ -129,6 +129,14 @@ class TunerSettings:
     # adaptive windows: the guard (`WindowPolicy.abort_above_us` = the SLA) ends a window after any chunk whose
     # percentile's CI is wholly above the SLA
     window_guard: bool = True
+    # the GP's hyperparameters are re-optimised at most every `refit_every` new trials (or once the data grew by
+    # REFIT_GROWTH); in between the model is refitted on all data with the last hyperparameters, which is what
+    # dominates Ax's compute per suggestion (bench/suggest.py). 1 = every trial (Ax's own behaviour)
+    refit_every: int = 1
+    # with safe_delta > 0, at a load above every load measured within the limit where no point is both modelled
+    # safe and near evidence: step from the best point measured at the highest load (frequency first, then ITR,
+    # `SafeExploration._peak_step`) instead of walking the safe line from the corner
+    peak_step: bool = False
 
     def __post_init__(self) -> None:
         for name in (
@@ -138,6 +146,7 @@ class TunerSettings:
             "torch_threads",
             "history_max_trials",
             "min_trials",
+            "refit_every",
         ):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -152,7 +161,7 @@ class TunerSettings:
             raise TunerError(f"sla_margin_pct must be in [0, 100), got {self.sla_margin_pct!r}")
         if self.sla_check not in SLA_CHECKS:
             raise TunerError(f"sla_check {self.sla_check!r}: expected one of {', '.join(SLA_CHECKS)}")
-        for name in ("context", "window_guard"):
+        for name in ("context", "window_guard", "peak_step"):
             if not isinstance(getattr(self, name), bool):
                 raise TunerError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if not _finite_above(self.context_max_qps, 0.0):

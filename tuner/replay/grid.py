@@ -2,7 +2,7 @@
 
 A `RunSpec` names one replay of the simulated host completely (trace window selection, seed, SLA, tuner
 preset and overrides), so it runs the same anywhere: in this process (`engine="serial"`), or as a Ray task on
-the local Ray (`ray.init` with `num_cpus`, no dashboard, bound to loopback) or on a cluster (`address`).
+the local Ray (`ray.init` with `num_cpus`, no dashboard, node address 127.0.0.1) or on a cluster (`address`).
 The oracle's points depend on the trace and the SLA only, so they are computed once per (trace, SLA) -- as
 Ray tasks too -- and handed to every run that needs them.
 
@@ -233,7 +233,7 @@ def run_grid(
     num_cpus: int = 2,
 ) -> GridReport:
     """Run every spec and aggregate. `engine`: "serial" (this process), "ray" (Ray tasks: the cluster at
-    `address`, else a local Ray of `num_cpus` CPUs, no dashboard, on loopback) or "auto" (Ray if installed)."""
+    `address`, else a local Ray of `num_cpus` CPUs, no dashboard, node address 127.0.0.1) or "auto" (Ray if installed)."""
     if engine not in ENGINES:
         raise TunerError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
     if engine == "auto":
@@ -269,7 +269,8 @@ def _run_ray(
         if address:
             ray.init(address=address, runtime_env={"env_vars": env}, log_to_driver=False)
         else:
-            # usage statistics would be sent over the network: off; everything else stays on loopback
+            # usage statistics would be sent over the network: off. The node address is loopback; Ray 2.60's servers
+            # still listen on all interfaces (no setting confines them), behind its default token authentication.
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
             ray.init(
                 num_cpus=num_cpus,
@@ -298,13 +299,14 @@ def _run_ray(
 # ---------------------------------------------------------------------------------------------- aggregate
 
 
-def mean_ci(values: Sequence[float], confidence: float = 0.95) -> dict[str, float] | None:
+def mean_ci(values: Sequence[float | None], confidence: float = 0.95) -> dict[str, float | None] | None:
     """Mean and Student-t confidence interval over `values` (None values dropped); n = 1 has no interval."""
     vals = [float(v) for v in values if v is not None]
     if not vals:
         return None
     m = statistics.fmean(vals)
-    out = {"mean": m, "n": len(vals), "min": min(vals), "max": max(vals), "ci_low": math.nan, "ci_high": math.nan}
+    out: dict[str, float | None] = {"mean": m, "n": len(vals), "min": min(vals), "max": max(vals)}
+    out["ci_low"] = out["ci_high"] = None  # JSON null: one seed has no interval
     if len(vals) >= 2:
         from scipy.stats import t
 
