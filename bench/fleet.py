@@ -133,7 +133,12 @@ def main(argv: list[str] | None = None) -> int:
                     "history_trials": len(got.entries),
                     "drift_at_start": {"drifting": got.drift.drifting, "t": got.drift.t, "n": got.drift.n},
                     "warm_start_query_s": round(query_s, 4),
-                    "drift_after_day": {"drifting": after.drift.drifting, "t": after.drift.t, "n": after.drift.n},
+                    "drift_after_day": {
+                        "drifting": after.drift.drifting,
+                        "t": after.drift.t,
+                        "n": after.drift.n,
+                        "metrics": after.drift.metrics,
+                    },
                 },
             }
             if not args.no_fresh:
