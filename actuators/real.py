@@ -20,7 +20,7 @@ from actuators.host import KnobSpace, Measurement, OperatingPoint
 from actuators.hwclass import HardwareClass
 from actuators.latency.memcached import same_server
 from actuators.linux.dvfs import DvfsBackend, choose_backend, parse_cpu_list
-from actuators.linux.hwio import HardwareIO, NicIoctl, Transaction, UnavailableNic
+from actuators.linux.hwio import HardwareIO, NicIoctl, Transaction, UnavailableNic, describe
 from actuators.linux.itr import NicItr, physical_interfaces
 from actuators.linux.originals import OriginalsStore, RestoreReport, default_state_dir, restore_originals
 from actuators.linux.rapl import EnergyMeter, discover_meter
@@ -317,7 +317,7 @@ def make_real_host(
     build("qps", make_qps)
     qps_spec = qps
     if problems:
-        raise HostPartsError(problems)
+        raise HostPartsError(problems + _restore_dead_run(io, store))
     if "latency" in parts:
         if latency is None or isinstance(latency, dict):
             opts = dict(latency or {})
@@ -332,6 +332,20 @@ def make_real_host(
             )
         host.latency = latency
     return host
+
+
+def _restore_dead_run(io: HardwareIO, store: OriginalsStore) -> list[str]:
+    """Put back the values a dead run saved, even though this start cannot build every part: a host never keeps
+    a crashed tuner's settings while its operator fixes the configuration. Returns what could not be restored."""
+    if io.dry_run or not store.entries():
+        return []
+    try:
+        report = restore_originals(io, store)
+    except HostError as exc:
+        return [f"settings of a previous run: {exc}"]
+    for setting in report.restored:
+        log.warning("restored a previous run's setting before reporting missing parts: %s", describe(setting, io.root))
+    return []
 
 
 def _memcached_of(qps_spec: Any) -> str | None:

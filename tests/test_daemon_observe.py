@@ -173,3 +173,17 @@ def test_doctor_config_passes_observe_mode_without_knobs(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     assert rc == 0 and data["config"]["mode"] == "observe" and data["config"]["startup_problems"] == []
     assert data["can_tune"] is False  # the machine cannot tune, but observing needs only the sensors
+
+
+def test_ctl_status_says_none_and_unknown_instead_of_inventing():
+    """A dry run once showed `ITR 2 µs @ 2.9 GHz` in `tuner ctl status` with the hardware untouched."""
+    from tuner.cli.ctl import _human
+    from tuner.daemon.service import _measurement_msg, protos
+
+    pb = protos()[0]
+    md = {"seconds": 1.0, "offered_qps": 900.0, "achieved_qps": 900.0, "requests": 900, "latency_us": {"99": 80.0}}
+    msg = pb.Status(state="observing", mode="dry_run", warnings=["DRY RUN (host option dry_run = true): ..."])
+    msg.last_measurement.CopyFrom(_measurement_msg(pb, {**md, "power_w": None, "energy_j": None}))
+    text = _human("status", msg)
+    assert "point: none (the OS's own policy is in charge)" in text and "ITR" not in text
+    assert "power unknown" in text and "mode: dry_run" in text and "warning: DRY RUN" in text

@@ -142,3 +142,27 @@ def test_dvfs_read_back_warnings_reach_status_and_metrics(tmp_path, tree):
         wait_for(lambda: any("IA32_PERF_STATUS" in w for w in r.daemon.status()["warnings"]))
         metrics = _scrape(r.daemon.metrics.registry)
     assert metrics[("tuner_host_warnings", (("source", "dvfs"),))] >= 1
+
+
+def test_dry_run_on_the_real_host_logs_the_writes_and_makes_none(tmp_path, tree, caplog):
+    """`dry_run = true` once recorded trials at points never applied and reported them as held; now it says
+    what it is at start, logs the writes a tuning run would make, and claims no point and no trial."""
+    import time
+
+    root, nic = tree
+    opts = {"root": str(root), "state_dir": str(tmp_path / "orig"), "backend": "msr", "dry_run": True}
+    cfg = write_config(tmp_path, host="real", options=opts, window_s=0.1)
+    host = make_real_host(root=root, nic=nic, backend="msr", dry_run=True, parts=("itr", "dvfs"))
+    host.energy, host.qps, host.latency = (
+        fakefs.power_meter(time.monotonic, 60.0),
+        fakefs.FakeQps(time.monotonic, 50_000.0),
+        fakefs.FakeLatency(requests=1000),
+    )
+    with caplog.at_level("INFO"), Running(cfg, host=host, serve=False) as r:
+        wait_for(lambda: r.daemon._last_measurement is not None, timeout=15)
+        s = r.daemon.status()
+    logged = [rec.getMessage() for rec in caplog.records]
+    assert any(m.startswith("DRY RUN") for m in logged)
+    assert any(m.startswith("dry run: would wrmsr cpu 0 0x199") for m in logged)
+    assert s["mode"] == "dry_run" and s["point"] is None and s["trials_total"] == 0
+    assert _untouched(root, nic) and nic.set_calls == [] and host.io.planned

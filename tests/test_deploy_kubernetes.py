@@ -133,6 +133,7 @@ def test_config_is_the_daemons_and_ports_agree(tmp_path):
     (tmp_path / "tuner.toml").write_text(text.replace(token_path, str(tmp_path / "token")))
     cfg = load_config(tmp_path / "tuner.toml")
     assert cfg.host.spec == "real" and cfg.host.options["root"] == "/host" and cfg.host.options["live_root"] is True
+    assert cfg.host.mode == "observe"  # the safe order: observe first, the operator switches to "tune"
     assert str(cfg.state_dir) == mounts["state"] == cfg.host.options["state_dir"]
     # probes and scrapes come from the node's network: both listeners are beyond loopback, the API behind a token
     assert not is_loopback(cfg.grpc.listen) and cfg.grpc.token_file is not None

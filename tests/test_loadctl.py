@@ -77,3 +77,56 @@ def test_tuner_load_drives_memcached_at_the_asked_rate(memcached) -> None:
     finally:
         load.stop()
     assert not load.running()
+
+
+def test_sweep_drives_the_load_through_the_command_and_stops_it(tmp_path, capsys, monkeypatch) -> None:
+    import tuner.hosts
+    from tuner.cli.app import main
+
+    made: list[CommandLoad] = []
+    real = tuner.hosts.load_controller
+    monkeypatch.setattr(tuner.hosts, "load_controller", lambda *a, **k: made.append(real(*a, **k)) or made[-1])
+    template = f'{sys.executable} -c "import time; time.sleep(60)" {{qps}} {{server}}'
+    rc = main(
+        [
+            "sweep",
+            "--host",
+            "tests.fakes:make_fake_host",
+            "--qps",
+            "1500",
+            "--itr",
+            "100,200",
+            "--dvfs",
+            "2.0",
+            "--seconds",
+            "1",
+            "--settle",
+            "0",
+            "--load-command",
+            template,
+            "--load-server",
+            "h:1",
+            "--out",
+            str(tmp_path / "sw"),
+        ]
+    )
+    assert rc == 0, capsys.readouterr().err
+    assert len(made) == 1 and made[0].qps == 1500 and made[0].argv(1500)[-2:] == ["1500", "h:1"]
+    assert not made[0].running()  # stopped when the sweep ended
+    assert (
+        main(
+            [
+                "sweep",
+                "--host",
+                "sim",
+                "--qps",
+                "10",
+                "--load-command",
+                "gen -t {seconds}",
+                "--out",
+                str(tmp_path / "x"),
+            ]
+        )
+        == 2
+    )
+    assert "placeholder" in capsys.readouterr().err

@@ -421,3 +421,34 @@ def test_every_missing_part_in_one_error_before_any_write(tree):
     assert nic.set_calls == []
     host = make_real_host(root=root, nic=nic, backend="msr", iface="eth2", force=True, parts=("itr",))
     assert host.itr.ifaces == ("eth2",)  # forced: the unverified driver may be tried
+
+
+def test_a_dead_runs_settings_are_restored_even_when_this_start_finds_missing_parts(tree):
+    """A tuner crashed with knobs changed; the next start cannot build every part (RAPL gone): the error still
+    lists the missing part, and the dead run's DVFS and ITR values are back before the daemon exits."""
+    import shutil
+
+    root, nic = tree
+    first = host_for(root, nic)
+    first.apply(itr_us=50, dvfs_ghz=2.4)
+    del first  # crashes without restoring
+    assert not untouched(root, nic)
+    shutil.rmtree(root / "sys/class/powercap")
+    with pytest.raises(HostError) as e:
+        host_for(root, nic, parts=("itr", "dvfs", "energy"))
+    assert "energy: no powercap intel-rapl zone" in str(e.value)
+    assert untouched(root, nic)
+    assert not OriginalsStore(root / "var/lib/tuner", root).entries()
+
+
+def test_a_start_with_missing_parts_in_dry_run_restores_nothing(tree):
+    import shutil
+
+    root, nic = tree
+    first = host_for(root, nic)
+    first.apply(itr_us=50, dvfs_ghz=2.4)
+    del first
+    shutil.rmtree(root / "sys/class/powercap")
+    with pytest.raises(HostError):
+        host_for(root, nic, parts=("itr", "dvfs", "energy"), dry_run=True)
+    assert ctl(root, 0) == 24 << 8  # still the dead run's value: a dry run writes nothing

@@ -171,7 +171,8 @@ def _print_summary(s: dict[str, Any]) -> None:
     print(
         f"tuner load: scheduled {s['scheduled_qps']:,.0f}/s, achieved {s['achieved_qps']:,.0f}/s"
         f" (worst second {'-' if worst is None else f'{100 * worst:.2f} %'} off), sent {s['sent']:,} of"
-        f" {s['planned']:,}, unanswered {s['unanswered']}, errors {s['errors']}",
+        f" {s['planned']:,}, unanswered {s['unanswered']}, errors {s['errors']}"
+        + (f" (interrupted after {s['run_s']:g} s)" if s["interrupted"] else ""),
         file=sys.stderr,
     )
     print(f"tuner load: latency µs p50 {fmt('p50')}  p99 {fmt('p99')}  p99.9 {fmt('p99.9')} (95 % CI)", file=sys.stderr)
@@ -211,7 +212,7 @@ def add_load_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--load-server", default="127.0.0.1:11211", metavar="HOST:PORT", help="{server} of --load-command")
 
 
-def load_from_args(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def load_from_args(args: argparse.Namespace):
     """The `CommandLoad` for --load-command, or None."""
     if not getattr(args, "load_command", None):
         return None

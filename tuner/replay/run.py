@@ -21,6 +21,7 @@ A multi-day schedule (`traces.schedule.repeat_days`) carries each window's `day`
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import time
@@ -200,6 +201,12 @@ def _above_sla_s(objective: Objective, m: Measurement | None) -> float:
 #: The oracle's local scan: candidates within this % of the best power, and how many ITR values next to each.
 ORACLE_NEAR_PCT = 0.5
 ORACLE_SCAN = 24
+#: The ITR search takes the latency's minimum as passed only once a step down raises it by this share (its
+#: Monte-Carlo noise near saturation is a few %: a smaller rise is no evidence of the minimum).
+ORACLE_RISE = 0.1
+#: ... and a frequency where the search found no ITR meeting the SLA, but some value within this factor of it,
+#: is scanned every ORACLE_SCAN // 3 ITR values for feasible islands that noise near saturation leaves.
+ORACLE_ISLAND = 1.5
 
 
 def oracle_point(
@@ -248,17 +255,27 @@ def oracle_point(
         tops: dict[float, int] = {}  # frequency -> its largest ITR index meeting the SLA
         top: int | None = len(itrs) - 1  # no ITR index above this meets the SLA at the current frequency
         for f in reversed(freqs):
-            top = _largest_meeting(lambda i, f=f: latency(i, f), sla, top, first_step=1 if f != freqs[-1] else 0)
+            above = top
+            assert above is not None
+            top = _largest_meeting(functools.partial(latency, f=f), sla, above, first_step=1 if f != freqs[-1] else 0)
+            close = min(lat for (i, g), (lat, _) in seen.items() if g == f) <= sla * ORACLE_ISLAND
+            if top is None and close:
+                # near saturation the model's noise can leave feasible islands the search stepped over: scan
+                stride = ORACLE_SCAN // 3
+                hit = next((i for i in range(above, -1, -stride) if latency(i, f) <= sla), None)
+                if hit is not None:
+                    top = max(i for i in range(hit, min(hit + stride, above + 1)) if latency(i, f) <= sla)
             if top is None:
                 break
             tops[f] = top
         # The lowest ITRs: power rises with ITR there (the busy-polling hump) before it falls, so a feasible
-        # range's low end can beat its high end. Power at the lowest ITR rises with frequency, so from the
-        # slowest feasible frequency up, once it is above the best found no frequency's low end can win.
+        # range's low end can beat its high end. Power at the lowest ITR rises with frequency, so from the slowest
+        # feasible frequency up, once it is above the best found (by more than the model's noise, ORACLE_NEAR_PCT:
+        # the first few ITR values are within it) no frequency's low end can win.
         best = min((power(t, f) for f, t in tops.items()), default=math.inf)
         lows: dict[float, int] = {}  # frequency -> its smallest ITR index meeting the SLA, where searched
         for f in sorted(tops):
-            if power(0, f) >= best:
+            if power(0, f) * (1 - ORACLE_NEAR_PCT / 100) >= best:
                 break
             # the smallest index meeting the SLA: below the latency's minimum it falls with ITR, so bisect
             bad, good = 0, tops[f] if latency(0, f) > sla else 0
@@ -301,9 +318,9 @@ def _largest_meeting(latency: Callable[[int], float], limit: float, top: int, *,
     """The largest index <= `top` with `latency(i) <= limit`, for a `latency` with one minimum over the index.
 
     Gallops down from `top` (steps `first_step`, doubling; 0 = bisect the range at once) while the latency
-    falls; once a step meets the limit, bisects up to the boundary. If the latency rises again (the minimum
-    was passed) or index 0 is reached first, a ternary search over the bracket of the minimum looks for any
-    index that meets the limit. None if none does.
+    falls; once a step meets the limit, bisects up to the boundary. If the latency rises again by more than
+    `ORACLE_RISE` (the minimum was passed) or index 0 is reached first, a ternary search over the bracket of
+    the minimum looks for any index that meets the limit. None if none does.
     """
     if latency(top) <= limit:
         return top
@@ -314,7 +331,7 @@ def _largest_meeting(latency: Callable[[int], float], limit: float, top: int, *,
         j = max(bad - step, 0)
         if latency(j) <= limit:
             good = j
-        elif latency(j) > latency(bad) or j == 0:
+        elif latency(j) > latency(bad) * (1 + ORACLE_RISE) or j == 0:
             good = _ternary_meeting(latency, limit, j, above)
             if good is None:
                 return None
@@ -415,8 +432,8 @@ def _run_tuner_window(
         trial_window_s=sum(m.seconds for m in measured),
         fixed_window_s=len(measured) * settings.window_s,
         gated_trials=len(gated),
-        gated_p_sum=sum(float(r.p_violation) for r in gated),  # type: ignore[arg-type]
-        gated_over=sum(1 for r in gated if not objective.met(r.measurement)),  # type: ignore[arg-type]
+        gated_p_sum=sum(float(r.p_violation) for r in gated if r.p_violation is not None),
+        gated_over=sum(1 for r in gated if r.measurement is not None and not objective.met(r.measurement)),
     ), recs
 
 
