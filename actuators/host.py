@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from actuators.latency.dist import PERCENTILES
 from core.errors import KnobRangeError, TunerError
@@ -126,8 +126,9 @@ class Measurement:
         if dist is not None and not hasattr(dist, "quantile_ci"):  # raw samples (µs) of the window's requests
             from actuators.latency.dist import SampleDist
 
-            n = len(dist)
-            object.__setattr__(self, "latency_dist", SampleDist(dist, weight=max(self.requests / max(n, 1), 1.0)))
+            samples = cast("Sequence[float]", dist)  # not a LatencyDist yet: the samples themselves
+            n = len(samples)
+            object.__setattr__(self, "latency_dist", SampleDist(samples, weight=max(self.requests / max(n, 1), 1.0)))
 
     @property
     def power_w(self) -> float:

@@ -251,7 +251,8 @@ class NicRxQps:
             import psutil
 
             def counters_fn() -> Mapping[str, Any]:
-                return psutil.net_io_counters(pernic=True, nowrap=True)
+                counters: Mapping[str, Any] = psutil.net_io_counters(pernic=True, nowrap=True)
+                return counters
 
         self.interface = interface
         self.counter = counter

@@ -2,7 +2,7 @@
 
 Host A (seed `--seed-a`) replays day 0 of the bundled 24 h trace (peak 600 kQPS, every `--every`-th hourly
 window) with the default (warm) tuner and writes its trials to a real trial store (a SQLite file in a temp
-dir, or PostgreSQL with `--pg URL`) under its hardware class (`SimHost.hardware_class()`). Host B (another
+dir) under its hardware class (`SimHost.hardware_class()`). Host B (another
 seed, same class) then starts: its retunes are seeded with `tuner.store.warm.class_history` -- its own
 trials (none yet) plus its class's, after the drift test -- exactly as the daemon does, and it replays the
 same day. A fresh host B (no store) replays it too, for the comparison. Reported per host: trials per
@@ -12,7 +12,8 @@ warm-start query time.
 Target: the second host's day 0 needs <= 3 trials per retune at <= 1.02 x the oracle with <= 1 % of
 trial time above the SLA, against a fresh host's ~6.6 trials per retune.
 
-    .venv/bin/python bench/fleet.py [--every 3] [--seed-a 0] [--seeds-b 1] [--slas 99:500] [--pg URL]
+    .venv/bin/python bench/fleet.py [--every 3] [--seed-a 0] [--seeds-b 1] [--slas 99:500]
+    .venv/bin/python bench/fleet.py --seed-a 5 --seeds-b 6 --offset 1 --reverse --peak-qps 450000  # another day
 """
 
 from __future__ import annotations
@@ -44,8 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds-b", default="1", help="comma list of seeds for the second host")
     ap.add_argument("--slas", default="99:500", help="comma list PCT:US")
     ap.add_argument("--peak-qps", type=float, default=600_000.0)
+    ap.add_argument("--offset", type=int, default=0, help="first hourly window (then every --every-th)")
+    ap.add_argument("--reverse", action="store_true", help="replay the windows in reverse order (another day shape)")
     ap.add_argument("--no-fresh", action="store_true", help="skip the fresh-host comparison run")
-    ap.add_argument("--pg", default=None, help="postgresql:// URL of an empty database (default: SQLite)")
     ap.add_argument("--limit", type=int, default=2000, help="warm-start trials per source (own, class)")
     args = ap.parse_args(argv)
 
@@ -59,7 +61,12 @@ def main(argv: list[str] | None = None) -> int:
     from tuner.store.warm import class_history
 
     sched = load_schedule(sample_trace_path(), peak_qps=args.peak_qps)
-    windows = [ReplayWindow(w.index, w.start_s, w.seconds, w.qps) for w in sched.windows][:: args.every]
+    picked = list(sched.windows)[args.offset :: args.every]
+    if args.reverse:  # the same loads, another order: the day starts at its peak
+        picked = [
+            type(w)(index=i, start_s=i * w.seconds, seconds=w.seconds, qps=w.qps) for i, w in enumerate(picked[::-1])
+        ]
+    windows = [ReplayWindow(w.index, w.start_s, w.seconds, w.qps) for w in picked]
     slas = [(float(a), float(b)) for a, b in (x.split(":") for x in args.slas.split(","))]
     seeds_b = [int(s) for s in args.seeds_b.split(",")]
     cls = make_host("sim", seed=args.seed_a).hardware_class()
@@ -69,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         "windows": len(windows),
         "qps": [round(w.qps) for w in windows],
         "hw_class": cls.to_dict(),
-        "store": "postgresql" if args.pg else "sqlite",
+        "store": "sqlite (a fresh file per second host)",
         "targets": TARGETS,
         "runs": [],
     }
@@ -77,6 +84,11 @@ def main(argv: list[str] | None = None) -> int:
     for pct, sla in slas:
         obj = Objective("constrained", pct, sla)
         memo = {(round(w.qps, 6), pct, sla): oracle_point(oracle_host, obj, w.qps) for w in windows}
+
+        def save(res: object, label: str, obj: Objective = obj) -> list:
+            pr = res.policies["tuner"]  # type: ignore[attr-defined]
+            entries = entries_from_records(pr.trials, host=label, objective=obj, times=trial_times(res, 1.7e9))  # type: ignore[arg-type]
+            return [type(e)(e.record, e.host, e.time, e.objective, cls.id) for e in entries]
 
         def run(seed: int, history: list, obj: Objective = obj, memo: dict = memo) -> tuple[dict, object, float]:
             st = preset_settings("warm", TunerSettings(seed=seed))
@@ -94,44 +106,47 @@ def main(argv: list[str] | None = None) -> int:
             s = policy_summary(res, "tuner")
             return {k: s[k] for k in KEYS}, res, time.perf_counter() - t0
 
-        with tempfile.TemporaryDirectory() as tmp:
-            store = open_store(args.pg or "", tmp)
-            a, res_a, wall_a = run(args.seed_a, [])
-            pr = res_a.policies["tuner"]  # type: ignore[attr-defined]
-            entries = entries_from_records(
-                pr.trials,
-                host="sim-a",
-                objective=obj,
-                times=trial_times(res_a, 1.7e9),  # type: ignore[arg-type]
-            )
-            entries = [type(e)(e.record, e.host, e.time, e.objective, cls.id) for e in entries]
-            store.add(entries)
-            for seed in seeds_b:
+        a, res_a, wall_a = run(args.seed_a, [])
+        entries_a = save(res_a, "sim-a")
+        for seed in seeds_b:
+            # a store per second host: A's day in it, nothing else (no other second host's trials)
+            with tempfile.TemporaryDirectory() as tmp:
+                store = open_store("", tmp)
+                store.add(entries_a)
                 host_b = f"sim-b{seed}"
                 t0 = time.perf_counter()
                 got = class_history(store, host_b, cls.id, limit=args.limit, space=make_host("sim").knobs())
                 query_s = time.perf_counter() - t0
-                b, _, wall_b = run(seed, got.records())
-                row: dict = {
-                    "sla": f"p{pct:g} < {sla:g} us",
-                    "seed_a": args.seed_a,
-                    "seed_b": seed,
-                    "host_a": {**a, "wall_s": round(wall_a, 1)},
-                    "host_b_from_class": {
-                        **b,
-                        "wall_s": round(wall_b, 1),
-                        "history_trials": len(got.entries),
-                        "drift": {"drifting": got.drift.drifting, "t": got.drift.t, "n": got.drift.n},
-                        "warm_start_query_s": round(query_s, 4),
+                b, res_b, wall_b = run(seed, got.records())
+                # after its day, B's own trials are tested against the class (A's): the same model, no drift
+                store.add(save(res_b, host_b))
+                after = class_history(store, host_b, cls.id, limit=args.limit)
+                store.close()
+            row: dict = {
+                "sla": f"p{pct:g} < {sla:g} us",
+                "seed_a": args.seed_a,
+                "seed_b": seed,
+                "host_a": {**a, "wall_s": round(wall_a, 1)},
+                "host_b_from_class": {
+                    **b,
+                    "wall_s": round(wall_b, 1),
+                    "history_trials": len(got.entries),
+                    "drift_at_start": {"drifting": got.drift.drifting, "t": got.drift.t, "n": got.drift.n},
+                    "warm_start_query_s": round(query_s, 4),
+                    "drift_after_day": {
+                        "drifting": after.drift.drifting,
+                        "t": after.drift.t,
+                        "n": after.drift.n,
+                        "metrics": after.drift.metrics,
                     },
-                }
-                if not args.no_fresh:
-                    f, _, wall_f = run(seed, [])
-                    row["host_b_fresh"] = {**f, "wall_s": round(wall_f, 1)}
-                row["met"] = {k: b[k] is not None and b[k] <= v for k, v in TARGETS.items()}
-                out["runs"].append(row)
-                print(json.dumps(row), file=sys.stderr, flush=True)
-            store.close()
+                },
+            }
+            if not args.no_fresh:
+                f, _, wall_f = run(seed, [])
+                row["host_b_fresh"] = {**f, "wall_s": round(wall_f, 1)}
+            row["met"] = {k: b[k] is not None and b[k] <= v for k, v in TARGETS.items()}
+            out["runs"].append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
     print(json.dumps(out, indent=2))
     return 0
 

@@ -102,7 +102,7 @@ def main() -> int:
     logf = tmp / "daemon.log"
     log = open(logf, "w")
     cmd = [sys.executable, "-m", "tuner.cli", "daemon", "--config", str(cfg)]
-    t0 = time.monotonic()
+    t0, t0_unix = time.monotonic(), time.time()
     proc = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=log, stderr=log)
     ps = psutil.Process(proc.pid)
     samples: list[dict] = []
@@ -221,13 +221,9 @@ def main() -> int:
     )
     good = [r for r in samples if "rss_mb" in r]
     warm = [r for r in good if r["t_s"] >= args.warmup_min * 60]
-    # between retunes: a holding sample whose neighbours hold too (a retune's worker starts just before the
-    # state says "retuning" and exits just after it says "holding")
-    holding = [
-        r
-        for i, r in enumerate(good)
-        if 0 < i < len(good) - 1 and all(x["state"] == "holding" for x in good[i - 1 : i + 2])
-    ]
+    # between retunes: from a decision until the next retune is asked for (the log's "left the band",
+    # "retuning" or "up to" line: the worker is spawned then, long before the state says "retuning")
+    holding = [r for r in good if _between_retunes(text, t0_unix + r["t_s"])]
     retuning = [r for r in good if r["state"] == "retuning"]
     out.update(
         {
@@ -259,6 +255,11 @@ def main() -> int:
             "worker_rss_mb_max_retuning": max((r["worker_rss_mb"] for r in retuning), default=0.0),
             "worker_rss_mb_max_between_retunes": max((r["worker_rss_mb"] for r in holding), default=0.0),
             "samples_between_retunes": len(holding),
+            # the worker after each retune's post-decision work (model table): the last sample before the
+            # next retune was asked for -- 0 MB means its memory went back to the OS
+            "worker_rss_mb_before_each_next_retune": [
+                r["worker_rss_mb"] for r in _last_before(good, _retune_requests(text), t0_unix)
+            ],
             "sample_rows": good,
         }
     )
@@ -282,6 +283,52 @@ def main() -> int:
         atomic_write(args.json_out, (text_out + "\n").encode(), mode=0o644)
     print(text_out)
     return 0 if out["pass"] else 1
+
+
+def _log_time(line: str) -> float | None:
+    import datetime as dt
+
+    m = re.match(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ", line)
+    return dt.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp() if m else None
+
+
+def _retune_requests(log_text: str) -> list[float]:
+    """Unix times a retune after the first was asked for (load left the band, reload, guardrail, ...)."""
+    out = []
+    for line in log_text.splitlines():
+        t = _log_time(line)
+        if t is not None and ("left the band" in line or "retuning" in line):
+            out.append(t)
+    return out
+
+
+def _last_before(rows: list[dict], times: list[float], t0_unix: float) -> list[dict]:
+    """For each time, the last sample taken before it (none if no sample precedes it)."""
+    out = []
+    for t in times:
+        before = [r for r in rows if t0_unix + r["t_s"] < t]
+        if before:
+            out.append(before[-1])
+    return out
+
+
+def _between_retunes(log_text: str, when: float) -> bool:
+    """Whether unix time `when` falls after a decision and before the next retune was asked for."""
+    import datetime as dt
+
+    state = False
+    for line in log_text.splitlines():
+        m = re.match(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ", line)
+        if not m:
+            continue
+        t = dt.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        if t > when:
+            break
+        if " decision " in line:
+            state = True
+        elif "left the band" in line or "retuning" in line or "): up to" in line:
+            state = False
+    return state
 
 
 def _round(x: float | None) -> float | None:

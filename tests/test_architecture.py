@@ -1,4 +1,5 @@
-"""The code's shape holds: import-linter's contracts (pyproject.toml) and no module that names an issue number."""
+"""The code's shape holds: import-linter's contracts, ruff (lint and format) and mypy as configured in
+pyproject.toml, and no module that names an issue number."""
 
 from __future__ import annotations
 
@@ -13,14 +14,43 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _tool(name: str) -> str:
+    """The executable `name` of this interpreter's environment (the venv the tests run in), else on PATH."""
+    exe = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
+    if exe is None:
+        pytest.fail(f"{name} is not installed: pip install -e '.[test]'")
+    return exe
+
+
+def _run(*cmd: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([_tool(cmd[0]), *cmd[1:]], cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
 def test_import_contracts_hold():
     """Arrows go down (tuner -> actuators | traces | reward -> core) and no two modules import each other."""
-    exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or shutil.which("lint-imports")
-    if exe is None:
-        pytest.fail("lint-imports is not installed: pip install -e '.[test]'")
-    r = subprocess.run([exe, "--no-cache"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    r = _run("lint-imports", "--no-cache")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     assert "0 broken" in r.stdout
+
+
+def test_ruff_lint_is_clean():
+    """`ruff check` (rules in pyproject.toml) finds nothing."""
+    r = _run("ruff", "check", "--no-cache", "--output-format", "concise", ".")
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+
+
+def test_ruff_format_is_applied():
+    """The tree is as `ruff format` leaves it (run `ruff format` to fix)."""
+    r = _run("ruff", "format", "--no-cache", "--check", ".")
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+
+
+def test_mypy_is_clean():
+    """mypy as configured in pyproject.toml: strict for actuators, reward, traces and core, untyped function
+    bodies checked in tuner. Its cache (.mypy_cache) makes reruns take seconds; a cold run ~10 s of CPU."""
+    r = _run("mypy", timeout=600)
+    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-2000:]
+    assert "Success" in r.stdout
 
 
 def test_no_issue_numbers_in_the_product():

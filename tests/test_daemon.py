@@ -337,3 +337,84 @@ def test_fuzz_validate_policy_only_raises_input_error(sla, pct, reward):
         assert "\n" not in str(exc) and str(exc).split(":")[0] in ("sla_us", "percentile", "reward")
     else:
         assert 0 < p.sla_us <= 1e9 and p.percentile in (50.0, 90.0, 95.0, 99.0, 99.9) and isinstance(p.reward, str)
+
+
+def test_file_host_fake_survives_two_writers_at_once(tmp_path):
+    # two daemons in one test share the fake's knob file (the second-daemon refusal test): their writes
+    # must neither rename each other's temp file away nor lose an update
+    import threading
+
+    from tests.daemon_fakes import FileHost, read_knobs
+
+    hosts = [FileHost(knob_file=str(tmp_path / "knobs.json")) for _ in range(2)]
+    itrs = hosts[0].knobs().itr_us[:50]
+    errors: list[BaseException] = []
+
+    def hammer(h: FileHost) -> None:
+        try:
+            for itr in itrs:
+                h.set_itr(itr)
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=hammer, args=(h,)) for h in hosts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert read_knobs(tmp_path)["writes"] == 2 * len(itrs)
+
+
+class _MovedRetune:
+    """A retune whose load moved from `first` to `last` QPS; its best point met the SLA at `first`."""
+
+    def __init__(self, measurement, first: float, last: float) -> None:
+        from types import SimpleNamespace
+
+        self.measurement = measurement
+        self._trials = [SimpleNamespace(qps=q, status="completed") for q in (first, last, last)]
+
+    def best(self):
+        from tuner.optimize.decision import Decision
+
+        return Decision(self.measurement.point, self.measurement, True, "best measured point meeting the SLA")
+
+    def retune_trials(self):
+        return self._trials
+
+    def to_json(self) -> str:
+        return "{}"
+
+    def predict(self, points):
+        raise RuntimeError("no model in this stub")
+
+
+@pytest.mark.parametrize("last_qps,moved", [(600_000.0, True), (110_000.0, False)])
+def test_a_point_met_at_a_load_the_retune_left_is_not_held(tmp_path, last_qps, moved):
+    # the load moved 100K -> 600K during a retune and the only point that met the SLA was measured at 100K:
+    # holding it at 600K broke the SLA by 40x until the guardrail reverted; the daemon holds the safe corner
+    # and retunes at once instead (a drift within the load band keeps the decision)
+    from tests.daemon_fakes import FakeOptimizers
+    from tuner.config import load_config
+    from tuner.daemon.loop import Daemon
+
+    d = Daemon(load_config(write_config(tmp_path, sla_us=5000.0)), optimizers=FakeOptimizers(), serve=False)
+    d.start()
+    try:
+        chosen = OperatingPoint(d.space.itr_us[-1], d.space.dvfs_ghz[0])
+        d.host.set_itr(chosen.itr_us)
+        d.host.set_dvfs(chosen.dvfs_ghz)
+        m = d.host.measure(0.05)
+        d._decide(_MovedRetune(m, m.offered_qps, last_qps), "r000042", "load")
+        held = d.state.held
+        if moved:
+            corner = safe_corner(d.space)
+            assert held["point"] == [corner.itr_us, corner.dvfs_ghz] and held["met_sla"] is False
+            assert "load moved during the retune" in held["detail"]
+            assert d.state.tuned_qps == last_qps and d._load_trigger is True
+        else:
+            assert held["point"] == [chosen.itr_us, chosen.dvfs_ghz] and held["met_sla"] is True
+            assert d._load_trigger is False
+    finally:
+        d._shutdown()

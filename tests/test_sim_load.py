@@ -82,7 +82,10 @@ def test_trace_file_becomes_a_scaled_series_of_bins():
         ),
         ({"shape": "steps", "levels": [1e5], "step_s": 0}, "sim: load_schedule.step_s 0: expected a finite number > 0"),
         ({"shape": "steps", "levels": [1e5]}, "sim: load_schedule (steps): missing step_s"),
-        ({"shape": "sine", "low": 2, "high": 1, "period_s": 9}, "sim: load_schedule.high 1 is below load_schedule.low 2"),
+        (
+            {"shape": "sine", "low": 2, "high": 1, "period_s": 9},
+            "sim: load_schedule.high 1 is below load_schedule.low 2",
+        ),
         (
             {"shape": "sine", "low": 1, "high": 2, "period_s": 9, "step_s": 1},
             "sim: load_schedule (sine): unknown key(s) step_s",

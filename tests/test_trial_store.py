@@ -213,3 +213,26 @@ def test_cli_import_export_through_postgres_with_a_legacy_file(
         [("old/sim", 100.0 + i) for i in range(3)] + [("peer/sim", float(i)) for i in range(5)]
     )
     assert {e.hw_class for e in back if e.host == "peer/sim"} == {"c1"}  # the class travels in the v1 line
+
+
+def test_a_new_migration_is_applied_once_to_an_existing_store(
+    opener: Callable[[], TrialStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tuner.store.postgres as pg_mod
+    import tuner.store.sqlite as sqlite_mod
+    from tuner.store.schema import MIGRATIONS, Migration
+
+    s = opener()
+    s.add([entry(1)])
+    s.close()
+    extra = "CREATE INDEX trials_qps ON trials (qps)"
+    v2 = (*MIGRATIONS, Migration(2, "index on load", sqlite=(extra,), postgres=(extra,)))
+    for mod in (sqlite_mod, pg_mod):
+        monkeypatch.setattr(mod, "MIGRATIONS", v2)
+        monkeypatch.setattr(mod, "LATEST", 2)
+    s = opener()  # applies version 2 only (a second CREATE INDEX would fail)
+    assert s.schema_version() == 2 and s.count() == 1
+    s.close()
+    s = opener()
+    assert s.schema_version() == 2
+    s.close()

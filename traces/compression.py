@@ -11,6 +11,7 @@ import os
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from core.errors import InputError
 
@@ -45,12 +46,12 @@ def detect(path: str | os.PathLike[str]) -> str:
     return kind
 
 
-def _plain(fh, size: int) -> Iterator[bytes]:
+def _plain(fh: BinaryIO, size: int) -> Iterator[bytes]:
     while chunk := fh.read(size):
         yield chunk
 
 
-def _gzip(path, fh, size: int) -> Iterator[bytes]:
+def _gzip(path: str | os.PathLike[str], fh: BinaryIO, size: int) -> Iterator[bytes]:
     try:
         with gzip.GzipFile(fileobj=fh, mode="rb") as gz:
             while chunk := gz.read(size):
@@ -61,7 +62,7 @@ def _gzip(path, fh, size: int) -> Iterator[bytes]:
         raise InputError(f"{path}: corrupt gzip data ({exc})") from None
 
 
-def _zstd(path, fh, size: int) -> Iterator[bytes]:
+def _zstd(path: str | os.PathLike[str], fh: BinaryIO, size: int) -> Iterator[bytes]:
     import zstandard
 
     dctx = zstandard.ZstdDecompressor(max_window_size=1 << 31)

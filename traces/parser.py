@@ -113,7 +113,8 @@ def scan_block(data: bytes) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarra
     last_comma = commas.size - 1
 
     def comma(i: np.ndarray) -> np.ndarray:
-        return commas[np.clip(i, 0, last_comma)]
+        out: np.ndarray = commas[np.clip(i, 0, last_comma)]
+        return out
 
     c0, c1, c2, c3, c4, c5 = comma(lo), comma(hi - 5), comma(hi - 4), comma(hi - 3), comma(hi - 2), comma(hi - 1)
     ts, v0 = _uints(b, starts, c0)
@@ -142,8 +143,9 @@ class TraceParser:
             raise ValueError(f"tolerance_s must be >= 0, got {tolerance_s}")
         if not max_span_s >= 0:
             raise ValueError(f"max_span_s must be >= 0, got {max_span_s}")
-        single = isinstance(path, (str, bytes, os.PathLike))
-        self.paths: tuple[str, ...] = (os.fspath(path),) if single else tuple(os.fspath(p) for p in path)
+        self.paths: tuple[str, ...] = (
+            (os.fspath(path),) if isinstance(path, (str, bytes, os.PathLike)) else tuple(os.fspath(p) for p in path)
+        )
         if not self.paths:
             raise ValueError("no trace file given")
         self.path = self.paths[0]  # the file being read (error messages name it)
@@ -245,7 +247,7 @@ class TraceParser:
                 i = int(bad_idx[0])
                 if long[i]:
                     raise self._fail(base + i + 1, _LONG_MESSAGE)
-                if beyond[i]:
+                if beyond[i] and self.origin is not None:  # beyond is set only once the origin is known
                     raise self._fail(
                         base + i + 1,
                         (
@@ -256,7 +258,7 @@ class TraceParser:
                 raise self._fail(
                     base + i + 1, self._describe(data, starts[i], ends[i], late[i], int(ts[i]), int(before_all[i]))
                 )
-            for i in bad_idx:
+            for i in bad_idx.tolist():
                 if long[i]:
                     reason = _TOO_LONG
                 elif beyond[i]:

@@ -71,7 +71,7 @@ class TraceStats:
 class _Grow:
     """A 1-D or 2-D numpy accumulator indexed by bin/second that grows by doubling."""
 
-    def __init__(self, width: int | None, dtype, fill) -> None:
+    def __init__(self, width: int | None, dtype: type[np.generic], fill: float) -> None:
         shape = (64,) if width is None else (64, width)
         self.a = np.full(shape, fill, dtype)
         self.fill = fill
@@ -209,7 +209,7 @@ def bin_series(per_second: np.ndarray, bin_s: int, *, partial: bool = False) -> 
     """Mean rate (requests/s) of each `bin_s`-second bin of a per-second series; a short tail only if `partial`."""
     per_second = np.asarray(per_second, dtype=np.float64)
     full = per_second.size // bin_s
-    rates = per_second[: full * bin_s].reshape(full, bin_s).mean(axis=1)
+    rates: np.ndarray = per_second[: full * bin_s].reshape(full, bin_s).mean(axis=1)
     if partial and per_second.size > full * bin_s:
         rates = np.append(rates, per_second[full * bin_s :].mean())
     return rates

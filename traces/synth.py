@@ -14,10 +14,12 @@ from __future__ import annotations
 import base64
 import gzip
 import hashlib
+import io
 import math
 import os
 import pathlib
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -85,7 +87,15 @@ def _keys(n: int, cluster: int, seed: int) -> list[bytes]:
     return keys
 
 
-def _open_out(path: pathlib.Path, suffix: str, level: int):
+class _Writer(Protocol):
+    """A compressing writer over the raw file (gzip's or zstandard's)."""
+
+    def write(self, data: bytes, /) -> int: ...
+
+    def close(self) -> None: ...
+
+
+def _open_out(path: pathlib.Path, suffix: str, level: int) -> tuple[io.BufferedWriter, _Writer | None]:
     suffix = suffix.lower()
     if suffix in (".zst", ".zstd"):
         import zstandard

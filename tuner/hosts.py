@@ -130,7 +130,7 @@ def make_host(spec: str, **options: Any) -> Host:
             load = load_controller(**load)
         if not isinstance(load, CommandLoad):
             raise TunerError(f"--host {spec!r}: option load must be a table {{command, server, seconds}}")
-        return LoadedHost(host, load)  # type: ignore[return-value]
+        return LoadedHost(host, load)
     return host
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import json
 from pathlib import Path
+from typing import Any
 
 from core.fsutil import atomic_write
 
@@ -44,9 +45,10 @@ class FileNic:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
 
-    def _load(self, ifname: str) -> dict:
+    def _load(self, ifname: str) -> dict[str, Any]:
         try:
-            return json.loads(nic_path(self.root, ifname).read_text())
+            data: dict[str, Any] = json.loads(nic_path(self.root, ifname).read_text())
+            return data
         except FileNotFoundError:
             raise OSError(errno.ENODEV, "No such device") from None
 

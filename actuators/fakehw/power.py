@@ -32,4 +32,4 @@ class PowerModel:
         """Package power (W) at frequency `ghz`, load `qps` and ITR `rx_usecs`."""
         u = self.utilisation(ghz, qps, rx_usecs)
         x = ghz / self.fmax_ghz
-        return self.static_w + self.cores * (u * self.core_busy_w * x**2.5 + (1 - u) * self.core_idle_w * x)
+        return float(self.static_w + self.cores * (u * self.core_busy_w * x**2.5 + (1 - u) * self.core_idle_w * x))

@@ -78,15 +78,15 @@ def parse_hook_json(
     if not isinstance(ci_raw, dict):
         raise HostError(f"{origin}: 'ci' must be an object like {{\"p99\": [lo, hi]}}")
     for key, pair in ci_raw.items():
-        pct = next((p for p, k in HOOK_KEYS.items() if k == key), None)
-        if pct is None:
+        ci_pct = next((p for p, k in HOOK_KEYS.items() if k == key), None)
+        if ci_pct is None:
             raise HostError(f"{origin}: ci key {key!r}: expected one of {', '.join(HOOK_KEYS.values())}")
         if not isinstance(pair, list) or len(pair) != 2:
             raise HostError(f"{origin}: ci.{key} must be [lo, hi], got {pair!r}")
         lo, hi = (_finite_nonneg(x, origin, f"ci.{key}") for x in pair)
-        if not lo <= values[pct] <= hi:
-            raise HostError(f"{origin}: ci.{key} [{lo:g}, {hi:g}] does not contain {key}={values[pct]:g}")
-        cis[pct] = (lo, hi)
+        if not lo <= values[ci_pct] <= hi:
+            raise HostError(f"{origin}: ci.{key} [{lo:g}, {hi:g}] does not contain {key}={values[ci_pct]:g}")
+        cis[ci_pct] = (lo, hi)
     dist = None
     if "hdr" in data:
         if not isinstance(data["hdr"], str):

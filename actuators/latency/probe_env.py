@@ -8,6 +8,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from actuators.latency.memcached import MemcachedAddress
 
@@ -85,7 +86,7 @@ class ClientSettings:
             f"{' '.join(self.cmdline_flags) or 'none relevant'}",
         ]
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """JSON-ready form (for `tuner doctor --json`)."""
         d = asdict(self)
         d["governors"] = {str(k): v for k, v in self.governors.items()}
@@ -106,7 +107,7 @@ _CMDLINE_KEYS = (
 )
 
 
-def read_client_settings(root: str | os.PathLike = "/", cpus: Iterable[int] | None = None) -> ClientSettings:
+def read_client_settings(root: str | os.PathLike[str] = "/", cpus: Iterable[int] | None = None) -> ClientSettings:
     """Read the governor/C-state settings of `cpus` (default: this process's affinity) under `root`."""
     base = Path(root)
     cpu_dir = base / "sys/devices/system/cpu"

@@ -30,12 +30,16 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from actuators.latency.dist import histogram_quantiles
 from actuators.latency.engine import ProberConfig, ProbeWindow, ThreadProber, new_histogram, record_ns
 from actuators.latency.memcached import MemcachedAddress, as_address
 from actuators.latency.probe_env import ClientSettings, local_path_reason, read_client_settings, target_warning
 from core.errors import HostError
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
 
 # names callers import from here (the prober's public face)
 __all__ = [
@@ -72,7 +76,7 @@ class Prober:
         self,
         config: ProberConfig | None = None,
         *,
-        settings_root: str | os.PathLike | None = "/",
+        settings_root: str | os.PathLike[str] | None = "/",
         **overrides: object,
     ) -> None:
         if config is None:
@@ -119,9 +123,9 @@ class ProcessProber:
     def __init__(self, config: ProberConfig) -> None:
         self.config = config
         self.address = as_address(config.target)
-        self.process: subprocess.Popen | None = None
-        self._tx = None
-        self._rx = None
+        self.process: subprocess.Popen[bytes] | None = None
+        self._tx: Connection | None = None  # commands to the child, set and cleared with `process`
+        self._rx: Connection | None = None  # its answers
         self._closed = False
 
     def begin(self) -> None:
@@ -130,11 +134,12 @@ class ProcessProber:
         self._call("begin", budget)
 
     def end(self) -> ProbeWindow:
-        return self._call("end", self.config.timeout_s + 10.0)
+        window: ProbeWindow = self._call("end", self.config.timeout_s + 10.0)
+        return window
 
     def close(self) -> None:
         self._closed = True
-        if self.process is None:
+        if self.process is None or self._tx is None or self._rx is None:
             return
         try:
             self._tx.send("close")
@@ -177,17 +182,20 @@ class ProcessProber:
         self._tx = Connection(cmd_w, readable=False)
         self._rx = Connection(res_r, writable=False)
 
-    def _call(self, cmd: str, timeout_s: float):
+    def _call(self, cmd: str, timeout_s: float) -> Any:
         if self._closed:
             raise HostError("prober is closed")
         if self.process is None:
             self._start()
+        tx, rx = self._tx, self._rx
+        if tx is None or rx is None:  # _start sets both or raises
+            raise HostError("prober process has no pipes")
         try:
-            self._tx.send(cmd)
-            if not self._rx.poll(timeout_s):
+            tx.send(cmd)
+            if not rx.poll(timeout_s):
                 self._abandon()
                 raise HostError(f"prober process did not answer {cmd!r} within {timeout_s:g} s (killed)")
-            status, payload = self._rx.recv()
+            status, payload = rx.recv()
         except (EOFError, OSError):
             code = self.process.poll() if self.process else None
             self._abandon()
@@ -256,7 +264,9 @@ def main(argv: list[str] | None = None) -> int:
     """
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m actuators.latency.prober", description=main.__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m actuators.latency.prober", description=(main.__doc__ or "").splitlines()[0]
+    )
     ap.add_argument("--target", required=True, help="memcached HOST:PORT or unix:/path (the server's NIC address)")
     # flags are ProberConfig's field names ([host.options.latency] keys) with dashes: one name per option
     ap.add_argument("--rate-hz", type=float, default=200.0, help="probes per second (default 200)")

@@ -72,7 +72,7 @@ class CommandLatency:
         self.mode = mode
         self._clock = clock
         self._start: float | None = None
-        self._proc: subprocess.Popen | None = None
+        self._proc: subprocess.Popen[str] | None = None
 
     @property
     def origin(self) -> str:
@@ -127,7 +127,7 @@ class CommandLatency:
         self._kill()
         self._start = None
 
-    def _spawn(self, env: dict[str, str], stdin: int) -> subprocess.Popen:
+    def _spawn(self, env: dict[str, str], stdin: int) -> subprocess.Popen[str]:
         try:
             return subprocess.Popen(
                 self.argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
@@ -155,7 +155,7 @@ class FileLatency:
     """
 
     def __init__(
-        self, path: str | os.PathLike, require_fresh: bool = True, clock: Callable[[], float] = time.time
+        self, path: str | os.PathLike[str], require_fresh: bool = True, clock: Callable[[], float] = time.time
     ) -> None:
         self.path = Path(path)
         self.require_fresh = require_fresh
@@ -344,7 +344,7 @@ def _prom_value(body: bytes, where: str) -> tuple[float, list[str]]:
 
 
 # -- configuration ---------------------------------------------------------------------------------
-def make_latency_source(spec: Mapping[str, Any], settings_root: str | os.PathLike = "/") -> Any:
+def make_latency_source(spec: Mapping[str, Any], settings_root: str | os.PathLike[str] = "/") -> Any:
     """Build a `LatencySource` from a config mapping with a `kind`:
 
     `{"kind": "prober", "target": "10.0.0.5:11211", "rate_hz": 200, ...}` (any `ProberConfig` field),

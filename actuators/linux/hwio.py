@@ -14,7 +14,7 @@ import logging
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from actuators.linux.msr import read_msr, write_msr
 from core.errors import HostError
@@ -261,7 +261,7 @@ class Transaction:
     def __enter__(self) -> Transaction:
         return self
 
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Literal[False]:
         if exc is None:
             self._undo.clear()
             return False

@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from actuators.linux.hwio import COALESCE, HardwareIO, Setting, nic_driver
 from core.errors import HostError, KnobRangeError
@@ -66,7 +67,7 @@ class PyrouteEthtool:
 
         self._io = IoctlEthtool()
 
-    def _call(self, ifname: str, fn_name: str, *args: object) -> object:
+    def _call(self, ifname: str, fn_name: str, *args: object) -> Any:  # pyroute2's ethtool objects are untyped
         from pyroute2.ethtool.ioctl import NoSuchDevice, NotSupportedError
 
         self._io.change_ifname(ifname)

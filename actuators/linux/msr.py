@@ -53,7 +53,8 @@ def read_msr(root: Path, cpu: int, reg: int) -> int:
         os.close(fd)
     if len(data) != 8:
         raise HostError(f"MSR {reg:#x} is not implemented on CPU {cpu} (EIO reading {path})")
-    return _U64.unpack(data)[0]
+    value: int = _U64.unpack(data)[0]
+    return value
 
 
 def write_msr(root: Path, cpu: int, reg: int, value: int) -> None:

@@ -12,6 +12,7 @@ between two reads; a gap longer than the safe interval raises instead of returni
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import Callable
@@ -68,6 +69,11 @@ def _read_int(io: HardwareIO, rel: str) -> int:
     return value
 
 
+def _read_msr32(io: HardwareIO, cpu: int, reg: int) -> int:
+    """The low 32 bits of an MSR (RAPL energy status counters are 32 bits wide)."""
+    return io.read_msr(cpu, reg) & 0xFFFFFFFF
+
+
 def _read_uj(io: HardwareIO, rel: str) -> int:
     try:
         return _read_int(io, rel)
@@ -98,7 +104,9 @@ def powercap_counters(io: HardwareIO) -> list[EnergyCounter]:
         package = m.group(2) is None and name.startswith("package")  # not psys (whole platform)
         label = name if m.group(2) is None else re.sub(r"-\d+$", "", name)
         counters.append(
-            EnergyCounter(label, package, wrap, 1e-6, (lambda r=f"{rel}/energy_uj": _read_uj(io, r)), str(io.path(rel)))
+            EnergyCounter(
+                label, package, wrap, 1e-6, functools.partial(_read_uj, io, f"{rel}/energy_uj"), str(io.path(rel))
+            )
         )
     return counters
 
@@ -143,7 +151,7 @@ def msr_counters(io: HardwareIO) -> list[EnergyCounter]:
                 True,
                 1 << 32,
                 1.0 / (1 << esu),
-                (lambda c=cpu: io.read_msr(c, energy_reg) & 0xFFFFFFFF),
+                functools.partial(_read_msr32, io, cpu, energy_reg),
                 f"MSR {energy_reg:#x} on CPU {cpu}",
             )
         )

@@ -16,10 +16,13 @@ points outside the band are known deviations, listed with their causes in docs/s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from actuators.host import OperatingPoint
-from actuators.sim.host import Expected, SimHost
+from actuators.sim.cells import Expected
+from actuators.sim.host import SimHost
 
 SLA_US = 500.0
 #: Table 6.1, Linux column: QPS -> (Z µs, alpha, phi).
@@ -50,7 +53,7 @@ EQ63_SATURATED_GHZ = {600_000.0: 1.5}
 def eq63_p99_us(qps: float, itr_us: float, dvfs_ghz: float) -> float:
     """Eq. 6.3 with table 6.1's Linux parameters (QPS one of 200K/400K/600K)."""
     z, alpha, phi = TABLE_6_1[float(qps)]
-    return z / dvfs_ghz ** (1.0 + alpha) + phi * itr_us
+    return float(z / dvfs_ghz ** (1.0 + alpha) + phi * itr_us)
 
 
 def in_eq63_band(qps: float, itr_us: float, dvfs_ghz: float) -> bool:
@@ -88,8 +91,8 @@ class Eq63Row:
 def eq63_rows(
     host: SimHost,
     qps: float,
-    itrs=EQ63_ITRS,
-    dvfs=EQ63_DVFS,
+    itrs: Sequence[int] = EQ63_ITRS,
+    dvfs: Sequence[float] = EQ63_DVFS,
     limit_us: float = EQ63_LIMIT_US,
     sla_us: float | None = None,
 ) -> list[Eq63Row]:
@@ -118,7 +121,7 @@ def eq63_deviations(rows: list[Eq63Row]) -> list[Eq63Row]:
     return [r for r in rows if not in_eq63_band(r.qps, r.itr_us, r.dvfs_ghz) and abs(r.rel_error) > EQ63_TOLERANCE]
 
 
-def _eq63_summary(rows: list[Eq63Row]) -> dict:
+def _eq63_summary(rows: list[Eq63Row]) -> dict[str, Any]:
     errs = [r.rel_error for r in rows]
     return {
         "points": len(rows),
@@ -158,9 +161,9 @@ def idle_power_w(host: SimHost) -> float:
     return host.expected_default(1.0).power_w
 
 
-def calibration(host: SimHost) -> dict:
+def calibration(host: SimHost) -> dict[str, Any]:
     """Evaluate every calibration target; returns plain data (JSON-serialisable)."""
-    out: dict = {"optimum": {}, "default_ratio": {}, "eq63_band": {}, "eq63": {}, "eq63_sla_meeting": {}}
+    out: dict[str, Any] = {"optimum": {}, "default_ratio": {}, "eq63_band": {}, "eq63": {}, "eq63_sla_meeting": {}}
     for qps, (ilo, ihi, flo, fhi) in OPTIMUM_RANGE.items():
         pt, e = optimal_static(host, qps)
         ok = (
@@ -209,7 +212,7 @@ def calibration(host: SimHost) -> dict:
     return out
 
 
-def format_table(cal: dict) -> str:
+def format_table(cal: dict[str, Any]) -> str:
     """Markdown table: target, dissertation, simulator, accepted range, pass."""
     rows = ["| target | dissertation | simulator | accepted | ok |", "|---|---|---|---|---|"]
     for qps, o in cal["optimum"].items():

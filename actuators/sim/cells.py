@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -37,8 +38,8 @@ class ExpectedCache:
     recomputed, identically, when asked again."""
 
     def __init__(self, cell_bytes: int = EXPECTED_CACHE_BYTES, default_bytes: int = DEFAULT_CACHE_BYTES) -> None:
-        self.cells: BoundedCache[tuple, Cell] = BoundedCache(cell_bytes, name="sim.expected_cells")
-        self.defaults: BoundedCache[tuple, Expected] = BoundedCache(
+        self.cells: BoundedCache[tuple[Any, ...], Cell] = BoundedCache(cell_bytes, name="sim.expected_cells")
+        self.defaults: BoundedCache[tuple[Any, ...], Expected] = BoundedCache(
             default_bytes, sizeof=_expected_bytes, name="sim.expected_default"
         )
 
@@ -51,5 +52,5 @@ class ExpectedCache:
         return [self.cells.stats(), self.defaults.stats()]
 
 
-def _expected_bytes(key: tuple, value: Expected) -> int:
+def _expected_bytes(key: tuple[Any, ...], value: Expected) -> int:
     return tuple_bytes(key) + sys.getsizeof(value) + 2 * sys.getsizeof(value.latency_us) + 48 * len(value.latency_us)

@@ -56,6 +56,7 @@ from actuators.sim.cells import Cell, Expected, ExpectedCache
 from actuators.sim.load import LoadSchedule, parse_load
 from actuators.sim.model import (
     SimParams,
+    SimResult,
     adaptive_itr_us,
     lock_utilisation,
     package_power_w,
@@ -102,7 +103,7 @@ def _bracket(itr: int) -> tuple[int, int, float]:
     return lo, hi, (itr - lo) / (hi - lo)
 
 
-def _p99_se(sim) -> np.ndarray:
+def _p99_se(sim: SimResult) -> np.ndarray:
     """(F,) batch-means standard error of each row's p99: blocks of consecutive interrupt periods (all
     simulated cores), so the queueing autocorrelation within a block is honoured."""
     blocks = sim.period * SE_BLOCKS // max(sim.periods, 1)
@@ -112,7 +113,8 @@ def _p99_se(sim) -> np.ndarray:
     if len(parts) < 2:
         return np.full(sim.latency_us.shape[0], np.inf)
     per_block = np.stack([np.percentile(s, 99.0, axis=1, method="lower") for s in parts], axis=1)
-    return per_block.std(axis=1, ddof=1) / math.sqrt(len(parts))
+    se: np.ndarray = per_block.std(axis=1, ddof=1) / math.sqrt(len(parts))
+    return se
 
 
 def _shrink(
@@ -401,7 +403,7 @@ class SimHost:
         cw = np.cumsum(weights[order])
         cw /= cw[-1]
         flat = lat.ravel()[order]
-        latency = {pct: float(flat[min(np.searchsorted(cw, pct / 100.0), flat.size - 1)]) for pct in PERCENTILES}
+        latency = {pct: float(flat[min(int(np.searchsorted(cw, pct / 100.0)), flat.size - 1)]) for pct in PERCENTILES}
         return Expected(latency, float(np.dot(occ, power)))
 
     # --- internals ------------------------------------------------------------------------------------------
@@ -426,7 +428,7 @@ class SimHost:
         run for all of them) and cached; the returned values never depend on what the bound evicts."""
         base = (self._p, self._cores, itr, round(qps, 3))
 
-        def compute(missing: list[tuple]) -> dict[tuple, Cell]:
+        def compute(missing: list[tuple[Any, ...]]) -> dict[tuple[Any, ...], Cell]:
             todo = [key[-1] for key in missing]
             return {base + (fi,): cell for fi, cell in zip(todo, self._compute_cells(itr, qps, todo), strict=True)}
 
@@ -447,7 +449,7 @@ class SimHost:
         noisy = (p99 < REFINE_MAX_US) & (se > np.maximum(REFINE_REL_SE * p99, REFINE_ABS_SE_US))
         lats = [sim.latency_us[j] for j in range(len(todo))]
         n1 = sim.latency_us.shape[1]
-        for j in np.flatnonzero(noisy):
+        for j in np.flatnonzero(noisy).tolist():
             # one more independent run at this frequency only, sized so the pooled SE reaches the target
             # (SE ~ 1/sqrt(n)), at most EXPECTED_REFINED requests in all
             target = max(REFINE_TARGET_REL_SE * p99[j], REFINE_TARGET_ABS_SE_US)
@@ -467,7 +469,7 @@ class SimHost:
             power[j] = (n1 * power[j] + n2 * float(package_power_w(self._p, more, self._cores, qps)[0])) / (n1 + n2)
             # pooled SE: the larger run's batch-means SE scaled to the pooled count
             se[j] = float(_p99_se(more)[0]) * math.sqrt(n2 / (n1 + n2))
-        for j in np.flatnonzero(noisy):
+        for j in np.flatnonzero(noisy).tolist():
             quant[j] = np.percentile(lats[j], PERCENTILES)
         return [(quant[j], float(power[j]), float(se[j])) for j in range(len(todo))]
 

@@ -97,7 +97,8 @@ class SimParams:
         """Per-core power while executing at `f` GHz."""
         f = np.asarray(f, float)
         v = self.volt(f)
-        return self.c_dyn * f * v * v + self.leak_w_per_v * v
+        out: np.ndarray = self.c_dyn * f * v * v + self.leak_w_per_v * v
+        return out
 
     def idle_power_w(self, f: np.ndarray | float) -> np.ndarray:
         """(F, S) per-core power in each C-state at frequency `f`."""
@@ -180,14 +181,16 @@ def _seg_cumsum(x: np.ndarray, starts: np.ndarray, idx: np.ndarray) -> np.ndarra
     """Inclusive cumulative sum of `x` restarted at each segment start."""
     c = np.cumsum(x)
     base = np.concatenate(([0.0], c))[starts]
-    return c - base[idx]
+    out: np.ndarray = c - base[idx]
+    return out
 
 
 def _seg_cumsum_rows(x: np.ndarray, starts: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """`_seg_cumsum` along the last axis of a 2-D array."""
     c = np.cumsum(x, axis=1)
     base = np.concatenate((np.zeros((x.shape[0], 1)), c), axis=1)[:, starts]
-    return c - base[:, idx]
+    out: np.ndarray = c - base[:, idx]
+    return out
 
 
 def _menu_prediction(gaps: np.ndarray, idled: np.ndarray, history: int) -> np.ndarray:
@@ -216,13 +219,15 @@ def _lindley(t: np.ndarray, w: np.ndarray) -> np.ndarray:
     """Start times of FIFO work items arriving at `t` (ascending, last axis) with durations `w`."""
     cw = np.cumsum(w, axis=-1)
     prev = cw - w
-    return np.maximum.accumulate(t - prev, axis=-1) + prev
+    out: np.ndarray = np.maximum.accumulate(t - prev, axis=-1) + prev
+    return out
 
 
 def _seg_sum(x: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Sum of `x` over consecutive segments (last axis) of lengths `counts` (zero-length segments give 0)."""
     c = np.concatenate((np.zeros(x.shape[:-1] + (1,)), np.cumsum(x, axis=-1)), axis=-1)
-    return c[..., starts + counts] - c[..., starts]
+    out: np.ndarray = c[..., starts + counts] - c[..., starts]
+    return out
 
 
 def tx_only_periods(empty: np.ndarray) -> np.ndarray:
@@ -242,7 +247,8 @@ def tx_only_periods(empty: np.ndarray) -> np.ndarray:
     pos = np.arange(k)
     # index of the last non-empty period at or before each position (-1 if none)
     last_full = np.maximum.accumulate(np.where(~empty, pos, -1), axis=-1)
-    return empty & ((pos - last_full - 1) % 2 == 0)
+    out: np.ndarray = empty & ((pos - last_full - 1) % 2 == 0)
+    return out
 
 
 def warmup_periods(p: SimParams, itr_us: float, run_periods: int) -> int:
@@ -391,7 +397,8 @@ def simulate(
 def package_power_w(p: SimParams, sim: SimResult, cores: int, qps: float) -> np.ndarray:
     """(F,) mean package power (both sockets) for the simulated frequencies."""
     core = sim.busy * p.busy_power_w(sim.f) + (sim.residency * p.idle_power_w(sim.f)).sum(axis=1)
-    return p.static_w + p.uncore_active_w + cores * core + p.request_j * qps
+    out: np.ndarray = p.static_w + p.uncore_active_w + cores * core + p.request_j * qps
+    return out
 
 
 def _ixgbe_size_itr_us(avg_wire_bytes: float, latency_mode: bool) -> int:
@@ -446,7 +453,8 @@ def analytic_busy(p: SimParams, lam: float, itr_us: float, f: np.ndarray) -> np.
     tx = pe / (1.0 + pe) if p.tx_irq else 0.0
     periods = lam / ((m + pe) * (1.0 - tx))  # interrupt periods per µs
     wake = p.cstates[2].exit_latency_us  # typical shallow wake-up at short ITR
-    return np.minimum(lam * (ss + sa + lock_hold_us(p, f)) + periods * (h + wake + p.idle_cyc / f), 1.0)
+    out: np.ndarray = np.minimum(lam * (ss + sa + lock_hold_us(p, f)) + periods * (h + wake + p.idle_cyc / f), 1.0)
+    return out
 
 
 def pstate_occupancy(
@@ -489,7 +497,8 @@ def pstate_occupancy(
             target += (cur - target) / 2.0
         # P-states are 100 MHz ratios (int truncation in the driver)
         i = min(max(int(math.floor((target - fmin) / step + 1e-9)), 0), top)
-    return occ / occ.sum()
+    out: np.ndarray = occ / occ.sum()
+    return out
 
 
 def eq63_p99_us(qps: float, itr_us: float, dvfs_ghz: float) -> float:
@@ -498,4 +507,4 @@ def eq63_p99_us(qps: float, itr_us: float, dvfs_ghz: float) -> float:
     if qps not in table:
         raise ValueError("table 6.1 has 200K, 400K and 600K QPS")
     z, alpha, phi = table[qps]
-    return z / dvfs_ghz ** (1.0 + alpha) + phi * itr_us
+    return float(z / dvfs_ghz ** (1.0 + alpha) + phi * itr_us)

@@ -212,7 +212,7 @@ def add_load_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--load-server", default="127.0.0.1:11211", metavar="HOST:PORT", help="{server} of --load-command")
 
 
-def load_from_args(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def load_from_args(args: argparse.Namespace):
     """The `CommandLoad` for --load-command, or None."""
     if not getattr(args, "load_command", None):
         return None

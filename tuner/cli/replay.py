@@ -21,7 +21,9 @@ from core.errors import TunerError
 from tuner.cli.load import add_load_arguments, load_from_args
 from tuner.cli.replay_settings import parse_number, tuner_settings
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # imported where used: the CLI starts without them
+    from actuators.host import Host
+    from traces.schedule import Schedule
     from tuner.optimize.settings import Objective, TunerSettings
 
 #: Default peak of the replayed schedule (QPS); see the module docstring.
@@ -334,7 +336,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def execute(
     host_spec: str,
-    schedule: object,
+    schedule: Schedule,
     objective: Objective,
     settings: TunerSettings,
     policies: tuple[str, ...],
@@ -356,9 +358,9 @@ def execute(
     from tuner.cli.output import print_json, table_console
     from tuner.hosts import make_host
     from tuner.replay.report import print_report, summary, write_files, write_trials
-    from tuner.replay.run import replay
+    from tuner.replay.run import ReplayWindow, replay
 
-    seed = settings.seed  # type: ignore[attr-defined]
+    seed = settings.seed
     first = make_host(host_spec, seed=seed, **(host_options or {}))
     if not isinstance(first, LoadControl):
         raise TunerError(
@@ -376,10 +378,10 @@ def execute(
     cache = getattr(first, "expected_cache", None)
     share = {"cache": cache} if cache is not None else {}
 
-    def factory():  # type: ignore[no-untyped-def]
+    def factory() -> Host:
         return spare.pop() if spare else make_host(host_spec, seed=seed, **share, **(host_options or {}))
 
-    windows = schedule.windows  # type: ignore[attr-defined]
+    windows = tuple(ReplayWindow(w.index, w.start_s, w.seconds, w.qps, w.day) for w in schedule.windows)
     console = Console(stderr=True)
     t0 = time.perf_counter()
     if quiet or not console.is_terminal:
@@ -388,7 +390,7 @@ def execute(
             windows,
             objective,
             settings,
-            policies=policies,  # type: ignore[arg-type]
+            policies=policies,
             host_label=host_spec,
             source=source,
             oracle_exhaustive=oracle_exhaustive,
@@ -418,15 +420,15 @@ def execute(
                 windows,
                 objective,
                 settings,
-                policies=policies,  # type: ignore[arg-type]
+                policies=policies,
                 progress=progress,
                 host_label=host_spec,
                 source=source,
                 oracle_exhaustive=oracle_exhaustive,
                 history=history,
             )
-    result.meta["peak_qps_target"] = schedule.peak_qps  # type: ignore[attr-defined]
-    result.meta["trace_scale"] = schedule.scale  # type: ignore[attr-defined]
+    result.meta["peak_qps_target"] = schedule.peak_qps
+    result.meta["trace_scale"] = schedule.scale
     result.meta["total_wall_s"] = time.perf_counter() - t0
     if day_noise is not None:
         result.meta["day_noise"] = day_noise

@@ -209,7 +209,7 @@ def restore_host(host: Any) -> tuple[BaseException | None, bool]:
     Returns (the exception restore raised or None, whether a signal arrived meanwhile)."""
     got: list[int] = []
     saved: dict[int, Any] = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT.value, signal.SIGTERM.value):
         try:
             saved[sig] = signal.signal(sig, lambda s, f: got.append(s))
         except ValueError:
@@ -365,7 +365,7 @@ def run(args: argparse.Namespace) -> int:
                 meta_path,
                 {**meta, "host_name": host.name, "points": len(full), "itr_us": list(itrs), "dvfs_ghz": list(freqs)},
             )
-            if qps is not None:
+            if qps is not None and isinstance(host, LoadControl):  # checked above: --qps needs it
                 host.set_offered_qps(qps)
             writer = PointWriter(points_path)
             key = percentile_key(pct)

@@ -72,6 +72,20 @@ class DaemonBase:
         self._open_optimizer_close: Any = None
         self._subscribers: list[queue.Queue] = []
 
+    @property
+    def live_host(self) -> Host:
+        """The host, once `start()` has built it (`TunerError` before)."""
+        if self.host is None:
+            raise TunerError("the daemon has no host yet: start() builds it")
+        return self.host
+
+    @property
+    def knob_space(self) -> KnobSpace:
+        """The host's knob space within the configured bounds, once `start()` has read it (`TunerError` before)."""
+        if self.space is None:
+            raise TunerError("the daemon has no knob space yet: start() reads it")
+        return self.space
+
     # ------------------------------------------------------------------ policy
 
     def policy(self) -> PolicyConfig:
@@ -145,7 +159,7 @@ class DaemonBase:
             if not self.state.knobs_dirty:
                 self.state.knobs_dirty = True
                 self.store.save(self.state)  # persisted before the first write, so a crash is noticed
-        checked = apply_point(self.host, self.space.check(point))
+        checked = apply_point(self.live_host, self.knob_space.check(point))
         with self._lock:
             self._current_point = checked
         self.metrics.set_point(checked)
@@ -166,7 +180,7 @@ class DaemonBase:
         """Measure one window (`window_s` by default), paced to wall-clock time (a simulated host returns at once)."""
         window = self.config.tuning.window_s if seconds is None else seconds
         t0 = time.monotonic()
-        m = self.host.measure(window)
+        m = self.live_host.measure(window)
         self._wait(window - (time.monotonic() - t0), interruptible=False)
         now = time.time()
         md = measurement_dict(m, now)
@@ -189,6 +203,9 @@ class DaemonBase:
             return
         self._reload_requested = False
         path = self.config.path
+        if path is None:
+            log.error("reload ignored: the running config was not read from a file")
+            return
         try:
             new = load_config(path)
         except TunerError as exc:
@@ -202,7 +219,7 @@ class DaemonBase:
                 log.warning("reload: %s changed; it takes effect after a restart", key)
                 new = replace(new, **{attr: getattr(old, attr)})
         try:
-            space = bounded_space(self.host.knobs(), new.knobs) if self.space is not None else None
+            space = bounded_space(self.live_host.knobs(), new.knobs) if self.space is not None else None
         except TunerError as exc:
             log.error("reload rejected, keeping the running config: %s: %s", path, exc)
             return

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from actuators.host import Measurement, OperatingPoint
 from core.errors import TunerError
@@ -83,9 +84,8 @@ class Guardrail(DaemonReads):
 
     def _hold_idle(self, qps: float, why: str) -> None:
         """Hold the idle point (a decision of reason "idle"): no retune while the load is near zero."""
-        assert self.space is not None  # holding happens only in tune mode, where the space is known
-        point = self._apply(idle_point(self.space))
-        decision = {
+        point = self._apply(idle_point(self.knob_space))
+        decision: dict[str, Any] = {
             "retune_id": "",
             "reason": "idle",
             "point": point_list(point),
@@ -127,10 +127,10 @@ class Guardrail(DaemonReads):
             if exclude is not None and not at_least_as_safe(p, exclude):
                 continue  # never revert to a point less safe than (or incomparable with) the one we leave
             try:
-                return self.space.check(p), f"met the SLA at {g['qps']:.0f} QPS ({lat:.0f} µs)"
+                return self.knob_space.check(p), f"met the SLA at {g['qps']:.0f} QPS ({lat:.0f} µs)"
             except TunerError:
                 continue
-        return safe_corner(self.space), "safe corner (minimum ITR, maximum frequency)"
+        return safe_corner(self.knob_space), "safe corner (minimum ITR, maximum frequency)"
 
     def _guardrail(self, m: Measurement, when: float, lat: float, pol: PolicyConfig) -> None:
         point, why = self.fallback_point(m.offered_qps, self._current_point)
@@ -140,7 +140,7 @@ class Guardrail(DaemonReads):
             )
             return
         point = self._apply(point)
-        decision = {
+        decision: dict[str, Any] = {
             "retune_id": (self.state.held or {}).get("retune_id", ""),
             "reason": "guardrail",
             "point": point_list(point),

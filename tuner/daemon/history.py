@@ -18,7 +18,7 @@ from typing import Any
 
 from core.errors import TunerError
 from tuner.daemon.guardrail import Guardrail
-from tuner.daemon.plain import point_from
+from tuner.daemon.plain import point_of
 
 log = logging.getLogger("tuner.daemon.loop")  # one logger for the whole control loop (operators filter on it)
 
@@ -68,7 +68,7 @@ class HistoryLayer(Guardrail):
     def _offered_qps(self) -> float:
         """The load a retune starts at: the host's offered QPS, else the last window's."""
         try:
-            qps = float(self.host.offered_qps())
+            qps = float(self.live_host.offered_qps())
             if math.isfinite(qps) and qps >= 0:
                 return qps
         except Exception as exc:  # noqa: BLE001 - a QPS source hiccup must not stop a retune
@@ -151,7 +151,7 @@ class HistoryLayer(Guardrail):
                 obj = as_objective(t.get("objective") or dict(self.policy().__dict__))
                 rec = TrialRecord(
                     int(t["index"]),
-                    point_from(t["point"]),
+                    point_of(t["point"]),
                     float(t["measurement"]["offered_qps"]),
                     "completed",
                     m,

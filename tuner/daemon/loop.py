@@ -18,7 +18,7 @@ import threading
 import time
 
 from core.errors import TunerError
-from tuner.daemon.plain import VERSION, bounded_space, point_from
+from tuner.daemon.plain import VERSION, bounded_space, point_from, point_of
 from tuner.daemon.trials import RetuneDriver
 
 log = logging.getLogger("tuner.daemon.loop")  # one logger for the whole control loop (operators filter on it)
@@ -171,7 +171,7 @@ class Daemon(RetuneDriver):
         held = self.state.held
         if held and not self.state.current_retune:
             try:
-                self._apply(point_from(held["point"]))
+                self._apply(point_of(held["point"]))
                 log.info("holding %s from %s", point_from(held["point"]), held.get("retune_id"))
             except TunerError as exc:
                 log.warning("cannot re-apply held point (%s); retuning", exc)
@@ -197,7 +197,10 @@ class Daemon(RetuneDriver):
     # ------------------------------------------------------------------ shutdown
 
     def _watchdog(self) -> None:
-        interval = self.notifier.watchdog_s / 2
+        watchdog_s = self.notifier.watchdog_s
+        if not watchdog_s:  # started only when systemd asked for a watchdog
+            return
+        interval = watchdog_s / 2
         limit = self.config.tuning.window_s + self.config.tuning.settle_s + WATCHDOG_SLACK_S
         while not self._finished.wait(interval):
             if time.monotonic() - self._heartbeat < limit:

@@ -23,6 +23,14 @@ def point_from(v: Any) -> OperatingPoint | None:
     return OperatingPoint(int(v[0]), float(v[1])) if v else None
 
 
+def point_of(v: Any) -> OperatingPoint:
+    """`point_from` for a row that must hold a point; `TunerError` if it does not."""
+    p = point_from(v)
+    if p is None:
+        raise TunerError(f"expected a point [itr_us, dvfs_ghz], got {v!r}")
+    return p
+
+
 def measurement_dict(m: Measurement, when: float) -> dict[str, Any]:
     """`Measurement.to_dict` plus power and time, with the point as [itr_us, dvfs_ghz] (the state format)."""
     return {**m.to_dict(), "power_w": m.power_or_none, "point": point_list(m.point), "time": when}

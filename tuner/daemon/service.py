@@ -122,7 +122,7 @@ def _finite(x: float) -> float:
 def make_servicer(daemon: Any) -> Any:
     pb, services = protos()
 
-    class TunerServicer(services.TunerServicer):
+    class TunerServicer(services.TunerServicer):  # type: ignore[name-defined]  # generated from the .proto at run time
         """Adapts `tuner.daemon.loop.Daemon` to `tuner.v1.Tuner`."""
 
         def __init__(self) -> None:
@@ -184,7 +184,7 @@ def make_servicer(daemon: Any) -> Any:
         def GetPowerCurve(self, request: Any, context: Any) -> Any:
             answer = getattr(daemon, "power_curve", None)
             if answer is None:
-                context.abort(grpc.StatusCode.UNIMPLEMENTED, "this daemon has no power curve")
+                return context.abort(grpc.StatusCode.UNIMPLEMENTED, "this daemon has no power curve")  # raises
             try:
                 sla, pct, curve, note = answer(request.sla_us, request.percentile)
             except TunerError as exc:
@@ -360,6 +360,8 @@ class GrpcServer:
                 raise TunerError(f"grpc.listen: cannot create {path}: {exc.strerror or exc}") from None
         try:
             if cfg.tls_cert:
+                if cfg.tls_key is None:  # the config loader requires both
+                    raise TunerError("grpc.tls_key: expected a key file next to tls_cert")
                 creds = grpc.ssl_server_credentials(
                     [(cfg.tls_key.read_bytes(), cfg.tls_cert.read_bytes())],
                     root_certificates=cfg.tls_client_ca.read_bytes() if cfg.tls_client_ca else None,

@@ -84,7 +84,7 @@ class StateStore:
         except OSError:
             os.close(fd)
             raise TunerError(f"state.dir {self.dir}: in use by another tuner daemon") from None
-        self._lock_fd = fd  # held until the process exits (or `release`)
+        self._lock_fd: int | None = fd  # held until the process exits (or `release`)
 
     def release(self) -> None:
         fd = getattr(self, "_lock_fd", None)

@@ -137,8 +137,8 @@ class DaemonReads(Observing):
                 groups.setdefault(tuple(g["point"]), []).append(md)
         best: PointAnswer | None = None
         for key, mds in groups.items():
-            lats = [latency_at(md, pct) for md in mds]
-            if any(v is None for v in lats) or any(md.get("power_w") is None for md in mds):
+            lats = [v for md in mds if (v := latency_at(md, pct)) is not None]
+            if len(lats) < len(mds) or any(md.get("power_w") is None for md in mds):
                 continue  # no power measured (no RAPL): nothing to recommend it by
             lat, lat_sem = mean_sem(lats, [latency_sem_at(md, pct) for md in mds])
             pw, pw_sem = mean_sem([md["power_w"] for md in mds], None)
@@ -220,7 +220,7 @@ class DaemonReads(Observing):
 
     def _model_table(self, rid: str, opt: Any, tuned_qps: float, pct: float) -> None:
         """Predict over a grid once (in the loop thread) so `GetOperatingPoint` never runs the model."""
-        space = self.space
+        space = self.knob_space
         step = max(1, len(space.itr_us) // MODEL_ITR_SAMPLES)
         itrs = sorted(set(space.itr_us[::step]) | {space.itr_us[-1]})
         points = [OperatingPoint(i, f) for i in itrs for f in space.dvfs_ghz]

@@ -24,8 +24,8 @@ class RetuneDriver(HistoryLayer):
     def _signature(self) -> dict[str, Any]:
         return {
             "policy": dict(self.policy().__dict__),
-            "itr": [self.space.itr_us[0], self.space.itr_us[-1]],
-            "dvfs": [self.space.dvfs_ghz[0], self.space.dvfs_ghz[-1]],
+            "itr": [self.knob_space.itr_us[0], self.knob_space.itr_us[-1]],
+            "dvfs": [self.knob_space.dvfs_ghz[0], self.knob_space.dvfs_ghz[-1]],
         }
 
     #: Seconds before the next retry of a failed retune (0: the last one succeeded).
@@ -38,7 +38,7 @@ class RetuneDriver(HistoryLayer):
     def _retune(self, reason: str) -> None:
         if self._near_idle(reason):
             return
-        opt = None
+        opt: Any = None
         try:
             opt = self._retune_with(reason)
             self._retry_s = 0.0
@@ -88,10 +88,17 @@ class RetuneDriver(HistoryLayer):
         if callable(close):
             close()
 
+    def _current_retune(self) -> dict[str, Any]:
+        """The running retune's state record (set before its first trial)."""
+        cur = self.state.current_retune
+        if cur is None:
+            raise TunerError("no retune is running")
+        return cur
+
     def _retune_with(self, reason: str) -> Any:
         tuning = self.config.tuning
         cur = self.state.current_retune
-        opt = None
+        opt: Any = None
         if cur is not None:
             if cur.get("signature") != self._signature():
                 log.info("retune %s was started under another policy/bounds; starting afresh", cur["id"])
@@ -144,7 +151,7 @@ class RetuneDriver(HistoryLayer):
                 self._history_trials = int(cur.get("history_trials", 0))
         self._open_optimizer_close = getattr(opt, "close", None)
         self._live_opt = opt
-        rid = self.state.current_retune["id"]
+        rid = self._current_retune()["id"]
         self.metrics.retunes.labels(reason=reason).inc()
         self._count(f"retunes:{reason}")
         self._set_loop_state("retuning")
@@ -160,7 +167,7 @@ class RetuneDriver(HistoryLayer):
                 if stop:
                     log.info("retune %s stops after %d trials: %s", rid, done, why)
                     with self._lock:
-                        self.state.current_retune["stopped"] = why
+                        self._current_retune()["stopped"] = why
                     break
             self._beat()
             if self._stop.is_set():
@@ -206,7 +213,7 @@ class RetuneDriver(HistoryLayer):
 
         policy = self._trial_window_policy()
         t0 = time.monotonic()
-        m = measure_window(self.host, policy)
+        m = measure_window(self.live_host, policy)
         self._wait(m.seconds - (time.monotonic() - t0), interruptible=False)
         now = time.time()
         with self._lock:
@@ -264,12 +271,20 @@ class RetuneDriver(HistoryLayer):
         text = self._timed(opt.to_json)
         with self._lock:
             self.state.trials.append(row)
-            self.state.current_retune["optimizer"] = text
+            self._current_retune()["optimizer"] = text
             self.state.counters["trials"] = int(self.state.counters.get("trials", 0)) + 1
             self.state.counters[f"trials:{status}"] = int(self.state.counters.get(f"trials:{status}", 0)) + 1
             self._save()  # trial and experiment in one atomic write
         self.metrics.trials.labels(status=status).inc()
         log.info("trial %s/%d %s: %s", rid, row["index"], status, describe(row, self.policy().percentile))
+
+    def _load_moved(self, mdict: dict[str, Any] | None, qps_values: list[float]) -> tuple[float, float] | None:
+        """(load the chosen point was measured at, load of the retune's last trial) when they differ by more
+        than the load band (`tuning.load_change_pct`); None when they agree or either is unknown."""
+        if not mdict or not qps_values:
+            return None
+        at, now = float(mdict.get("offered_qps") or 0.0), float(qps_values[-1])
+        return (at, now) if _load_moved_from(at, now, self.config.tuning.load_change_pct / 100) else None
 
     def _decide(self, opt: Any, rid: str, reason: str) -> None:
         try:
@@ -277,13 +292,27 @@ class RetuneDriver(HistoryLayer):
             point, met, detail = d.point, bool(d.met_sla), str(d.reason)
             mdict = measurement_dict(d.measurement, time.time()) if d.measurement else None
         except Exception as exc:  # noqa: BLE001 - e.g. every trial failed
-            point, met, detail, mdict = safe_corner(self.space), False, f"no decision ({exc}); safe corner", None
-        point = self._apply(point)
+            point, met, detail, mdict = safe_corner(self.knob_space), False, f"no decision ({exc}); safe corner", None
         qps_values = [t.qps for t in _retune_trials(opt) if t.status == "completed"]
         tuned = sum(qps_values) / len(qps_values) if qps_values else 0.0
+        moved = self._load_moved(mdict, qps_values)
+        if moved is not None:
+            # the chosen point met the SLA at a load the host has left during the retune (a trial at 100K
+            # does not vouch for 600K): hold the safe corner, tuned for the load now, and retune at once
+            at, now = moved
+            log.warning(
+                "decision %s: the chosen point met the SLA at %.0f QPS but the load moved to %.0f QPS during "
+                "the retune; holding the safe corner and retuning",
+                rid,
+                at,
+                now,
+            )
+            point, met, tuned = safe_corner(self.knob_space), False, now
+            detail = f"load moved during the retune ({at:.0f} -> {now:.0f} QPS): safe corner, retuning"
+        point = self._apply(point)
         pol = self.policy()
         cur = self.state.current_retune or {}
-        decision = {
+        decision: dict[str, Any] = {
             "retune_id": rid,
             "reason": reason,
             "point": point_list(point),
@@ -309,12 +338,16 @@ class RetuneDriver(HistoryLayer):
             self.state.tuned_qps = tuned
             self.state.last_retune_time = decision["time"]
             self.state.decisions.append(decision)
-            self._load_trigger = False
+            self._load_trigger = moved is not None
             self._save()
         self.metrics.last_retune.set(decision["time"])
         log.info("decision %s (%s): %s, met SLA: %s, tuned for %.0f QPS -- %s", rid, reason, point, met, tuned, detail)
         self._publish(decision)
         self._model_table(rid, opt, tuned, pol.percentile)
+
+
+def _load_moved_from(at: float, now: float, band: float) -> bool:
+    return at > 0 and now > 0 and abs(at - now) > band * now
 
 
 def _retune_trials(opt: Any) -> list[Any]:

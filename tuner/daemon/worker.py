@@ -120,7 +120,8 @@ def _serve(conn: Any, module: str) -> None:  # pragma: no cover - runs in the ch
         broken = None
     except Exception as exc:  # noqa: BLE001 - reported on the first call instead of a dead pipe
         broken = f"cannot import the optimiser {module!r}: {type(exc).__name__}: {exc}"
-    opt = None
+    opt: Any = None  # the optimiser module's Optimizer, loaded by name
+    result: Any  # what each operation sends back (plain data over the pipe)
     while True:
         try:
             op, args = conn.recv()
@@ -327,7 +328,7 @@ class ProcessOptimizers:
 
     def live_pids(self) -> list[int]:
         with self._lock:
-            return [p.pid for p in self._live if p._proc.is_alive()]
+            return [pid for p in self._live if p._proc.is_alive() and (pid := p._proc.pid) is not None]
 
     def interrupt(self) -> None:
         """Kill every live worker (a stop must not wait for a model fit)."""

@@ -96,7 +96,7 @@ def next_line_t(tried: Sequence[tuple[float, bool] | tuple[float, bool, float]],
     if above:
         return 0.5 * (lo + min(above))
     if len(met) >= 2 and len(met[-1]) > 2 and len(met[-2]) > 2 and met[-1][0] > met[-2][0]:
-        (t0, _, r0), (t1, _, r1) = met[-2][:3], met[-1][:3]  # type: ignore[misc]
+        (t0, _, r0), (t1, _, r1) = met[-2][:3], met[-1][:3]
         slope = (r1 - r0) / (t1 - t0)
         if slope > 0 and math.isfinite(slope):
             step = min(step, max((1.0 - r1) / slope, step / 4))

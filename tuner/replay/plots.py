@@ -35,6 +35,7 @@ def sweep_heatmap(
     edges between meeting and missing it (measured values, no interpolation); the energy-optimal point
     under the SLA is a star and Pareto-optimal points are circles.
     """
+    from matplotlib.artist import Artist
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.collections import LineCollection, PatchCollection
     from matplotlib.figure import Figure
@@ -65,7 +66,7 @@ def sweep_heatmap(
     fig.colorbar(mesh, ax=ax, label=f"energy per {window} (J)")
 
     pname = f"p{percentile:g}"
-    handles = []
+    handles: list[Artist] = []
     measured = np.isfinite(energy)
     violates = measured & ~(latency <= sla_us)  # unmeasurable latency counts as a violation
     xe, ye = _edges(itrs, 1.0), _edges(freqs, 0.05)

@@ -227,10 +227,11 @@ def write_plots(result: ReplayResult, out: Path) -> list[Path]:
     ax_f = fig.add_subplot(2, 1, 2, sharex=ax_itr)
     for p in policies:
         ws = [w for w in result.policies[p].windows if w.point is not None]
+        points = [w.point for w in ws if w.point is not None]
         if not ws:
             continue
-        step(ax_itr, ws, [w.point.itr_us for w in ws], label=p, color=_COLOURS.get(p))
-        step(ax_f, ws, [w.point.dvfs_ghz for w in ws], label=p, color=_COLOURS.get(p))
+        step(ax_itr, ws, [pt.itr_us for pt in points], label=p, color=_COLOURS.get(p))
+        step(ax_f, ws, [pt.dvfs_ghz for pt in points], label=p, color=_COLOURS.get(p))
     ax_itr.set_ylabel("ITR (µs)")
     ax_itr.set_title("Chosen (held) ITR and DVFS per window (linux-default: OS policies, not shown)")
     ax_itr.legend(loc="upper left", fontsize=8)

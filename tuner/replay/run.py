@@ -21,6 +21,7 @@ A multi-day schedule (`traces.schedule.repeat_days`) carries each window's `day`
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import time
@@ -256,9 +257,9 @@ def oracle_point(
         for f in reversed(freqs):
             above = top
             assert above is not None
-            top = _largest_meeting(lambda i, f=f: latency(i, f), sla, above, first_step=1 if f != freqs[-1] else 0)
-            near = min(lat for (i, g), (lat, _) in seen.items() if g == f) <= sla * ORACLE_ISLAND
-            if top is None and near:
+            top = _largest_meeting(functools.partial(latency, f=f), sla, above, first_step=1 if f != freqs[-1] else 0)
+            close = min(lat for (i, g), (lat, _) in seen.items() if g == f) <= sla * ORACLE_ISLAND
+            if top is None and close:
                 # near saturation the model's noise can leave feasible islands the search stepped over: scan
                 stride = ORACLE_SCAN // 3
                 hit = next((i for i in range(above, -1, -stride) if latency(i, f) <= sla), None)
@@ -431,8 +432,8 @@ def _run_tuner_window(
         trial_window_s=sum(m.seconds for m in measured),
         fixed_window_s=len(measured) * settings.window_s,
         gated_trials=len(gated),
-        gated_p_sum=sum(float(r.p_violation) for r in gated),  # type: ignore[arg-type]
-        gated_over=sum(1 for r in gated if not objective.met(r.measurement)),  # type: ignore[arg-type]
+        gated_p_sum=sum(float(r.p_violation) for r in gated if r.p_violation is not None),
+        gated_over=sum(1 for r in gated if r.measurement is not None and not objective.met(r.measurement)),
     ), recs
 
 

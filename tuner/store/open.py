@@ -39,6 +39,13 @@ def open_store(url: str | None, state_dir: str | Path) -> TrialStore:
             raise TunerError(f"history.url {text!r}: expected sqlite:///absolute/path")
         return SqliteStore(Path(path))
     if text.startswith(("postgresql://", "postgres://")):
+        try:
+            import psycopg  # noqa: F401
+        except ImportError:
+            raise TunerError(
+                "history.url: a PostgreSQL trial store needs psycopg 3 (pip install 'psycopg[binary]', "
+                "or the tuner's `postgres` extra)"
+            ) from None
         from tuner.store.postgres import PostgresStore
 
         return PostgresStore(text, state / SPOOL_FILE)

@@ -267,7 +267,7 @@ class PostgresStore(SqlTrials):
         if self.connected():
             yield from SqlTrials.iter_lines(self, batch)
         for _, row in self.spool.pending(10**9):
-            yield row[-1]  # type: ignore[misc]
+            yield row[-1]
 
     def close(self) -> None:
         if self._conn is not None:

@@ -106,7 +106,7 @@ class SqliteStore(SqlTrials):
                 "ORDER BY id LIMIT ?",
                 (int(limit),),
             )
-            return [(int(r[0]), tuple(r[1:])) for r in cur.fetchall()]  # type: ignore[misc]
+            return [(int(r[0]), tuple(r[1:])) for r in cur.fetchall()]
 
     def discard(self, ids: list[int]) -> None:
         """Delete rows by id (flushed to the shared store)."""
