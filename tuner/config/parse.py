@@ -243,6 +243,7 @@ def parse_config(text: str, path: Path) -> Config:
             lambda v: None if 0.001 <= v <= 3600 else "0.001..3600 seconds",
         ),
         window_guard=c.get(t, "tuning", "window_guard", d.window_guard, "bool"),
+        peak_step=c.get(t, "tuning", "peak_step", d.peak_step, "bool"),
         refit_every=c.get(
             t, "tuning", "refit_every", d.refit_every, "int", lambda v: None if 1 <= v <= 1000 else "1..1000 trials"
         ),

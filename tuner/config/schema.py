@@ -79,6 +79,7 @@ class TuningConfig:
     window_min_s: float = 2.0
     window_guard: bool = True
     refit_every: int = 1
+    peak_step: bool = True
     # the daemon's own (not the optimiser's)
     idle_qps: float = 100.0  # below this load: hold the idle point (lowest ITR, lowest frequency), never retune
     baseline_every_s: float = 0.0  # a baseline window at the OS's own settings this often (0 = never)
@@ -105,6 +106,7 @@ SETTINGS_FIELDS: tuple[str, ...] = (
     "window_min_s",
     "window_guard",
     "refit_every",
+    "peak_step",
 )
 
 

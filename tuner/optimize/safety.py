@@ -29,6 +29,8 @@ SAFE_LOAD_TOL = 0.10
 #: `TunerSettings.peak_step`: trials within this share below the highest load measured within the limit count as
 #: measured at it (the best of them is the new peak's starting point).
 PEAK_LOAD_BAND = 0.02
+#: ... and when the model passes no point of the step's path within δ, the first it gives at most this P(SLA broken).
+PEAK_MAX_P = 0.5
 
 
 class SafeExploration(ExperimentModel):
@@ -138,8 +140,9 @@ class SafeExploration(ExperimentModel):
         load, moved toward safety -- the frequency raised at least in proportion to the load (a core's service
         rate scales with its clock, so the utilisation stays where it was measured), then, past the highest
         frequency, the ITR shortened by what the frequency could not give -- and on along that path (frequency
-        first, ITR second) to the first point the model deems within δ at this load. None (the caller walks the
-        safe line) if this load is not above every measured one, or no point on the path passes the model."""
+        first, ITR second) to the first point the model deems within δ at this load (none: the first it expects
+        to meet the SLA, P <= PEAK_MAX_P). None (the caller walks the safe line) if this load is not above every
+        measured one, or no point on the path passes either test."""
         import numpy as np
 
         limit = self._met_limit_us()
@@ -174,9 +177,12 @@ class SafeExploration(ExperimentModel):
             k = 0
         else:
             ok = np.flatnonzero(~grid["unsafe"])
-            if not ok.size:
+            # the model extrapolates to this load: if it passes no point of the path within δ, the first one it
+            # expects to meet the SLA (P <= PEAK_MAX_P) is still a measured point's load-proportional step
+            likely = np.flatnonzero(grid["p_violation"] <= PEAK_MAX_P)
+            if not ok.size and not likely.size:
                 return None
-            k = int(ok[0])
+            k = int(ok[0]) if ok.size else int(likely[0])
         cell = path[k]
         pv = None if grid is None else float(grid["p_violation"][k])
         note = (
