@@ -54,8 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     from traces.schedule import load_schedule, sample_trace_path
     from tuner.hosts import make_host
     from tuner.optimize.optimizer import Objective, TunerSettings
+    from tuner.replay.oracle import oracle_point
     from tuner.replay.report import trial_times
-    from tuner.replay.run import ReplayWindow, oracle_point, policy_summary, preset_settings, replay
+    from tuner.replay.run import ReplayWindow, policy_summary, preset_settings, replay
     from tuner.store.history import entries_from_records
     from tuner.store.open import open_store
     from tuner.store.warm import class_history

@@ -13,7 +13,7 @@ replay), <= 1.10 x oracle, <= 0.5 s median per suggestion, full 24-window replay
     .venv/bin/python bench/replay.py --every 6 --tuner warm   # `tuner replay`'s default tuner (cold: dissertation)
 
 The oracle's point per (window load, SLA) does not depend on the seed and is computed once (the largest feasible
-ITR per frequency, `tuner.replay.run.oracle_point`), each from an empty cell cache so its time per window is what a
+ITR per frequency, `tuner.replay.oracle.oracle_point`), each from an empty cell cache so its time per window is what a
 replay pays (JSON "oracle"; target <= 1 s per window); `--check-oracle` (either mode) also runs the exhaustive grid
 search on every window and SLA and counts the agreements.
 
@@ -74,7 +74,7 @@ def oracle_memo(loads: list[float], slas: list[tuple[float, float]], *, check: b
     """
     from tuner.hosts import make_host
     from tuner.optimize.settings import Objective
-    from tuner.replay.run import oracle_point
+    from tuner.replay.oracle import oracle_point
 
     host = make_host("sim", seed=0)
     memo: dict = {}

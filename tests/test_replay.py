@@ -14,7 +14,8 @@ from core.errors import TunerError
 from tests.fakes import FailingHost, FakeHost
 from tuner.cli.app import main
 from tuner.optimize.settings import Objective, TunerSettings
-from tuner.replay.run import ReplayWindow, oracle_point, parse_policies, policy_summary, replay
+from tuner.replay.oracle import oracle_point
+from tuner.replay.run import ReplayWindow, parse_policies, policy_summary, replay
 
 KNOBS = KnobSpace(tuple(range(20, 401, 20)), (1.2, 1.6, 2.0, 2.4, 2.9))
 SETTINGS = TunerSettings(trials=4, sobol_trials=2, settle_s=1.0, window_s=10.0, seed=5)

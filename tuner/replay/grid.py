@@ -145,7 +145,7 @@ def oracle_memo(trace: TraceSpec, percentile: float, sla_us: float) -> dict[tupl
     """The oracle's point for each window of `trace` at this SLA (seed-independent: the host's model)."""
     from tuner.hosts import make_host
     from tuner.optimize.optimizer import Objective
-    from tuner.replay.run import oracle_point
+    from tuner.replay.oracle import oracle_point
 
     host = make_host("sim", seed=0)
     obj = Objective("constrained", percentile, sla_us)
