@@ -56,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     from tuner.optimize.optimizer import Objective, TunerSettings
     from tuner.replay.oracle import oracle_point
     from tuner.replay.report import trial_times
-    from tuner.replay.run import ReplayWindow, policy_summary, preset_settings, replay
+    from tuner.replay.run import ReplayWindow, preset_settings, replay
+    from tuner.replay.summary import policy_summary
     from tuner.store.history import entries_from_records
     from tuner.store.open import open_store
     from tuner.store.warm import class_history

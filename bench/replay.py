@@ -175,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     from traces.schedule import load_schedule, sample_trace_path
     from tuner.hosts import make_host
     from tuner.optimize.settings import Objective, TunerSettings
-    from tuner.replay.run import ReplayWindow, policy_summary, preset_settings, replay
+    from tuner.replay.run import ReplayWindow, preset_settings, replay
+    from tuner.replay.summary import policy_summary
 
     sched = load_schedule(sample_trace_path(), peak_qps=args.peak_qps)
     windows = [ReplayWindow(w.index, w.start_s, w.seconds, w.qps) for w in sched.windows]
@@ -289,7 +290,7 @@ ABLATIONS = (
     "warm-no-guard",
     "warm-no-sd-scale",
 )
-#: Per-day metrics reported for each variant (keys of `tuner.replay.run.policy_summary`).
+#: Per-day metrics reported for each variant (keys of `tuner.replay.summary.policy_summary`).
 DAY_KEYS = (
     "trials_per_retune",
     "ratio_to_oracle",
@@ -318,7 +319,8 @@ def multi_day(args: argparse.Namespace) -> int:
     from traces.schedule import DEFAULT_DAY_NOISE, load_schedule, repeat_days, sample_trace_path
     from tuner.hosts import make_host
     from tuner.optimize.settings import Objective, TunerSettings
-    from tuner.replay.run import PolicyResult, ReplayWindow, day_summaries, preset_settings, replay
+    from tuner.replay.run import PolicyResult, ReplayWindow, preset_settings, replay
+    from tuner.replay.summary import day_summaries
 
     if args.quick:
         args.every, args.seeds = max(args.every, 6), min(args.seeds, 1)
@@ -481,7 +483,7 @@ def replace_seed(settings, seed: int):  # type: ignore[no-untyped-def]
 
 
 def policy_summary_keys(res) -> dict:  # type: ignore[no-untyped-def]
-    from tuner.replay.run import policy_summary
+    from tuner.replay.summary import policy_summary
 
     s = policy_summary(res, "tuner")
     return {k: s[k] for k in DAY_KEYS}

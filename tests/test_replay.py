@@ -15,7 +15,8 @@ from tests.fakes import FailingHost, FakeHost
 from tuner.cli.app import main
 from tuner.optimize.settings import Objective, TunerSettings
 from tuner.replay.oracle import oracle_point
-from tuner.replay.run import ReplayWindow, parse_policies, policy_summary, replay
+from tuner.replay.run import ReplayWindow, parse_policies, replay
+from tuner.replay.summary import policy_summary
 
 KNOBS = KnobSpace(tuple(range(20, 401, 20)), (1.2, 1.6, 2.0, 2.4, 2.9))
 SETTINGS = TunerSettings(trials=4, sobol_trials=2, settle_s=1.0, window_s=10.0, seed=5)
@@ -452,7 +453,7 @@ def test_context_mode_seeded_from_history(tmp_path: Path) -> None:
     pr = res.policies["tuner"]
     assert pr.history_used == 6 and "seeded with 6 of 6 history trials" in pr.note
     assert pr.windows[0].trials == 3 and len(pr.trials) == 3  # history is data, not this replay's trials
-    from tuner.replay.run import policy_summary
+    from tuner.replay.summary import policy_summary
 
     assert policy_summary(res, "tuner")["history_trials_used"] == 6
 

@@ -36,6 +36,9 @@ those 2000 as a sample of their frequency occupancy).  The RAPL-like 32-bit coun
 15.3 µJ units) are read every `COUNTER_READ_S` simulated seconds so an hour-long window sees every wrap.
 Deterministic: the same seed and the same call sequence give the same results; `expected*()` use their own
 fixed random streams and never disturb it.
+
+Over ~500 lines on purpose: one class, `SimHost`, whose measured windows, `expected()` and Linux-default mode share
+the host's state (knobs, load, clock, counters); the model math it calls is in `actuators.sim.model`.
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ idle costs OS bookkeeping (energy only: a pending interrupt aborts it).  The rep
 share the queue vector's throttle, so a batch is followed by an interrupt ITR later even if nothing
 arrived (`tx_only_periods`).  Every run discards a warm-up (`warmup_periods`): queues start empty.  Power = static + uncore + per core (busy:
 C f V(f)^2 + leakage V; idle: C-state power) + per-request package energy.
+
+Over ~500 lines on purpose: one simulation kernel (`simulate`) with the closed forms it is calibrated and
+checked against (eq. 6.3, adaptive ITR, P-state occupancy); splitting would scatter one model.
 """
 
 from __future__ import annotations

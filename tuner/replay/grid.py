@@ -28,7 +28,7 @@ from typing import Any
 from core.errors import TunerError
 
 ENGINES = ("auto", "serial", "ray")
-#: Per-run metrics aggregated over seeds (keys of `tuner.replay.run.policy_summary`).
+#: Per-run metrics aggregated over seeds (keys of `tuner.replay.summary.policy_summary`).
 METRICS = (
     "saved_vs_linux_default_pct",
     "ratio_to_oracle",
@@ -157,7 +157,8 @@ def run_one(spec: RunSpec, memo: dict[tuple, Any] | None = None) -> dict[str, An
     tuner's summary, and the wall time (the one field that differs between engines)."""
     from tuner.hosts import make_host
     from tuner.optimize.optimizer import Objective, TunerSettings
-    from tuner.replay.run import policy_summary, preset_settings, replay
+    from tuner.replay.run import preset_settings, replay
+    from tuner.replay.summary import policy_summary
 
     t0 = time.perf_counter()
     with _one_torch_thread():

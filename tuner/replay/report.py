@@ -9,7 +9,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from tuner.replay.run import ReplayResult, day_summaries, days, policy_summary
+from tuner.replay.run import ReplayResult
+from tuner.replay.summary import day_summaries, days, policy_summary
 
 SUMMARY = "summary.json"
 WINDOWS = "windows.csv"
