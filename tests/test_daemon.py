@@ -418,3 +418,42 @@ def test_a_point_met_at_a_load_the_retune_left_is_not_held(tmp_path, last_qps, m
             assert d._load_trigger is False
     finally:
         d._shutdown()
+
+
+def test_a_daemon_refused_for_a_busy_grpc_address_never_touches_its_host(tmp_path):
+    """A second daemon (own state dir, the first one's socket) is refused before it restores or writes any
+    knob: on a real host both would share the saved originals, and a restore would undo the first one's point."""
+    from tests.daemon_fakes import FakeOptimizers
+    from tuner.config import load_config
+    from tuner.daemon.loop import Daemon
+
+    class SpyHost:
+        def __getattr__(self, name):
+            raise AssertionError(f"the refused daemon used its host: {name}")
+
+    cfg = write_config(tmp_path, sla_us=5000.0)
+    with Running(cfg) as r:
+        wait_for(lambda: r.daemon.status()["state"] != "starting")
+        other = tmp_path / "other"
+        other.mkdir()
+        (other / "tuner.toml").write_text(cfg.read_text().replace('dir = "state"', 'dir = "other/state"'))
+        d = Daemon(load_config(other / "tuner.toml"), host=SpyHost(), optimizers=FakeOptimizers())  # type: ignore[arg-type]
+        with pytest.raises(TunerError, match="is in use by a running process"):
+            d.start()
+        d.host = None
+        d._shutdown()
+        assert r.daemon.status()["state"] in ("retuning", "holding")
+
+
+def test_a_tcp_grpc_address_in_use_is_refused_before_the_host(tmp_path):
+    import socket
+
+    from tuner.daemon.service import check_listen_free
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        with pytest.raises(TunerError, match=f"grpc.listen: 127.0.0.1:{port} is in use"):
+            check_listen_free(f"127.0.0.1:{port}")
+    check_listen_free(f"127.0.0.1:{port}")  # free again: no error

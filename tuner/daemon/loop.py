@@ -45,6 +45,10 @@ class Daemon(RetuneDriver):
         self.mode_label = "dry_run" if dry_run else self.config.host.mode
         self.store.ensure()
         self.state = self.store.load()
+        if self.serve:
+            from tuner.daemon.service import check_listen_free
+
+            check_listen_free(self.config.grpc.listen)  # before the host is touched: another daemon may own it
         if self.host is None:
             self.host = build_host(self.config)  # start-up checks: StartupError listing every problem
         if self.state.knobs_dirty:

@@ -298,6 +298,34 @@ class _TokenInterceptor(grpc.ServerInterceptor):
         return self._deny
 
 
+def check_listen_free(listen: str) -> None:
+    """Refuse a gRPC address another process is serving -- called before the daemon touches its host, so a
+    second daemon never restores or writes the first one's knobs on its way to finding the address taken."""
+    import socket
+
+    if listen.startswith("unix:"):
+        path = listen[5:]
+        path = path[2:] if path.startswith("//") else path
+        if Path(path).is_socket() and _socket_alive(path):
+            raise TunerError(f"grpc.listen: {path} is in use by a running process")
+        return
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]")
+    if not port.isdigit() or int(port) == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host or None, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError:
+        return  # the server's own bind reports an address it cannot resolve
+    family, _, _, _, sockaddr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # only a listener makes the bind fail
+        try:
+            probe.bind(sockaddr)
+        except OSError as exc:
+            raise TunerError(f"grpc.listen: {listen} is in use ({exc.strerror or exc})") from None
+
+
 def _socket_alive(path: str) -> bool:
     """True if something accepts connections on the unix socket `path`."""
     import socket
@@ -353,8 +381,7 @@ class GrpcServer:
             try:
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
                 if Path(path).is_socket():
-                    if _socket_alive(path):
-                        raise TunerError(f"grpc.listen: {path} is in use by a running process")
+                    check_listen_free(address)
                     os.unlink(path)  # a stale socket from a dead run
             except OSError as exc:
                 raise TunerError(f"grpc.listen: cannot create {path}: {exc.strerror or exc}") from None
