@@ -298,3 +298,17 @@ def test_history_url_names_the_trial_store(tmp_path):
         f'{f}:2: history.url: expected "" (SQLite in the state directory), "postgresql://..." or '
         "\"sqlite:///absolute/path\", got 'mysql://x'"
     ]
+
+
+def test_locate_finds_bare_quoted_and_dotted_keys_and_falls_back_to_the_header():
+    """One key locator serves the daemon's config and `tuner replay --config`: errors point at the key's line."""
+    from tuner.config.checks import locate
+
+    lines = ["x = 1", "replay.seed = 2", "[replay]", "sla_us = 200", "'out' = 'o'", '"trace" = "t"']
+    assert locate(lines, "replay", "sla_us") == 4
+    assert locate(lines, "replay", "out") == 5
+    assert locate(lines, "replay", "trace") == 6
+    assert locate(lines, "replay", "seed") == 2
+    assert locate(lines, "replay", "missing") == 3
+    assert locate(lines, "replay", None) == 3
+    assert locate(["a = 1"], "policy", "sla_us") == 1

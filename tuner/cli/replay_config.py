@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import InputError, TunerError
+from tuner.config.checks import locate
 
 TABLE = "replay"
 #: dests that are not replay options (the file itself).
@@ -29,23 +30,6 @@ PATHS = frozenset({"trace", "out", "history", "save_trials"})
 class FileValue:
     value: Any  # in the form the flag's own parsing expects (str for most, bool, int, Path)
     line: int
-
-
-def _locate(lines: list[str], key: str) -> int:
-    """Line (1-based) of `key = ...` inside `[replay]` (or `replay.key = ...` at top level); else the header."""
-    table, header = "", 1
-    pattern = re.compile(rf"""^\s*(?:{TABLE}\s*\.\s*)?(?:{re.escape(key)}|"{re.escape(key)}"|'{re.escape(key)}')\s*=""")
-    for number, raw in enumerate(lines, start=1):
-        line = raw.strip()
-        if line.startswith("[") and not line.startswith("[["):
-            table = line.strip("[] \t").split("#")[0].strip()
-            if table == TABLE:
-                header = number
-            continue
-        if (table == TABLE or table == "") and pattern.match(raw):
-            if table == TABLE or raw.lstrip().startswith(f"{TABLE}."):
-                return number
-    return header
 
 
 def _kind(action: argparse.Action) -> str:
@@ -78,11 +62,11 @@ def load(path: str | Path, actions: dict[str, argparse.Action]) -> dict[str, Fil
     if table is None:
         raise InputError(f"{path}:1: no [{TABLE}] table")
     if not isinstance(table, dict):
-        raise InputError(f"{path}:{_locate(lines, TABLE)}: {TABLE}: expected a table")
+        raise InputError(f"{path}:{locate(lines, TABLE, None)}: {TABLE}: expected a table")
     errors: list[str] = []
     out: dict[str, FileValue] = {}
     for key, value in table.items():
-        line = _locate(lines, key)
+        line = locate(lines, TABLE, key)
         where = f"{path}:{line}: {TABLE}.{key}"
         action = actions.get(key)
         if action is None or key in NOT_IN_FILE:

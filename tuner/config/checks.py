@@ -16,14 +16,14 @@ from tuner.config.schema import ALLOWED_PERCENTILES, known_rewards
 _TABLE_RE = re.compile(r"^\s*\[\s*([A-Za-z0-9_.\"' -]+?)\s*\]\s*(#.*)?$")
 
 
-def _locate(lines: list[str], table: str, key: str | None) -> int:
-    """1-based line of `key` inside `[table]` (or of the table header when key is None); 1 if not found."""
+def locate(lines: list[str], table: str, key: str | None) -> int:
+    """1-based line of `key` inside `[table]`, or of `table.key =` at the top level (the table header when key is
+    None or not found; 1 if neither is there). The key may be bare or quoted."""
     current = ""
     header_line = 0
-    key_re = re.compile(rf"^\s*\"?{re.escape(key)}\"?\s*=") if key else None
-    dotted_re = (
-        re.compile(rf"^\s*{re.escape(table.split('.')[-1])}\s*\.\s*{re.escape(key)}\s*=") if key and table else None
-    )
+    quoted = rf"""(?:{re.escape(key)}|"{re.escape(key)}"|'{re.escape(key)}')""" if key else ""
+    key_re = re.compile(rf"^\s*{quoted}\s*=") if key else None
+    dotted_re = re.compile(rf"^\s*{re.escape(table.split('.')[-1])}\s*\.\s*{quoted}\s*=") if key and table else None
     for number, line in enumerate(lines, start=1):
         m = _TABLE_RE.match(line)
         if m and not line.lstrip().startswith("[["):
@@ -57,7 +57,7 @@ class Checker:
         self.errors: list[str] = []
 
     def error(self, table: str, key: str | None, message: str) -> None:
-        line = _locate(self.lines, table, key)
+        line = locate(self.lines, table, key)
         name = f"{table}.{key}" if key and table else (key or table)
         self.errors.append(f"{self.path}:{line}: {name}: {message}")
 
