@@ -319,3 +319,24 @@ def test_worker_start_keeps_the_queue_of_decisions_quiet_when_nothing_breaks(tmp
         d.request_stop()
         thread.join(10)
     assert result == [0]
+
+
+def test_a_transient_fault_in_a_guardrail_revert_is_retried_next_window_not_a_crash(tmp_path):
+    """EBUSY on the revert's write once propagated out of the loop (exit 1, a systemd restart)."""
+    host = FakeHost(qps=100_000.0)
+    d = _daemon(tmp_path, host, sla_us=60.0, window_s=0.02)  # every window breaks a 60 µs SLA here
+    d._wait = lambda seconds, interruptible: False
+    real_set_itr, busy = host.set_itr, [True]
+
+    def set_itr(itr_us: int) -> None:
+        if busy[0]:
+            raise HostError("NIC eth1: EBUSY")
+        real_set_itr(itr_us)
+
+    host.set_itr = set_itr  # type: ignore[method-assign]
+    d._hold_window()  # the revert fails: logged, the loop goes on
+    assert host.point() is None and d.state.counters.get("guardrail_reverts", 0) == 0
+    busy[0] = False
+    d._hold_window()  # the next window's breach reverts
+    assert host.point() == safe_corner(d.space) and d.state.counters["guardrail_reverts"] == 1
+    d._shutdown()

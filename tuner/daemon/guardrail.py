@@ -165,7 +165,13 @@ class Guardrail(DaemonReads):
                 "guardrail: p%g %.0f µs > SLA %.0f µs but already at %s", pol.percentile, lat, pol.sla_us, point
             )
             return
-        point = self._apply(point)
+        try:
+            point = self._apply(point)
+        except TunerError as exc:
+            if is_permanent(exc):
+                raise
+            log.warning("guardrail: cannot revert to %s (%s); trying again after the next window", point, exc)
+            return  # a transient fault (EBUSY ...) must not end the loop; the breach persists, so does the revert
         decision: dict[str, Any] = {
             "retune_id": (self.state.held or {}).get("retune_id", ""),
             "reason": "guardrail",

@@ -179,6 +179,9 @@ class Daemon(RetuneDriver):
         while not self._stop.is_set():
             self._beat()
             self._wake.clear()
+            if self._reload_requested:
+                self._reload_requested = False
+                log.warning("reload ignored while degraded: restart the daemon once the host is fixed")
             if not measuring:
                 self._wait(self.config.tuning.window_s, interruptible=True)
                 continue
