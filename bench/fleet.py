@@ -38,6 +38,34 @@ KEYS = (
 )
 
 
+def per_window(res: object, obj: object) -> list[dict]:
+    """Per window of the tuner: load, trials, the point held and the oracle's, energy over the oracle's in
+    that window, the hold's measured percentile, and the decision's reason (why it holds that point)."""
+    pols = res.policies  # type: ignore[attr-defined]
+    pct = obj.percentile  # type: ignore[attr-defined]
+    out = []
+    for w, o in zip(pols["tuner"].windows, pols["oracle"].windows, strict=True):
+        hold = w.steady
+        out.append(
+            {
+                "qps": round(w.qps),
+                "trials": w.trials,
+                "x_oracle": round(w.energy_j / o.energy_j, 4) if o.energy_j > 0 else None,
+                "explore_x_oracle_power": round(w.explore_energy_j / w.explore_s / o.power_w, 3)
+                if w.explore_s > 0
+                else None,
+                "explore_s": round(w.explore_s, 1),
+                "held": None if w.point is None else [w.point.itr_us, w.point.dvfs_ghz],
+                "oracle": None if o.point is None else [o.point.itr_us, o.point.dvfs_ghz],
+                "hold_power_x_oracle": round(hold.power_w / o.power_w, 4) if hold is not None else None,
+                "hold_p": round(hold.percentile(pct)) if hold is not None else None,
+                "oracle_p": round(o.latency_us(pct)),
+                "why": w.note,
+            }
+        )
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--every", type=int, default=3, help="replay every N-th hourly window of the day")
@@ -49,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reverse", action="store_true", help="replay the windows in reverse order (another day shape)")
     ap.add_argument("--no-fresh", action="store_true", help="skip the fresh-host comparison run")
     ap.add_argument("--limit", type=int, default=2000, help="warm-start trials per source (own, class)")
+    ap.add_argument("--per-window", action="store_true", help="per window: the point held vs the oracle's, trials, why")
     args = ap.parse_args(argv)
 
     from traces.schedule import load_schedule, sample_trace_path
@@ -106,7 +135,10 @@ def main(argv: list[str] | None = None) -> int:
                 history=history,
             )
             s = policy_summary(res, "tuner")
-            return {k: s[k] for k in KEYS}, res, time.perf_counter() - t0
+            row = {k: s[k] for k in KEYS}
+            if args.per_window:
+                row["per_window"] = per_window(res, obj)
+            return row, res, time.perf_counter() - t0
 
         a, res_a, wall_a = run(args.seed_a, [])
         entries_a = save(res_a, "sim-a")

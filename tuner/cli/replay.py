@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.errors import TunerError
-from tuner.cli.load import add_load_arguments, load_from_args
+from tuner.cli.load import add_load_arguments, host_options_from_args, load_from_args
 from tuner.cli.replay_settings import parse_number, tuner_settings
 
 if TYPE_CHECKING:  # imported where used: the CLI starts without them
@@ -335,7 +335,7 @@ def _run(args: argparse.Namespace) -> int:
             history_path=args.history,
             save_trials=args.save_trials,
             day_noise=noise if n_days > 1 else None,
-            host_options=None if load is None else {"load": load},
+            host_options={**host_options_from_args(args), **({} if load is None else {"load": load})},
         )
     finally:
         if load is not None:

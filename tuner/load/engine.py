@@ -23,7 +23,12 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
-from actuators.latency.memcached import MemcachedAddress
+from actuators.latency.memcached import (
+    RX_ANCILLARY_BYTES,
+    MemcachedAddress,
+    enable_rx_timestamps,
+    rx_timestamp_ns,
+)
 from tuner.load.plan import MN, Plan
 
 _ERR = b"ERROR"
@@ -60,6 +65,10 @@ class _Conn:
     reqs: list[bytes]
     send_ns: np.ndarray
     done_ns: np.ndarray
+    # kernel receive time of the reply (SO_TIMESTAMPNS, on the run's clock) for a request that went out alone on an
+    # idle connection and whose reply was read alone -- a probe's situation, the stamp exact; -1 for the others
+    rx_ns: np.ndarray
+    alone: np.ndarray  # bool: sent alone on an idle connection
     sent: int = 0
     done: int = 0
     flushed_sent: int = 0
@@ -89,8 +98,11 @@ def run_worker(spec: WorkerSpec, plan: Plan, pipe: Connection) -> None:
                     reqs,
                     np.zeros(n, np.int64),
                     np.zeros(n, np.int64),
+                    np.full(n, -1, np.int64),
+                    np.zeros(n, bool),
                 )
             )
+            enable_rx_timestamps(conns[-1].sock)
     except OSError as exc:
         pipe.send(("error", f"memcached {spec.address}: cannot connect: {exc.strerror or type(exc).__name__}"))
         return
@@ -111,12 +123,14 @@ def run_worker(spec: WorkerSpec, plan: Plan, pipe: Connection) -> None:
 
 
 def _flush(conns: list[_Conn], pipe: Connection, now: int, final: bool) -> None:
-    sched_s, send_s, sched_d, done_d = [], [], [], []
+    sched_s, send_s, sched_d, sent_d, done_d, rx_d = [], [], [], [], [], []
     errors = 0
     for c in conns:
         sched_s.append(c.times[c.flushed_sent : c.sent])
         send_s.append(c.send_ns[c.flushed_sent : c.sent])
         sched_d.append(c.times[c.flushed_done : c.done])
+        sent_d.append(c.send_ns[c.flushed_done : c.done])
+        rx_d.append(c.rx_ns[c.flushed_done : c.done])
         done_d.append(c.done_ns[c.flushed_done : c.done])
         c.flushed_sent, c.flushed_done = c.sent, c.done
         errors += c.errors
@@ -128,7 +142,9 @@ def _flush(conns: list[_Conn], pipe: Connection, now: int, final: bool) -> None:
             np.concatenate(sched_s),
             np.concatenate(send_s),
             np.concatenate(sched_d),
+            np.concatenate(sent_d),
             np.concatenate(done_d),
+            np.concatenate(rx_d),
             errors,
             sum(c.sent - c.done for c in conns) if final else 0,  # sent, never answered
         )
@@ -152,6 +168,8 @@ def _loop(spec: WorkerSpec, conns: list[_Conn], t0: int, pipe: Connection, stop:
     nexts = [int(c.times[0]) if len(c.times) else big for c in conns]
     total = sum(len(c.times) for c in conns)
     completed = 0
+    # kernel receive stamps are CLOCK_REALTIME: this maps them onto the run's clock (monotonic since t0)
+    real_offset = time.time_ns() - clock() + t0
     while True:
         now = clock() - t0
         soonest = big
@@ -171,6 +189,8 @@ def _loop(spec: WorkerSpec, conns: list[_Conn], t0: int, pipe: Connection, stop:
                 if k < len(data):
                     c.pending = data[k:]
                 c.send_ns[a:b] = now
+                if b == a + 1 and c.done == a:
+                    c.alone[a] = True
                 c.sent = b
                 nexts[i] = int(c.times[b]) if b < len(c.times) else big
                 due = nexts[i] + batch
@@ -192,7 +212,7 @@ def _loop(spec: WorkerSpec, conns: list[_Conn], t0: int, pipe: Connection, stop:
             got = clock() - t0
             for fd, _ in events:
                 c = by_fd[fd]
-                data = c.sock.recv(1 << 18)
+                data, anc, _, _ = c.sock.recvmsg(1 << 18, RX_ANCILLARY_BYTES)
                 if not data:
                     raise ConnectionResetError(104, "connection closed by the server")
                 k = data.count(MN)
@@ -206,6 +226,8 @@ def _loop(spec: WorkerSpec, conns: list[_Conn], t0: int, pipe: Connection, stop:
                 k = min(k, c.sent - c.done)  # never more replies than requests sent (a stray MN in a value)
                 if k:
                     c.done_ns[c.done : c.done + k] = got
+                    if k == 1 and c.alone[c.done] and (rx := rx_timestamp_ns(anc)) is not None:
+                        c.rx_ns[c.done] = min(rx - real_offset, got)
                     c.done += k
                     completed += k
         if now >= next_flush:

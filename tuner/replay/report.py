@@ -65,6 +65,8 @@ def window_rows(result: ReplayResult) -> list[dict[str, Any]]:
                     "window": w.index,
                     "start_s": w.start_s,
                     "qps": round(w.qps, 3),
+                    # what the host measured in the steady window (a real host: memcached's counters)
+                    "measured_qps": "" if w.steady is None else round(w.steady.offered_qps, 3),
                     "itr_us": "" if w.point is None else w.point.itr_us,
                     "dvfs_ghz": "" if w.point is None else w.point.dvfs_ghz,
                     f"p{pct:g}_us": "" if w.steady is None else round(w.latency_us(pct), 3),
