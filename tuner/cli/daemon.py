@@ -58,7 +58,7 @@ def read_config(path: str) -> Any:
 
 def serve(config_path: str, *, optimizers: Any = None, log_level: str = "info") -> int:
     """Run the daemon from `config_path` with signal handling; returns the exit status (0 after SIGTERM)."""
-    from core.errors import ConfigError, InputError
+    from core.errors import ConfigError, InputError, TunerError
 
     config = read_config(config_path)
     journald = bool(os.environ.get("JOURNAL_STREAM"))
@@ -86,10 +86,14 @@ def serve(config_path: str, *, optimizers: Any = None, log_level: str = "info") 
     result: list[int] = []
 
     def loop() -> None:
+        log = logging.getLogger("tuner.daemon.loop")
         try:
             result.append(daemon.run())
+        except TunerError as exc:  # e.g. a knob a permanent fault made unwritable could not be restored at stop
+            log.error("control loop ended: %s", exc)
+            result.append(1)
         except Exception:
-            logging.getLogger("tuner.daemon.loop").exception("control loop failed; original knobs restored")
+            log.exception("control loop failed")  # the stop path logged whether the original ITR/DVFS are back
             result.append(1)
 
     thread = threading.Thread(target=loop, name="tuner-loop")

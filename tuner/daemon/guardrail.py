@@ -105,6 +105,7 @@ class Guardrail(DaemonReads):
             log.warning(
                 "measurement failed while the optimiser starts: %s", exc, exc_info=not isinstance(exc, TunerError)
             )
+            self._wait(self.config.tuning.window_s, interruptible=False)  # a window's time, not a busy loop
             return
         self._note_window(m, when)
         self._check_sla(m, when)

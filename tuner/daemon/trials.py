@@ -216,11 +216,12 @@ class RetuneDriver(HistoryLayer):
 
         threading.Thread(target=run, name="tuner-optimizer-start", daemon=True).start()
         try:
-            while not done.wait(min(WORKER_WAIT_S, max(self.config.tuning.window_s, 0.01))):
-                self._beat()
-                if self._stop.is_set():
-                    raise TunerError("stopping while the optimiser worker starts")
-                self._guard_window()
+            if not done.wait(min(WORKER_WAIT_S, max(self.config.tuning.window_s, 0.01))):
+                while not done.is_set():  # back to back: each window is as long as a holding window
+                    self._beat()
+                    if self._stop.is_set():
+                        raise TunerError("stopping while the optimiser worker starts")
+                    self._guard_window()
         except BaseException:
             with lock:
                 box["abandoned"] = True
