@@ -32,6 +32,7 @@ from actuators.latency.memcached import (
 from tuner.load.plan import MN, Plan
 
 _ERR = b"ERROR"
+_CLUMPED = -2  # rx_ns of a request sent in one write with others (they wait on each other): no service time
 
 
 @dataclass(frozen=True)
@@ -65,10 +66,9 @@ class _Conn:
     reqs: list[bytes]
     send_ns: np.ndarray
     done_ns: np.ndarray
-    # kernel receive time of the reply (SO_TIMESTAMPNS, on the run's clock) for a request that went out alone on an
-    # idle connection and whose reply was read alone -- a probe's situation, the stamp exact; -1 for the others
+    # kernel receive time of the reply (SO_TIMESTAMPNS, on the run's clock) where it is exact -- the last reply of
+    # each read (TCP reports the newest segment's stamp) -- for requests sent in a write of their own; < 0 otherwise
     rx_ns: np.ndarray
-    alone: np.ndarray  # bool: sent alone on an idle connection
     sent: int = 0
     done: int = 0
     flushed_sent: int = 0
@@ -99,7 +99,6 @@ def run_worker(spec: WorkerSpec, plan: Plan, pipe: Connection) -> None:
                     np.zeros(n, np.int64),
                     np.zeros(n, np.int64),
                     np.full(n, -1, np.int64),
-                    np.zeros(n, bool),
                 )
             )
             enable_rx_timestamps(conns[-1].sock)
@@ -191,8 +190,8 @@ def _loop(spec: WorkerSpec, conns: list[_Conn], t0: int, pipe: Connection, stop:
                 if k < len(data):
                     c.pending = data[k:]
                 c.send_ns[a:b] = now
-                if b == a + 1 and c.done == a:
-                    c.alone[a] = True
+                if b > a + 1:
+                    c.rx_ns[a:b] = _CLUMPED
                 c.sent = b
                 nexts[i] = int(c.times[b]) if b < len(c.times) else big
                 due = nexts[i] + batch
@@ -226,8 +225,9 @@ def _loop(spec: WorkerSpec, conns: list[_Conn], t0: int, pipe: Connection, stop:
                 k = min(k, c.sent - c.done)  # never more replies than requests sent (a stray MN in a value)
                 if k:
                     c.done_ns[c.done : c.done + k] = got
-                    if k == 1 and c.alone[c.done] and (rx := rx_timestamp_ns(anc)) is not None:
-                        c.rx_ns[c.done] = min(rx - real_offset, got)
+                    last = c.done + k - 1
+                    if c.rx_ns[last] != _CLUMPED and (rx := rx_timestamp_ns(anc)) is not None:
+                        c.rx_ns[last] = min(rx - real_offset, got)  # the newest segment's stamp: exact for the last
                     c.done += k
                     completed += k
         if now >= next_flush:
