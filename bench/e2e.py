@@ -42,10 +42,16 @@ def agreement(runs: int, seconds: float, qps: float, tmp: Path) -> dict:
     ]
     out: dict = {"runs": runs, "seconds": seconds, "generator_qps": qps, "prober_hz": 500.0}
     for m in MEASURES:
+        failed = [r[m]["error"] for r in rows if "error" in r[m]]
+        rows_m = [r for r in rows if "error" not in r[m]]
+        if failed:
+            out[m + "_not_compared"] = failed
+        n_m = max(len(rows_m), 1)
         out[m] = {
-            "block_cis_overlap_share": sum(r[m]["cis_overlap"] for r in rows) / runs,
-            "iid_cis_overlap_share": sum(r[m]["iid_cis_overlap"] for r in rows) / runs,
-            "paired_diff_ci_holds_zero_share": sum(r[m]["diff_ci_contains_zero"] for r in rows) / runs,
+            "compared_runs": len(rows_m),
+            "block_cis_overlap_share": sum(r[m]["cis_overlap"] for r in rows_m) / n_m,
+            "iid_cis_overlap_share": sum(r[m]["iid_cis_overlap"] for r in rows_m) / n_m,
+            "paired_diff_ci_holds_zero_share": sum(r[m]["diff_ci_contains_zero"] for r in rows_m) / n_m,
             "per_run": [
                 {
                     "generator_p99_us": r[m]["generator"]["us"],
@@ -62,7 +68,7 @@ def agreement(runs: int, seconds: float, qps: float, tmp: Path) -> dict:
                     "lag1_autocorrelation": r[m]["lag1_autocorrelation"],
                     "loadavg": r["loadavg"],
                 }
-                for r in rows
+                for r in rows_m
             ],
         }
     return out

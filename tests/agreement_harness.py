@@ -118,7 +118,11 @@ def analyse(tmp: Path, cfg: AgreementConfig, load_before: tuple[float, ...] = ()
     common = sorted(inner & gen_secs)
     out: dict[str, Any] = {"config": asdict(cfg), "loopback": True, "common_seconds": len(common)}
     for name, tag in (("latency", None), ("response", RESPONSE_TAG), ("service", SERVICE_TAG), ("send_lag", LAG_TAG)):
-        ag = compare(gen.by_tag[tag], probe.by_tag[tag], 99.0, seconds=common, resamples=cfg.resamples)
+        try:
+            ag = compare(gen.by_tag[tag], probe.by_tag[tag], 99.0, seconds=common, resamples=cfg.resamples)
+        except ValueError as exc:  # e.g. no second in which both sent a request on time
+            out[name] = {"error": str(exc)}
+            continue
         row = ag.as_dict()
         row["generator"], row["prober"] = row.pop("a"), row.pop("b")
         for who, q in (("generator", ag.a), ("prober", ag.b)):

@@ -32,7 +32,9 @@ from actuators.latency.memcached import (
 from tuner.load.plan import MN, Plan
 
 _ERR = b"ERROR"
-_CLUMPED = -2  # rx_ns of a request sent in one write with others (they wait on each other): no service time
+# rx_ns of a request sent in one write with others, or onto a connection with requests in flight (memcached
+# answers a connection in order: it waits on them): no service time
+_CLUMPED = -2
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,8 @@ class _Conn:
     send_ns: np.ndarray
     done_ns: np.ndarray
     # kernel receive time of the reply (SO_TIMESTAMPNS, on the run's clock) where it is exact -- the last reply of
-    # each read (TCP reports the newest segment's stamp) -- for requests sent in a write of their own; < 0 otherwise
+    # each read (TCP reports the newest segment's stamp) -- for requests sent alone onto an idle connection (a
+    # probe's situation: a prober sends its next probe after the last reply); < 0 otherwise
     rx_ns: np.ndarray
     sent: int = 0
     done: int = 0
@@ -190,7 +193,7 @@ def _loop(spec: WorkerSpec, conns: list[_Conn], t0: int, pipe: Connection, stop:
                 if k < len(data):
                     c.pending = data[k:]
                 c.send_ns[a:b] = now
-                if b > a + 1:
+                if b > a + 1 or c.done < a:  # not alone, or behind requests still in flight on the connection
                     c.rx_ns[a:b] = _CLUMPED
                 c.sent = b
                 nexts[i] = int(c.times[b]) if b < len(c.times) else big

@@ -342,8 +342,8 @@ def _add_response(
     total_service: HdrHistogram,
 ) -> None:
     """Response time (reply read minus actual send) of every completion, and service time (kernel receive stamp
-    minus send) of those sent on time, alone in their write, with an exact stamp (`received` >= 0), binned by
-    completion second."""
+    minus send) of those sent on time, alone onto an idle connection, with an exact stamp (`received` >= 0),
+    binned by completion second."""
     if not sent.size:
         return
     delta = done - sent
