@@ -55,7 +55,9 @@ class RealHost:
     def _need(self, part: str) -> Any:
         obj = getattr(self, part)
         if obj is None:
-            raise HostError(f"this RealHost was built without {part} (configure it: see `tuner doctor`)")
+            raise HostError(
+                f"this RealHost was built without {part} (configure it: see `tuner doctor`)", permanent=True
+            )
         return obj
 
     def knobs(self) -> KnobSpace:
