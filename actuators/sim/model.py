@@ -180,25 +180,10 @@ def lock_time_us(
     return hold + wait, wait
 
 
-def _seg_cumsum(x: np.ndarray, starts: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """Inclusive cumulative sum of `x` restarted at each segment start."""
-    c = np.cumsum(x)
-    base = np.concatenate(([0.0], c))[starts]
-    out: np.ndarray = c - base[idx]
-    return out
-
-
-def _seg_cumsum_rows(x: np.ndarray, starts: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """`_seg_cumsum` along the last axis of a 2-D array."""
-    c = np.cumsum(x, axis=1)
-    base = np.concatenate((np.zeros((x.shape[0], 1)), c), axis=1)[:, starts]
-    out: np.ndarray = c - base[:, idx]
-    return out
-
-
 def _seg_cumsum_and_sum(x: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """`_seg_cumsum` and `_seg_sum` of `x` (last axis; segments of lengths `counts` from `starts`, back to
-    back) from one cumulative sum: the same values as the two, each segment's base spread by `np.repeat`."""
+    """Per segment of `x` (last axis; segments of lengths `counts` from `starts`, back to back): the inclusive
+    running sum restarted at each segment's start, and the segment's total (0 if empty) -- from one cumulative
+    sum, each segment's base spread by `np.repeat`."""
     c = np.cumsum(x, axis=-1)
     c0 = np.concatenate((np.zeros(x.shape[:-1] + (1,)), c), axis=-1)
     base = c0[..., starts]
@@ -234,13 +219,6 @@ def _lindley(t: np.ndarray, w: np.ndarray) -> np.ndarray:
     cw = np.cumsum(w, axis=-1)
     prev = cw - w
     out: np.ndarray = np.maximum.accumulate(t - prev, axis=-1) + prev
-    return out
-
-
-def _seg_sum(x: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Sum of `x` over consecutive segments (last axis) of lengths `counts` (zero-length segments give 0)."""
-    c = np.concatenate((np.zeros(x.shape[:-1] + (1,)), np.cumsum(x, axis=-1)), axis=-1)
-    out: np.ndarray = c[..., starts + counts] - c[..., starts]
     return out
 
 
