@@ -8,8 +8,9 @@ seconds. It then compares, over the seconds both recorded (the prober's partial 
 * **latency** (from each client's *scheduled* send time): what each reports; includes its own send lag;
 * **response time** (from the *actual* send to the reply read): the send lag taken out, the client's wake-up and
   its own pipelining (requests sent together after a stall wait on each other) still in;
-* **service time**: requests sent alone on an idle connection, from the send to the kernel's receive stamp of
-  the reply -- the situation of every probe, and the like-for-like number;
+* **service time**: requests sent on time (send lag <= 100 µs) in a write of their own, from the send to the
+  kernel's receive stamp of the reply (before the client wakes up) -- the like-for-like number: a clump the
+  generator sends after a stall waits on itself at the server, and its last member is on time;
 * each client's send lag.
 
 CIs are block-bootstrap CIs over seconds (`actuators.latency.agreement`), paired across the two clients; the
@@ -117,7 +118,11 @@ def analyse(tmp: Path, cfg: AgreementConfig, load_before: tuple[float, ...] = ()
     common = sorted(inner & gen_secs)
     out: dict[str, Any] = {"config": asdict(cfg), "loopback": True, "common_seconds": len(common)}
     for name, tag in (("latency", None), ("response", RESPONSE_TAG), ("service", SERVICE_TAG), ("send_lag", LAG_TAG)):
-        ag = compare(gen.by_tag[tag], probe.by_tag[tag], 99.0, seconds=common, resamples=cfg.resamples)
+        try:
+            ag = compare(gen.by_tag[tag], probe.by_tag[tag], 99.0, seconds=common, resamples=cfg.resamples)
+        except ValueError as exc:  # e.g. no second in which both sent a request on time
+            out[name] = {"error": str(exc)}
+            continue
         row = ag.as_dict()
         row["generator"], row["prober"] = row.pop("a"), row.pop("b")
         for who, q in (("generator", ag.a), ("prober", ag.b)):

@@ -5,10 +5,9 @@ Values are nanoseconds; the interval-max column is in milliseconds (the jHiccup 
 convention, `max_value_unit_ratio` 1e6). Latency intervals (from the *scheduled* send time) are untagged, so
 standard tools (HistogramLogProcessor, `hdrh.log.HistogramLogReader`) read them as the log's histogram; the
 client's own send lag goes into the same file as intervals tagged `send_lag`, the response time (from the
-*actual* send to the reply read) as `response`, and the service time as `service`: for requests that went out
-alone on an idle connection, from the send to the kernel's receive stamp of the reply (SO_TIMESTAMPNS), so the
-client's send lag, its wake-up and its own pipelining are all left out -- what a one-request-at-a-time prober
-sees. Those tools skip tagged intervals unless asked for the tag. Timestamps are relative to the `#[StartTime: ...]` / `#[BaseTime: ...]` lines (seconds since the epoch).
+*actual* send to the reply read) as `response`, and the service time as `service`: for requests sent on time
+(send lag <= 100 µs), from the send to the kernel's receive stamp of the reply (SO_TIMESTAMPNS), so the
+client's send lag, its wake-up and the clumps it sends after a stall are all left out. Those tools skip tagged intervals unless asked for the tag. Timestamps are relative to the `#[StartTime: ...]` / `#[BaseTime: ...]` lines (seconds since the epoch).
 """
 
 from __future__ import annotations
@@ -30,9 +29,11 @@ from core.errors import InputError
 LAG_TAG = "send_lag"
 #: Tag of the response-time intervals (reply read minus *actual* send time: the send lag taken out).
 RESPONSE_TAG = "response"
-#: Tag of the service-time intervals: requests sent alone on an idle connection, kernel receive stamp of the
-#: reply minus the send -- the client's send lag, wake-up and own queueing all left out.
+#: Tag of the service-time intervals: requests sent on time (within `ON_TIME_NS` of schedule), the kernel's
+#: receive stamp of the reply minus the send -- the client's send lag, wake-up and own clumps all left out.
 SERVICE_TAG = "service"
+#: Send lag up to which a request counts in the service time (ns).
+ON_TIME_NS = 100_000
 _MAX_RATIO = 1e6  # ns -> ms in the interval-max column
 
 
@@ -103,8 +104,8 @@ def write_sample_log(
 ) -> int:
     """Write probe samples -- (intended, sent, done, received) ns since the epoch -- as one-second intervals from
     `base_epoch_s` (default: the first intended time): latency (done - intended, untagged), response time
-    (done - sent, `response`) and service time (received - sent, `service`) by completion second, send lag
-    (sent - intended, `send_lag`) by send second, the binning `tuner load` uses. Give two clients the same base and their intervals cover the same seconds.
+    (done - sent, `response`) and service time (received - sent, `service`, probes sent within `ON_TIME_NS`)
+    by completion second, send lag (sent - intended, `send_lag`) by send second, the binning `tuner load` uses. Give two clients the same base and their intervals cover the same seconds.
     Returns the number of intervals per tag."""
     from actuators.latency.dist import record_many
 
@@ -120,12 +121,13 @@ def write_sample_log(
     sent_sec = (sent - base_ns) // 1_000_000_000
     first = int(min(done_sec.min(), sent_sec.min()))
     last = int(max(done_sec.max(), sent_sec.max()))
+    on_time = sent - intended <= ON_TIME_NS
     for sec in range(first, last + 1):
         for tag, values, at in (
             (None, done - intended, done_sec),
             (LAG_TAG, sent - intended, sent_sec),
             (RESPONSE_TAG, done - sent, done_sec),
-            (SERVICE_TAG, received - sent, done_sec),
+            (SERVICE_TAG, received - sent, np.where(on_time, done_sec, first - 1)),
         ):
             hist = new_histogram()
             part = values[at == sec]

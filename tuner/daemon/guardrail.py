@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from actuators.host import Measurement, OperatingPoint
-from core.errors import TunerError
+from core.errors import TunerError, is_permanent
 from tuner.config import PolicyConfig
 from tuner.daemon.plain import latency_at, measurement_dict, point_from, point_list, safe_corner
 from tuner.daemon.safety import at_least_as_safe, idle_point
@@ -36,21 +36,18 @@ class Guardrail(DaemonReads):
         except Exception as exc:
             if self._stop.is_set():
                 return
+            if is_permanent(exc):
+                raise  # retrying cannot help: the loop stops tuning (Daemon._degrade)
             log.warning("measurement failed while holding: %s", exc, exc_info=not isinstance(exc, TunerError))
             self._wait(self.config.tuning.window_s, interruptible=True)
             return
         self._note_window(m, when)
-        pol = self.policy()
-        lat = m.latency_us.get(pol.percentile)
-        margin = self.config.tuning.guardrail_margin_pct / 100
         idle = m.offered_qps < self.config.tuning.idle_qps
         held_reason = (self.state.held or {}).get("reason")
         held_idle = held_reason == "idle"
-        if lat is not None and lat > pol.sla_us:
-            self.metrics.violations.inc()
-            self._count("sla_violations")
-        if lat is not None and lat > pol.sla_us * (1 + margin):
-            self._guardrail(m, when, lat, pol)
+        reverted = self._check_sla(m, when)
+        if reverted:
+            pass  # the revert decided this window
         elif idle and held_reason not in ("idle", "guardrail"):  # a revert is kept: it is safer than idle
             self._hold_idle(m.offered_qps, "load fell below tuning.idle_qps")
         elif m.point is not None and m.point == self._current_point and not held_idle:
@@ -82,6 +79,36 @@ class Guardrail(DaemonReads):
             with self._lock:
                 self.state.counters.setdefault("windows", 0)
                 self.state.counters["windows"] += 1
+
+    def _check_sla(self, m: Measurement, when: float) -> bool:
+        """Count an SLA violation; revert (`_guardrail`) when the window broke SLA + margin. True if it did."""
+        pol = self.policy()
+        lat = m.latency_us.get(pol.percentile)
+        if lat is not None and lat > pol.sla_us:
+            self.metrics.violations.inc()
+            self._count("sla_violations")
+        if lat is not None and lat > pol.sla_us * (1 + self.config.tuning.guardrail_margin_pct / 100):
+            self._guardrail(m, when, lat, pol)
+            return True
+        return False
+
+    def _guard_window(self) -> None:
+        """One window while the loop waits for something else (an optimiser worker starting): measured, kept,
+        and the guardrail acts on it; no idle hold and no retune trigger (a retune is already starting)."""
+        try:
+            m, when = self._measure()
+        except Exception as exc:
+            if self._stop.is_set():
+                return
+            if is_permanent(exc):
+                raise
+            log.warning(
+                "measurement failed while the optimiser starts: %s", exc, exc_info=not isinstance(exc, TunerError)
+            )
+            self._wait(self.config.tuning.window_s, interruptible=False)  # a window's time, not a busy loop
+            return
+        self._note_window(m, when)
+        self._check_sla(m, when)
 
     def _model_hold(self, qps: float) -> HoldVerdict:
         """`hold_or_retune` at `qps` with `tuning.hold_max_p` (contextual tuning only): the loads of the completed
@@ -217,7 +244,13 @@ class Guardrail(DaemonReads):
                 "guardrail: p%g %.0f µs > SLA %.0f µs but already at %s", pol.percentile, lat, pol.sla_us, point
             )
             return
-        point = self._apply(point)
+        try:
+            point = self._apply(point)
+        except TunerError as exc:
+            if is_permanent(exc):
+                raise
+            log.warning("guardrail: cannot revert to %s (%s); trying again after the next window", point, exc)
+            return  # a transient fault (EBUSY ...) must not end the loop; the breach persists, so does the revert
         decision: dict[str, Any] = {
             "retune_id": (self.state.held or {}).get("retune_id", ""),
             "reason": "guardrail",

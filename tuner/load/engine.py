@@ -32,6 +32,9 @@ from actuators.latency.memcached import (
 from tuner.load.plan import MN, Plan
 
 _ERR = b"ERROR"
+# rx_ns of a request sent in one write with others, or onto a connection with requests in flight (memcached
+# answers a connection in order: it waits on them): no service time
+_CLUMPED = -2
 
 
 @dataclass(frozen=True)
@@ -65,10 +68,10 @@ class _Conn:
     reqs: list[bytes]
     send_ns: np.ndarray
     done_ns: np.ndarray
-    # kernel receive time of the reply (SO_TIMESTAMPNS, on the run's clock) for a request that went out alone on an
-    # idle connection and whose reply was read alone -- a probe's situation, the stamp exact; -1 for the others
+    # kernel receive time of the reply (SO_TIMESTAMPNS, on the run's clock) where it is exact -- the last reply of
+    # each read (TCP reports the newest segment's stamp) -- for requests sent alone onto an idle connection (a
+    # probe's situation: a prober sends its next probe after the last reply); < 0 otherwise
     rx_ns: np.ndarray
-    alone: np.ndarray  # bool: sent alone on an idle connection
     sent: int = 0
     done: int = 0
     flushed_sent: int = 0
@@ -99,7 +102,6 @@ def run_worker(spec: WorkerSpec, plan: Plan, pipe: Connection) -> None:
                     np.zeros(n, np.int64),
                     np.zeros(n, np.int64),
                     np.full(n, -1, np.int64),
-                    np.zeros(n, bool),
                 )
             )
             enable_rx_timestamps(conns[-1].sock)
@@ -168,6 +170,8 @@ def _loop(spec: WorkerSpec, conns: list[_Conn], t0: int, pipe: Connection, stop:
     nexts = [int(c.times[0]) if len(c.times) else big for c in conns]
     total = sum(len(c.times) for c in conns)
     completed = 0
+    buf = bytearray(1 << 18)  # one receive buffer, reused (a fresh 256 KiB bytes per recv costs more than the read)
+    into = [memoryview(buf)]
     # kernel receive stamps are CLOCK_REALTIME: this maps them onto the run's clock (monotonic since t0)
     real_offset = time.time_ns() - clock() + t0
     while True:
@@ -177,7 +181,7 @@ def _loop(spec: WorkerSpec, conns: list[_Conn], t0: int, pipe: Connection, stop:
             due = nexts[i] + batch
             if due <= now:
                 a = c.sent
-                b = int(np.searchsorted(c.times, now, "right"))
+                b = int(c.times.searchsorted(now, "right"))
                 data = b"".join(c.reqs[a:b])
                 if c.pending:
                     data = c.pending + data
@@ -189,8 +193,8 @@ def _loop(spec: WorkerSpec, conns: list[_Conn], t0: int, pipe: Connection, stop:
                 if k < len(data):
                     c.pending = data[k:]
                 c.send_ns[a:b] = now
-                if b == a + 1 and c.done == a:
-                    c.alone[a] = True
+                if b > a + 1 or c.done < a:  # not alone, or behind requests still in flight on the connection
+                    c.rx_ns[a:b] = _CLUMPED
                 c.sent = b
                 nexts[i] = int(c.times[b]) if b < len(c.times) else big
                 due = nexts[i] + batch
@@ -212,22 +216,21 @@ def _loop(spec: WorkerSpec, conns: list[_Conn], t0: int, pipe: Connection, stop:
             got = clock() - t0
             for fd, _ in events:
                 c = by_fd[fd]
-                data, anc, _, _ = c.sock.recvmsg(1 << 18, RX_ANCILLARY_BYTES)
-                if not data:
+                n, anc, _, _ = c.sock.recvmsg_into(into, RX_ANCILLARY_BYTES)
+                if not n:
                     raise ConnectionResetError(104, "connection closed by the server")
-                k = data.count(MN)
+                k = buf.count(MN, 0, n)
                 if c.tail:
-                    k += (c.tail + data[:3]).count(MN)
-                    if _ERR in data:
-                        c.errors += data.count(_ERR)
-                elif _ERR in data:
-                    c.errors += data.count(_ERR)
-                c.tail = data[-3:]
+                    k += (c.tail + buf[: min(n, 3)]).count(MN)
+                if buf.find(_ERR, 0, n) >= 0:
+                    c.errors += buf.count(_ERR, 0, n)
+                c.tail = bytes(buf[max(n - 3, 0) : n])
                 k = min(k, c.sent - c.done)  # never more replies than requests sent (a stray MN in a value)
                 if k:
                     c.done_ns[c.done : c.done + k] = got
-                    if k == 1 and c.alone[c.done] and (rx := rx_timestamp_ns(anc)) is not None:
-                        c.rx_ns[c.done] = min(rx - real_offset, got)
+                    last = c.done + k - 1
+                    if c.rx_ns[last] != _CLUMPED and (rx := rx_timestamp_ns(anc)) is not None:
+                        c.rx_ns[last] = min(rx - real_offset, got)  # the newest segment's stamp: exact for the last
                     c.done += k
                     completed += k
         if now >= next_flush:

@@ -25,7 +25,7 @@ from actuators.latency.memcached import MemcachedAddress
 from core.errors import HostError, TunerError
 from tuner.load.engine import WorkerSpec, run_worker
 from tuner.load.hist import new_histogram, percentiles_us, record_ns
-from tuner.load.hlog import LAG_TAG, RESPONSE_TAG, SERVICE_TAG, HlogWriter
+from tuner.load.hlog import LAG_TAG, ON_TIME_NS, RESPONSE_TAG, SERVICE_TAG, HlogWriter
 from tuner.load.plan import MN, Plan
 
 NS = 1_000_000_000
@@ -55,7 +55,7 @@ class Second:
     latency: HdrHistogram = field(default_factory=new_histogram)
     lag: HdrHistogram = field(default_factory=new_histogram)
     response: HdrHistogram = field(default_factory=new_histogram)  # reply read minus actual send: lag taken out
-    # requests sent alone on an idle connection: kernel receive stamp minus send (the client's delays taken out)
+    # requests sent on time: kernel receive stamp of the reply minus send (the client's delays taken out)
     service: HdrHistogram = field(default_factory=new_histogram)
 
     def row(self) -> dict[str, Any]:
@@ -280,7 +280,7 @@ def _collect(
             errors += errs
             _add(seconds, sched_s, send_s, "sent", "lag", total_lag)
             _add(seconds, sched_d, done_d, "completed", "latency", total_lat)
-            _add_response(seconds, sent_d, done_d, rx_d, total_resp, total_svc)
+            _add_response(seconds, sched_d, sent_d, done_d, rx_d, total_resp, total_svc)
             progress[id(pipe)] = now
             if kind == "final":
                 unanswered += left
@@ -334,6 +334,7 @@ def _add(
 
 def _add_response(
     seconds: list[Second],
+    sched: np.ndarray,
     sent: np.ndarray,
     done: np.ndarray,
     received: np.ndarray,
@@ -341,19 +342,20 @@ def _add_response(
     total_service: HdrHistogram,
 ) -> None:
     """Response time (reply read minus actual send) of every completion, and service time (kernel receive stamp
-    minus send) of those with an exact stamp (`received` >= 0), binned by completion second."""
+    minus send) of those sent on time, alone onto an idle connection, with an exact stamp (`received` >= 0),
+    binned by completion second."""
     if not sent.size:
         return
     delta = done - sent
     sec = np.minimum(done // NS, len(seconds) - 1)
-    exact = received >= 0
+    counted = (received >= 0) & (sent - sched <= ON_TIME_NS)
     service = received - sent
     record_ns(total, delta)
-    record_ns(total_service, service[exact])
+    record_ns(total_service, service[counted])
     for s in np.unique(sec).tolist():
         here = sec == s
         record_ns(seconds[s].response, delta[here])
-        record_ns(seconds[s].service, service[here & exact])
+        record_ns(seconds[s].service, service[here & counted])
 
 
 def _report(second: Second, writer: HlogWriter | None, on_second: Callable[[Second], None] | None) -> None:
