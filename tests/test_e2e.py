@@ -54,17 +54,17 @@ def test_prober_and_generator_agree_on_the_tail(tmp_path) -> None:
     """The standalone prober (500 probes/s) and `tuner load` (2,000 requests/s of the bundled trace) against one
     memcached over the same seconds, with CIs that allow for autocorrelation (block bootstrap over seconds).
 
-    Compared like for like -- the service time of requests sent on time in a write of their own, from the send
-    to the kernel's receive stamp of the reply -- their p99 CIs overlap. The latency from the scheduled send time
+    Compared like for like -- the service time of requests sent on time, alone, onto an idle connection, from
+    the send to the kernel's receive stamp of the reply -- their p99 CIs overlap. The latency from the scheduled send time
     is reported, not asserted: it holds each client's own send lag, which on a shared 2-core machine is
     milliseconds and differs between a sleeping prober and a busier generator; the response time (to the reply
     read) holds the generator's clumps after a stall, which wait on each other at the server."""
-    r = run_agreement(tmp_path, AgreementConfig(qps=2000.0, seconds=12.0, resamples=1000))
-    assert r["common_seconds"] >= 9
-    assert r["requests_compared"]["prober"] >= 9 * 400 and r["requests_compared"]["generator"] >= 9 * 1500
+    r = run_agreement(tmp_path, AgreementConfig(qps=2000.0, seconds=18.0, resamples=1000))
+    assert r["common_seconds"] >= 14
+    assert r["requests_compared"]["prober"] >= 14 * 400 and r["requests_compared"]["generator"] >= 14 * 1500
     service = r["service"]
     assert service["cis_overlap"], service
-    assert service["generator"]["samples"] >= 9 * 200  # enough of the generator's requests went out on time
+    assert service["generator"]["samples"] >= 14 * 200  # enough of the generator's requests went out on time
     for who in ("generator", "prober"):  # the client's own delays are out of the service time
         assert service[who]["us"] <= r["latency"][who]["us"], (who, service, r["latency"])
 
