@@ -38,6 +38,36 @@ KEYS = (
 )
 
 
+def bounds(host: object, windows: list, pct: float, sla: float) -> dict:
+    """What the decision rule allows at best, from the host's noise-free model: the day's energy (window
+    seconds x expected power) if every window held the lowest-power point whose expected percentile is within
+    a tighter limit, over the oracle's (within the SLA), with no exploration. `margin`: the limit `best`
+    applies, the SLA less `sla_margin_pct`; `margin_and_ci`: that limit also divided by 1 + `window_ci_pct` %,
+    since `best` takes a point only when its CI's UPPER end is within the limit (the adaptive window's CI
+    half-width), so the points it holds measure about that much below it."""
+    from tuner.optimize.optimizer import Objective, TunerSettings
+    from tuner.replay.oracle import oracle_point
+
+    st = TunerSettings()
+    limits = {
+        "margin": sla * (1 - st.sla_margin_pct / 100),
+        "margin_and_ci": sla * (1 - st.sla_margin_pct / 100) / (1 + st.window_ci_pct / 100),
+    }
+
+    def energy(limit: float) -> float:
+        total = 0.0
+        for w in windows:
+            p, _ = oracle_point(host, Objective("constrained", pct, limit), w.qps)
+            total += w.seconds * host.expected([p], w.qps)[0].power_w  # type: ignore[attr-defined]
+        return total
+
+    base = energy(sla)
+    return {
+        **{f"limit_{k}_us": round(v, 1) for k, v in limits.items()},
+        **{f"ratio_to_oracle_{k}": round(energy(v) / base, 4) for k, v in limits.items()},
+    }
+
+
 def per_window(res: object, obj: object) -> list[dict]:
     """Per window of the tuner: load, trials, the point held and the oracle's, energy over the oracle's in
     that window, the hold's measured percentile, and the decision's reason (why it holds that point)."""
@@ -115,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     for pct, sla in slas:
         obj = Objective("constrained", pct, sla)
         memo = {(round(w.qps, 6), pct, sla): oracle_point(oracle_host, obj, w.qps) for w in windows}
+        out.setdefault("bounds", {})[f"p{pct:g} < {sla:g} us"] = bounds(oracle_host, windows, pct, sla)
 
         def save(res: object, label: str, obj: Objective = obj) -> list:
             pr = res.policies["tuner"]  # type: ignore[attr-defined]
