@@ -145,6 +145,10 @@ class TunerSettings:
     # (the GP pools every trial near each point) instead of each one's own 2-3 s reading, whose ~1 % noise
     # picked the wrong one of two near-equal points (winner's curse); the SLA check stays on the measurement
     rank_by_model: bool = False
+    # with context: a retune at a load inside the loads measured within the limit holds the model's best point there
+    # without trials when the model puts its P(over the limit `best` applies) at most this (`decision.hold_or_retune`);
+    # 0 = every retune runs trials
+    hold_max_p: float = 0.0
 
     def __post_init__(self) -> None:
         for name in (
@@ -194,6 +198,8 @@ class TunerSettings:
             raise TunerError(
                 f"safe_limit_p must be a probability in [0, 1) (0 = safe_delta), got {self.safe_limit_p!r}"
             )
+        if not (_finite_above(self.hold_max_p, 0.0, strict=False) and self.hold_max_p <= 0.5):
+            raise TunerError(f"hold_max_p must be a probability in [0, 0.5] (0 = off), got {self.hold_max_p!r}")
         if self.latency_metric not in LATENCY_METRICS:
             raise TunerError(f"latency_metric {self.latency_metric!r}: expected one of {', '.join(LATENCY_METRICS)}")
         if self.window_mode not in WINDOW_MODES:
