@@ -46,7 +46,7 @@ import json
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from typing import Any
 
 from actuators.host import KnobSpace, Measurement, OperatingPoint
@@ -270,35 +270,7 @@ class Optimizer(StoppingRule):
         (and the reason says so). "Safest" = lowest measured percentile (ties: lower power). With no completed
         trial at all, the host's safe corner (lowest ITR, highest frequency) is returned, `measurement=None`.
         """
-        trials = self.retune_trials()
-        if self.settings.rank_by_model:
-            ranked = self._model_ranked(trials)
-            if ranked is not None:
-                d = best_decision(ranked, self.objective, self.settings, self.space)
-                if d.met_sla and d.measurement is not None:
-                    power = next(r.reward for r in ranked if r.point == d.point and r.measurement is d.measurement)
-                    return replace(d, reason=f"{d.reason}; ranked by the model's power at this load ({power:.1f} W)")
-        return best_decision(trials, self.objective, self.settings, self.space)
-
-    def _model_ranked(self, trials: list[TrialRecord]) -> list[TrialRecord] | None:
-        """`trials` with each completed one's reward recomputed from the model's power at its point (at this
-        retune's load) and its own measured percentile; None without a fitted model."""
-        done = [r for r in trials if r.status == STATUS_COMPLETED and r.measurement is not None]
-        if not done:
-            return None
-        cells = sorted({self._cell_of(r.point) for r in done})
-        grid = self._grid_model(self._load, refit=True, cells=cells)
-        if grid is None:
-            return None
-        power = {c: float(w) for c, w in zip(grid["cells"], grid["power"])}
-        pct, sla = self.objective.percentile, self.objective.sla_us
-        out = []
-        for r in trials:
-            w = power.get(self._cell_of(r.point)) if r in done else None
-            if w is not None and math.isfinite(w) and w > 0 and r.measurement is not None:
-                r = replace(r, reward=self._reward(w, r.measurement.percentile(pct), sla))
-            out.append(r)
-        return out
+        return best_decision(self.retune_trials(), self.objective, self.settings, self.space)
 
     def hold_verdict(self, qps: float) -> HoldVerdict:
         """Whether the retune begun at `qps` (`begin_retune`) can hold the model's point without trials:

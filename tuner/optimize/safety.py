@@ -36,16 +36,6 @@ PEAK_MAX_P = 0.5
 class SafeExploration(ExperimentModel):
     """The safety filter over `ExperimentModel` (see the module docstring)."""
 
-    def _unsafe(self, pv: Any, p_unmet: Any) -> Any:
-        """The safety gate's verdict per cell: P(SLA broken) > δ, or P(over the limit `best` applies) >
-        `safe_limit_p` (δ when 0), as `_grid_model` computes them (`safe_sd_scale`, `safe_model_error`)."""
-        import numpy as np
-
-        delta = self.settings.safe_delta
-        if delta <= 0:
-            return np.zeros(np.shape(pv), dtype=bool)
-        return (pv > delta) | (p_unmet > (self.settings.safe_limit_p or delta))
-
     def _safe_start(self, this_retune: bool = False) -> Pending:
         """The next safe-line point (no model yet), attached to Ax as a trial of its own; `this_retune`: step
         from this retune's own line trials only (the model has no safe point at this load)."""

@@ -121,10 +121,6 @@ class TunerSettings:
     # a GP fitted to a latency surface with a saturation cliff is overconfident next to the cliff (3-day replay,
     # 3 seeds: of 226 trials it passed, 9 measured over the SLA where its P summed to 0.1; docs/optimizer.md)
     safe_sd_scale: float = 1.0
-    # with safe_delta > 0: the largest P(over the limit `best` applies) a point may have to be tried; 0 = safe_delta.
-    # Only P(SLA broken) <= safe_delta is a safety bound: a point likely within the SLA but possibly over the
-    # limit is a cheap trial that `best` may still take
-    safe_limit_p: float = 0.0
     # the scale the GP models the percentile on (`tuner.optimize.latscale`): "log" (ln µs) or "headroom" (SLA / µs)
     latency_metric: str = "log"
     window_mode: str = "fixed"
@@ -141,10 +137,6 @@ class TunerSettings:
     # safe and near evidence: step from the best point measured at the highest load (frequency first, then ITR,
     # `SafeExploration._peak_step`) instead of walking the safe line from the corner
     peak_step: bool = False
-    # `Optimizer.best` ranks the retune's measured points that met the SLA by the model's power at this load
-    # (the GP pools every trial near each point) instead of each one's own 2-3 s reading, whose ~1 % noise
-    # picked the wrong one of two near-equal points (winner's curse); the SLA check stays on the measurement
-    rank_by_model: bool = False
     # with context: a retune at a load inside the loads measured within the limit holds the model's best point there
     # without trials when the model puts its P(over the limit `best` applies) at most this (`decision.hold_or_retune`);
     # 0 = every retune runs trials
@@ -173,7 +165,7 @@ class TunerSettings:
             raise TunerError(f"sla_margin_pct must be in [0, 100), got {self.sla_margin_pct!r}")
         if self.sla_check not in SLA_CHECKS:
             raise TunerError(f"sla_check {self.sla_check!r}: expected one of {', '.join(SLA_CHECKS)}")
-        for name in ("context", "window_guard", "peak_step", "rank_by_model"):
+        for name in ("context", "window_guard", "peak_step"):
             if not isinstance(getattr(self, name), bool):
                 raise TunerError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if not _finite_above(self.context_max_qps, 0.0):
@@ -193,10 +185,6 @@ class TunerSettings:
         if not (_finite_above(self.safe_sd_scale, 1.0, strict=False) and self.safe_sd_scale <= 10.0):
             raise TunerError(
                 f"safe_sd_scale must be in [1, 10] (1 = the model's SD as it is), got {self.safe_sd_scale!r}"
-            )
-        if not (_finite_above(self.safe_limit_p, 0.0, strict=False) and self.safe_limit_p < 1.0):
-            raise TunerError(
-                f"safe_limit_p must be a probability in [0, 1) (0 = safe_delta), got {self.safe_limit_p!r}"
             )
         if not (_finite_above(self.hold_max_p, 0.0, strict=False) and self.hold_max_p <= 0.5):
             raise TunerError(f"hold_max_p must be a probability in [0, 0.5] (0 = off), got {self.hold_max_p!r}")
