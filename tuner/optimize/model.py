@@ -19,6 +19,7 @@ from tuner.optimize.axsetup import no_warnings, quiet_ax, small_acqf_batches
 from tuner.optimize.latscale import LatencyScale
 from tuner.optimize.records import Pending, TrialRecord, latency_sem, power_sem
 from tuner.optimize.settings import Objective, TunerSettings, itr_candidates, met_limit_us, pct_text
+from tuner.optimize.surrogate import GridPredictor, botorch_adapter, refit
 
 #: A completed trial whose measured load differs from the load its suggestion was pinned at by more than this
 #: (normalised units: 0.5 % of `context_max_qps`) is re-filed in Ax at its measured load.
@@ -28,17 +29,12 @@ LOAD_TOLERANCE = 5e-3
 ABANDONED_MAX = 12
 
 
-#: `TunerSettings.refit_every`: the GP's hyperparameters are also re-optimised once the data grew by this share.
+#: `TunerSettings.refit_every`: the GP's hyperparameters are also re-optimised once the data grew by this share,
 REFIT_GROWTH = 0.2
-
-
-def _botorch_adapter(gs: Any) -> Any:
-    """The fitted Ax adapter of the generation strategy's current node if it is a BoTorch model, else None."""
-    for spec in getattr(gs._curr, "generator_specs", ()):
-        adapter = getattr(spec, "_fitted_adapter", None)
-        if spec.generator_enum.value == "BoTorch" and adapter is not None:
-            return adapter
-    return None
+#: ... and as soon as a new trial surprised the model: a metric measured more than this many SDs (the model's
+#: predictive SD and the measurement's SEM in quadrature) from what the model predicted for it before the refit.
+#: The GP is least right next to the latency cliff, where its old length-scales must give way at once.
+SURPRISE_Z = 2.0
 
 
 class ExperimentModel:
@@ -58,6 +54,7 @@ class ExperimentModel:
         self._evidence_cache: tuple[Any, tuple[Any, Any, Any, Any]] | None = None
         self._hyper_fit: tuple[int, int] | None = None  # (client id, trials) at the last hyperparameter fit
         self._fitted_on: tuple[int, tuple[int, ...]] | None = None  # (client id, completed trials) of the last fit
+        self._predictor = GridPredictor()  # batched grid predictions of the fitted adapter (`_grid_model`)
         self._next_index = 0
         self._retune_start: int | None = None
         self._load: float | None = None
@@ -188,18 +185,15 @@ class ExperimentModel:
                     return None  # Ax would still be in its Sobol phase: no model to ask
                 self.fit_model()
             cells = self._grid() if cells is None else list(cells)
-            params = [self._cell_params(c, load) for c in cells]
-            try:
-                preds = self._client.predict(params)
-            except Exception:  # noqa: BLE001 - Ax raises until a predictive model is fitted
-                return None
+            adapter = botorch_adapter(self._client._generation_strategy)
+            if adapter is None or not cells:
+                return None  # no predictive model yet
+            preds = self._predictor.predict(adapter, [self._cell_params(c, load) for c in cells])
         scale = self._scale
-        if not preds or scale.metric not in preds[0] or "power" not in preds[0]:
+        if scale.metric not in preds or "power" not in preds:
             return None
-        mu = np.array([p[scale.metric][0] for p in preds], dtype=float)
-        sd = np.array([p[scale.metric][1] for p in preds], dtype=float)
-        pw = np.array([p["power"][0] for p in preds], dtype=float)
-        pw_sd = np.array([p["power"][1] for p in preds], dtype=float)
+        mu, sd = preds[scale.metric]
+        pw, pw_sd = preds["power"]
         # both from the model's SD times `safe_sd_scale`; P(SLA broken) also with `safe_model_error` added in
         # quadrature; P(over the limit `best` applies) is also the constrained EI's feasibility
         sdk = sd * self.settings.safe_sd_scale
@@ -222,20 +216,18 @@ class ExperimentModel:
     def fit_model(self) -> None:
         """Fit the model the next suggestion, the safety filter and the stopping rule all use, on all data.
 
-        Ax refits only when the data changed, and then re-optimises the GP's hyperparameters
-        (`fit_gpytorch_mll`, most of a suggestion's compute). Here they are re-optimised only when due: every
-        `settings.refit_every` new trials, once the data grew by `REFIT_GROWTH` since, after a rebuilt
-        experiment, and whenever Ax has no model yet (Ax's own fit, `GenerationStrategy.fit`). In between,
-        the same Ax adapter refits on all data with the last hyperparameters (`state_dict`, `refit=False`:
-        the path Ax's own cross-validation takes), so the next `get_next_trials` finds the data unchanged and
-        reuses that model as it is.
+        One Ax adapter is kept and refitted on new data (`tuner.optimize.surrogate.refit`): the GP's
+        hyperparameters warm-started from the last fit and re-optimised every `settings.refit_every` new trials,
+        once the data grew by `REFIT_GROWTH` since, when a new trial surprised the model (`SURPRISE_Z`) and after
+        a rebuilt experiment; in between conditioned on all data with the last ones. Ax's own (cold) fit only when there is no fitted adapter yet. The next
+        `get_next_trials` finds the data unchanged and reuses that model as it is.
         """
         gs = self._client._generation_strategy
         exp = self._client._experiment
         observed = self._observed()
         n = len(observed)
         key = (id(self._client), tuple(observed))
-        if key == self._fitted_on and _botorch_adapter(gs) is not None:
+        if key == self._fitted_on and botorch_adapter(gs) is not None:
             return  # nothing new since the last fit (Ax's own check costs a pass over the experiment's data)
         last = self._hyper_fit
         due = (
@@ -243,27 +235,37 @@ class ExperimentModel:
             or last[0] != id(self._client)
             or n - last[1] >= self.settings.refit_every
             or n > last[1] * (1 + REFIT_GROWTH)
+            or self._surprised(observed)
         )
-        adapter = None if due else _botorch_adapter(gs)
-        if adapter is not None:
-            try:
-                data, space = adapter._process_and_transform_data(experiment=exp)
-                if data != adapter._last_experiment_data:
-                    state = adapter.generator.surrogate.model.state_dict()
-                    adapter._fit(search_space=space, experiment_data=data, state_dict=state, refit=False)
-                self._fitted_on = key
-                return
-            except Exception:  # noqa: BLE001 - Ax's internals moved: fall back to its own (full) fit
-                pass
-        # Ax's public "fit outside gen": moves past Sobol if due and refits only if the data changed (if they
-        # did not, the hyperparameters stay due until they do)
-        before = _botorch_adapter(gs)
-        seen = None if before is None else before._last_experiment_data
-        gs.fit(experiment=exp)
-        after = _botorch_adapter(gs)
-        if after is not None and (after is not before or after._last_experiment_data is not seen):
+        how = refit(gs, exp, hyper=due)
+        if how in ("cold", "warm"):
             self._hyper_fit = (id(self._client), n)
-        self._fitted_on = key if after is not None else None
+        self._fitted_on = key if botorch_adapter(gs) is not None else None
+
+    def _surprised(self, observed: Sequence[int]) -> bool:
+        """Whether a trial completed since the last fit lies more than `SURPRISE_Z` SDs from the fitted model's
+        prediction for it, in any modelled metric (False with no fitted model or nothing new)."""
+        import numpy as np
+
+        adapter = botorch_adapter(self._client._generation_strategy)
+        fitted = self._fitted_on
+        if adapter is None or fitted is None or fitted[0] != id(self._client):
+            return False
+        new = sorted(set(observed) - set(fitted[1]))
+        if not new:
+            return False
+        exp = self._client._experiment
+        df = exp.lookup_data(trial_indices=new).df
+        preds = self._predictor.predict(adapter, [dict(exp.trials[t].arm.parameters) for t in new])
+        for metric, (mu, sd) in preds.items():
+            rows = df[df["metric_name"] == metric]
+            for ti, mean, sem in zip(rows["trial_index"], rows["mean"], rows["sem"]):
+                k = new.index(int(ti))
+                noise = float(sem) if sem is not None and np.isfinite(sem) else 0.0
+                scale = math.hypot(float(sd[k]), noise)
+                if scale > 0 and abs(float(mean) - float(mu[k])) > SURPRISE_Z * scale:
+                    return True
+        return False
 
     def _met_limit_us(self) -> float:
         """`met_limit_us` of this objective and settings. Used by the expected improvement, the safety filter

@@ -155,16 +155,22 @@ class Optimizer(StoppingRule):
             with no_warnings(self.settings.torch_threads):
                 if len(self._observed()) >= self._init_budget():
                     self.fit_model()  # hyperparameters only when due (the stopping rule may have done it)
-                if self.settings.context:
+                grid = safe and self.settings.acquisition == "grid" and self._fitted_on is not None
+                if grid:
+                    trials = {}
+                elif self.settings.context:
                     trials = self._client.get_next_trials(max_trials=1, fixed_parameters={"load": self._load})
                 else:
                     trials = self._client.get_next_trials(max_trials=1)
-            if not trials:
-                raise TunerError("Ax generated no trial (search space exhausted?)")
-            ((ax_index, params),) = trials.items()
-            pend = Pending(self._to_point(params), 0.0, ax_index, self._load)
-            if safe:
-                pend = self._safety_filter(pend)
+            if grid:
+                pend = self._safety_filter(None)  # the model's choice among the points it allows
+            else:
+                if not trials:
+                    raise TunerError("Ax generated no trial (search space exhausted?)")
+                ((ax_index, params),) = trials.items()
+                pend = Pending(self._to_point(params), 0.0, ax_index, self._load)
+                if safe:
+                    pend = self._safety_filter(pend)
         pend.compute_s = time.perf_counter() - t0 + self._stop_s
         self._stop_s = 0.0
         index = self._next_index
