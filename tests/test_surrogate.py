@@ -90,13 +90,13 @@ def test_hyperparameters_are_reoptimised_when_new_data_surprise_the_model() -> N
     pred = opt.predict([at], QPS)[0]
     # a measurement the model expected: no new hyperparameters (the GP is conditioned on it with the old ones)
     j = opt._attach(opt._cell_of(at))
-    opt._client.complete_trial(trial_index=j, raw_data=opt.metrics(meas(pred.latency_us, pred.power_w, qps=QPS)))
+    opt._complete_ax(j, opt.metrics(meas(pred.latency_us, pred.power_w, qps=QPS)))
     with no_warnings(1):
         opt.fit_model()
     assert opt._hyper_fit == first
     # one far above it (a saturated point where the model saw none): re-optimised at once
     j = opt._attach(opt._cell_of(at))
-    opt._client.complete_trial(trial_index=j, raw_data=opt.metrics(meas(4 * pred.latency_us, pred.power_w, qps=QPS)))
+    opt._complete_ax(j, opt.metrics(meas(4 * pred.latency_us, pred.power_w, qps=QPS)))
     with no_warnings(1):
         opt.fit_model()
     assert opt._hyper_fit is not None and opt._hyper_fit[1] == 16

@@ -19,7 +19,7 @@ from tuner.optimize.axsetup import no_warnings, quiet_ax, small_acqf_batches
 from tuner.optimize.latscale import LatencyScale
 from tuner.optimize.records import Pending, TrialRecord, latency_sem, power_sem
 from tuner.optimize.settings import Objective, TunerSettings, itr_candidates, met_limit_us, pct_text
-from tuner.optimize.surrogate import GridPredictor, botorch_adapter, refit
+from tuner.optimize.surrogate import GridPredictor, acquisition_values, botorch_adapter, refit
 
 #: A completed trial whose measured load differs from the load its suggestion was pinned at by more than this
 #: (normalised units: 0.5 % of `context_max_qps`) is re-filed in Ax at its measured load.
@@ -55,6 +55,7 @@ class ExperimentModel:
         self._hyper_fit: tuple[int, int] | None = None  # (client id, trials) at the last hyperparameter fit
         self._fitted_on: tuple[int, tuple[int, ...]] | None = None  # (client id, completed trials) of the last fit
         self._predictor = GridPredictor()  # batched grid predictions of the fitted adapter (`_grid_model`)
+        self._reported: dict[int, dict[str, Any]] = {}  # Ax trial -> its metrics, until the next fit (`_surprised`)
         self._next_index = 0
         self._retune_start: int | None = None
         self._load: float | None = None
@@ -242,27 +243,31 @@ class ExperimentModel:
             self._hyper_fit = (id(self._client), n)
         self._fitted_on = key if botorch_adapter(gs) is not None else None
 
-    def _surprised(self, observed: Sequence[int]) -> bool:
-        """Whether a trial completed since the last fit lies more than `SURPRISE_Z` SDs from the fitted model's
-        prediction for it, in any modelled metric (False with no fitted model or nothing new)."""
-        import numpy as np
+    def _complete_ax(self, ax_index: int, data: dict[str, float | tuple[float, float]]) -> None:
+        """Complete Ax trial `ax_index` with `data` (metric -> mean or (mean, SEM)), kept for `_surprised`."""
+        self._client.complete_trial(trial_index=ax_index, raw_data=data)
+        self._reported[ax_index] = data
 
+    def _surprised(self, observed: Sequence[int]) -> bool:
+        """Whether a trial reported since the last fit lies more than `SURPRISE_Z` SDs from the fitted model's
+        prediction for it, in any modelled metric (False with no fitted model or nothing new)."""
         adapter = botorch_adapter(self._client._generation_strategy)
         fitted = self._fitted_on
+        reported, self._reported = self._reported, {}
         if adapter is None or fitted is None or fitted[0] != id(self._client):
             return False
-        new = sorted(set(observed) - set(fitted[1]))
+        new = [t for t in sorted(set(observed) - set(fitted[1])) if t in reported]
         if not new:
             return False
         exp = self._client._experiment
-        df = exp.lookup_data(trial_indices=new).df
         preds = self._predictor.predict(adapter, [dict(exp.trials[t].arm.parameters) for t in new])
-        for metric, (mu, sd) in preds.items():
-            rows = df[df["metric_name"] == metric]
-            for ti, mean, sem in zip(rows["trial_index"], rows["mean"], rows["sem"]):
-                k = new.index(int(ti))
-                noise = float(sem) if sem is not None and np.isfinite(sem) else 0.0
-                scale = math.hypot(float(sd[k]), noise)
+        for k, t in enumerate(new):
+            for metric, value in reported[t].items():
+                if metric not in preds:
+                    continue
+                mean, sem = value if isinstance(value, tuple) else (value, 0.0)
+                mu, sd = preds[metric]
+                scale = math.hypot(float(sd[k]), float(sem))
                 if scale > 0 and abs(float(mean) - float(mu[k])) > SURPRISE_Z * scale:
                     return True
         return False
@@ -294,6 +299,26 @@ class ExperimentModel:
         if self.settings.safe_delta > 0:
             ei = ei * ~grid["unsafe"]
         return ei
+
+    def _acquire(self, cells: Sequence[tuple[int, int]], allowed: Any) -> int | None:
+        """Index (into `cells`) of the allowed cell where Ax's own acquisition function is largest at this
+        retune's load (`surrogate.acquisition_values`: one batch over the allowed cells only, not Ax's pass over
+        the whole grid); None with no fitted model, nothing allowed, or if Ax cannot evaluate it."""
+        import numpy as np
+
+        idx = np.flatnonzero(np.asarray(allowed, dtype=bool))
+        adapter = botorch_adapter(self._client._generation_strategy)
+        if adapter is None or idx.size == 0:
+            return None
+        params = [self._cell_params(cells[k], self._load) for k in idx]
+        try:
+            with no_warnings(self.settings.torch_threads):
+                vals = acquisition_values(adapter, self._predictor, params)
+        except Exception:  # noqa: BLE001 - Ax's internals moved: the caller falls back to the constrained EI
+            return None
+        if vals.shape != (idx.size,) or not np.isfinite(vals).any():
+            return None
+        return int(idx[int(np.nanargmax(np.where(np.isfinite(vals), vals, -np.inf)))])
 
     def _cell_params(self, cell: tuple[int, int], load: float | None) -> dict[str, Any]:
         params: dict[str, Any] = {}

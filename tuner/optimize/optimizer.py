@@ -209,7 +209,7 @@ class Optimizer(StoppingRule):
                     trial_index=ax_index, failed_reason=f"re-filed at its measured load as trial {moved}"
                 )
                 ax_index = moved
-            self._client.complete_trial(trial_index=ax_index, raw_data=data)
+            self._complete_ax(ax_index, data)
         value = self._reward(
             measurement.power_w, measurement.percentile(self.objective.percentile), self.objective.sla_us
         )

@@ -125,6 +125,12 @@ class SafeExploration(ExperimentModel):
         seen = {self._cell_of(r.point) for r in self.retune_trials() if r.status == STATUS_COMPLETED}
         fresh = ok & np.array([c not in seen for c in cells])
         allowed = fresh if fresh.any() else ok
+        if prop is None:  # grid acquisition: Ax's own acquisition function over the allowed points
+            k = self._acquire(cells, allowed)
+            if k is not None:
+                note = f"{why}: Ax's acquisition at its largest of {int(allowed.sum())} allowed points"
+                cell = cells[k]
+                return Pending(self._grid_point(cell), 0.0, self._attach(cell), self._load, float(pv[k]), note)
         incumbent = self._incumbent_w(grid, allowed)
         ei = self._ei(grid, incumbent) * allowed if incumbent is not None else None
         if ei is not None and float(ei.max()) > 0:

@@ -109,6 +109,26 @@ class GridPredictor:
         return torch.stack([self._rows[n] for n in names])
 
 
+def acquisition_values(adapter: Any, predictor: GridPredictor, params: Sequence[dict[str, Any]]) -> Any:
+    """Ax's own acquisition function for this adapter (what `get_next_trials` would optimise: the generator's
+    default, qLogNEI with the experiment's objective and outcome constraint), evaluated at `params` in one
+    batch; a numpy array, larger is better. Instantiated once per call (its baseline is the data just fitted)."""
+    import torch
+    from ax.core.observation import ObservationFeatures
+
+    fixed = {k: v for k, v in params[0].items() if all(p.get(k) == v for p in params)} if params else {}
+    ssd, toc = adapter._get_transformed_model_gen_args(
+        search_space=adapter._search_space,
+        pending_observations={},
+        fixed_features=ObservationFeatures(parameters={k: v for k, v in fixed.items() if k == "load"}),
+        optimization_config=adapter._optimization_config,
+    )
+    X = predictor._inputs(adapter, params).unsqueeze(-2)  # n candidates of one point each
+    with torch.no_grad():
+        vals = adapter.generator.evaluate_acquisition_function(X=X, search_space_digest=ssd, torch_opt_config=toc)
+    return vals.detach().cpu().numpy().astype(float).reshape(-1)
+
+
 def _has_data_untransform(t: Any) -> bool:
     from ax.adapter.transforms.base import Transform
 
