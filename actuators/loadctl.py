@@ -20,6 +20,7 @@ import shlex
 import signal
 import subprocess
 import tempfile
+import time
 from typing import Any
 
 from actuators.host import Host, KnobSpace, Measurement, OperatingPoint
@@ -32,7 +33,13 @@ class CommandLoad:
     """Runs `template` (with `{qps}`, `{seconds}`, `{server}`) as the load generator; one run at a time."""
 
     def __init__(
-        self, template: str, *, server: str = "127.0.0.1:11211", seconds: float = 86_400, stop_timeout_s: float = 5.0
+        self,
+        template: str,
+        *,
+        server: str = "127.0.0.1:11211",
+        seconds: float = 86_400,
+        stop_timeout_s: float = 5.0,
+        max_requests: float | None = None,
     ) -> None:
         if "{qps}" not in template:
             raise HostError(f"load command {template!r}: expected a {{qps}} placeholder for the offered load")
@@ -45,16 +52,22 @@ class CommandLoad:
         self.template = template
         self.server = server
         self.seconds = seconds
+        self.max_requests = max_requests  # a generator that plans its run in memory: {seconds} <= this / {qps}
         self.stop_timeout_s = stop_timeout_s
         self.qps: float | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._err: Any = None
 
+    def run_seconds(self, qps: float) -> int:
+        """`{seconds}` for `qps`: `seconds`, or less when `max_requests` would be exceeded (at least 60 s)."""
+        seconds = self.seconds
+        if self.max_requests is not None and qps > 0:
+            seconds = min(seconds, max(60.0, self.max_requests / qps))
+        return int(math.ceil(seconds))
+
     def argv(self, qps: float) -> list[str]:
         """The command for `qps` (rounded to a whole request/s; seconds as an integer)."""
-        return shlex.split(
-            self.template.format(qps=int(round(qps)), seconds=int(math.ceil(self.seconds)), server=self.server)
-        )
+        return shlex.split(self.template.format(qps=int(round(qps)), seconds=self.run_seconds(qps), server=self.server))
 
     def set_offered_qps(self, qps: float) -> None:
         """Stop the running generator and start one at `qps` (0 = just stop)."""
@@ -65,6 +78,9 @@ class CommandLoad:
         self.qps = qps
         if qps == 0:
             return
+        self._start(qps)
+
+    def _start(self, qps: float) -> None:
         argv = self.argv(qps)
         self._err = tempfile.TemporaryFile()
         try:
@@ -73,9 +89,15 @@ class CommandLoad:
             raise HostError(f"load command {argv[0]!r}: cannot start: {exc.strerror}") from None
 
     def check(self) -> None:
-        """HostError if the generator exited with an error (its last stderr line); fine while it runs."""
+        """HostError if the generator exited with an error (its last stderr line); fine while it runs. A run that
+        ended on its own ({seconds} over) is started again while the load is still wanted."""
         proc = self._proc
-        if proc is None or proc.poll() is None or proc.returncode == 0:
+        if proc is None or proc.poll() is None:
+            return
+        if proc.returncode == 0:
+            self.stop()
+            if self.qps:
+                self._start(self.qps)
             return
         line = self._last_line()
         code = proc.returncode
@@ -110,12 +132,32 @@ class CommandLoad:
 
 
 class LoadedHost:
-    """A `Host` plus a load controller: `set_offered_qps` drives the generator, everything else is the host's."""
+    """A `Host` plus a load controller: `set_offered_qps` drives the generator, everything else is the host's.
 
-    def __init__(self, host: Host, load: CommandLoad) -> None:
+    A generator needs time to start (an interpreter, a schedule, its key set, connections: a second or more for
+    `tuner load`), and a window measured before it sends would be measured at the wrong load. So `set_offered_qps`
+    returns only once the host's own QPS reading (memcached's counters, the prober's requests taken out) is
+    within `1 - ready_share` of the commanded load over a `ready_poll_s` interval (a key-set warm-up burst is
+    far above it), and raises a one-line `HostError` if it is not within `ready_timeout_s` (the generator cannot
+    reach the rate, or loads another server). `ready_timeout_s` = 0 skips the wait, and so does a wrapped host
+    that sets its own load (a simulator models the load, it does not measure the generator's).
+    """
+
+    def __init__(
+        self,
+        host: Host,
+        load: CommandLoad,
+        *,
+        ready_share: float = 0.9,
+        ready_poll_s: float = 0.5,
+        ready_timeout_s: float = 30.0,
+    ) -> None:
         self.host = host
         self.load = load
         self.name = f"{host.name}+load"
+        self.ready_share = ready_share
+        self.ready_poll_s = ready_poll_s
+        self.ready_timeout_s = ready_timeout_s
 
     def knobs(self) -> KnobSpace:
         return self.host.knobs()
@@ -144,6 +186,25 @@ class LoadedHost:
 
     def set_offered_qps(self, qps: float) -> None:
         self.load.set_offered_qps(qps)
+        if qps > 0 and self.ready_timeout_s > 0 and not callable(getattr(self.host, "set_offered_qps", None)):
+            self._await_load(qps)
+
+    def _await_load(self, qps: float) -> None:
+        """Block until the host measures `qps` within 1 - `ready_share` over one poll interval (see the class doc)."""
+        deadline = time.monotonic() + self.ready_timeout_s
+        self.host.offered_qps()  # opens a fresh interval
+        seen = 0.0
+        while time.monotonic() < deadline:
+            time.sleep(self.ready_poll_s)  # the measurement interval of the host's QPS reading
+            self.load.check()
+            seen = self.host.offered_qps()
+            if abs(seen / qps - 1.0) <= 1.0 - self.ready_share:
+                return
+        raise HostError(
+            f"load generator: the host measured {seen:,.0f} requests/s {self.ready_timeout_s:g} s after starting "
+            f"it, not within {1 - self.ready_share:.0%} of the commanded {qps:,.0f}/s (too slow a client, or it "
+            "loads another server than the host's QPS source?)"
+        )
 
     def close(self) -> None:
         self.load.stop()

@@ -55,7 +55,9 @@ class RealHost:
     def _need(self, part: str) -> Any:
         obj = getattr(self, part)
         if obj is None:
-            raise HostError(f"this RealHost was built without {part} (configure it: see `tuner doctor`)")
+            raise HostError(
+                f"this RealHost was built without {part} (configure it: see `tuner doctor`)", permanent=True
+            )
         return obj
 
     def knobs(self) -> KnobSpace:
@@ -153,7 +155,10 @@ class RealHost:
         window = latency.end()
         self._stop.clear()
         elapsed = t1 - t0
-        served = q1 - q0 - (window.requests if self.probe_counts_in_qps else 0)
+        # the probes memcached counted: those sent (a window's `requests` also holds the probes still owed at its
+        # end, recorded at their age but never sent)
+        probes = window.requests - int(getattr(window, "incomplete", 0))
+        served = q1 - q0 - (probes if self.probe_counts_in_qps else 0)
         rate = max(served, 0.0) / elapsed
         self._qps_last = (t1, q1)
         return Measurement(

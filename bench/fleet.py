@@ -38,6 +38,64 @@ KEYS = (
 )
 
 
+def bounds(host: object, windows: list, pct: float, sla: float) -> dict:
+    """What the decision rule allows at best, from the host's noise-free model: the day's energy (window
+    seconds x expected power) if every window held the lowest-power point whose expected percentile is within
+    a tighter limit, over the oracle's (within the SLA), with no exploration. `margin`: the limit `best`
+    applies, the SLA less `sla_margin_pct`; `margin_and_ci`: that limit also divided by 1 + `window_ci_pct` %,
+    since `best` takes a point only when its CI's UPPER end is within the limit (the adaptive window's CI
+    half-width), so the points it holds measure about that much below it."""
+    from tuner.optimize.optimizer import Objective, TunerSettings
+    from tuner.replay.oracle import oracle_point
+
+    st = TunerSettings()
+    limits = {
+        "margin": sla * (1 - st.sla_margin_pct / 100),
+        "margin_and_ci": sla * (1 - st.sla_margin_pct / 100) / (1 + st.window_ci_pct / 100),
+    }
+
+    def energy(limit: float) -> float:
+        total = 0.0
+        for w in windows:
+            p, _ = oracle_point(host, Objective("constrained", pct, limit), w.qps)
+            total += w.seconds * host.expected([p], w.qps)[0].power_w  # type: ignore[attr-defined]
+        return total
+
+    base = energy(sla)
+    return {
+        **{f"limit_{k}_us": round(v, 1) for k, v in limits.items()},
+        **{f"ratio_to_oracle_{k}": round(energy(v) / base, 4) for k, v in limits.items()},
+    }
+
+
+def per_window(res: object, obj: object) -> list[dict]:
+    """Per window of the tuner: load, trials, the point held and the oracle's, energy over the oracle's in
+    that window, the hold's measured percentile, and the decision's reason (why it holds that point)."""
+    pols = res.policies  # type: ignore[attr-defined]
+    pct = obj.percentile  # type: ignore[attr-defined]
+    out = []
+    for w, o in zip(pols["tuner"].windows, pols["oracle"].windows, strict=True):
+        hold = w.steady
+        out.append(
+            {
+                "qps": round(w.qps),
+                "trials": w.trials,
+                "x_oracle": round(w.energy_j / o.energy_j, 4) if o.energy_j > 0 else None,
+                "explore_x_oracle_power": round(w.explore_energy_j / w.explore_s / o.power_w, 3)
+                if w.explore_s > 0
+                else None,
+                "explore_s": round(w.explore_s, 1),
+                "held": None if w.point is None else [w.point.itr_us, w.point.dvfs_ghz],
+                "oracle": None if o.point is None else [o.point.itr_us, o.point.dvfs_ghz],
+                "hold_power_x_oracle": round(hold.power_w / o.power_w, 4) if hold is not None else None,
+                "hold_p": round(hold.percentile(pct)) if hold is not None else None,
+                "oracle_p": round(o.latency_us(pct)),
+                "why": w.note,
+            }
+        )
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--every", type=int, default=3, help="replay every N-th hourly window of the day")
@@ -49,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reverse", action="store_true", help="replay the windows in reverse order (another day shape)")
     ap.add_argument("--no-fresh", action="store_true", help="skip the fresh-host comparison run")
     ap.add_argument("--limit", type=int, default=2000, help="warm-start trials per source (own, class)")
+    ap.add_argument("--per-window", action="store_true", help="per window: the point held vs the oracle's, trials, why")
     args = ap.parse_args(argv)
 
     from traces.schedule import load_schedule, sample_trace_path
@@ -86,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     for pct, sla in slas:
         obj = Objective("constrained", pct, sla)
         memo = {(round(w.qps, 6), pct, sla): oracle_point(oracle_host, obj, w.qps) for w in windows}
+        out.setdefault("bounds", {})[f"p{pct:g} < {sla:g} us"] = bounds(oracle_host, windows, pct, sla)
 
         def save(res: object, label: str, obj: Objective = obj) -> list:
             pr = res.policies["tuner"]  # type: ignore[attr-defined]
@@ -106,7 +166,10 @@ def main(argv: list[str] | None = None) -> int:
                 history=history,
             )
             s = policy_summary(res, "tuner")
-            return {k: s[k] for k in KEYS}, res, time.perf_counter() - t0
+            row = {k: s[k] for k in KEYS}
+            if args.per_window:
+                row["per_window"] = per_window(res, obj)
+            return row, res, time.perf_counter() - t0
 
         a, res_a, wall_a = run(args.seed_a, [])
         entries_a = save(res_a, "sim-a")

@@ -123,13 +123,13 @@ def run_cli(argv: list[str]) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-def problems_with_errors(code: int, err: str, path: Path) -> list[str]:
-    """What is wrong with a failed run's stderr: it must be one line per problem, each naming the file."""
+def problems_with_errors(code: int, err: str, path: Path, failure: int = 2) -> list[str]:
+    """What is wrong with a failed run's stderr: exit status `failure`, one line per problem, each naming the file."""
     if code == 0:
         return []
     bad = []
-    if code != 2:
-        bad.append(f"exit status {code}, expected 0 or 2")
+    if code != failure:
+        bad.append(f"exit status {code}, expected 0 or {failure}")
     if "Traceback" in err:
         bad.append("a traceback")
     lines = err.splitlines()
@@ -145,10 +145,13 @@ def problems_with_errors(code: int, err: str, path: Path) -> list[str]:
 
 
 def check_config(tmp: Path, data: bytes) -> tuple[int, list[str]]:
+    """`tuner daemon --check` on `data`: a bad config exits with EX_CONFIG (78), like failed start-up checks."""
+    from core.errors import EXIT_CONFIG
+
     path = tmp / "tuner.toml"
     path.write_bytes(data)
     code, _, err = run_cli(["daemon", "--check", "--config", str(path)])
-    return code, problems_with_errors(code, err, path)
+    return code, problems_with_errors(code, err, path, failure=EXIT_CONFIG)
 
 
 def check_trace(tmp: Path, data: bytes, *, skip_bad: bool) -> tuple[int, list[str]]:

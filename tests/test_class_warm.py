@@ -90,6 +90,33 @@ def test_drift_test_flags_a_shifted_host_only() -> None:
     )  # too few neighbours
 
 
+def _steep_trials(host: str, n: int, seed: int, itrs: range, *, lat_scale: float = 1.0) -> list:
+    """One load and frequency, latency steep in ITR (as near the cliff at a tight SLA), 3 % noise."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        itr = rng.choice(itrs)
+        p99 = (40 + 1.2 * itr) * lat_scale * math.exp(rng.gauss(0, 0.03))
+        power = (70 - 0.02 * itr) * math.exp(rng.gauss(0, 0.03))
+        out.append(entry(seed * 1000 + i, host, qps=300e3, itr=itr, ghz=1.6, power_w=power, p99_us=p99, time=i))
+    return out
+
+
+def test_drift_test_is_not_fooled_by_neighbours_on_one_side_of_a_steep_surface() -> None:
+    """The class measured ITR 160-300, this host 100-170 (a second host exploring lower): the neighbours of
+    most of its trials lie at higher ITRs, where latency is higher. The median of the neighbours calls that
+    a latency shift and flags a healthy host; testing only the trials the class brackets, against a local
+    line, does not -- and still flags a host 30 % slower."""
+    peers = _steep_trials("a", 200, 1, range(160, 300, 8))
+    healthy = _steep_trials("b", 40, 2, range(100, 170, 8))
+    median = drift_test(healthy, peers, DriftSettings(local_linear=False, bracket=100.0))
+    assert median.drifting and median.metrics["latency"]["shift"] < -0.10  # the bias this guards against
+    fit = drift_test(healthy, peers)  # only trials the class brackets, a local line through their neighbours
+    assert not fit.drifting and fit.n >= 10 and abs(fit.metrics["latency"]["shift"]) < 0.05
+    slow = drift_test(_steep_trials("c", 40, 3, range(100, 170, 8), lat_scale=1.3), peers)
+    assert slow.drifting and slow.metrics["latency"]["shift"] > 0.2
+
+
 def test_class_warm_start_mixes_in_the_class_unless_the_host_drifts(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "trials.sqlite")
     store.add(_class_trials("peer", 200, 1))

@@ -129,13 +129,15 @@ def test_sigkill_then_restart_resumes_without_losing_a_trial_and_restores_knobs(
     assert read_knobs(tmp_path)["originals"] is None
 
 
-def test_invalid_config_lists_every_problem_and_exits_2(tmp_path):
+def test_invalid_config_lists_every_problem_and_exits_ex_config(tmp_path):
+    """A bad config once exited 2, which `Restart=on-failure` restarts every 5 s into the same error; it now
+    exits 78 (EX_CONFIG) like failed start-up checks, which `RestartPreventExitStatus=` covers."""
     cfg = tmp_path / "bad.toml"
     cfg.write_text('[tuning]\ntrials = 0\nwindow_s = "x"\n[grpc]\nlisten = "0.0.0.0:50051"\n[bogus]\n')
     r = subprocess.run(
         [PY, "-m", "tuner.cli", "daemon", "--config", str(cfg)], cwd=REPO, capture_output=True, text=True, timeout=30
     )
-    assert r.returncode == 2
+    assert r.returncode == 78
     lines = r.stderr.strip().splitlines()
     assert lines[0].startswith("tuner: error: ")
     text = r.stderr

@@ -166,3 +166,31 @@ def test_dry_run_on_the_real_host_logs_the_writes_and_makes_none(tmp_path, tree,
     assert any(m.startswith("dry run: would wrmsr cpu 0 0x199") for m in logged)
     assert s["mode"] == "dry_run" and s["point"] is None and s["trials_total"] == 0
     assert _untouched(root, nic) and nic.set_calls == [] and host.io.planned
+
+
+def test_nic_losing_coalescing_at_run_time_stops_tuning_and_restores_the_cpu(tmp_path, tree):
+    """The ethtool ioctl starts failing with EOPNOTSUPP while the daemon tunes (a driver reload without
+    coalescing): tuning stops at once -- the DVFS originals are back on the CPUs, no write is retried -- and a
+    restart after the host is fixed would tune again; here the NIC comes back and the stop restores it too."""
+    import errno
+    import time
+
+    root, nic = tree
+    cfg = write_config(tmp_path, host="tests.fakes:make_fake_host", options={}, window_s=0.05, trials=6)
+    host = _host(root, nic)
+    with Running(cfg, host=host, serve=False) as r:
+        wait_for(lambda: r.daemon.status()["state"] == "holding", timeout=15)
+        nic.fail_set["eth1"] = errno.EOPNOTSUPP  # reads still work: only the writes are refused
+        assert r.daemon.request_retune("rpc")[0]
+        wait_for(lambda: r.daemon.status()["state"] == "degraded", timeout=15)
+        s = r.daemon.status()
+        calls = len(nic.set_calls)
+        cpus_back = all(fakefs.get_msr(root, c, IA32_PERF_CTL) == CTL0 for c in range(NCPU))
+        since = time.time()
+        wait_for(lambda: (r.daemon.status()["last_measurement"] or {}).get("time", 0) > since, timeout=15)
+        assert len(nic.set_calls) == calls  # no retry: the refused write is never tried again
+        del nic.fail_set["eth1"]  # the operator fixes the host
+        assert r.stop() == 0
+    assert cpus_back and s["point"] is None
+    assert any("EOPNOTSUPP" in w and "permanent host fault" in w for w in s["warnings"])
+    assert _untouched(root, nic)

@@ -71,3 +71,50 @@ def test_fleet_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFix
     assert capsys.readouterr().err.strip().endswith("no trial store here (expected trials.sqlite, or give --url)")
     assert main(["trials", "fleet", "--state-dir", str(tmp_path), "--percentile", "97"]) != 0
     assert "--percentile 97: expected one of" in capsys.readouterr().err
+
+
+def test_daemon_serves_the_fleet_view_over_grpc(tmp_path: Path) -> None:
+    """`GetFleetView` through a real gRPC channel to a running daemon, answered from its trial store: the
+    policy's SLA by default, a request's SLA / class / band, drifting hosts left out, trials another process
+    adds while it runs seen at the next call, and bad queries refused with INVALID_ARGUMENT."""
+    import grpc
+
+    from tests.daemon_fakes import Running, wait_for, write_config
+    from tuner.daemon.service import protos
+
+    cfg = write_config(tmp_path, sla_us=900.0, window_s=0.05)
+    s = SqliteStore(tmp_path / "state" / "trials.sqlite")  # the fleet's trials, in the store the daemon opens
+    _fill(s)
+    s.set_host("bad", "c1", {"cpu_model": "X", "cores": 8}, drift=True, drift_z=9.0, drift_n=12)
+    s.close()
+    pb, services = protos()
+    with Running(cfg) as r:
+        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        with grpc.insecure_channel(r.daemon.grpc_address) as ch:
+            stub = services.TunerStub(ch)
+            # the policy's SLA (900 µs): the 40 W point measured at exactly 900 µs meets it
+            v = stub.GetFleetView(pb.GetFleetViewRequest(hw_class="c1"), timeout=10)
+            assert (v.sla_us, v.percentile, v.band_pct) == (900.0, 99.0, 10.0)
+            assert v.store.endswith("trials.sqlite") and list(v.drifting_hosts) == ["bad"]
+            first = v.bands[0]
+            assert (
+                first.hw_class == "c1" and first.meets_sla and (first.point.itr_us, first.point.dvfs_ghz) == (400, 1.2)
+            )
+            assert first.qps_low <= 200e3 < first.qps_high and (first.trials, first.hosts) == (4, 2)
+            # 500 µs re-scores the same trials; the 400 kQPS band has no point meeting it
+            v = stub.GetFleetView(pb.GetFleetViewRequest(sla_us=500, hw_class="c1"), timeout=10)
+            got = [(b.meets_sla, b.point.itr_us if b.HasField("point") else None) for b in v.bands]
+            assert got == [(True, 64), (False, None)]
+            assert v.bands[0].power_w == pytest.approx(61.0, abs=1e-3) and v.bands[0].latency_us == pytest.approx(430)
+            assert not v.bands[1].HasField("power_w") and v.bands[1].trials == 1
+            assert [(c.id, dict(c.fields)) for c in v.classes] == [("c1", {"cpu_model": "X", "cores": "8"})]
+            # another process's writer adds a cheaper c2 trial: the next answer has it
+            w = SqliteStore(tmp_path / "state" / "trials.sqlite")
+            w.add([entry(8, "d", "c2", qps=201e3, itr=120, ghz=1.8, power_w=70, p99_us=350)])
+            w.close()
+            c2 = stub.GetFleetView(pb.GetFleetViewRequest(sla_us=500, hw_class="c2", band_pct=25), timeout=10)
+            assert c2.band_pct == 25.0 and [(b.point.itr_us, b.trials, b.hosts) for b in c2.bands] == [(120, 2, 2)]
+            for bad, word in (({"percentile": 97.0}, "percentile 97"), ({"band_pct": -1.0}, "band_pct -1")):
+                with pytest.raises(grpc.RpcError) as err:
+                    stub.GetFleetView(pb.GetFleetViewRequest(**bad), timeout=10)
+                assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and word in (err.value.details() or "")

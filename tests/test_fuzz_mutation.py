@@ -9,6 +9,7 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 
+from core.errors import EXIT_CONFIG
 from tests.fuzzkit import MUTATIONS, check_config, check_trace, config_base, mutate, trace_base
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -27,9 +28,9 @@ def test_hostile_values_are_errors_at_their_line():
         # a tls_cert the OS cannot take (too long) is one line at the key, not an OSError traceback
         data = CONFIG.replace(b"[grpc]", b'[grpc]\ntls_cert = "' + b"a" * 3000 + b'"\ntls_key = "k"', 1)
         code, bad = check_config(Path(tmp), data)
-        assert code == 2 and not bad
+        assert code == EXIT_CONFIG and not bad
         data = CONFIG.replace(b"[grpc]", b'[grpc]\ntoken_file = "a\\u0000b"', 1)
-        assert check_config(Path(tmp), data)[0] == 2
+        assert check_config(Path(tmp), data)[0] == EXIT_CONFIG
 
 
 @FUZZ

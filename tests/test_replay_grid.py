@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import math
+import os
+import socket
 
 import pytest
 
@@ -68,16 +71,51 @@ def test_without_ray_auto_runs_serially_and_ray_is_refused(monkeypatch):
         g.run_grid(specs, engine="ray")
 
 
-def test_ray_runs_equal_serial_runs_exactly():
+def _listening(pids: set[int]) -> list[tuple[str, int, int]]:
+    """(address, port, pid) of every TCP/UDP socket of `pids` in the LISTEN state (TCP) or bound (UDP)."""
+    import psutil
+
+    out = []
+    for c in psutil.net_connections("inet"):
+        if c.pid in pids and c.laddr and (c.status == psutil.CONN_LISTEN or c.type == socket.SOCK_DGRAM):
+            out.append((c.laddr.ip, c.laddr.port, c.pid))
+    return out
+
+
+def _loopback(ip: str) -> bool:
+    addr = ipaddress.ip_address(ip.split("%")[0])
+    mapped = getattr(addr, "ipv4_mapped", None)
+    return (mapped or addr).is_loopback
+
+
+def test_ray_runs_equal_serial_runs_exactly_on_a_loopback_only_local_ray():
     """Two tiny replays (one window, 3 trials, two seeds and both tuner presets) in this process and as tasks on
-    a local 2-CPU Ray: every window's energy and point, every trial's point, identical."""
+    a local 2-CPU Ray: every window's energy and point, every trial's point, identical. While that Ray is up,
+    every socket its processes (this driver, the GCS, the raylet, its agents and workers) listen on is a
+    loopback address; after it, the process environment is as before."""
     pytest.importorskip("ray")
+    import psutil
+    import ray
+
     specs = [
         g.RunSpec(NOON, 0, 99.0, 500.0, "warm", "warm", trials=3, policies=("tuner",)),
         g.RunSpec(NOON, 1, 99.0, 200.0, "cold", "cold", trials=3, policies=("tuner",)),
     ]
     serial = g.run_grid(specs, engine="serial")
-    on_ray = g.run_grid(specs, engine="ray", num_cpus=2)
+    env_before = {k: os.environ.get(k) for k in (g.RAY_CLUSTER_ENV, "RAY_USAGE_STATS_ENABLED")}
+    with g.local_ray(2, g.worker_env()):
+        on_ray = g.run_grid(specs, engine="ray", num_cpus=2)
+        me = psutil.Process()
+        procs = [me, *me.children(recursive=True)]
+        names = {p.pid: p.name() for p in procs}
+        socks = _listening(set(names))
+    assert not ray.is_initialized()
+    assert {k: os.environ.get(k) for k in env_before} == env_before
+    assert any("gcs_server" in n for n in names.values()) and any("raylet" in n for n in names.values())
+    listeners = {names[pid] for _, _, pid in socks}
+    assert len(socks) >= 3 and any("gcs_server" in n for n in listeners), socks  # the check saw Ray's servers
+    exposed = [(ip, port, names[pid]) for ip, port, pid in socks if not _loopback(ip)]
+    assert exposed == []
     assert on_ray.engine == "ray" and serial.engine == "serial"
     for a, b in zip(serial.runs, on_ray.runs, strict=True):
         assert g.deterministic_part(a) == g.deterministic_part(b)

@@ -8,7 +8,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hdrh.histogram import HdrHistogram
 
@@ -101,13 +101,22 @@ class ProbeWindow(LatencyWindow):
     ci_achieved: dict[float, bool] = field(default_factory=dict)
     ci_known: bool = True
     latency_dist: HdrDist | None = field(default=None, compare=False, repr=False)
+    #: with `ThreadProber(keep_samples=True)`: one row per recorded probe, (intended, sent, done, received) in
+    #: ns since the epoch -- `received` is the kernel's receive timestamp of the reply (SO_TIMESTAMPNS; `done`
+    #: where there is none), `sent` = `done` = the window's end for requests censored there; else None
+    samples: list[tuple[int, int, int, int]] | None = field(default=None, compare=False, repr=False)
 
 
 class ThreadProber:
     """The probe engine: a background thread in this process (see `Prober` for the semantics)."""
 
-    def __init__(self, config: ProberConfig, clock_ns: Callable[[], int] = time.perf_counter_ns) -> None:
+    def __init__(
+        self, config: ProberConfig, clock_ns: Callable[[], int] = time.perf_counter_ns, keep_samples: bool = False
+    ) -> None:
         self.config = config
+        self._keep = keep_samples
+        self._samples: list[tuple[int, int, int, int]] = []
+        self._epoch_offset = 0  # epoch ns minus clock ns, fixed at begin()
         self.address: MemcachedAddress = as_address(config.target)
         self._clock = clock_ns
         self._period_ns = 1e9 / config.rate_hz
@@ -145,7 +154,9 @@ class ThreadProber:
             self._last_error = ""
             self._k = 0
             self._stop_at = None
+            self._samples = []
             self._origin = self._clock()
+            self._epoch_offset = time.time_ns() - self._origin
             self._active = True
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="tuner-prober", daemon=True)
@@ -167,11 +178,13 @@ class ThreadProber:
             incomplete = 0
             while self._intended(self._k) < stop:  # owed but not answered: censored at their age
                 record_ns(self._hist, now - self._intended(self._k))
+                if self._keep:
+                    self._samples.append(self._row(self._intended(self._k), now, now, None))
                 self._k += 1
                 incomplete += 1
             self._active = False
             self._gen += 1
-            hist, lag = self._hist, self._lag
+            hist, lag, samples = self._hist, self._lag, (self._samples if self._keep else None)
             errors, last_error, timeouts, misses = self._errors, self._last_error, self._timeouts, self._misses
             intended = self._k
             seconds = (stop - self._origin) / 1e9
@@ -181,7 +194,8 @@ class ThreadProber:
             raise HostError(
                 f"memcached {self.address}: {errors} of {intended} probe requests failed in the window: {last_error}"
             )
-        return self._summarise(hist, lag, seconds, intended, timeouts, incomplete, misses)
+        window = self._summarise(hist, lag, seconds, intended, timeouts, incomplete, misses)
+        return window if samples is None else replace(window, samples=samples)
 
     def close(self) -> None:
         """Stop the thread and close the connection (idempotent)."""
@@ -197,6 +211,12 @@ class ThreadProber:
                 raise HostError("prober thread did not stop within its timeout")
 
     # -- internals --------------------------------------------------------------------------------
+    def _row(self, intended: int, sent: int, done: int, rx_epoch_ns: int | None) -> tuple[int, int, int, int]:
+        off = self._epoch_offset
+        done += off
+        rx = done if rx_epoch_ns is None else min(rx_epoch_ns, done)
+        return (intended + off, sent + off, done, rx)
+
     def _intended(self, k: int) -> int:
         return self._origin + int(k * self._period_ns)
 
@@ -249,7 +269,9 @@ class ThreadProber:
             except OSError as exc:
                 with self._cv:  # every window fails loudly rather than silently probing unpinned
                     self._pin_error = f"cannot pin the prober to CPUs {cpu_list(self.config.cpus)}: {exc.strerror}"
-        client = MemcachedClient(self.address, self.config.timeout_s, busy_poll=self.config.busy_poll)
+        client = MemcachedClient(
+            self.address, self.config.timeout_s, busy_poll=self.config.busy_poll, rx_timestamps=self._keep
+        )
         spin_ns = int(self.config.spin_us * 1e3)
         try:
             while True:
@@ -268,8 +290,10 @@ class ThreadProber:
                 while self._clock() < intended:  # spin the last `spin_us`: no timer-slack bias
                     pass
                 sent = self._clock()
+                client.last_rx_ns = None
                 outcome = self._request(client, k)
                 done = self._clock()
+                rx = client.last_rx_ns
                 with self._cv:
                     if gen != self._gen:
                         continue  # the window this request belonged to is over
@@ -277,6 +301,8 @@ class ThreadProber:
                     if outcome in ("ok", "miss", "timeout"):
                         record_ns(self._hist, done - intended)
                         record_ns(self._lag, max(sent - intended, 0))
+                        if self._keep:
+                            self._samples.append(self._row(intended, sent, done, rx))
                         self._misses += outcome == "miss"
                         self._timeouts += outcome == "timeout"
                     else:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import socket
+import struct
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +17,39 @@ from typing import Any
 from core.errors import HostError
 
 DEFAULT_PORT = 11211
+
+
+#: Linux's SO_TIMESTAMPNS (= SCM_TIMESTAMPNS; 35 on every architecture but a few Python does not name it on):
+#: the kernel stamps each received segment with CLOCK_REALTIME when it reaches the socket.
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+#: Room for one `struct timespec` control message.
+RX_ANCILLARY_BYTES = socket.CMSG_SPACE(16)
+_TIMESPEC = struct.Struct("qq")
+
+
+def enable_rx_timestamps(sock: socket.socket) -> bool:
+    """Ask the kernel to timestamp what `sock` receives (read them with `recvmsg` and `rx_timestamp_ns`).
+
+    The stamp is when the reply reached the client's socket, before the client process woke up to read it, so a
+    latency to it leaves out the client's own wake-up and scheduling delay (the client-side effects Antoniou et
+    al. show bias the tail). False where unsupported (not Linux, or the socket refuses)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    except OSError:
+        return False
+    return True
+
+
+def rx_timestamp_ns(ancdata: list[tuple[int, int, bytes]]) -> int | None:
+    """The kernel receive time (ns since the epoch) in `recvmsg`'s ancillary data, or None. For TCP it is the
+    newest segment's stamp among those this read returned."""
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= _TIMESPEC.size:
+            sec, nsec = _TIMESPEC.unpack_from(data)
+            return int(sec) * 1_000_000_000 + int(nsec)
+    return None
 
 
 class MemcachedTimeout(HostError):
@@ -110,12 +145,22 @@ class MemcachedClient:
     for the duration of each request.
     """
 
-    def __init__(self, address: str | MemcachedAddress, timeout_s: float = 1.0, busy_poll: bool = False) -> None:
+    def __init__(
+        self,
+        address: str | MemcachedAddress,
+        timeout_s: float = 1.0,
+        busy_poll: bool = False,
+        rx_timestamps: bool = False,
+    ) -> None:
         if not timeout_s > 0:
             raise ValueError("timeout_s must be positive")
         self.address = as_address(address)
         self.timeout_s = timeout_s
         self.busy_poll = busy_poll
+        self.rx_timestamps = rx_timestamps
+        #: with `rx_timestamps`: the kernel's receive time (ns since the epoch) of the last data read, else None
+        self.last_rx_ns: int | None = None
+        self._stamped = False
         self._sock: socket.socket | None = None
         self._buf = bytearray()
 
@@ -139,6 +184,7 @@ class MemcachedClient:
         except OSError as exc:
             raise self._error("cannot connect", exc) from None
         self._sock = sock
+        self._stamped = self.rx_timestamps and enable_rx_timestamps(sock)
         self._buf.clear()
 
     @property
@@ -223,7 +269,7 @@ class MemcachedClient:
     def _fill(self) -> None:
         assert self._sock is not None
         try:
-            chunk = self._recv_spin() if self.busy_poll else self._sock.recv(65536)
+            chunk = self._recv_spin() if self.busy_poll else self._recv()
         except OSError as exc:
             self.close()
             raise self._error("receive failed", exc) from None
@@ -232,6 +278,14 @@ class MemcachedClient:
             raise HostError(f"memcached {self.address}: connection closed by the server")
         self._buf += chunk
 
+    def _recv(self) -> bytes:
+        assert self._sock is not None
+        if not self._stamped:
+            return self._sock.recv(65536)
+        data, anc, _, _ = self._sock.recvmsg(65536, RX_ANCILLARY_BYTES)
+        self.last_rx_ns = rx_timestamp_ns(anc)
+        return data
+
     def _recv_spin(self) -> bytes:
         assert self._sock is not None
         deadline = time.monotonic() + self.timeout_s
@@ -239,7 +293,7 @@ class MemcachedClient:
         try:
             while True:
                 try:
-                    return self._sock.recv(65536)
+                    return self._recv()
                 except BlockingIOError:
                     if time.monotonic() > deadline:
                         raise TimeoutError from None

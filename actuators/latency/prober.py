@@ -274,6 +274,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keys", type=int, default=16)
     ap.add_argument("--set-every", type=int, default=0, help="every Nth probe is a set (default 0: gets only)")
     ap.add_argument("--cpus", default="", help="pin the probe loop, e.g. 3 or 2,3")
+    ap.add_argument(
+        "--hlog",
+        metavar="FILE",
+        help="also write the probes as an HdrHistogram interval log, one interval per second (latency untagged, "
+        "send_lag, response): the format `tuner load --hlog` writes, to compare the two second by second",
+    )
+    ap.add_argument(
+        "--hlog-base",
+        type=float,
+        default=None,
+        metavar="EPOCH_S",
+        help="start the log's one-second intervals at this time (seconds since the epoch; default: the first probe), "
+        "e.g. the StartTime of a `tuner load` log, so both logs' intervals cover the same seconds",
+    )
     when = ap.add_mutually_exclusive_group(required=True)
     when.add_argument("--seconds", type=float, help="probe for this long")
     when.add_argument("--until-eof", action="store_true", help="probe until stdin is closed")
@@ -292,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
             isolation="thread",
             cpus=cpus,
         )
-        engine = ThreadProber(config)
+        engine = ThreadProber(config, keep_samples=args.hlog is not None)
         try:
             engine.begin()
             if args.until_eof:
@@ -305,6 +319,15 @@ def main(argv: list[str] | None = None) -> int:
     except HostError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.hlog is not None:
+        from actuators.latency.hlog import write_sample_log
+
+        try:
+            with open(args.hlog, "w", encoding="utf-8") as out:
+                write_sample_log(out, window.samples or [], args.hlog_base, comment=f"prober -> {config.target}")
+        except OSError as exc:
+            print(f"error: --hlog {args.hlog}: {exc.strerror}", file=sys.stderr)
+            return 2
     from actuators.latency.hook import HOOK_KEYS, hook_json
 
     doc = hook_json(window, time.time())

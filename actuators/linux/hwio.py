@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from actuators.linux.msr import read_msr, write_msr
-from core.errors import HostError
+from core.errors import HostError, is_permanent, permanent_errno
 
 log = logging.getLogger(__name__)
 
@@ -81,13 +81,13 @@ class UnavailableNic:
         self.reason = reason
 
     def get_coalesce(self, ifname: str) -> dict[str, int]:
-        raise HostError(self.reason)
+        raise HostError(self.reason, permanent=True)
 
     def set_coalesce(self, ifname: str, values: dict[str, int]) -> None:
-        raise HostError(self.reason)
+        raise HostError(self.reason, permanent=True)
 
     def lro_enabled(self, ifname: str) -> bool:
-        raise HostError(self.reason)
+        raise HostError(self.reason, permanent=True)
 
 
 def describe(setting: Setting, root: Path) -> str:
@@ -123,18 +123,20 @@ class HardwareIO:
         try:
             return path.read_text().strip()
         except FileNotFoundError:
-            raise HostError(f"{path} is missing") from None
+            raise HostError(f"{path} is missing", permanent=True) from None
         except PermissionError:
-            raise HostError(f"permission denied reading {path} (run as root)") from None
+            raise HostError(f"permission denied reading {path} (run as root)", permanent=True) from None
         except OSError as exc:
-            raise HostError(f"cannot read {path}: {os.strerror(exc.errno or 0)}") from None
+            raise HostError(
+                f"cannot read {path}: {os.strerror(exc.errno or 0)}", permanent=permanent_errno(exc.errno)
+            ) from None
 
     def read_msr(self, cpu: int, reg: int) -> int:
         return read_msr(self.root, cpu, reg)
 
     def require_nic(self) -> NicIoctl:
         if self.nic is None:
-            raise HostError("no ethtool layer configured for NIC coalescing")
+            raise HostError("no ethtool layer configured for NIC coalescing", permanent=True)
         return self.nic
 
     def get_coalesce(self, ifname: str) -> dict[str, int]:
@@ -152,7 +154,7 @@ class HardwareIO:
         current = self.get_coalesce(setting.target)
         missing = [k for k in setting.value if k not in current]
         if missing:
-            raise HostError(f"NIC {setting.target}: coalescing has no field {missing[0]!r}")
+            raise HostError(f"NIC {setting.target}: coalescing has no field {missing[0]!r}", permanent=True)
         return replace(setting, value={k: int(current[k]) for k in setting.value})
 
     # -- writes ------------------------------------------------------------------------------
@@ -180,17 +182,19 @@ class HardwareIO:
         try:
             fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
         except FileNotFoundError:
-            raise HostError(f"{path} is missing") from None
+            raise HostError(f"{path} is missing", permanent=True) from None
         except PermissionError:
-            raise HostError(f"permission denied writing {path} (run as root)") from None
+            raise HostError(f"permission denied writing {path} (run as root)", permanent=True) from None
         try:
             os.write(fd, text.encode())
         except OSError as exc:
             if exc.errno in (errno.EACCES, errno.EPERM):
-                raise HostError(f"permission denied writing {path} (run as root)") from None
+                raise HostError(f"permission denied writing {path} (run as root)", permanent=True) from None
             if exc.errno == errno.EINVAL:
                 raise HostError(f"kernel refused {text!r} for {path} (EINVAL)") from None
-            raise HostError(f"cannot write {text!r} to {path}: {os.strerror(exc.errno or 0)}") from None
+            raise HostError(
+                f"cannot write {text!r} to {path}: {os.strerror(exc.errno or 0)}", permanent=permanent_errno(exc.errno)
+            ) from None
         finally:
             os.close(fd)
 
@@ -208,18 +212,22 @@ def nic_driver(root: Path, ifname: str) -> str:
 
 
 def nic_error(ifname: str, op: str, exc: OSError, root: Path) -> HostError:
-    """A one-line error for a failed ethtool ioctl, naming the interface's driver."""
+    """A one-line error for a failed ethtool ioctl, naming the interface's driver; permanent when the errno says
+    a retry cannot succeed (EOPNOTSUPP, EPERM, ENODEV: `core.errors.PERMANENT_ERRNOS`)."""
     driver = nic_driver(root, ifname)
     code = exc.errno
+    permanent = permanent_errno(code)
     if code in (errno.EOPNOTSUPP, errno.ENOTSUP):
-        return HostError(f"NIC {ifname} (driver {driver}) does not support interrupt coalescing ({op}: EOPNOTSUPP)")
-    if code in (errno.EPERM, errno.EACCES):
-        return HostError(f"permission denied for {op} on {ifname}: needs CAP_NET_ADMIN")
-    if code == errno.ENODEV:
-        return HostError(f"no network interface {ifname!r} (ENODEV)")
-    if code == errno.EINVAL:
-        return HostError(f"NIC {ifname} (driver {driver}) rejected the coalescing values ({op}: EINVAL)")
-    return HostError(f"{op} on {ifname} (driver {driver}) failed: {os.strerror(code or 0)}")
+        why = f"NIC {ifname} (driver {driver}) does not support interrupt coalescing ({op}: EOPNOTSUPP)"
+    elif code in (errno.EPERM, errno.EACCES):
+        why = f"permission denied for {op} on {ifname}: needs CAP_NET_ADMIN"
+    elif code == errno.ENODEV:
+        why = f"no network interface {ifname!r} (ENODEV)"
+    elif code == errno.EINVAL:
+        why = f"NIC {ifname} (driver {driver}) rejected the coalescing values ({op}: EINVAL)"
+    else:
+        why = f"{op} on {ifname} (driver {driver}) failed: {os.strerror(code or 0)}"
+    return HostError(why, permanent=permanent)
 
 
 class Transaction:
@@ -267,7 +275,7 @@ class Transaction:
             return False
         errors = [] if self.io.dry_run else self.rollback()
         if errors:
-            raise HostError(f"{exc}; rollback also failed: {errors[0]}") from exc
+            raise HostError(f"{exc}; rollback also failed: {errors[0]}", permanent=is_permanent(exc)) from exc
         if self.store is not None and self._new_keys:
             self.store.forget(self._new_keys)  # fully undone: these originals are current values again
         return False

@@ -168,7 +168,8 @@ class NicItr:
             if not prof.verified and not self.force:
                 raise HostError(
                     f"NIC {ifname} (driver {prof.driver}) has no verified ITR profile (known: "
-                    f"{', '.join(sorted(PROFILES))}); pass --force to try static rx-usecs on it anyway"
+                    f"{', '.join(sorted(PROFILES))}); pass --force to try static rx-usecs on it anyway",
+                    permanent=True,
                 )
             if prof.lro_unsafe_below_us is not None and itr_us < prof.lro_unsafe_below_us and not self.force:
                 if self.io.require_nic().lro_enabled(ifname):

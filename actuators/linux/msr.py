@@ -12,7 +12,7 @@ import os
 import struct
 from pathlib import Path
 
-from core.errors import HostError
+from core.errors import HostError, permanent_errno
 
 _U64 = struct.Struct("<Q")
 
@@ -27,13 +27,15 @@ def msr_path(root: Path, cpu: int) -> Path:
 
 
 def _open_error(path: Path, cpu: int, exc: OSError) -> HostError:
+    """Permanent when the errno says so (module gone, CPU offline, no capability: `core.errors.PERMANENT_ERRNOS`)."""
+    permanent = permanent_errno(exc.errno)
     if exc.errno == errno.ENOENT:
         if path.parent.is_dir():
-            return HostError(f"msr module not loaded: {path} is missing (run `modprobe msr`)")
-        return HostError(f"CPU {cpu} has no {path.parent} (offline or no such CPU)")
+            return HostError(f"msr module not loaded: {path} is missing (run `modprobe msr`)", permanent=True)
+        return HostError(f"CPU {cpu} has no {path.parent} (offline or no such CPU)", permanent=True)
     if exc.errno in (errno.EACCES, errno.EPERM):
-        return HostError(f"permission denied opening {path}: needs root with CAP_SYS_RAWIO")
-    return HostError(f"cannot open {path}: {os.strerror(exc.errno or 0)}")
+        return HostError(f"permission denied opening {path}: needs root with CAP_SYS_RAWIO", permanent=True)
+    return HostError(f"cannot open {path}: {os.strerror(exc.errno or 0)}", permanent=permanent)
 
 
 def read_msr(root: Path, cpu: int, reg: int) -> int:
@@ -47,12 +49,16 @@ def read_msr(root: Path, cpu: int, reg: int) -> int:
         data = _pread(fd, 8, reg)
     except OSError as exc:
         if exc.errno == errno.EIO:
-            raise HostError(f"MSR {reg:#x} is not implemented on CPU {cpu} (EIO reading {path})") from None
-        raise HostError(f"cannot read MSR {reg:#x} from {path}: {os.strerror(exc.errno or 0)}") from None
+            raise HostError(
+                f"MSR {reg:#x} is not implemented on CPU {cpu} (EIO reading {path})", permanent=True
+            ) from None
+        raise HostError(
+            f"cannot read MSR {reg:#x} from {path}: {os.strerror(exc.errno or 0)}", permanent=permanent_errno(exc.errno)
+        ) from None
     finally:
         os.close(fd)
     if len(data) != 8:
-        raise HostError(f"MSR {reg:#x} is not implemented on CPU {cpu} (EIO reading {path})")
+        raise HostError(f"MSR {reg:#x} is not implemented on CPU {cpu} (EIO reading {path})", permanent=True)
     value: int = _U64.unpack(data)[0]
     return value
 
@@ -76,9 +82,12 @@ def write_msr(root: Path, cpu: int, reg: int, value: int) -> None:
         if exc.errno in (errno.EACCES, errno.EPERM):
             raise HostError(
                 f"permission denied writing MSR {reg:#x} on CPU {cpu}: needs CAP_SYS_RAWIO "
-                f"(and msr.allow_writes=on on kernels that lock MSR writes)"
+                f"(and msr.allow_writes=on on kernels that lock MSR writes)",
+                permanent=True,
             ) from None
-        raise HostError(f"cannot write MSR {reg:#x} to {path}: {os.strerror(exc.errno or 0)}") from None
+        raise HostError(
+            f"cannot write MSR {reg:#x} to {path}: {os.strerror(exc.errno or 0)}", permanent=permanent_errno(exc.errno)
+        ) from None
     finally:
         os.close(fd)
     if written != 8:

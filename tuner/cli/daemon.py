@@ -1,4 +1,10 @@
-"""`tuner daemon --config FILE`: run the tuning service (systemd Type=notify) until SIGTERM/SIGINT."""
+"""`tuner daemon --config FILE`: run the tuning service (systemd Type=notify) until SIGTERM/SIGINT.
+
+Exit statuses: 0 after SIGTERM/SIGINT (knobs restored); 78 (EX_CONFIG, `core.errors.EXIT_CONFIG`) when the
+config file is invalid or unreadable (`--check` too) or the start-up checks fail -- systemd does not restart on
+it; 2 for a command-line usage error (argparse) and other errors at start (an address in use); 1 when the
+control loop crashed (knobs restored; systemd restarts it).
+"""
 
 from __future__ import annotations
 
@@ -21,26 +27,40 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "config; SIGTERM/SIGINT restore the original knobs and exit 0.",
     )
     p.add_argument("--config", "-c", default="/etc/tuner/tuner.toml", help="TOML config (default: %(default)s)")
-    p.add_argument("--check", action="store_true", help="validate the config and exit (0 if valid)")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="validate the config and exit (0 if valid, 78 if not: one line per problem)",
+    )
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from tuner.config import load_config
-
     if args.check:
-        load_config(args.config)  # InputError -> one line per problem, exit 2
+        read_config(args.config)
         print(f"{args.config}: OK")
         return 0
     return serve(args.config, log_level=args.log_level)
 
 
-def serve(config_path: str, *, optimizers: Any = None, log_level: str = "info") -> int:
-    """Run the daemon from `config_path` with signal handling; returns the exit status (0 after SIGTERM)."""
+def read_config(path: str) -> Any:
+    """The validated config; a `ConfigError` (one `FILE:LINE: field: ...` line per problem, exit status 78,
+    which the systemd unit does not restart on) when the file is invalid or unreadable."""
+    from core.errors import ConfigError, InputError
     from tuner.config import load_config
 
-    config = load_config(config_path)
+    try:
+        return load_config(path)
+    except InputError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def serve(config_path: str, *, optimizers: Any = None, log_level: str = "info") -> int:
+    """Run the daemon from `config_path` with signal handling; returns the exit status (0 after SIGTERM)."""
+    from core.errors import ConfigError, InputError, TunerError
+
+    config = read_config(config_path)
     journald = bool(os.environ.get("JOURNAL_STREAM"))
     logging.basicConfig(
         level=log_level.upper(),
@@ -57,16 +77,23 @@ def serve(config_path: str, *, optimizers: Any = None, log_level: str = "info") 
         signal.signal(signum, lambda n, _frame: signals.put(n))
     try:
         daemon.start()
+    except InputError as exc:  # a file the config names (token, TLS key) is unreadable or empty
+        daemon._shutdown()
+        raise ConfigError(str(exc)) from None
     except BaseException:
         daemon._shutdown()  # restore knobs and close what did start
         raise
     result: list[int] = []
 
     def loop() -> None:
+        log = logging.getLogger("tuner.daemon.loop")
         try:
             result.append(daemon.run())
+        except TunerError as exc:  # e.g. a knob a permanent fault made unwritable could not be restored at stop
+            log.error("control loop ended: %s", exc)
+            result.append(1)
         except Exception:
-            logging.getLogger("tuner.daemon.loop").exception("control loop failed; original knobs restored")
+            log.exception("control loop failed")  # the stop path logged whether the original ITR/DVFS are back
             result.append(1)
 
     thread = threading.Thread(target=loop, name="tuner-loop")

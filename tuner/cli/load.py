@@ -54,7 +54,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="hold due requests until the oldest waited this long, then send them in one write (default 0)",
     )
     p.add_argument("--spin-us", type=float, default=200.0, help="spin (not sleep) this close to a send (default 200)")
-    p.add_argument("--hlog", metavar="FILE", help="write an HdrHistogram interval log (ns; send lag tagged send_lag)")
+    p.add_argument(
+        "--hlog",
+        metavar="FILE",
+        help="write an HdrHistogram interval log (ns; send lag tagged send_lag, response time from the actual send tagged response)",
+    )
     p.add_argument("--json", metavar="FILE", help="write the summary (with per-second rows) as JSON ('-' = stdout)")
     p.add_argument("--quiet", action="store_true", help="no per-second lines")
     p.set_defaults(func=run)
@@ -176,6 +180,12 @@ def _print_summary(s: dict[str, Any]) -> None:
         file=sys.stderr,
     )
     print(f"tuner load: latency µs p50 {fmt('p50')}  p99 {fmt('p99')}  p99.9 {fmt('p99.9')} (95 % CI)", file=sys.stderr)
+    resp = {k: v["us"] for k, v in (s.get("response_us") or {}).items()}
+    print(
+        f"tuner load: response time (from the actual send) µs p50 {resp.get('p50', 0):.1f}  p99 {resp.get('p99', 0):.1f}"
+        f"  p99.9 {resp.get('p99.9', 0):.1f}",
+        file=sys.stderr,
+    )
     print(
         f"tuner load: send lag µs p50 {lag.get('p50', 0):.1f}  p99 {lag.get('p99', 0):.1f}"
         f"  p99.9 {lag.get('p99.9', 0):.1f}  max {s['send_lag_max_us'] or 0:.1f}",
@@ -195,7 +205,11 @@ def run_merge(args: argparse.Namespace) -> int:
             out.close()
     for tag, hist in totals.items():
         pct = percentiles_us(hist)
-        name = "latency" if tag is None else ("send lag" if tag == LAG_TAG else tag)
+        name = (
+            "latency"
+            if tag is None
+            else ("send lag" if tag == LAG_TAG else "response time" if tag == "response" else tag)
+        )
         text = "empty" if pct is None else "  ".join(f"{k} {v['us']:.1f} µs" for k, v in pct.items())
         print(f"tuner load merge: {name}: {hist.get_total_count():,} requests  {text}", file=sys.stderr)
     return 0
@@ -210,6 +224,31 @@ def add_load_arguments(p: argparse.ArgumentParser) -> None:
         "command template with {qps}, {seconds} and {server}, e.g. 'mutilate -s {server} -q {qps} -t {seconds}'",
     )
     p.add_argument("--load-server", default="127.0.0.1:11211", metavar="HOST:PORT", help="{server} of --load-command")
+    p.add_argument(
+        "--host-options",
+        metavar="TABLE",
+        help="options for the host factory as a TOML inline table (the daemon config's [host.options]), e.g. "
+        '\'{qps="memcached:10.0.0.2:11211", latency={kind="prober", rate_hz=500}}\'',
+    )
+
+
+def host_options_from_args(args: argparse.Namespace) -> dict:
+    """--host-options as a dict ({} when not given); a one-line TunerError when it is not a TOML inline table."""
+    import tomllib
+
+    from core.errors import TunerError
+
+    text = getattr(args, "host_options", None)
+    if not text:
+        return {}
+    example = '{root="/tmp/hw", qps="memcached:127.0.0.1:11211"}'
+    try:
+        value = tomllib.loads(f"options = {text}")["options"]
+    except tomllib.TOMLDecodeError as exc:
+        raise TunerError(f"--host-options {text!r}: expected a TOML inline table such as {example} ({exc})") from None
+    if not isinstance(value, dict):
+        raise TunerError(f"--host-options {text!r}: expected a TOML inline table such as {example}")
+    return value
 
 
 def load_from_args(args: argparse.Namespace):

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.errors import TunerError
-from tuner.cli.load import add_load_arguments, load_from_args
+from tuner.cli.load import add_load_arguments, host_options_from_args, load_from_args
 from tuner.cli.replay_settings import parse_number, tuner_settings
 
 if TYPE_CHECKING:  # imported where used: the CLI starts without them
@@ -103,8 +103,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed for the host and the optimiser (default 0)")
     p.add_argument(
         "--policies",
-        default="tuner,linux-default,static-performance,oracle",
-        help="comma list of tuner, linux-default, static-performance, oracle (default: all)",
+        default="auto",
+        help="comma list of tuner, linux-default, static-performance, oracle, oracle-hourly (default: the first "
+        "four; with --bin under an hour oracle-hourly, the hour's best static point, instead of oracle)",
     )
     p.add_argument("--out", type=Path, default=Path("out"), help="output directory (default ./out)")
     g = p.add_argument_group("multi-day schedule")
@@ -183,6 +184,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=str,
         default=None,
         help="with --safe-delta: factor on the model's SD in P(SLA broken) (1 = as it is; warm: 2)",
+    )
+    t.add_argument(
+        "--hold-max-p",
+        type=str,
+        default=None,
+        help="with --context: at a load inside those measured within the limit, hold the model's best point "
+        "without trials if its P(over the limit) <= this (0 = always retune; warm: 0.05)",
     )
     t.add_argument(
         "--latency-metric",
@@ -267,7 +275,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from reward import DEFAULT_REWARD
     from tuner.optimize.settings import Objective
-    from tuner.replay.run import parse_policies
+    from tuner.replay.run import default_policies, parse_policies
 
     try:
         sla = float(args.sla_us)
@@ -284,9 +292,9 @@ def _run(args: argparse.Namespace) -> int:
         flag = "--reward" if "reward" in text else "--percentile" if "percentile" in text else "--sla-us"
         raise TunerError(f"{flag}: {text}") from None
     settings = tuner_settings(args)
-    policies = parse_policies(args.policies)
     hours = parse_number(args.hours, "--hours", minimum=0)
     bin_s = parse_number(args.bin, "--bin", minimum=0)
+    policies = default_policies(bin_s) if args.policies == "auto" else parse_policies(args.policies)
     peak = DEFAULT_PEAK_QPS if args.peak_qps is None else parse_number(args.peak_qps, "--peak-qps", minimum=0)
     n_days = int(parse_number(args.days, "--days", integer=True, minimum=1, strict=False))
     from traces.schedule import DEFAULT_DAY_NOISE, load_schedule, repeat_days, sample_trace_path
@@ -328,7 +336,7 @@ def _run(args: argparse.Namespace) -> int:
             history_path=args.history,
             save_trials=args.save_trials,
             day_noise=noise if n_days > 1 else None,
-            host_options=None if load is None else {"load": load},
+            host_options={**host_options_from_args(args), **({} if load is None else {"load": load})},
         )
     finally:
         if load is not None:

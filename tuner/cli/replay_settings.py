@@ -66,6 +66,7 @@ def tuner_settings(args: argparse.Namespace) -> TunerSettings:
         ("safe_radius", "--safe-radius", 0.0, 2.0, True, "a normalised knob distance in [0, 2] (0 = off)"),
         ("safe_model_error", "--safe-model-error", 0.0, 1.0, True, "an SD of ln latency in [0, 1] (0 = off)"),
         ("safe_sd_scale", "--safe-sd-scale", 1.0, 10.0, True, "a factor in [1, 10]"),
+        ("hold_max_p", "--hold-max-p", 0.0, 0.5, True, "a probability in [0, 0.5] (0 = off)"),
     ):
         text = getattr(args, field)
         if text is None:

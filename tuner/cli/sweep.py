@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from core.errors import HostError, InputError, TunerError
-from tuner.cli.load import add_load_arguments, load_from_args
+from tuner.cli.load import add_load_arguments, host_options_from_args, load_from_args
 
 POINTS = "points.jsonl"
 META = "sweep.json"
@@ -333,7 +333,9 @@ def run(args: argparse.Namespace) -> int:
     elif points_path.exists() and points_path.stat().st_size > 0:
         raise TunerError(f"{points_path} already holds a sweep: pass --resume to continue it, or choose another --out")
 
-    host_options: dict[str, Any] = {} if args.seed is None else {"seed": args.seed}
+    host_options: dict[str, Any] = host_options_from_args(args)
+    if args.seed is not None:
+        host_options["seed"] = args.seed
     load = load_from_args(args)
     if schedule is not None:
         host_options["load_schedule"] = schedule

@@ -261,17 +261,10 @@ def run_import(args: argparse.Namespace) -> int:
 
 
 def run_fleet(args: argparse.Namespace) -> int:
-    from actuators.host import PERCENTILES
-    from tuner.store.fleet import fleet_view
+    from tuner.store.fleet import check_query, fleet_report
     from tuner.store.open import open_store
 
-    if args.percentile not in PERCENTILES:
-        raise InputError(
-            f"--percentile {args.percentile:g}: expected one of {', '.join(f'{p:g}' for p in PERCENTILES)}"
-        )
-    for name, v, lo in (("--sla", args.sla, 0.0), ("--band-pct", args.band_pct, 0.0)):
-        if not (math.isfinite(v) and v > lo):
-            raise InputError(f"{name} {v:g}: expected a number > {lo:g}")
+    check_query(args.percentile, args.sla, args.band_pct, names=("--percentile", "--sla", "--band-pct"))
     cfg = _config(args.config)
     url = args.url if args.url is not None else (cfg.history.url if cfg is not None else "")
     state_dir = args.state_dir or (cfg.state_dir if cfg is not None else DEFAULT_STATE_DIR)
@@ -279,31 +272,14 @@ def run_fleet(args: argparse.Namespace) -> int:
         raise InputError(f"{state_dir}: no trial store here (expected trials.sqlite, or give --url)")
     store = open_store(url, state_dir)
     try:
-        drifting = frozenset(h.host for h in store.hosts() if h.drift)
-        rows = fleet_view(
-            store.read(hw_class=args.hw_class),
-            percentile=args.percentile,
-            sla_us=args.sla,
-            band_pct=args.band_pct,
-            drifting=drifting,
+        report = fleet_report(
+            store, percentile=args.percentile, sla_us=args.sla, band_pct=args.band_pct, hw_class=args.hw_class
         )
-        labels = {h.hw_class: h.hw for h in store.hosts()}
     finally:
         store.close()
+    rows, drifting = report.rows, report.drifting
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "store": store.location,
-                    "objective": {"percentile": args.percentile, "sla_us": args.sla},
-                    "band_pct": args.band_pct,
-                    "drifting_hosts": sorted(drifting),
-                    "classes": {c: labels.get(c, {}) for c in sorted({r.hw_class for r in rows})},
-                    "bands": [r.to_dict() for r in rows],
-                },
-                indent=2,
-            )
-        )
+        print(json.dumps(report.to_dict(), indent=2))
         return 0
     print(f"best known points in {store.location} (p{args.percentile:g} < {args.sla:g} µs)")
     print(f"{'class':<17} {'load kQPS':>15} {'ITR µs':>7} {'GHz':>5} {'W':>7} {'lat µs':>7} {'n':>4} {'hosts':>5}")

@@ -244,6 +244,14 @@ def parse_config(text: str, path: Path) -> Config:
         ),
         window_guard=c.get(t, "tuning", "window_guard", d.window_guard, "bool"),
         peak_step=c.get(t, "tuning", "peak_step", d.peak_step, "bool"),
+        hold_max_p=c.get(
+            t,
+            "tuning",
+            "hold_max_p",
+            d.hold_max_p,
+            "float",
+            lambda v: None if 0 <= v <= 0.5 else "a probability in [0, 0.5] (0 = always retune)",
+        ),
         refit_every=c.get(
             t, "tuning", "refit_every", d.refit_every, "int", lambda v: None if 1 <= v <= 1000 else "1..1000 trials"
         ),

@@ -80,6 +80,9 @@ class TuningConfig:
     window_guard: bool = True
     refit_every: int = 1
     peak_step: bool = True
+    # with context: a load shift inside the loads measured within the limit holds the recent model's best point
+    # there (P(over the limit) <= this) instead of retuning (`tuner.optimize.decision.hold_or_retune`); 0 = retune
+    hold_max_p: float = 0.05
     # the daemon's own (not the optimiser's)
     idle_qps: float = 100.0  # below this load: hold the idle point (lowest ITR, lowest frequency), never retune
     baseline_every_s: float = 0.0  # a baseline window at the OS's own settings this often (0 = never)
@@ -107,6 +110,7 @@ SETTINGS_FIELDS: tuple[str, ...] = (
     "window_guard",
     "refit_every",
     "peak_step",
+    "hold_max_p",
 )
 
 

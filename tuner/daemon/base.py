@@ -71,6 +71,7 @@ class DaemonBase:
         self._models: dict[str, ModelTable] = {}
         self._open_optimizer_close: Any = None
         self._subscribers: list[queue.Queue] = []
+        self._fault: str | None = None  # why tuning stopped on a permanent host fault (None: it did not)
 
     @property
     def live_host(self) -> Host:

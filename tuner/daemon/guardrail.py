@@ -1,6 +1,8 @@
 """Holding a decided point: measure a window at a time, count SLA violations, revert to the most recent
 point measured within the SLA at this load or above (or the safe corner) when a window breaks SLA +
-`guardrail_margin_pct`, and ask for a retune when the load leaves the band it was tuned for.
+`guardrail_margin_pct`, and when the load leaves the band it was tuned for, either hold the recent model's
+point for the new load without trials or ask for a retune -- `tuner.optimize.decision.hold_or_retune`, the rule
+the replay's contextual tuner applies (`_model_hold`).
 
 A revert only ever moves to a point at least as safe as the one it leaves (`tuner.daemon.safety`: lower or
 equal ITR and higher or equal frequency, and not the same point); below `tuning.idle_qps` the daemon holds the
@@ -9,15 +11,17 @@ idle point (lowest ITR, lowest frequency) and starts no retune until the load co
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import Any
 
 from actuators.host import Measurement, OperatingPoint
-from core.errors import TunerError
+from core.errors import TunerError, is_permanent
 from tuner.config import PolicyConfig
 from tuner.daemon.plain import latency_at, measurement_dict, point_from, point_list, safe_corner
 from tuner.daemon.safety import at_least_as_safe, idle_point
 from tuner.daemon.status import DaemonReads
+from tuner.optimize.decision import HoldCandidate, HoldVerdict
 
 log = logging.getLogger("tuner.daemon.loop")  # one logger for the whole control loop (operators filter on it)
 
@@ -32,21 +36,18 @@ class Guardrail(DaemonReads):
         except Exception as exc:
             if self._stop.is_set():
                 return
+            if is_permanent(exc):
+                raise  # retrying cannot help: the loop stops tuning (Daemon._degrade)
             log.warning("measurement failed while holding: %s", exc, exc_info=not isinstance(exc, TunerError))
             self._wait(self.config.tuning.window_s, interruptible=True)
             return
         self._note_window(m, when)
-        pol = self.policy()
-        lat = m.latency_us.get(pol.percentile)
-        margin = self.config.tuning.guardrail_margin_pct / 100
         idle = m.offered_qps < self.config.tuning.idle_qps
         held_reason = (self.state.held or {}).get("reason")
         held_idle = held_reason == "idle"
-        if lat is not None and lat > pol.sla_us:
-            self.metrics.violations.inc()
-            self._count("sla_violations")
-        if lat is not None and lat > pol.sla_us * (1 + margin):
-            self._guardrail(m, when, lat, pol)
+        reverted = self._check_sla(m, when)
+        if reverted:
+            pass  # the revert decided this window
         elif idle and held_reason not in ("idle", "guardrail"):  # a revert is kept: it is safer than idle
             self._hold_idle(m.offered_qps, "load fell below tuning.idle_qps")
         elif m.point is not None and m.point == self._current_point and not held_idle:
@@ -58,13 +59,117 @@ class Guardrail(DaemonReads):
             with self._lock:
                 self._load_trigger = True
         elif not idle and tuned > 0 and abs(m.offered_qps - tuned) > band * tuned:
-            log.info("load %.0f QPS left the band %.0f ± %g%%: retuning", m.offered_qps, tuned, band * 100)
-            with self._lock:
-                self._load_trigger = True
+            verdict = self._model_hold(m.offered_qps)
+            if verdict.hold and verdict.point is not None and held_reason != "guardrail":
+                log.info(
+                    "load %.0f QPS left the band %.0f ± %g%%: %s", m.offered_qps, tuned, band * 100, verdict.reason
+                )
+                self._hold_modelled(verdict.point, m.offered_qps, verdict.reason)
+            else:
+                log.info(
+                    "load %.0f QPS left the band %.0f ± %g%%: retuning (%s)",
+                    m.offered_qps,
+                    tuned,
+                    band * 100,
+                    verdict.reason,
+                )
+                with self._lock:
+                    self._load_trigger = True
         else:
             with self._lock:
                 self.state.counters.setdefault("windows", 0)
                 self.state.counters["windows"] += 1
+
+    def _check_sla(self, m: Measurement, when: float) -> bool:
+        """Count an SLA violation; revert (`_guardrail`) when the window broke SLA + margin. True if it did."""
+        pol = self.policy()
+        lat = m.latency_us.get(pol.percentile)
+        if lat is not None and lat > pol.sla_us:
+            self.metrics.violations.inc()
+            self._count("sla_violations")
+        if lat is not None and lat > pol.sla_us * (1 + self.config.tuning.guardrail_margin_pct / 100):
+            self._guardrail(m, when, lat, pol)
+            return True
+        return False
+
+    def _guard_window(self) -> None:
+        """One window while the loop waits for something else (an optimiser worker starting): measured, kept,
+        and the guardrail acts on it; no idle hold and no retune trigger (a retune is already starting)."""
+        try:
+            m, when = self._measure()
+        except Exception as exc:
+            if self._stop.is_set():
+                return
+            if is_permanent(exc):
+                raise
+            log.warning(
+                "measurement failed while the optimiser starts: %s", exc, exc_info=not isinstance(exc, TunerError)
+            )
+            self._wait(self.config.tuning.window_s, interruptible=False)  # a window's time, not a busy loop
+            return
+        self._note_window(m, when)
+        self._check_sla(m, when)
+
+    def _model_hold(self, qps: float) -> HoldVerdict:
+        """`hold_or_retune` at `qps` with `tuning.hold_max_p` (contextual tuning only): the loads of the completed
+        trials measured within the limit the optimiser's `best` applies, and as candidates the prediction table
+        (`_model_table`) of the retune tuned nearest to `qps` at a load no lower than `qps` (less
+        `HOLD_LOAD_TOL`; the percentile rises with load, so its prediction is not optimistic) and within
+        `HOLD_NEAR` of it, P(over the limit) from its mean and SEM x `safe_sd_scale` (normal)."""
+        from tuner.optimize.decision import HOLD_LOAD_TOL, HOLD_NEAR, hold_or_retune, outside_measured
+        from tuner.optimize.settings import TunerSettings, met_limit_us
+
+        t = self.config.tuning
+        if not t.context or t.hold_max_p <= 0:
+            return hold_or_retune(qps, (), (), max_p=0.0)
+        pol = self.policy()
+        limit = met_limit_us(pol.sla_us, TunerSettings())  # the worker's settings: default sla_check / margin
+        with self._lock:
+            rows = [r for r in self.state.trials if r.get("status") == "completed" and r.get("measurement")]
+            tables = list(self._models.values())
+        loads = []
+        for r in rows:
+            md = r["measurement"]
+            lat = latency_at(md, pol.percentile)
+            if lat is not None and lat <= limit:
+                loads.append(float(md.get("offered_qps") or 0.0))
+        if outside_measured(qps, loads) is not None:
+            return hold_or_retune(qps, loads, (), max_p=t.hold_max_p)
+        usable = [
+            m
+            for m in tables
+            if abs(m.percentile - pol.percentile) <= 1e-9
+            and m.tuned_qps >= qps * (1 - HOLD_LOAD_TOL)
+            and abs(m.tuned_qps - qps) <= HOLD_NEAR * qps
+        ]
+        candidates = []
+        if usable:
+            table = min(reversed(usable), key=lambda m: abs(m.tuned_qps - qps))  # ties: the newest
+            candidates = table_candidates(table, limit, t.safe_sd_scale)
+        return hold_or_retune(qps, loads, candidates, max_p=t.hold_max_p)
+
+    def _hold_modelled(self, point: OperatingPoint, qps: float, why: str) -> None:
+        """Hold a point `_model_hold` chose for load `qps` (a decision of reason "model", no trial); the band is
+        re-centred on `qps` and the scheduled retune stays due as before."""
+        point = self._apply(point)
+        decision: dict[str, Any] = {
+            "retune_id": "",
+            "reason": "model",
+            "point": point_list(point),
+            "met_sla": True,
+            "detail": why,
+            "qps": qps,
+            "time": time.time(),
+            "measurement": None,
+        }
+        with self._lock:
+            self.state.held = decision
+            self.state.decisions.append(decision)
+            self.state.tuned_qps = qps
+            self.state.counters["model_holds"] = int(self.state.counters.get("model_holds", 0)) + 1
+            self._load_trigger = False
+            self._save()
+        self._publish(decision)
 
     def _note_window(self, m: Measurement, when: float) -> None:
         """Keep a holding window (met the SLA or not) for `GetOperatingPoint` and the guardrail."""
@@ -139,7 +244,13 @@ class Guardrail(DaemonReads):
                 "guardrail: p%g %.0f µs > SLA %.0f µs but already at %s", pol.percentile, lat, pol.sla_us, point
             )
             return
-        point = self._apply(point)
+        try:
+            point = self._apply(point)
+        except TunerError as exc:
+            if is_permanent(exc):
+                raise
+            log.warning("guardrail: cannot revert to %s (%s); trying again after the next window", point, exc)
+            return  # a transient fault (EBUSY ...) must not end the loop; the breach persists, so does the revert
         decision: dict[str, Any] = {
             "retune_id": (self.state.held or {}).get("retune_id", ""),
             "reason": "guardrail",
@@ -160,3 +271,20 @@ class Guardrail(DaemonReads):
         self.metrics.reverts.inc()
         log.warning("guardrail: %s", decision["detail"])
         self._publish(decision)
+
+
+def table_candidates(table: Any, limit_us: float, sd_scale: float = 1.0) -> list[HoldCandidate]:
+    """A prediction table's points as `hold_or_retune` candidates: P(percentile over `limit_us`) from the table's
+    mean and SEM times `sd_scale` (the safety filter's `safe_sd_scale`) as a normal (a step where the SEM is 0);
+    points with a non-finite prediction are left out."""
+    out = []
+    for p, lat, sem, pw in zip(table.points, table.latency_us, table.latency_sem, table.power_w):
+        if not (math.isfinite(lat) and math.isfinite(pw)):
+            continue
+        sd = sem * sd_scale
+        if math.isfinite(sd) and sd > 0:
+            p_over = 0.5 * math.erfc((limit_us - lat) / (sd * math.sqrt(2.0)))
+        else:
+            p_over = 0.0 if lat <= limit_us else 1.0
+        out.append(HoldCandidate(p, lat, p_over, pw))
+    return out

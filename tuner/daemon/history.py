@@ -8,12 +8,15 @@ warm-starts from its own trials). Before each warm start the drift test compares
 its class's (`tuner.store.warm.class_history`): a drifting host is flagged (`tuner_class_drift`), seeded from
 its own trials only, and its trials are left out of its class for the other hosts. Trials without a class
 (imported by hand from `tuner.trial/v1` files) count as this host's own, as `tuner trials import` promises.
+`fleet_view` answers the gRPC `GetFleetView` from the same store (`tuner.store.fleet`). The store is used by
+the control loop and by gRPC threads: every use holds `_store_guard()`.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import threading
 from typing import Any
 
 from core.errors import TunerError
@@ -27,8 +30,32 @@ class HistoryLayer(Guardrail):
     """Warm start and history appends over the holding side of the daemon (see the module docstring)."""
 
     _trial_store: Any = None
+    _store_mutex: threading.Lock | None = None
     _hw: Any = None
     _hw_known = False
+
+    def _store_guard(self) -> threading.Lock:
+        """The lock every use of the trial store holds (the control loop's and the gRPC threads')."""
+        with self._lock:
+            if self._store_mutex is None:
+                self._store_mutex = threading.Lock()
+            return self._store_mutex
+
+    def fleet_view(self, sla_us: Any = 0.0, percentile: Any = 0.0, band_pct: Any = 0.0, hw_class: str = "") -> Any:
+        """The best known point per hardware class and load band from this daemon's trial store
+        (`tuner.store.fleet.FleetReport`); 0 = the policy's SLA / percentile and 10 % bands. `InputError` for
+        a bad query, `TunerError` when the store cannot be read."""
+        from tuner.store.fleet import DEFAULT_BAND_PCT, check_query, fleet_report
+
+        pol = self.policy()
+        sla = sla_us or pol.sla_us
+        pct = percentile or pol.percentile
+        band = band_pct or DEFAULT_BAND_PCT
+        check_query(pct, sla, band, names=("percentile", "sla_us", "band_pct"))
+        with self._store_guard():
+            return fleet_report(
+                self._history_store(), percentile=float(pct), sla_us=float(sla), band_pct=float(band), hw_class=hw_class
+            )
 
     def _host_label(self) -> str:
         from tuner.store.history import host_label
@@ -61,9 +88,10 @@ class HistoryLayer(Guardrail):
         return self._trial_store
 
     def _close_history_store(self) -> None:
-        if self._trial_store is not None:
-            self._trial_store.close()
-            self._trial_store = None
+        with self._store_guard():
+            if self._trial_store is not None:
+                self._trial_store.close()
+                self._trial_store = None
 
     def _offered_qps(self) -> float:
         """The load a retune starts at: the host's offered QPS, else the last window's."""
@@ -95,15 +123,16 @@ class HistoryLayer(Guardrail):
         if self.config.tuning.context:
             limit = min(limit, self.config.tuning.history_max_trials)
         try:
-            store = self._history_store()
-            got = class_history(
-                store,
-                self._host_label(),
-                hw.id if hw is not None else "",
-                limit=limit,
-                space=self.space,
-                hw=hw.to_dict() if hw is not None else None,
-            )
+            with self._store_guard():
+                store = self._history_store()
+                got = class_history(
+                    store,
+                    self._host_label(),
+                    hw.id if hw is not None else "",
+                    limit=limit,
+                    space=self.space,
+                    hw=hw.to_dict() if hw is not None else None,
+                )
         except TunerError as exc:
             log.warning("retune %s: history store unreadable (%s); starting cold", rid, exc)
             return 0
@@ -169,10 +198,11 @@ class HistoryLayer(Guardrail):
         if not entries:
             return
         try:
-            store = self._history_store()
-            if hw is not None:
-                store.set_host(self._host_label(), hw.id, hw.to_dict())
-            added, _ = store.add(entries)
+            with self._store_guard():
+                store = self._history_store()
+                if hw is not None:
+                    store.set_host(self._host_label(), hw.id, hw.to_dict())
+                added, _ = store.add(entries)
         except TunerError as exc:
             log.warning("history store not updated: %s", exc)
             return

@@ -4,11 +4,16 @@ One thread (the loop) owns the host and the optimiser; RPC threads only read sna
 under `Daemon._lock`. Every completed trial is written to the state directory (atomically, together with
 the optimiser) before the next one starts; a trial interrupted by SIGTERM is abandoned, never reported.
 
-A retune (`tuner.daemon.trials`): create the optimiser (worker process) -> warm start from the history store
+A retune (`tuner.daemon.trials`): create the optimiser (a worker process, started on its own thread while the
+loop keeps measuring with the guardrail on) -> warm start from the history store
 (`Optimizer.add_history`, when `history.warm_start` or `tuning.context`) -> `begin_retune(offered QPS)` ->
 trials (windows sized by `tuner.optimize.windowing` when `tuning.window_mode = "adaptive"`) until the budget or the
 stopping rule (`should_stop`, when `tuning.stop_ei_pct > 0`) -> decision -> the retune's completed trials
 are appended to the history store. Optimisers without the optional methods run as before.
+
+Faults (docs/daemon.md, "Faults at run time"): a transient one fails the trial or retries the retune with a
+capped exponential back-off on the same worker; a permanent one (`core.errors.is_permanent`) ends tuning once:
+the OS's settings are restored and the daemon stays up as `degraded` (`_degrade`).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import logging
 import threading
 import time
 
-from core.errors import TunerError
+from core.errors import HostError, TunerError, is_permanent
 from tuner.daemon.plain import VERSION, bounded_space, point_from, point_of
 from tuner.daemon.trials import RetuneDriver
 
@@ -109,31 +114,93 @@ class Daemon(RetuneDriver):
         return []
 
     def run(self) -> int:
-        """The loop; returns 0 after a requested stop (knobs restored). Exceptions propagate after restoring."""
+        """The loop; returns 0 after a requested stop (knobs restored). Exceptions propagate after restoring;
+        a permanent host fault (`core.errors.is_permanent`) stops tuning instead (`_degrade`)."""
         try:
-            if self.observing:
-                while not self._stop.is_set():
-                    self._beat()
-                    self._wake.clear()
-                    self._apply_reload()
-                    self._observe_window()
-                return 0
-            self._prepare_models()
-            self._resume_held()
+            try:
+                self._loop()
+            except HostError as exc:
+                if not is_permanent(exc) or self._stop.is_set():
+                    raise
+                self._degrade(exc)
+                self._degraded_loop()
+            return 0
+        finally:
+            self._shutdown()
+
+    def _loop(self) -> None:
+        if self.observing:
             while not self._stop.is_set():
                 self._beat()
                 self._wake.clear()
                 self._apply_reload()
-                reason = self._due_retune()
-                if reason:
-                    self._retune(reason)
-                elif self._baseline_due():
-                    self._baseline_window()
-                else:
-                    self._hold_window()
-            return 0
-        finally:
-            self._shutdown()
+                self._observe_window()
+            return
+        self._prepare_models()
+        self._resume_held()
+        while not self._stop.is_set():
+            self._beat()
+            self._wake.clear()
+            self._apply_reload()
+            reason = self._due_retune()
+            if reason:
+                self._retune(reason)
+            elif self._baseline_due():
+                self._baseline_window()
+            else:
+                self._hold_window()
+
+    # ------------------------------------------------------------------ permanent faults
+
+    def _degrade(self, exc: HostError) -> None:
+        """A fault retrying cannot fix (the NIC lost coalescing, a cpufreq file is gone, a capability was
+        dropped): restore the OS's settings, stop retuning, and say why -- once in the log, in GetStatus
+        (state `degraded` and a warning), as `tuner_degraded 1` and in systemd's STATUS=. The daemon keeps
+        serving and keeps measuring at the OS's settings; a restart (after fixing the host) tunes again."""
+        why = f"tuning stopped on a permanent host fault: {exc}"
+        self._fault = why
+        log.error("%s; restoring the OS's ITR/DVFS; restart the daemon once the host is fixed", why)
+        self._drop_kept()
+        with self._lock:
+            self._current_point = None  # the daemon holds no point from now on, whatever the restore manages
+        self.metrics.set_point(None)
+        try:
+            if self.host is not None:
+                self.host.restore()
+            with self._lock:
+                self.state.knobs_dirty = False
+                self._save()
+        except Exception as restore_exc:  # noqa: BLE001 - still degraded; the stop and a restart retry it
+            log.error("restoring the OS's ITR/DVFS failed too: %s", restore_exc)
+        self.metrics.degraded.set(1)
+        self._refresh_warnings({"fault": [why]})
+        self._set_loop_state("degraded")  # last: a reader seeing this state sees the reason too
+        self.notifier.status(f"degraded: {why}")
+
+    def _degraded_loop(self) -> None:
+        """Measure windows at the OS's settings (exported like observe mode) until stopped; a measurement that
+        fails permanently is logged once and not tried again."""
+        measuring = True
+        while not self._stop.is_set():
+            self._beat()
+            self._wake.clear()
+            if self._reload_requested:
+                self._reload_requested = False
+                log.warning("reload ignored while degraded: restart the daemon once the host is fixed")
+            if not measuring:
+                self._wait(self.config.tuning.window_s, interruptible=True)
+                continue
+            try:
+                m, _ = self._measure()
+            except Exception as exc:  # noqa: BLE001 - a sensor fault must not end the degraded loop
+                if self._stop.is_set():
+                    return
+                measuring = not is_permanent(exc)
+                log.warning("measurement failed while degraded: %s%s", exc, "" if measuring else "; not retried")
+                self._wait(self.config.tuning.window_s, interruptible=True)
+                continue
+            if m.point is None:  # the OS's own settings: a baseline window
+                self._record_baseline(m)
 
     def request_stop(self) -> None:
         """Stop now: a measurement in flight is interrupted (if the host can) and its trial abandoned."""
@@ -156,6 +223,8 @@ class Daemon(RetuneDriver):
         with self._lock:
             if self._stop.is_set():
                 return False, "daemon is stopping"
+            if self._fault:
+                return False, f"{self._fault}; restart the daemon once the host is fixed"
             # refused only while trials run: once the decision is saved (current_retune cleared) a request is
             # taken even if the loop is still finishing up (model table, worker exit)
             if self._loop_state == "retuning" and self.state.current_retune is not None and reason == "rpc":
@@ -178,6 +247,8 @@ class Daemon(RetuneDriver):
                 self._apply(point_of(held["point"]))
                 log.info("holding %s from %s", point_from(held["point"]), held.get("retune_id"))
             except TunerError as exc:
+                if is_permanent(exc):
+                    raise
                 log.warning("cannot re-apply held point (%s); retuning", exc)
                 self.state.held = None
 

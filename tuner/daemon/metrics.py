@@ -11,11 +11,11 @@ from actuators.host import PERCENTILES, Measurement, OperatingPoint
 #: Reasons a retune starts (label values of `tuner_retunes_total`).
 RETUNE_REASONS = ("startup", "resume", "schedule", "load", "rpc", "policy", "config")
 TRIAL_STATUSES = ("completed", "failed", "abandoned")
-LOOP_STATES = ("starting", "retuning", "holding", "observing", "stopping")
+LOOP_STATES = ("starting", "retuning", "holding", "observing", "degraded", "stopping")
 #: What the daemon does (`[host] mode`, `dry_run`).
 MODES = ("tune", "observe", "dry_run")
 #: Where a host warning comes from (label values of `tuner_host_warnings`).
-WARNING_SOURCES = ("latency", "energy", "dvfs", "startup")
+WARNING_SOURCES = ("latency", "energy", "dvfs", "startup", "fault")
 
 
 def _percentile_label(pct: float) -> str:
@@ -80,6 +80,7 @@ class DaemonMetrics:
     class_drift: Any = None
     class_drift_t: Any = None
     warm_start_trials: Any = None
+    degraded: Any = None
 
     @classmethod
     def create(cls, version: str, host: str, mode: str = "tune") -> DaemonMetrics:
@@ -202,6 +203,12 @@ class DaemonMetrics:
                 "tuner_warm_start_trials",
                 "Trials the last retune was seeded with, by source (own, class).",
                 ["source"],
+                registry=r,
+            ),
+            degraded=Gauge(
+                "tuner_degraded",
+                "1 when tuning stopped on a permanent host fault (the OS's settings are back; the reason is in "
+                "GetStatus warnings and the log), else 0.",
                 registry=r,
             ),
         )

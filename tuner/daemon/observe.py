@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from actuators.host import Measurement
-from core.errors import InputError, TunerError
+from core.errors import InputError, TunerError, is_permanent
 from tuner.daemon.base import DaemonBase
 from tuner.daemon.baseline import BandStats, LoadBands, Savings, energy_saved
 
@@ -82,6 +82,8 @@ class Observing(DaemonBase):
         except Exception as exc:
             if self._stop.is_set():
                 return
+            if is_permanent(exc):
+                raise  # retrying cannot help: logged once, then degraded (Daemon._degrade)
             log.warning("measurement failed while observing: %s", exc, exc_info=not isinstance(exc, TunerError))
             self._wait(self.config.tuning.window_s, interruptible=True)
             return
@@ -118,6 +120,7 @@ class Observing(DaemonBase):
         host = self.host
         if host is None:
             return
+        permanent = False
         try:
             host.restore()
             with self._lock:
@@ -128,10 +131,13 @@ class Observing(DaemonBase):
             if m.point is None:  # the OS really was in charge
                 self._record_baseline(m)
         except TunerError as exc:
+            permanent = is_permanent(exc)
+            if permanent:
+                raise  # the held point is not re-applied: the loop stops tuning (Daemon._degrade)
             if not self._stop.is_set():
                 log.warning("baseline window failed: %s", exc)
         finally:
-            if held is not None and not self._stop.is_set():
+            if held is not None and not self._stop.is_set() and not permanent:
                 self._apply(held)
 
     # ------------------------------------------------------------------ exports
@@ -174,6 +180,7 @@ class Observing(DaemonBase):
             "latency": [],
             "dvfs": [str(w) for w in getattr(host, "warnings", []) or []],
             "startup": list(self._warnings.get("startup", [])),
+            "fault": list(self._warnings.get("fault", [])),  # both stay until the daemon restarts
         }
         source_warnings = getattr(getattr(host, "latency", None), "warnings", None)
         if callable(source_warnings):

@@ -20,7 +20,7 @@ from typing import Any
 
 import grpc
 
-from core.errors import TunerError
+from core.errors import InputError, TunerError
 from tuner.config import GrpcConfig, read_token
 
 log = logging.getLogger(__name__)
@@ -110,6 +110,39 @@ def _trial_msg(pb: Any, t: dict) -> Any:
     if t.get("measurement"):
         msg.measurement.CopyFrom(_measurement_msg(pb, t["measurement"]))
     return msg
+
+
+def _fleet_msg(pb: Any, report: Any) -> Any:
+    """A `tuner.store.fleet.FleetReport` as `tuner.v1.FleetView`."""
+    bands = []
+    for r in report.rows:
+        b = pb.FleetBand(
+            hw_class=r.hw_class,
+            qps_low=r.qps_low,
+            qps_high=r.qps_high,
+            meets_sla=r.itr_us is not None,
+            trials_at_point=r.trials_at_point,
+            trials=r.trials,
+            hosts=r.hosts,
+        )
+        if r.itr_us is not None:
+            b.point.CopyFrom(pb.Point(itr_us=int(r.itr_us), dvfs_ghz=float(r.dvfs_ghz)))
+            b.power_w = float(r.power_w)
+            b.latency_us = float(r.latency_us)
+        bands.append(b)
+    classes = [
+        pb.HardwareClass(id=c, fields={k: str(v) for k, v in fields.items() if k != "id"})
+        for c, fields in report.classes.items()
+    ]
+    return pb.FleetView(
+        sla_us=report.sla_us,
+        percentile=report.percentile,
+        band_pct=report.band_pct,
+        store=report.location,
+        bands=bands,
+        classes=classes,
+        drifting_hosts=list(report.drifting),
+    )
 
 
 def _finite(x: float) -> float:
@@ -207,6 +240,19 @@ def make_servicer(daemon: Any) -> Any:
                     for c in curve
                 ],
             )
+
+        def GetFleetView(self, request: Any, context: Any) -> Any:
+
+            answer = getattr(daemon, "fleet_view", None)
+            if answer is None:
+                return context.abort(grpc.StatusCode.UNIMPLEMENTED, "this daemon has no trial store")  # raises
+            try:
+                report = answer(request.sla_us, request.percentile, request.band_pct, request.hw_class)
+            except InputError as exc:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            except TunerError as exc:  # the store cannot be read (e.g. a fleet database down, no spool yet)
+                context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+            return _fleet_msg(pb, report)
 
         def ListTrials(self, request: Any, context: Any) -> Any:
             rows = daemon.trials(limit=int(request.limit), retune_id=request.retune_id)

@@ -7,15 +7,20 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from actuators.host import Measurement
-from core.errors import TunerError
+from core.errors import TunerError, is_permanent
 from tuner.daemon.history import HistoryLayer, _supports
 from tuner.daemon.plain import describe, measurement_dict, point_list, safe_corner
 
 log = logging.getLogger("tuner.daemon.loop")  # one logger for the whole control loop (operators filter on it)
+
+#: Longest the loop waits for a starting optimiser worker before it measures a guarded window meanwhile.
+WORKER_WAIT_S = 1.0
 
 
 class RetuneDriver(HistoryLayer):
@@ -45,6 +50,8 @@ class RetuneDriver(HistoryLayer):
         except TunerError as exc:
             if self._stop.is_set():
                 return  # e.g. the optimiser worker was killed by the stop: the trial in flight is abandoned
+            if is_permanent(exc):
+                raise  # retrying cannot help: the loop stops tuning (Daemon._degrade)
             from tuner.daemon.worker import WorkerError
 
             t = self.config.tuning
@@ -110,7 +117,7 @@ class RetuneDriver(HistoryLayer):
                 opt, self._kept_opt = self._kept_opt, None  # the failed attempt's worker, still alive
             else:
                 try:
-                    opt = self._timed(self.optimizers.load, cur["optimizer"])
+                    opt = self._start_optimizer(self.optimizers.load, cur["optimizer"])
                 except TunerError:
                     raise  # the worker died: retry later, keep the experiment
                 except Exception as exc:  # noqa: BLE001 - a stale experiment must not stop the daemon
@@ -125,7 +132,7 @@ class RetuneDriver(HistoryLayer):
             with self._lock:
                 self.state.retune_seq += 1
                 rid = f"r{self.state.retune_seq:06d}"
-            opt = self._timed(
+            opt = self._start_optimizer(
                 self.optimizers.create, self.space, self.policy(), tuning, rid, tuning.seed + self.state.retune_seq
             )
             self._open_optimizer_close = getattr(opt, "close", None)
@@ -186,6 +193,45 @@ class RetuneDriver(HistoryLayer):
         self._decide(opt, rid, reason)
         return opt
 
+    def _start_optimizer(self, start: Callable[..., Any], *args: Any) -> Any:
+        """`start(*args)` (create or load: spawning the worker and importing Ax take seconds) on its own thread;
+        meanwhile the loop measures windows and the guardrail acts on them (`_guard_window`), so a breach during
+        the start is reverted within one window. Waits up to `WORKER_WAIT_S` first, so a fast start measures no
+        extra window. An optimiser that arrives after the loop gave up on it (stop, permanent fault) is closed."""
+        box: dict[str, Any] = {}
+        done, lock = threading.Event(), threading.Lock()
+
+        def run() -> None:
+            try:
+                value = self._timed(start, *args)
+            except BaseException as exc:  # noqa: BLE001 - handed to the loop
+                box["error"] = exc
+            else:
+                with lock:
+                    box["value"] = value
+                    if box.get("abandoned"):
+                        _close(box.pop("value"))
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name="tuner-optimizer-start", daemon=True).start()
+        try:
+            if not done.wait(min(WORKER_WAIT_S, max(self.config.tuning.window_s, 0.01))):
+                while not done.is_set():  # back to back: each window is as long as a holding window
+                    self._beat()
+                    if self._stop.is_set():
+                        raise TunerError("stopping while the optimiser worker starts")
+                    self._guard_window()
+        except BaseException:
+            with lock:
+                box["abandoned"] = True
+                late = box.pop("value", None)
+            _close(late)
+            raise
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
     def _trial_window_policy(self) -> Any:
         """The adaptive trial window (`tuner.optimize.windowing.WindowPolicy`): grown until the percentile's CI is within
         ±`window_ci_pct` %, at most `window_s`, ended after `window_min_s` once the estimate is above the
@@ -234,8 +280,10 @@ class RetuneDriver(HistoryLayer):
                 return False
             m, when = self._measure_trial()
         except Exception as exc:
-            if self._stop.is_set():  # interrupted by a stop: abandon, never report
+            if self._stop.is_set() or is_permanent(exc):  # a stop, or a host that cannot do it: abandoned
                 self.metrics.trials.labels(status="abandoned").inc()
+                if is_permanent(exc) and not self._stop.is_set():
+                    raise  # not the point's fault: never reported as a failed trial
                 return False
             text = str(exc) if isinstance(exc, TunerError) else f"{type(exc).__name__}: {exc}"
             log.warning(
@@ -344,6 +392,12 @@ class RetuneDriver(HistoryLayer):
         log.info("decision %s (%s): %s, met SLA: %s, tuned for %.0f QPS -- %s", rid, reason, point, met, tuned, detail)
         self._publish(decision)
         self._model_table(rid, opt, tuned, pol.percentile)
+
+
+def _close(opt: Any) -> None:
+    close = getattr(opt, "close", None)
+    if callable(close):
+        close()
 
 
 def _load_moved_from(at: float, now: float, band: float) -> bool:

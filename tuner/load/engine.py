@@ -23,10 +23,18 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
-from actuators.latency.memcached import MemcachedAddress
+from actuators.latency.memcached import (
+    RX_ANCILLARY_BYTES,
+    MemcachedAddress,
+    enable_rx_timestamps,
+    rx_timestamp_ns,
+)
 from tuner.load.plan import MN, Plan
 
 _ERR = b"ERROR"
+# rx_ns of a request sent in one write with others, or onto a connection with requests in flight (memcached
+# answers a connection in order: it waits on them): no service time
+_CLUMPED = -2
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,10 @@ class _Conn:
     reqs: list[bytes]
     send_ns: np.ndarray
     done_ns: np.ndarray
+    # kernel receive time of the reply (SO_TIMESTAMPNS, on the run's clock) where it is exact -- the last reply of
+    # each read (TCP reports the newest segment's stamp) -- for requests sent alone onto an idle connection (a
+    # probe's situation: a prober sends its next probe after the last reply); < 0 otherwise
+    rx_ns: np.ndarray
     sent: int = 0
     done: int = 0
     flushed_sent: int = 0
@@ -89,8 +101,10 @@ def run_worker(spec: WorkerSpec, plan: Plan, pipe: Connection) -> None:
                     reqs,
                     np.zeros(n, np.int64),
                     np.zeros(n, np.int64),
+                    np.full(n, -1, np.int64),
                 )
             )
+            enable_rx_timestamps(conns[-1].sock)
     except OSError as exc:
         pipe.send(("error", f"memcached {spec.address}: cannot connect: {exc.strerror or type(exc).__name__}"))
         return
@@ -111,12 +125,14 @@ def run_worker(spec: WorkerSpec, plan: Plan, pipe: Connection) -> None:
 
 
 def _flush(conns: list[_Conn], pipe: Connection, now: int, final: bool) -> None:
-    sched_s, send_s, sched_d, done_d = [], [], [], []
+    sched_s, send_s, sched_d, sent_d, done_d, rx_d = [], [], [], [], [], []
     errors = 0
     for c in conns:
         sched_s.append(c.times[c.flushed_sent : c.sent])
         send_s.append(c.send_ns[c.flushed_sent : c.sent])
         sched_d.append(c.times[c.flushed_done : c.done])
+        sent_d.append(c.send_ns[c.flushed_done : c.done])
+        rx_d.append(c.rx_ns[c.flushed_done : c.done])
         done_d.append(c.done_ns[c.flushed_done : c.done])
         c.flushed_sent, c.flushed_done = c.sent, c.done
         errors += c.errors
@@ -128,7 +144,9 @@ def _flush(conns: list[_Conn], pipe: Connection, now: int, final: bool) -> None:
             np.concatenate(sched_s),
             np.concatenate(send_s),
             np.concatenate(sched_d),
+            np.concatenate(sent_d),
             np.concatenate(done_d),
+            np.concatenate(rx_d),
             errors,
             sum(c.sent - c.done for c in conns) if final else 0,  # sent, never answered
         )
@@ -152,6 +170,10 @@ def _loop(spec: WorkerSpec, conns: list[_Conn], t0: int, pipe: Connection, stop:
     nexts = [int(c.times[0]) if len(c.times) else big for c in conns]
     total = sum(len(c.times) for c in conns)
     completed = 0
+    buf = bytearray(1 << 18)  # one receive buffer, reused (a fresh 256 KiB bytes per recv costs more than the read)
+    into = [memoryview(buf)]
+    # kernel receive stamps are CLOCK_REALTIME: this maps them onto the run's clock (monotonic since t0)
+    real_offset = time.time_ns() - clock() + t0
     while True:
         now = clock() - t0
         soonest = big
@@ -159,7 +181,7 @@ def _loop(spec: WorkerSpec, conns: list[_Conn], t0: int, pipe: Connection, stop:
             due = nexts[i] + batch
             if due <= now:
                 a = c.sent
-                b = int(np.searchsorted(c.times, now, "right"))
+                b = int(c.times.searchsorted(now, "right"))
                 data = b"".join(c.reqs[a:b])
                 if c.pending:
                     data = c.pending + data
@@ -171,6 +193,8 @@ def _loop(spec: WorkerSpec, conns: list[_Conn], t0: int, pipe: Connection, stop:
                 if k < len(data):
                     c.pending = data[k:]
                 c.send_ns[a:b] = now
+                if b > a + 1 or c.done < a:  # not alone, or behind requests still in flight on the connection
+                    c.rx_ns[a:b] = _CLUMPED
                 c.sent = b
                 nexts[i] = int(c.times[b]) if b < len(c.times) else big
                 due = nexts[i] + batch
@@ -192,20 +216,21 @@ def _loop(spec: WorkerSpec, conns: list[_Conn], t0: int, pipe: Connection, stop:
             got = clock() - t0
             for fd, _ in events:
                 c = by_fd[fd]
-                data = c.sock.recv(1 << 18)
-                if not data:
+                n, anc, _, _ = c.sock.recvmsg_into(into, RX_ANCILLARY_BYTES)
+                if not n:
                     raise ConnectionResetError(104, "connection closed by the server")
-                k = data.count(MN)
+                k = buf.count(MN, 0, n)
                 if c.tail:
-                    k += (c.tail + data[:3]).count(MN)
-                    if _ERR in data:
-                        c.errors += data.count(_ERR)
-                elif _ERR in data:
-                    c.errors += data.count(_ERR)
-                c.tail = data[-3:]
+                    k += (c.tail + buf[: min(n, 3)]).count(MN)
+                if buf.find(_ERR, 0, n) >= 0:
+                    c.errors += buf.count(_ERR, 0, n)
+                c.tail = bytes(buf[max(n - 3, 0) : n])
                 k = min(k, c.sent - c.done)  # never more replies than requests sent (a stray MN in a value)
                 if k:
                     c.done_ns[c.done : c.done + k] = got
+                    last = c.done + k - 1
+                    if c.rx_ns[last] != _CLUMPED and (rx := rx_timestamp_ns(anc)) is not None:
+                        c.rx_ns[last] = min(rx - real_offset, got)  # the newest segment's stamp: exact for the last
                     c.done += k
                     completed += k
         if now >= next_flush:

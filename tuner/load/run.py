@@ -25,7 +25,7 @@ from actuators.latency.memcached import MemcachedAddress
 from core.errors import HostError, TunerError
 from tuner.load.engine import WorkerSpec, run_worker
 from tuner.load.hist import new_histogram, percentiles_us, record_ns
-from tuner.load.hlog import LAG_TAG, HlogWriter
+from tuner.load.hlog import LAG_TAG, ON_TIME_NS, RESPONSE_TAG, SERVICE_TAG, HlogWriter
 from tuner.load.plan import MN, Plan
 
 NS = 1_000_000_000
@@ -54,10 +54,14 @@ class Second:
     completed: int = 0
     latency: HdrHistogram = field(default_factory=new_histogram)
     lag: HdrHistogram = field(default_factory=new_histogram)
+    response: HdrHistogram = field(default_factory=new_histogram)  # reply read minus actual send: lag taken out
+    # requests sent on time: kernel receive stamp of the reply minus send (the client's delays taken out)
+    service: HdrHistogram = field(default_factory=new_histogram)
 
     def row(self) -> dict[str, Any]:
         lat = percentiles_us(self.latency)
         lag = percentiles_us(self.lag, (99.0,))
+        resp = percentiles_us(self.response, (99.0,))
         return {
             "second": self.second,
             "scheduled": self.scheduled,
@@ -66,6 +70,7 @@ class Second:
             "achieved_ratio": round(self.completed / self.scheduled, 5) if self.scheduled else None,
             "latency_us": None if lat is None else {k: v["us"] for k, v in lat.items()},
             "send_lag_p99_us": None if lag is None else lag["p99"]["us"],
+            "response_p99_us": None if resp is None else resp["p99"]["us"],
         }
 
 
@@ -76,6 +81,8 @@ class LoadResult:
     seconds: list[Second]
     latency: HdrHistogram
     lag: HdrHistogram
+    response: HdrHistogram
+    service: HdrHistogram
     planned: int
     errors: int
     unanswered: int
@@ -128,6 +135,9 @@ class LoadResult:
             "achieved_qps": round(sum(s.completed for s in self.full_seconds) / max(len(self.full_seconds), 1), 1),
             "worst_second_achieved_error": None if worst is None else round(worst, 5),
             "latency_us": percentiles_us(self.latency),
+            "response_us": percentiles_us(self.response),
+            "service_us": percentiles_us(self.service),
+            "service_samples": self.service.get_total_count(),
             "send_lag_us": None if lag is None else {k: v["us"] for k, v in lag.items()},
             "send_lag_max_us": round(self.lag.get_max_value() / 1e3, 3) if self.lag.get_total_count() else None,
             "per_second": [s.row() for s in self.seconds],
@@ -244,7 +254,7 @@ def _collect(
     for pipe in pipes:
         pipe.send(("start", t0))
     writer = HlogWriter(hlog, start_epoch, comment=f"tuner load {plan.source} -> {settings.address}") if hlog else None
-    total_lat, total_lag = new_histogram(), new_histogram()
+    total_lat, total_lag, total_resp, total_svc = new_histogram(), new_histogram(), new_histogram(), new_histogram()
     progress = {id(p): 0 for p in pipes}
     live = list(pipes)
     reported = 0
@@ -266,10 +276,11 @@ def _collect(
                 raise HostError("a generator process exited without its final report") from None
             if msg[0] == "error":
                 raise HostError(msg[1])
-            kind, now, sched_s, send_s, sched_d, done_d, errs, left = msg
+            kind, now, sched_s, send_s, sched_d, sent_d, done_d, rx_d, errs, left = msg
             errors += errs
             _add(seconds, sched_s, send_s, "sent", "lag", total_lag)
             _add(seconds, sched_d, done_d, "completed", "latency", total_lat)
+            _add_response(seconds, sched_d, sent_d, done_d, rx_d, total_resp, total_svc)
             progress[id(pipe)] = now
             if kind == "final":
                 unanswered += left
@@ -289,6 +300,8 @@ def _collect(
         seconds=seconds[: last + 1],
         latency=total_lat,
         lag=total_lag,
+        response=total_resp,
+        service=total_svc,
         planned=len(plan),
         errors=errors,
         unanswered=unanswered,
@@ -300,7 +313,12 @@ def _collect(
 
 
 def _add(
-    seconds: list[Second], sched: np.ndarray, stamp: np.ndarray, count_attr: str, hist_attr: str, total: HdrHistogram
+    seconds: list[Second],
+    sched: np.ndarray,
+    stamp: np.ndarray,
+    count_attr: str,
+    hist_attr: str,
+    total: HdrHistogram,
 ) -> None:
     if not sched.size:
         return
@@ -314,10 +332,38 @@ def _add(
         record_ns(getattr(slot, hist_attr), delta[mask])
 
 
+def _add_response(
+    seconds: list[Second],
+    sched: np.ndarray,
+    sent: np.ndarray,
+    done: np.ndarray,
+    received: np.ndarray,
+    total: HdrHistogram,
+    total_service: HdrHistogram,
+) -> None:
+    """Response time (reply read minus actual send) of every completion, and service time (kernel receive stamp
+    minus send) of those sent on time, alone onto an idle connection, with an exact stamp (`received` >= 0),
+    binned by completion second."""
+    if not sent.size:
+        return
+    delta = done - sent
+    sec = np.minimum(done // NS, len(seconds) - 1)
+    counted = (received >= 0) & (sent - sched <= ON_TIME_NS)
+    service = received - sent
+    record_ns(total, delta)
+    record_ns(total_service, service[counted])
+    for s in np.unique(sec).tolist():
+        here = sec == s
+        record_ns(seconds[s].response, delta[here])
+        record_ns(seconds[s].service, service[here & counted])
+
+
 def _report(second: Second, writer: HlogWriter | None, on_second: Callable[[Second], None] | None) -> None:
     if writer is not None:
         writer.write(float(second.second), 1.0, second.latency)
         writer.write(float(second.second), 1.0, second.lag, LAG_TAG)
+        writer.write(float(second.second), 1.0, second.response, RESPONSE_TAG)
+        writer.write(float(second.second), 1.0, second.service, SERVICE_TAG)
     if on_second is not None:
         on_second(second)
 

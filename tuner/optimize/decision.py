@@ -1,8 +1,11 @@
 """What a retune settles on: the best MEASURED point of it that met the SLA (`best_decision`), never a
-modelled one."""
+modelled one; and whether a new load needs a retune at all (`hold_or_retune`: inside the loads measured, a
+confident model's point is held without trials), the one rule the replay's contextual tuner and the daemon's
+load-shift check share."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -19,6 +22,9 @@ class Decision:
     measurement: Measurement | None
     met_sla: bool
     reason: str
+    # held from the model without a trial (`hold_or_retune`): `met_sla` is then the model's confident prediction,
+    # not a measurement
+    held: bool = False
 
 
 def best_decision(
@@ -69,3 +75,104 @@ def best_decision(
     safe = OperatingPoint(space.itr_us[0], space.dvfs_ghz[-1])
     n_failed = sum(1 for r in retune_trials if r.status == STATUS_FAILED)
     return Decision(safe, None, False, f"no trial completed ({n_failed} failed); applying the safe corner {safe}")
+
+
+# ------------------------------------------------------------------------------------------ hold or retune
+#: `hold_or_retune`: a load within this share above the highest (below the lowest) load measured within the limit
+#: still counts as inside the measured range (the offered load of one setting wobbles by about this much).
+HOLD_LOAD_TOL = 0.02
+#: ... and some load measured within the limit must lie within this share of the new load: a wide gap between two
+#: measured loads is not "measured" (the model interpolates across it, but nothing vouches for it).
+HOLD_NEAR = 0.10
+
+
+@dataclass(frozen=True)
+class HoldCandidate:
+    """A point the model predicts at the new load: its latency percentile (µs), P(percentile over the limit `best`
+    applies) and power (W), as the caller's model computes them."""
+
+    point: OperatingPoint
+    latency_us: float
+    p_over: float
+    power_w: float
+
+
+@dataclass(frozen=True)
+class HoldVerdict:
+    """`hold_or_retune`'s answer: hold `point` (no trial) or retune, and why."""
+
+    hold: bool
+    point: OperatingPoint | None
+    reason: str
+    candidate: HoldCandidate | None = None
+
+
+def hold_or_retune(
+    qps: float,
+    measured_loads: Sequence[float],
+    candidates: Sequence[HoldCandidate],
+    *,
+    max_p: float,
+    load_tol: float = HOLD_LOAD_TOL,
+    near: float = HOLD_NEAR,
+) -> HoldVerdict:
+    """Whether a new load `qps` can be served from the model without trials (pure; the replay's contextual tuner and
+    the daemon's load-shift check both decide with it).
+
+    Hold when all of: `max_p` > 0 (0 turns holding off); `qps` lies inside the loads measured within the limit
+    (`measured_loads`: no higher than the highest by more than `load_tol`, no lower than the lowest by more than
+    `load_tol`), with one of them within `near` of `qps`; and some candidate's P(over the limit) is at most
+    `max_p`. The point held is the lowest predicted power among those candidates. Anything else -- nothing measured,
+    a load above (a new peak) or below the measured range or in a gap of it, no model, a model not confident enough
+    -- retunes, with the reason.
+    """
+    if not max_p > 0:
+        return HoldVerdict(False, None, "holding from the model is off")
+    outside = outside_measured(qps, measured_loads, load_tol=load_tol, near=near)
+    if outside is not None:
+        return HoldVerdict(False, None, outside)
+    loads = _loads(measured_loads)
+    lo, hi = loads[0], loads[-1]
+    nearest = min(loads, key=lambda q: abs(q - qps))
+    if not candidates:
+        return HoldVerdict(False, None, f"no model prediction at {qps:.0f} QPS")
+    sure = [c for c in candidates if math.isfinite(c.p_over) and c.p_over <= max_p and math.isfinite(c.power_w)]
+    if not sure:
+        p = min((c.p_over for c in candidates if math.isfinite(c.p_over)), default=math.nan)
+        return HoldVerdict(
+            False, None, f"model not confident at {qps:.0f} QPS: lowest P(over the limit) {p:.3f} > {max_p:g}"
+        )
+    c = min(sure, key=lambda c: (c.power_w, c.p_over, -c.point.itr_us, c.point.dvfs_ghz))
+    return HoldVerdict(
+        True,
+        c.point,
+        f"held from the model, no trial: load {qps:.0f} QPS inside the measured {lo:.0f}-{hi:.0f} "
+        f"(nearest {nearest:.0f}); {c.point} predicted {c.latency_us:.0f} µs, P(over the limit) {c.p_over:.3f} "
+        f"<= {max_p:g}, {c.power_w:.1f} W",
+        c,
+    )
+
+
+def _loads(measured_loads: Sequence[float]) -> list[float]:
+    return sorted(q for q in measured_loads if math.isfinite(q) and q > 0)
+
+
+def outside_measured(
+    qps: float, measured_loads: Sequence[float], *, load_tol: float = HOLD_LOAD_TOL, near: float = HOLD_NEAR
+) -> str | None:
+    """Why `qps` is not inside the loads measured within the limit (`hold_or_retune`'s load test), None if it is
+    (pure; callers check it before asking a model about the load)."""
+    if not (math.isfinite(qps) and qps > 0):
+        return f"offered load {qps!r} unknown"
+    loads = _loads(measured_loads)
+    if not loads:
+        return "no load measured within the limit yet"
+    lo, hi = loads[0], loads[-1]
+    if qps > hi * (1 + load_tol):
+        return f"load {qps:.0f} QPS above the highest measured within the limit ({hi:.0f})"
+    if qps < lo * (1 - load_tol):
+        return f"load {qps:.0f} QPS below the lowest measured within the limit ({lo:.0f})"
+    nearest = min(loads, key=lambda q: abs(q - qps))
+    if abs(nearest - qps) > near * qps:
+        return f"no load within {near * 100:g} % of {qps:.0f} QPS measured within the limit (nearest {nearest:.0f})"
+    return None

@@ -52,7 +52,14 @@ from typing import Any
 from actuators.host import KnobSpace, Measurement, OperatingPoint
 from core.errors import TunerError
 from tuner.optimize.axsetup import no_warnings, quiet_ax, small_acqf_batches
-from tuner.optimize.decision import Decision, best_decision
+from tuner.optimize.decision import (
+    Decision,
+    HoldCandidate,
+    HoldVerdict,
+    best_decision,
+    hold_or_retune,
+    outside_measured,
+)
 from tuner.optimize.model import LOAD_TOLERANCE
 from tuner.optimize.records import (
     STATUS_COMPLETED,
@@ -270,6 +277,31 @@ class Optimizer(StoppingRule):
         trial at all, the host's safe corner (lowest ITR, highest frequency) is returned, `measurement=None`.
         """
         return best_decision(self.retune_trials(), self.objective, self.settings, self.space)
+
+    def hold_verdict(self, qps: float) -> HoldVerdict:
+        """Whether the retune begun at `qps` (`begin_retune`) can hold the model's point without trials:
+        `decision.hold_or_retune` with `settings.hold_max_p`, over the loads of the model's trials measured within
+        the limit `best` applies and, only if `qps` is inside them, the grid cells the safety filter would allow
+        at this load (near such a trial, not next to one over the SLA) as the model predicts them -- P(over the
+        limit) with the SD scaled by `safe_sd_scale`, as the safety filter computes it. Needs `context`."""
+        s = self.settings
+        if not s.context or s.hold_max_p <= 0 or self._load is None:
+            return hold_or_retune(qps, (), (), max_p=0.0)
+        evidence = self._evidence()
+        _, ev_load, ev_met, _ = evidence
+        loads = [float(x) * s.context_max_qps for x, ok in zip(ev_load, ev_met) if ok]
+        if outside_measured(qps, loads) is not None:
+            return hold_or_retune(qps, loads, (), max_p=s.hold_max_p)
+        cells = self._near_cells(evidence) if s.safe_delta > 0 and s.safe_radius > 0 else self._grid()
+        grid = self._grid_model(self._load, refit=True, cells=cells) if cells else None
+        candidates: list[HoldCandidate] = []
+        if grid is not None:
+            scale = self._scale
+            for k, cell in enumerate(grid["cells"]):
+                lat, _ = scale.latency_mean_sd(float(grid["mu"][k]), float(grid["sd"][k]))
+                p = max(float(grid["p_unmet"][k]), float(grid["p_violation"][k]))
+                candidates.append(HoldCandidate(self._grid_point(cell), lat, p, float(grid["power"][k])))
+        return hold_or_retune(qps, loads, candidates, max_p=s.hold_max_p)
 
     def predict(self, points: Sequence[OperatingPoint], qps: float | None = None) -> list[Prediction]:
         """Model mean and SEM of the objective's percentile latency and power at `points`.

@@ -1,12 +1,15 @@
 """Driving a retune on a host: `run_trial` (suggest, apply, settle, measure a window, report) and
-`run_retune` (trials until the budget or the stopping rule, then apply the best measured point)."""
+`run_retune` (trials until the budget or the stopping rule, then apply the best measured point; or, with
+`hold_max_p`, no trial at all when the load is inside what the model has measured and it is confident there:
+`Optimizer.hold_verdict`)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 
-from actuators.host import Host, Measurement, apply_point
+from actuators.host import Host, Measurement, OperatingPoint, apply_point
 from core.errors import HostError, TunerError
 from tuner.optimize.decision import Decision
 from tuner.optimize.optimizer import Optimizer
@@ -60,6 +63,11 @@ def run_retune(
     trials of it -- fewer if `should_stop()` or the optimiser's own stopping rule (`Optimizer.should_stop`)
     says so -- then apply `optimizer.best()`.
 
+    With `settings.context` and `hold_max_p` > 0, first `optimizer.hold_verdict(qps)`: if the load is inside the
+    loads measured within the limit and the model is confident of a point there, that point is applied and
+    returned (`Decision.held`, no trial, no measurement); otherwise the trials run and the decision's reason
+    starts with why the model could not hold.
+
     Each trial: apply point -> settle for `settle_s` (measured, so its energy is counted) -> measure
     `window_s` -> report. A host exception marks that trial failed in Ax and the retune goes on. The decision
     is applied at the end; if applying it fails, `HostError` is raised.
@@ -71,6 +79,14 @@ def run_retune(
             raise HostError(f"could not read the offered load: {type(exc).__name__}: {exc}") from None
         qps = math.nan
     optimizer.begin_retune(qps)
+    if settings.context and settings.hold_max_p > 0:
+        verdict = optimizer.hold_verdict(qps)
+        if verdict.hold and verdict.point is not None:
+            _apply(host, verdict.point)
+            return Decision(verdict.point, None, True, verdict.reason, held=True)
+        hold_note = f"retuned: {verdict.reason}; "
+    else:
+        hold_note = ""
     for _ in range(settings.trials):
         if should_stop is not None and should_stop():
             break
@@ -80,10 +96,14 @@ def run_retune(
         if on_trial is not None:
             on_trial(rec)
     decision = optimizer.best()
+    _apply(host, decision.point)
+    return replace(decision, reason=hold_note + decision.reason) if hold_note else decision
+
+
+def _apply(host: Host, point: OperatingPoint) -> None:
     try:
-        apply_point(host, decision.point)
+        apply_point(host, point)
     except TunerError:
         raise
     except Exception as exc:  # noqa: BLE001
-        raise HostError(f"could not apply the chosen point {decision.point}: {type(exc).__name__}: {exc}") from None
-    return decision
+        raise HostError(f"could not apply the chosen point {point}: {type(exc).__name__}: {exc}") from None

@@ -141,6 +141,10 @@ class TunerSettings:
     # safe and near evidence: step from the best point measured at the highest load (frequency first, then ITR,
     # `SafeExploration._peak_step`) instead of walking the safe line from the corner
     peak_step: bool = False
+    # with context: a retune at a load inside the loads measured within the limit holds the model's best point there
+    # without trials when the model puts its P(over the limit `best` applies) at most this (`decision.hold_or_retune`);
+    # 0 = every retune runs trials
+    hold_max_p: float = 0.0
     # how the next point is chosen once the model is fitted (ACQUISITIONS)
     acquisition: str = "ax"
 
@@ -188,6 +192,8 @@ class TunerSettings:
             raise TunerError(
                 f"safe_sd_scale must be in [1, 10] (1 = the model's SD as it is), got {self.safe_sd_scale!r}"
             )
+        if not (_finite_above(self.hold_max_p, 0.0, strict=False) and self.hold_max_p <= 0.5):
+            raise TunerError(f"hold_max_p must be a probability in [0, 0.5] (0 = off), got {self.hold_max_p!r}")
         if self.latency_metric not in LATENCY_METRICS:
             raise TunerError(f"latency_metric {self.latency_metric!r}: expected one of {', '.join(LATENCY_METRICS)}")
         if self.acquisition not in ACQUISITIONS:

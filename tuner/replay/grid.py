@@ -2,7 +2,7 @@
 
 A `RunSpec` names one replay of the simulated host completely (trace window selection, seed, SLA, tuner
 preset and overrides), so it runs the same anywhere: in this process (`engine="serial"`), or as a Ray task on
-the local Ray (`ray.init` with `num_cpus`, no dashboard, node address 127.0.0.1) or on a cluster (`address`).
+the local Ray (`local_ray`: `num_cpus`, no dashboard, every server on 127.0.0.1 only) or on a cluster (`address`).
 The oracle's points depend on the trace and the SLA only, so they are computed once per (trace, SLA) -- as
 Ray tasks too -- and handed to every run that needs them.
 
@@ -234,7 +234,7 @@ def run_grid(
     num_cpus: int = 2,
 ) -> GridReport:
     """Run every spec and aggregate. `engine`: "serial" (this process), "ray" (Ray tasks: the cluster at
-    `address`, else a local Ray of `num_cpus` CPUs, no dashboard, node address 127.0.0.1) or "auto" (Ray if installed)."""
+    `address`, else a loopback-only local Ray of `num_cpus` CPUs, `local_ray`) or "auto" (Ray if installed)."""
     if engine not in ENGINES:
         raise TunerError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
     if engine == "auto":
@@ -257,44 +257,92 @@ def run_grid(
     return report
 
 
+#: Ray's switch for its single-machine mode (the default on macOS and Windows): read at `import ray` into
+#: `ray._private.ray_constants.ENABLE_RAY_CLUSTER`, and by the processes a local Ray starts.
+RAY_CLUSTER_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+@contextmanager
+def local_ray(num_cpus: int = 2, env_vars: dict[str, str] | None = None) -> Iterator[None]:
+    """A Ray of `num_cpus` CPUs on this host, reachable on loopback only; shut down (and the process
+    environment restored) on exit.
+
+    `ray.init(_node_ip_address="127.0.0.1")` alone is not enough: Ray 2.x on Linux resolves a loopback node
+    address back to the host's routable one (`services.resolve_ip_for_localhost`), and its GCS, raylet and
+    workers then listen on all interfaces (`::`), its runtime-env agent on the host's address. In Ray's
+    single-machine mode (`RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`, what it does on macOS and Windows) the node
+    address stays 127.0.0.1 and every one of its servers binds to it (tests/test_replay_grid.py checks the
+    listening sockets). The mode is set for this process (Ray's constant) and for the processes `ray.init`
+    starts (the environment, inherited by the workers the raylet starts later), then put back. Usage
+    statistics are off (they would go over the network); no dashboard."""
+    import ray
+    from ray._private import ray_constants
+
+    saved_env = {k: os.environ.get(k) for k in (RAY_CLUSTER_ENV, "RAY_USAGE_STATS_ENABLED")}
+    saved_const = ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[RAY_CLUSTER_ENV] = "0"
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        ray.init(
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            _node_ip_address="127.0.0.1",
+            runtime_env={"env_vars": env_vars or {}},
+            log_to_driver=False,
+            configure_logging=False,
+        )
+        yield
+    finally:
+        try:
+            if ray.is_initialized():
+                ray.shutdown()
+        finally:
+            ray_constants.ENABLE_RAY_CLUSTER = saved_const
+            for k, v in saved_env.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
+def worker_env() -> dict[str, str]:
+    """The Ray workers import this package from where this process found it (a source checkout, or installed)."""
+    root = str(Path(__file__).resolve().parents[2])
+    return {"PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
+
+
 def _run_ray(
     specs: Sequence[RunSpec], sla_keys: list[tuple], address: str | None, num_cpus: int
 ) -> tuple[list[dict[str, Any]], float]:
+    """On the Ray this process is already connected to, else on the cluster at `address`, else on a
+    `local_ray` started for this grid and shut down after."""
     import ray
 
-    started = False
-    if not ray.is_initialized():
-        # The workers import this package from where this process found it (a source checkout, or installed).
-        root = str(Path(__file__).resolve().parents[2])
-        env = {"PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
-        if address:
-            ray.init(address=address, runtime_env={"env_vars": env}, log_to_driver=False)
-        else:
-            # usage statistics would be sent over the network: off. The node address is loopback; Ray 2.60's servers
-            # still listen on all interfaces (no setting confines them), behind its default token authentication.
-            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-            ray.init(
-                num_cpus=num_cpus,
-                include_dashboard=False,
-                _node_ip_address="127.0.0.1",
-                runtime_env={"env_vars": env},
-                log_to_driver=False,
-                configure_logging=False,
-            )
-        started = True
-    try:
-        oracle_task = ray.remote(num_cpus=1)(oracle_memo)
-        run_task = ray.remote(num_cpus=1)(run_one)
-        t_or = time.perf_counter()
-        memo_refs = {k: oracle_task.remote(*k) for k in sla_keys}
-        if memo_refs:
-            ray.wait(list(memo_refs.values()), num_returns=len(memo_refs))
-        oracle_s = time.perf_counter() - t_or
-        refs = [run_task.remote(s, memo_refs.get((s.trace, s.percentile, s.sla_us))) for s in specs]
-        return list(ray.get(refs)), oracle_s
-    finally:
-        if started:
+    if ray.is_initialized():
+        return _ray_tasks(specs, sla_keys)
+    if address:
+        ray.init(address=address, runtime_env={"env_vars": worker_env()}, log_to_driver=False)
+        try:
+            return _ray_tasks(specs, sla_keys)
+        finally:
             ray.shutdown()
+    with local_ray(num_cpus, worker_env()):
+        return _ray_tasks(specs, sla_keys)
+
+
+def _ray_tasks(specs: Sequence[RunSpec], sla_keys: list[tuple]) -> tuple[list[dict[str, Any]], float]:
+    import ray
+
+    oracle_task = ray.remote(num_cpus=1)(oracle_memo)
+    run_task = ray.remote(num_cpus=1)(run_one)
+    t_or = time.perf_counter()
+    memo_refs = {k: oracle_task.remote(*k) for k in sla_keys}
+    if memo_refs:
+        ray.wait(list(memo_refs.values()), num_returns=len(memo_refs))
+    oracle_s = time.perf_counter() - t_or
+    refs = [run_task.remote(s, memo_refs.get((s.trace, s.percentile, s.sla_us))) for s in specs]
+    return list(ray.get(refs)), oracle_s
 
 
 # ---------------------------------------------------------------------------------------------- aggregate

@@ -10,14 +10,20 @@ from pathlib import Path
 from typing import Any
 
 from tuner.replay.run import ReplayResult
-from tuner.replay.summary import day_summaries, days, policy_summary
+from tuner.replay.summary import day_summaries, days, oracle_comparison, policy_summary
 
 SUMMARY = "summary.json"
 WINDOWS = "windows.csv"
 TRIALS = "trials.jsonl"  # = tuner.store.history.REPLAY_TRIALS_FILE (read by `tuner trials export --from-replay`)
 PLOTS = ("power.png", "latency.png", "knobs.png")
 
-_COLOURS = {"tuner": "tab:blue", "linux-default": "tab:red", "static-performance": "tab:orange", "oracle": "tab:green"}
+_COLOURS = {
+    "tuner": "tab:blue",
+    "linux-default": "tab:red",
+    "static-performance": "tab:orange",
+    "oracle": "tab:green",
+    "oracle-hourly": "tab:olive",
+}
 
 
 def _finite(x: float | None) -> float | None:
@@ -40,6 +46,7 @@ def summary(result: ReplayResult) -> dict[str, Any]:
         "min_qps": min(w.qps for w in result.windows) if result.windows else None,
         "wall_s": result.wall_s,
         "policies": {p: policy_summary(result, p) for p in result.policies},
+        "oracle_comparison": oracle_comparison(result),
         "per_day": day_summaries(result),
         **result.meta,
     }
@@ -58,6 +65,8 @@ def window_rows(result: ReplayResult) -> list[dict[str, Any]]:
                     "window": w.index,
                     "start_s": w.start_s,
                     "qps": round(w.qps, 3),
+                    # what the host measured in the steady window (a real host: memcached's counters)
+                    "measured_qps": "" if w.steady is None else round(w.steady.offered_qps, 3),
                     "itr_us": "" if w.point is None else w.point.itr_us,
                     "dvfs_ghz": "" if w.point is None else w.point.dvfs_ghz,
                     f"p{pct:g}_us": "" if w.steady is None else round(w.latency_us(pct), 3),
@@ -273,7 +282,11 @@ def print_report(result: ReplayResult, console: Any, *, per_window: bool = True)
             "SLA",
         ):
             t.add_column(col, justify="right")
-        others = [p for p in ("linux-default", "oracle") if p in result.policies and result.policies[p].windows]
+        others = [
+            p
+            for p in ("linux-default", "oracle", "oracle-hourly")
+            if p in result.policies and result.policies[p].windows
+        ]
         for p in others:
             t.add_column(f"{p} W", justify="right")
         by_idx = {p: {w.index: w for w in result.policies[p].windows} for p in others}
@@ -337,11 +350,13 @@ def print_report(result: ReplayResult, console: Any, *, per_window: bool = True)
         + (f" over {s['days']} days" if multi else "")
         + f", {result.objective.describe()}, host {result.host}"
     )
+    hourly = "oracle-hourly" in s["policies"]
     for col in (
         "policy",
         "energy kJ",
         "saved vs linux",
         "x oracle",
+        *(("x hourly oracle",) if hourly else ()),
         "SLA-violating windows (significant)",
         "explore s > SLA (%)",
         "trials (failed)",
@@ -352,22 +367,30 @@ def print_report(result: ReplayResult, console: Any, *, per_window: bool = True)
         t.add_column(col, justify="right")
     for p, ps in s["policies"].items():
         if not ps.get("available", True):
-            t.add_row(p, "[dim]unavailable[/]", "", "", "", "", "", "", "", "")
+            t.add_row(p, "[dim]unavailable[/]", *([""] * (len(t.columns) - 2)))
             continue
         t.add_row(
             p,
             f"{ps['energy_j'] / 1000:.1f}",
             _pct_cell(ps["saved_vs_linux_default_pct"]),
             _fmt(ps["ratio_to_oracle"], ".3f"),
+            *((_fmt(ps["ratio_to_hourly_oracle"], ".3f"),) if hourly else ()),
             f"{ps['sla_violating_windows']}/{ps['windows']} ({ps['sla_violating_windows_significant']})",
             f"{ps['explore_above_sla_s']:.0f}"
             + (f" ({_pct_cell(ps['explore_above_sla_pct'])})" if ps["explore_s"] else ""),
             f"{ps['trials']} ({ps['failed_trials']})",
-            _fmt(ps["trials_per_retune"], ".1f"),
+            _fmt(ps["trials_per_retune"], ".1f")
+            + (f", {ps['held_windows']} held" if p == "tuner" and ps.get("held_windows") else ""),
             _fmt(ps["median_suggest_s"], ".2f"),
             f"{ps['wall_s']:.1f}",
         )
     console.print(t)
+    if hourly:
+        console.print(
+            "oracle-hourly: the best static point of each hour (the oracle at the hour's highest window load), "
+            "computed once per hour and held for all of its windows"
+            + ("" if "oracle" in s["policies"] else "; the per-window oracle did not run (--policies ...,oracle)")
+        )
     for p, ps in s["policies"].items():
         if ps.get("note") and (not ps.get("available", True) or p == "tuner"):
             console.print(f"[yellow]{ps['note']}[/]" if not ps.get("available", True) else f"{p}: {ps['note']}")

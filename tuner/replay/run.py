@@ -14,6 +14,10 @@ Per window of the schedule, each policy sets the host's offered load to the wind
   host's noise-free model `host.expected(points, qps)` (`tuner.replay.oracle`; the simulated host has one), then measures
   the whole window there. A host without `expected` has no oracle: the policy is reported as unavailable
   (a measured grid would cost hours per window and still be a noisy estimate, not an oracle).
+* `oracle-hourly`: the best static point of each clock hour, held for all of that hour's windows: the oracle at the
+  hour's highest window load (the percentile rises with load, so that point meets the SLA in every window of the
+  hour). With hourly windows it is `oracle`; with finer windows it is the static hourly point a tuner that
+  follows the load within the hour can beat, and one oracle computation per hour instead of per window.
 
 Every policy runs on its own host built from the same spec and seed, so each compares like with like.
 A multi-day schedule (`traces.schedule.repeat_days`) carries each window's `day`; summaries are per day too.
@@ -35,7 +39,13 @@ from tuner.optimize.retune import run_retune
 from tuner.optimize.settings import Objective, TunerSettings
 from tuner.replay.oracle import oracle_point
 
-POLICIES: tuple[str, ...] = ("tuner", "linux-default", "static-performance", "oracle")
+POLICIES: tuple[str, ...] = ("tuner", "linux-default", "static-performance", "oracle", "oracle-hourly")
+#: The policies a replay runs unless told (`default_policies`): windows of an hour or more get the per-window
+#: oracle; finer windows the hourly one (the per-window oracle costs ~1-4 s of model cells per window, which for
+#: 288 five-minute windows is most of the replay; add it with `--policies ...,oracle`).
+HOURLY_POLICIES: tuple[str, ...] = ("tuner", "linux-default", "static-performance", "oracle")
+FINE_POLICIES: tuple[str, ...] = ("tuner", "linux-default", "static-performance", "oracle-hourly")
+HOUR_S = 3600.0
 
 #: `tuner replay --tuner NAME` / `bench/replay.py` variants: the TunerSettings fields each preset sets.
 #: `cold` is the dissertation's tuner (every learning feature off, 30 trials, a fresh experiment per window);
@@ -63,6 +73,9 @@ TUNER_PRESETS: dict[str, dict[str, Any]] = {
         # a load above every one measured: step from the best point at the highest load, frequency first
         # (bench/replay.py, 3 seeds: 99 % < 500 µs 1.022 x oracle against 1.026 x, 99 % < 200 µs unchanged)
         "peak_step": True,
+        # a load inside those measured within the limit: hold the model's best point without trials when its
+        # P(over the limit) <= 5 % (the safety filter's delta)
+        "hold_max_p": 0.05,
     },
 }
 #: The benchmark's ablations, each warm without one feature (docs/benchmarks.md): named presets, so that
@@ -141,6 +154,10 @@ class WindowResult:
     gated_trials: int = 0
     gated_p_sum: float = 0.0
     gated_over: int = 0
+    # the tuner held the model's point without a trial (`Optimizer.hold_verdict`); `decide_s`: the compute of that
+    # decision when held, else of the retune's suggestions
+    held: bool = False
+    decide_s: float = 0.0
 
     @property
     def power_w(self) -> float:
@@ -236,7 +253,9 @@ def _run_tuner_window(
         if progress is not None:
             progress("tuner", w.index, rec)
 
+    t0 = time.perf_counter()
     decision = run_retune(host, opt, settings, on_trial=on_trial, should_stop=lambda: used["s"] >= w.seconds)
+    decide_s = time.perf_counter() - t0  # held: the decision's compute (applying a point costs nothing here)
     explore_e = sum(m.energy_j for r in recs for m in (r.settle, r.measurement) if m is not None)
     explore_s = sum(m.seconds for r in recs for m in (r.settle, r.measurement) if m is not None)
     above = sum(_above_sla_s(objective, m) for r in recs for m in (r.settle, r.measurement))
@@ -277,7 +296,28 @@ def _run_tuner_window(
         gated_trials=len(gated),
         gated_p_sum=sum(float(r.p_violation) for r in gated if r.p_violation is not None),
         gated_over=sum(1 for r in gated if r.measurement is not None and not objective.met(r.measurement)),
+        held=decision.held,
+        decide_s=decide_s if decision.held else sum(r.compute_s for r in recs),
     ), recs
+
+
+def hour_loads(windows: Sequence[ReplayWindow]) -> dict[tuple[int, int], float]:
+    """The highest window load of each (day, clock hour) of the schedule: the load `oracle-hourly` is computed at."""
+    out: dict[tuple[int, int], float] = {}
+    for w in windows:
+        key = hour_of(w)
+        out[key] = max(out.get(key, 0.0), w.qps)
+    return out
+
+
+def hour_of(w: ReplayWindow) -> tuple[int, int]:
+    """(day, clock hour of the window's start): the group `oracle-hourly` holds one point for."""
+    return w.day, int(math.floor(w.start_s / HOUR_S + 1e-9))
+
+
+def default_policies(bin_s: float) -> tuple[str, ...]:
+    """`HOURLY_POLICIES` for windows of an hour or more, else `FINE_POLICIES`."""
+    return HOURLY_POLICIES if bin_s >= HOUR_S else FINE_POLICIES
 
 
 def _run_static_window(
@@ -287,7 +327,9 @@ def _run_static_window(
     objective: Objective,
     oracle_exhaustive: bool = False,
     oracle_memo: dict | None = None,
+    oracle_qps: float | None = None,
 ) -> WindowResult:
+    """One window of a static policy; `oracle_qps`: the load the oracle is computed at (default the window's)."""
     note = ""
     point: OperatingPoint | None
     if policy == "linux-default":
@@ -298,14 +340,17 @@ def _run_static_window(
         k = host.knobs()
         point = apply_point(host, OperatingPoint(k.itr_us[0], k.dvfs_ghz[-1]))
         note = "lowest ITR, highest frequency"
-    elif policy == "oracle":
-        key = (round(w.qps, 6), objective.percentile, objective.sla_us)
+    elif policy in ("oracle", "oracle-hourly"):
+        at = w.qps if oracle_qps is None else oracle_qps
+        key = (round(at, 6), objective.percentile, objective.sla_us)
         if oracle_memo is not None and key in oracle_memo:
             point, note = oracle_memo[key]
         else:
-            point, note = oracle_point(host, objective, w.qps, exhaustive=oracle_exhaustive)
+            point, note = oracle_point(host, objective, at, exhaustive=oracle_exhaustive)
             if oracle_memo is not None:
                 oracle_memo[key] = (point, note)
+        if policy == "oracle-hourly":
+            note = f"hourly oracle: best static point at the hour's highest window load {at:.0f} QPS, held; {note}"
         apply_point(host, point)
     else:  # pragma: no cover - parse_policies guards this
         raise TunerError(f"unknown policy {policy!r}")
@@ -348,7 +393,7 @@ def replay(
     objective: Objective,
     settings: TunerSettings,
     *,
-    policies: Sequence[str] = POLICIES,
+    policies: Sequence[str] = HOURLY_POLICIES,
     progress: Progress | None = None,
     host_label: str = "",
     source: str = "",
@@ -382,11 +427,13 @@ def replay(
         {},
     )
     result.meta["started_unix"] = time.time()
+    hours = hour_loads(result.windows)
+    memo = {} if oracle_memo is None else oracle_memo  # the hourly oracle asks once per hour, not per window
     for policy in policies:
         host = make_host()
         pr = PolicyResult(policy)
         result.policies[policy] = pr
-        if policy == "oracle" and not callable(getattr(host, "expected", None)):
+        if policy in ("oracle", "oracle-hourly") and not callable(getattr(host, "expected", None)):
             pr.available = False
             pr.note = f"oracle unavailable: host {getattr(host, 'name', '?')!r} has no noise-free model (expected())"
             for w in result.windows:
@@ -415,7 +462,8 @@ def replay(
                     wr, recs = _run_tuner_window(host, w, objective, settings, progress, opt)
                     pr.trials.extend(recs)
                 else:
-                    wr = _run_static_window(policy, host, w, objective, oracle_exhaustive, oracle_memo)
+                    at = hours[hour_of(w)] if policy == "oracle-hourly" else None
+                    wr = _run_static_window(policy, host, w, objective, oracle_exhaustive, memo, at)
                 pr.windows.append(wr)
                 if progress is not None:
                     progress(policy, w.index, None)

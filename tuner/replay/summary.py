@@ -37,11 +37,10 @@ def policy_summary(result: ReplayResult, policy: str, day: int | None = None) ->
     ws = pick(pr.windows)
     energy = sum(w.energy_j for w in ws)
     base = result.policies.get("linux-default")
-    oracle = result.policies.get("oracle")
     base_ws = pick(base.windows) if base is not None and base.available else []
-    oracle_ws = pick(oracle.windows) if oracle is not None and oracle.available else []
     base_e = sum(w.energy_j for w in base_ws) if base_ws else None
-    oracle_e = sum(w.energy_j for w in oracle_ws) if oracle_ws else None
+    oracle_e = _energy(result, "oracle", day)
+    hourly_e = _energy(result, "oracle-hourly", day)
     suggest = [s for w in ws for s in w.suggest_s]
     elapsed = sum(w.elapsed_s for w in ws)
     explore_s = sum(w.explore_s for w in ws)
@@ -56,6 +55,7 @@ def policy_summary(result: ReplayResult, policy: str, day: int | None = None) ->
         "mean_power_w": energy / elapsed if ws and elapsed > 0 else None,
         "saved_vs_linux_default_pct": (100.0 * (1 - energy / base_e)) if base_e else None,
         "ratio_to_oracle": (energy / oracle_e) if oracle_e else None,
+        "ratio_to_hourly_oracle": (energy / hourly_e) if hourly_e else None,
         "sla_violating_windows": sum(1 for w in ws if w.met_sla is False),
         "sla_violating_windows_significant": sum(
             1 for w in ws if w.steady is not None and result.objective.violated_confidently(w.steady)
@@ -68,6 +68,9 @@ def policy_summary(result: ReplayResult, policy: str, day: int | None = None) ->
         "explore_energy_j": sum(w.explore_energy_j for w in ws),
         "trials": trials,
         "trials_per_retune": trials / len(ws) if policy == "tuner" and ws else None,
+        "held_windows": sum(1 for w in ws if w.held),
+        "median_decide_s": statistics.median([w.decide_s for w in ws]) if policy == "tuner" and ws else None,
+        "median_hold_decide_s": statistics.median(held_s) if (held_s := [w.decide_s for w in ws if w.held]) else None,
         "failed_trials": sum(w.failed_trials for w in ws),
         "failed_windows": sum(1 for w in ws if w.error),
         "trial_window_s": sum(w.trial_window_s for w in ws),
@@ -84,6 +87,38 @@ def policy_summary(result: ReplayResult, policy: str, day: int | None = None) ->
         out["day"] = day
     elif policy == "tuner" and pr.history_used:
         out["history_trials_used"] = pr.history_used
+    return out
+
+
+def _energy(result: ReplayResult, policy: str, day: int | None) -> float | None:
+    """A policy's energy over the replay (over one `day` if given); None if it did not run or is unavailable."""
+    pr = result.policies.get(policy)
+    if pr is None or not pr.available:
+        return None
+    ws = [w for w in pr.windows if day is None or w.day == day]
+    return sum(w.energy_j for w in ws) if ws else None
+
+
+def oracle_comparison(result: ReplayResult) -> dict[str, Any] | None:
+    """The tuner's energy against the oracles that ran: the per-window oracle (`oracle`) and the best static point of
+    each hour held for its windows (`oracle-hourly`); None without the tuner. A ratio below 1 against the hourly
+    oracle is energy a tuner following the load within the hour saves over any static hourly point."""
+    tuner = _energy(result, "tuner", None)
+    if tuner is None:
+        return None
+    hourly, window = _energy(result, "oracle-hourly", None), _energy(result, "oracle", None)
+    out: dict[str, Any] = {
+        "tuner_energy_j": tuner,
+        "hourly_oracle_energy_j": hourly,
+        "ratio_to_hourly_oracle": tuner / hourly if hourly else None,
+        "window_oracle_energy_j": window,
+        "ratio_to_window_oracle": tuner / window if window else None,
+        "window_s": result.windows[0].seconds if result.windows else None,
+    }
+    if hourly is None:
+        out["note_hourly"] = "the hourly oracle did not run (add oracle-hourly to --policies)"
+    if window is None:
+        out["note_window"] = "the per-window oracle did not run (add oracle to --policies; ~1-4 s per window)"
     return out
 
 

@@ -1,10 +1,18 @@
 """Does this host still behave like its hardware class? A test on the residuals of the class model.
 
-The class model is local and non-parametric: the prediction for one of this host's trials is the median, over
-its `k` nearest trials of the *other* hosts of the class, of log power and log latency (at the trial's own
-objective percentile). Nearness is measured in the units the response changes over: 10 % of load, 0.2 GHz
-and 64 µs of ITR count one each, and only neighbours within `radius` such units count; a trial with fewer
-than `min_neighbours` of them is not tested (the class has no evidence there).
+The class model is local: the prediction for one of this host's trials comes from its `k` (32) nearest trials
+of the *other* hosts of the class, of log power and log latency (at the trial's own objective percentile).
+Nearness is measured in the units the response changes over: 10 % of load, 0.2 GHz and 64 µs of ITR count
+one each (summed), and only neighbours within `radius` (3) such units count. A trial is tested only where
+the class has evidence around it: at least `min_neighbours` neighbours, bracketing it along every feature
+(some at or below it and some at or above, `bracket` = 0.25 units of slack). The prediction is a local
+linear fit over them (least squares, a small ridge penalty on the slopes; `local_linear`), not their median.
+Both matter on a steep surface -- latency near its cliff at a tight SLA: a host's trials often lie to one
+side of the class's (a second host exploring lower ITRs than the first did), and a median of neighbours that
+all lie on one side is biased by the slope times the offset (a line extrapolated past them, less so). Measured
+on two simulated hosts of one class at p99 < 200 µs (`bench/fleet.py`, seeds 0 and 1): the median over
+every neighbour within 3 units flagged the healthy second host (latency "shifted" -14 %, |t| 4.4 over 38
+trials); the bracketed local fit does not (-1.7 %, |t| 2.1 over 26).
 
 For each metric, the residuals r_i = y_host - y_class (log units, i.e. relative) of the n tested trials get
 a one-sample t-test of mean zero: t = mean(r) / (sd(r) / sqrt(n)). Over a class of identical machines the
@@ -38,13 +46,18 @@ ITR_UNIT_US = 64.0
 
 @dataclass(frozen=True)
 class DriftSettings:
-    k: int = 8
+    k: int = 32
     radius: float = 3.0
     min_neighbours: int = 3
     min_trials: int = 5
     t_crit: float = 3.5
     power_margin: float = 0.05
     latency_margin: float = 0.10
+    # the class's prediction: a local linear fit over the neighbours (ridge on the slopes), else their median
+    local_linear: bool = True
+    ridge: float = 0.01
+    # a trial is tested only where the neighbours bracket it along every feature (this many units of slack)
+    bracket: float = 0.25
 
 
 @dataclass(frozen=True)
@@ -77,6 +90,30 @@ def _responses(e: HistoryEntry) -> tuple[float | None, float | None]:
     )
 
 
+def _inside(f: tuple[float, float, float], near: list[tuple[float, float, float]], tol: float) -> bool:
+    """Whether the neighbours bracket `f` along every feature (some at or below it and some at or above it,
+    `tol` units of slack): the class's evidence is around the trial, and the fit interpolates."""
+    return all(min(g[j] for g in near) <= f[j] + tol and max(g[j] for g in near) >= f[j] - tol for j in range(len(f)))
+
+
+def _local_fit(
+    f: tuple[float, float, float], near: list[tuple[tuple[float, float, float], float]], ridge: float
+) -> float:
+    """The class's prediction at features `f` from its neighbours `near` ((features, response) pairs): a
+    local linear fit, y ~ a + b . (g - f), least squares with a ridge penalty `ridge` on the slopes b (not on
+    a), whose intercept a is the prediction. The slopes take out the first-order bias of neighbours that lie
+    to one side of the trial on a sloped surface (near a latency cliff, all of them at higher ITR, say); the
+    penalty keeps them at 0 along a direction the neighbours do not span (all at one frequency), where the
+    fit falls back to the neighbours' mean."""
+    import numpy as np
+
+    x = np.array([[1.0, *(gi - fi for gi, fi in zip(g, f, strict=True))] for g, _ in near])
+    y = np.array([v for _, v in near])
+    pen = np.diag([0.0, ridge, ridge, ridge])
+    beta = np.linalg.solve(x.T @ x + pen, x.T @ y)
+    return float(beta[0])
+
+
 def drift_test(
     own: Sequence[HistoryEntry], peers: Sequence[HistoryEntry], settings: DriftSettings | None = None
 ) -> DriftResult:
@@ -90,16 +127,25 @@ def drift_test(
             continue
         pw, lat = _responses(e)
         near = sorted(
-            (d, r)
-            for (g, r, pct) in pts
-            if pct == e.objective.percentile and (d := sum(abs(a - b) for a, b in zip(f, g, strict=True))) <= s.radius
+            (
+                (d, g, r)
+                for (g, r, pct) in pts
+                if pct == e.objective.percentile
+                and (d := sum(abs(a - b) for a, b in zip(f, g, strict=True))) <= s.radius
+            ),
+            key=lambda t: t[0],
         )[: s.k]
-        if len(near) < s.min_neighbours:
+        if len(near) < s.min_neighbours or not _inside(f, [g for _, g, _ in near], s.bracket):
             continue
         for name, y, idx in (("power", pw, 0), ("latency", lat, 1)):
-            ys: list[float] = [v for _, r in near if (v := r[idx]) is not None]
-            if y is not None and len(ys) >= s.min_neighbours:
-                resid[name].append(y - statistics.median(ys))
+            obs = [(g, v) for _, g, r in near if (v := r[idx]) is not None]
+            if y is None or len(obs) < s.min_neighbours:
+                continue
+            if s.local_linear:
+                pred = _local_fit(f, obs, s.ridge)
+            else:
+                pred = statistics.median(v for _, v in obs)
+            resid[name].append(y - pred)
     n = max(len(v) for v in resid.values())
     if n < s.min_trials:
         return DriftResult(False, None, n)

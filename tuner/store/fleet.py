@@ -7,6 +7,10 @@ Within a (class, band) trials at the same point are pooled (mean power, mean lat
 the best point is the one of lowest mean power whose mean latency meets the SLA. Trials of a host flagged as
 drifting are left out, as in the class warm start. A band where no point met the SLA is reported with
 `point` None, so a scheduler sees that the class has no known safe point there.
+
+`fleet_report` is the whole answer from a store -- the rows, each class's fields, the drifting hosts -- as
+`tuner trials fleet` prints it and the daemon's `GetFleetView` RPC returns it (`check_query` validates the
+query for both, with one-line errors).
 """
 
 from __future__ import annotations
@@ -15,9 +19,15 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
+from core.errors import InputError
+from tuner.store.base import TrialStore
 from tuner.store.history import HistoryEntry
+
+#: The default load band width (%): the daemon's default load-change trigger (`tuning.load_change_pct`).
+DEFAULT_BAND_PCT = 10.0
 
 
 @dataclass(frozen=True)
@@ -98,4 +108,67 @@ def fleet_view(
     return rows
 
 
-__all__ = ["FleetRow", "band_of", "fleet_view"]
+@dataclass(frozen=True)
+class FleetReport:
+    """`fleet_view`'s rows over a store, with the query, each class's fields and the hosts left out."""
+
+    location: str
+    percentile: float
+    sla_us: float
+    band_pct: float
+    rows: list[FleetRow]
+    classes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    drifting: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """What `tuner trials fleet --json` prints."""
+        return {
+            "store": self.location,
+            "objective": {"percentile": self.percentile, "sla_us": self.sla_us},
+            "band_pct": self.band_pct,
+            "drifting_hosts": list(self.drifting),
+            "classes": dict(self.classes),
+            "bands": [r.to_dict() for r in self.rows],
+        }
+
+
+def check_query(percentile: float, sla_us: float, band_pct: float, *, names: tuple[str, str, str]) -> None:
+    """`InputError` (one line, naming the field by `names` = its names for percentile, SLA, band) unless the
+    percentile is one the host measures and the SLA and the band width are finite numbers > 0."""
+    from actuators.host import PERCENTILES
+
+    def show(v: object) -> str:
+        return f"{v:g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else repr(v)
+
+    if isinstance(percentile, bool) or percentile not in PERCENTILES:
+        raise InputError(f"{names[0]} {show(percentile)}: expected one of {', '.join(f'{p:g}' for p in PERCENTILES)}")
+    for name, v in ((names[1], sla_us), (names[2], band_pct)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v > 0):
+            raise InputError(f"{name} {show(v)}: expected a number > 0")
+
+
+def fleet_report(
+    store: TrialStore,
+    *,
+    percentile: float = 99.0,
+    sla_us: float = 500.0,
+    band_pct: float = DEFAULT_BAND_PCT,
+    hw_class: str | None = None,
+) -> FleetReport:
+    """The fleet view of everything in `store` (of one `hw_class` if given): reads every stored trial of it,
+    so its cost grows with the store (`docs/trial-store.md`)."""
+    infos = store.hosts()
+    drifting = frozenset(h.host for h in infos if h.drift)
+    rows = fleet_view(
+        store.read(hw_class=hw_class or None),
+        percentile=percentile,
+        sla_us=sla_us,
+        band_pct=band_pct,
+        drifting=drifting,
+    )
+    labels = {h.hw_class: h.hw for h in infos}
+    classes = {c: labels.get(c, {}) for c in sorted({r.hw_class for r in rows})}
+    return FleetReport(store.location, percentile, sla_us, band_pct, rows, classes, sorted(drifting))
+
+
+__all__ = ["DEFAULT_BAND_PCT", "FleetReport", "FleetRow", "band_of", "check_query", "fleet_report", "fleet_view"]

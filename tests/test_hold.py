@@ -1,0 +1,141 @@
+"""Holding from the model without trials: the shared rule (`hold_or_retune`), the contextual tuner's retune that
+runs 0 trials inside the loads it measured and retunes outside them, the daemon's load-shift check deciding by the
+same rule, and the hourly oracle the fine-window replay compares against (`summary.json`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from actuators.host import OperatingPoint
+from tests.daemon_fakes import FakeOptimizers, write_config
+from tests.fakes import FakeHost
+from tests.test_replay import KNOBS, make_model_host
+from tuner.config import load_config
+from tuner.daemon.loop import Daemon
+from tuner.daemon.plain import ModelTable
+from tuner.optimize.decision import HoldCandidate, hold_or_retune, outside_measured
+from tuner.optimize.optimizer import Optimizer
+from tuner.optimize.retune import run_retune
+from tuner.optimize.settings import Objective, TunerSettings
+from tuner.replay.oracle import oracle_point
+from tuner.replay.report import summary
+from tuner.replay.run import ReplayWindow, default_policies, hour_loads, replay
+
+CHEAP = HoldCandidate(OperatingPoint(300, 1.6), 380.0, 0.01, 60.0)
+SAFE = HoldCandidate(OperatingPoint(50, 2.9), 120.0, 0.0, 90.0)
+RISKY = HoldCandidate(OperatingPoint(400, 1.2), 470.0, 0.40, 45.0)
+MEASURED = [300_000.0, 320_000.0, 400_000.0]
+
+
+def test_inside_the_measured_loads_holds_the_cheapest_confident_point() -> None:
+    v = hold_or_retune(310_000.0, MEASURED, [SAFE, CHEAP, RISKY], max_p=0.05)
+    assert v.hold and v.point == CHEAP.point and v.candidate == CHEAP
+    assert "no trial" in v.reason
+
+
+@pytest.mark.parametrize(
+    "qps,why",
+    [
+        (450_000.0, "above the highest"),  # a new peak: retune (the peak step starts from the highest)
+        (250_000.0, "below the lowest"),
+        (360_000.0, "no load within 10 %"),  # a gap between 320K and 400K
+    ],
+)
+def test_outside_the_measured_loads_retunes(qps: float, why: str) -> None:
+    v = hold_or_retune(qps, MEASURED, [SAFE, CHEAP], max_p=0.05)
+    assert not v.hold and v.point is None and why in v.reason
+    assert outside_measured(qps, MEASURED) == v.reason
+
+
+def test_a_model_not_confident_enough_or_holding_off_retunes() -> None:
+    v = hold_or_retune(310_000.0, MEASURED, [RISKY], max_p=0.05)
+    assert not v.hold and "not confident" in v.reason
+    assert not hold_or_retune(310_000.0, MEASURED, [SAFE], max_p=0.0).hold
+    assert not hold_or_retune(310_000.0, [], [SAFE], max_p=0.05).hold
+    assert not hold_or_retune(310_000.0, MEASURED, [], max_p=0.05).hold
+
+
+def _optimizer() -> Optimizer:
+    settings = TunerSettings(
+        trials=6,
+        sobol_trials=6,
+        settle_s=0.0,
+        window_s=2.0,
+        seed=3,
+        itr_resolution_us=40,
+        context=True,
+        hold_max_p=0.5,
+    )
+    return Optimizer(FakeHost(qps=300_000.0, seed=3, knobs=KNOBS).knobs(), Objective("constrained", 99, 5000), settings)
+
+
+def test_contextual_retune_holds_with_zero_trials_inside_and_retunes_outside() -> None:
+    host = FakeHost(qps=300_000.0, seed=3, knobs=KNOBS)
+    opt = _optimizer()
+    first = run_retune(host, opt, opt.settings)  # nothing measured yet: 6 trials at 300K
+    assert not first.held and len(opt.retune_trials()) == 6 and "no load measured" in first.reason
+    host.set_offered_qps(303_000.0)  # inside what was measured (2 % tolerance)
+    held = run_retune(host, opt, opt.settings)
+    assert held.held and held.measurement is None and opt.retune_trials() == []
+    assert host.point() == held.point and "no trial" in held.reason
+    host.set_offered_qps(600_000.0)  # a new peak: trials again
+    moved = run_retune(host, opt, opt.settings, should_stop=lambda: len(opt.retune_trials()) >= 1)
+    assert not moved.held and len(opt.retune_trials()) == 1 and "above the highest" in moved.reason
+
+
+def test_daemon_load_shift_holds_the_model_point_inside_and_retunes_outside(tmp_path) -> None:
+    host = FakeHost(qps=300_000.0)
+    d = Daemon(
+        load_config(write_config(tmp_path, sla_us=5000.0, tuning="context = true")),
+        host=host,
+        optimizers=FakeOptimizers(),
+        serve=False,
+    )
+    d.start()
+    try:
+        space = d.space
+        cheap, safe = OperatingPoint(space.itr_us[-1], space.dvfs_ghz[0]), OperatingPoint(space.itr_us[0], 2.9)
+        for q in (300_000.0, 400_000.0):
+            md = {"offered_qps": q, "latency_us": {"99": 300.0}, "latency_ci_us": {"99": [290.0, 310.0]}}
+            d.state.trials.append({"status": "completed", "measurement": md, "point": [50, 2.9], "time": 0.0})
+        d._models["r000001"] = ModelTable(
+            "r000001", 400_000.0, 99.0, (cheap, safe), (900.0, 200.0), (50.0, 5.0), (40.0, 80.0), (1.0, 1.0)
+        )
+        d.state.tuned_qps = 300_000.0
+        host.set_offered_qps(390_000.0)  # left the 20 % band, inside the measured loads, next to the table's load
+        d._hold_window()
+        held = d.state.held
+        assert held["reason"] == "model" and held["point"] == [cheap.itr_us, cheap.dvfs_ghz]
+        assert host.point() == cheap and d._load_trigger is False and d.state.tuned_qps == 390_000.0
+        host.set_offered_qps(600_000.0)  # above every load measured: retune
+        d._hold_window()
+        assert d._load_trigger is True  # (the guardrail may also revert the cheap point at this load)
+    finally:
+        d._shutdown()
+
+
+def test_summary_compares_the_tuner_with_the_hourly_oracle_held_over_its_windows() -> None:
+    # two hours of 20-minute windows; the hourly oracle is the oracle at each hour's highest window load
+    loads = [100_000.0, 180_000.0, 140_000.0, 220_000.0, 120_000.0, 160_000.0]
+    windows = tuple(ReplayWindow(i, 1200.0 * i, 1200.0, q) for i, q in enumerate(loads))
+    assert hour_loads(windows) == {(0, 0): 180_000.0, (0, 1): 220_000.0}
+    assert default_policies(300.0)[-1] == "oracle-hourly" and "oracle-hourly" not in default_policies(3600.0)
+    obj = Objective("constrained", 99, 500)
+    settings = TunerSettings(trials=3, sobol_trials=2, settle_s=0.0, window_s=5.0, seed=1)
+    res = replay(lambda: make_model_host(0), windows, obj, settings, policies=("tuner", "oracle", "oracle-hourly"))
+    hourly = res.policies["oracle-hourly"].windows
+    at_peak = {h: oracle_point(make_model_host(0), obj, q)[0] for h, q in ((0, 180_000.0), (1, 220_000.0))}
+    assert [w.point for w in hourly] == [at_peak[0]] * 3 + [at_peak[1]] * 3
+    assert all(w.met_sla for w in hourly)
+    comp = summary(res)["oracle_comparison"]
+    e = {p: sum(w.energy_j for w in res.policies[p].windows) for p in res.policies}
+    assert comp["hourly_oracle_energy_j"] == pytest.approx(e["oracle-hourly"])
+    assert comp["ratio_to_hourly_oracle"] == pytest.approx(e["tuner"] / e["oracle-hourly"])
+    assert comp["ratio_to_window_oracle"] == pytest.approx(e["tuner"] / e["oracle"])
+    assert e["oracle"] <= e["oracle-hourly"]  # following the load within the hour never costs more
+    assert summary(res)["policies"]["tuner"]["ratio_to_hourly_oracle"] == pytest.approx(comp["ratio_to_hourly_oracle"])
+
+
+def test_hold_max_p_is_validated() -> None:
+    with pytest.raises(Exception, match="hold_max_p"):
+        TunerSettings(hold_max_p=0.9)
