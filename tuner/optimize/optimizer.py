@@ -76,6 +76,7 @@ from tuner.optimize.records import (
 )
 from tuner.optimize.settings import Objective, TunerSettings, itr_candidates
 from tuner.optimize.stopping import StoppingRule
+from tuner.optimize.surrogate import GridPredictor
 
 # the worker process loads `Optimizer`, `Objective` and `TunerSettings` from this module by name
 __all__ = ["Objective", "Optimizer", "TunerSettings"]
@@ -418,6 +419,7 @@ class Optimizer(StoppingRule):
             self._line_t = {int(i): float(t) for i, t in (d.get("line_t") or {}).items()}
             self._grid_cache, self._stop_s, self._evidence_cache = None, 0.0, None
             self._hyper_fit, self._fitted_on = None, None
+            self._predictor, self._reported = GridPredictor(), {}
             with no_warnings():
                 self._client = Client._from_json_snapshot(d["ax"])
                 small_acqf_batches(self._client)
