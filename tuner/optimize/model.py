@@ -238,6 +238,7 @@ class ExperimentModel:
             or n > last[1] * (1 + REFIT_GROWTH)
             or self._surprised(observed)
         )
+        self._reported = {}  # judged (or not needed) for this fit
         how = refit(gs, exp, hyper=due)
         if how in ("cold", "warm"):
             self._hyper_fit = (id(self._client), n)
@@ -253,7 +254,7 @@ class ExperimentModel:
         prediction for it, in any modelled metric (False with no fitted model or nothing new)."""
         adapter = botorch_adapter(self._client._generation_strategy)
         fitted = self._fitted_on
-        reported, self._reported = self._reported, {}
+        reported = self._reported
         if adapter is None or fitted is None or fitted[0] != id(self._client):
             return False
         new = [t for t in sorted(set(observed) - set(fitted[1])) if t in reported]
