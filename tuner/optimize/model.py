@@ -217,11 +217,12 @@ class ExperimentModel:
     def fit_model(self) -> None:
         """Fit the model the next suggestion, the safety filter and the stopping rule all use, on all data.
 
-        One Ax adapter is kept and refitted on new data (`tuner.optimize.surrogate.refit`): the GP's
-        hyperparameters warm-started from the last fit and re-optimised every `settings.refit_every` new trials,
+        One Ax adapter is kept and refitted on new data (`tuner.optimize.surrogate.refit`). With
+        `settings.refit_every` = 1 the hyperparameters are re-optimised by Ax's own fit on every new trial (Ax's
+        behaviour); with N > 1 they are warm-started from the last fit and re-optimised every N new trials,
         once the data grew by `REFIT_GROWTH` since, when a new trial surprised the model (`SURPRISE_Z`) and after
-        a rebuilt experiment; in between conditioned on all data with the last ones. Ax's own (cold) fit only when there is no fitted adapter yet. The next
-        `get_next_trials` finds the data unchanged and reuses that model as it is.
+        a rebuilt experiment; in between conditioned on all data with the last ones. The next `get_next_trials`
+        finds the data unchanged and reuses that model as it is.
         """
         gs = self._client._generation_strategy
         exp = self._client._experiment
@@ -239,7 +240,9 @@ class ExperimentModel:
             or self._surprised(observed)
         )
         self._reported = {}  # judged (or not needed) for this fit
-        how = refit(gs, exp, hyper=due)
+        # refit_every = 1 is Ax's own behaviour, cold hyperparameters every trial (the replay's numbers were chosen
+        # with it); past that, warm-started from the last fit
+        how = refit(gs, exp, hyper=due, warm=self.settings.refit_every > 1)
         if how in ("cold", "warm"):
             self._hyper_fit = (id(self._client), n)
         self._fitted_on = key if botorch_adapter(gs) is not None else None

@@ -12,8 +12,8 @@ and:
   then `TorchAdapter._fit` -> `Surrogate.fit(state_dict=..., refit=...)`) with the hyperparameters
   **warm-started** from the last fit (`refit=True`: L-BFGS to convergence from the last optimum, a few
   iterations when one trial was added) or kept (`refit=False`: the GP conditioned on all data with the last
-  hyperparameters, the path Ax's cross-validation takes); a cold fit (Ax's `GenerationStrategy.fit`) only
-  when there is no fitted adapter yet.
+  hyperparameters, the path Ax's cross-validation takes); Ax's own fit (`GenerationStrategy.fit`, from the
+  default hyperparameters) when there is no fitted adapter yet or the caller wants it (`warm=False`).
 * `predict`: asks the adapter's BoTorch model for the posterior of many grid points in one batch and reads
   each point's mean and variance (not the dense joint covariance Ax's `predict` builds), with the grid's
   model-space inputs made once per adapter and load by Ax's own transforms, and maps the outcomes back
@@ -43,18 +43,23 @@ def botorch_adapter(gs: Any) -> Any:
     return None
 
 
-def refit(gs: Any, experiment: Any, *, hyper: bool) -> str:
+def refit(gs: Any, experiment: Any, *, hyper: bool, warm: bool = True) -> str:
     """Bring the generation strategy's BoTorch adapter up to date with the experiment's data.
 
-    With no fitted adapter yet, Ax's own fit (`GenerationStrategy.fit`: leaves the Sobol node when due, cold
-    hyperparameters). Otherwise the same adapter is refitted on all data, its hyperparameters warm-started from
-    the last fit and re-optimised (`hyper`) or kept. Returns what was done: "cold", "warm", "kept", "unchanged"
-    or "none" (still no BoTorch model: Ax is in its Sobol phase).
+    With no fitted adapter yet, or hyperparameters due (`hyper`) without `warm`, Ax's own fit
+    (`GenerationStrategy.fit`: leaves the Sobol node when due, hyperparameters from their defaults). Otherwise the
+    same adapter is refitted on all data, its hyperparameters warm-started from the last fit and re-optimised
+    (`hyper`) or kept. Returns what was done: "cold", "warm", "kept", "unchanged" or "none" (still no BoTorch
+    model: Ax is in its Sobol phase).
     """
     adapter = botorch_adapter(gs)
-    if adapter is None:
+    if adapter is None or (hyper and not warm):
+        seen = None if adapter is None else adapter._last_experiment_data
         gs.fit(experiment=experiment)
-        return "cold" if botorch_adapter(gs) is not None else "none"
+        after = botorch_adapter(gs)
+        if after is None:
+            return "none"
+        return "cold" if (after is not adapter or after._last_experiment_data is not seen) else "unchanged"
     data, space = adapter._process_and_transform_data(experiment=experiment)
     if data == adapter._last_experiment_data:
         return "unchanged"
