@@ -16,7 +16,7 @@ from tests.test_contextual import OBJ, SMALL, ctx, history, meas
 from tuner.optimize.axsetup import no_warnings
 from tuner.optimize.optimizer import Optimizer
 from tuner.optimize.settings import TunerSettings
-from tuner.optimize.surrogate import GridPredictor, botorch_adapter
+from tuner.optimize.surrogate import GridPredictor, botorch_adapter, refit
 
 QPS = 120_000
 
@@ -51,6 +51,7 @@ def _predict_grid(opt: Optimizer) -> dict[str, tuple[np.ndarray, np.ndarray]]:
 def test_a_warm_started_refit_proposes_what_a_fresh_fit_proposes() -> None:
     host = FakeHost(qps=QPS, knobs=SMALL)
     warm = _fitted(refit_every=1)
+    gs, exp = warm._client._generation_strategy, warm._client._experiment
     new = [OperatingPoint(SMALL.itr_us[k], SMALL.dvfs_ghz[j]) for k, j in ((3, 4), (10, 2), (18, 3))]
     records = history(14)
     for p in new:  # three more trials, each refitted from the last fit's hyperparameters
@@ -58,10 +59,9 @@ def test_a_warm_started_refit_proposes_what_a_fresh_fit_proposes() -> None:
         apply_point(host, p)
         warm._client.complete_trial(trial_index=i, raw_data=warm.metrics(host.measure(5.0)))
         with no_warnings(1):
-            warm.fit_model()
+            assert refit(gs, exp, hyper=True) == "warm"
     # a fresh optimiser (Ax's own cold fit) on the same data
     fresh = Optimizer(SMALL, OBJ, ctx(trials=20))
-    exp = warm._client._experiment
     with no_warnings():
         for ti in sorted(exp.trials):
             rows = exp.lookup_data(trial_indices=[ti]).df
