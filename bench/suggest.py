@@ -3,7 +3,7 @@
 
 For each seed and each N in --trials-in-model: a context-mode `Optimizer` with the `tuner replay` default
 tuner's settings (preset "warm": 16 µs ITR grid x 18 frequencies, load in [0, 1], safe exploration, the
-stopping rule, the GP's hyperparameters warm-started and re-optimised every trial) is seeded
+stopping rule, the GP's hyperparameters re-optimised by Ax's own fit every trial) is seeded
 with N completed trials (`add_history`) of the fake analytic host (tests/fakes.py) at random points and loads,
 then runs `--suggestions` suggestions at one load, each completed with the host's measurement, each followed
 by `should_stop()` as `run_retune` does. Reports the median/max CPU and wall seconds per suggestion

@@ -314,7 +314,7 @@ class ExperimentModel:
         adapter = botorch_adapter(self._client._generation_strategy)
         if adapter is None or idx.size == 0:
             return None
-        params = [self._cell_params(cells[k], self._load) for k in idx]
+        params = [self._cell_params(cells[int(k)], self._load) for k in idx]
         try:
             with no_warnings(self.settings.torch_threads):
                 vals = acquisition_values(adapter, self._predictor, params)

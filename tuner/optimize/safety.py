@@ -121,7 +121,7 @@ class SafeExploration(ExperimentModel):
         assert grid is not None
         pv = grid["p_violation"]
         coords = self._coords(cells)
-        target = self._coords([prop])[0] if prop is not None else np.array([0.0, 1.0])  # else: the safe corner
+        target = self._coords([prop])[0] if prop is not None else (0.0, 1.0)  # else: the safe corner
         seen = {self._cell_of(r.point) for r in self.retune_trials() if r.status == STATUS_COMPLETED}
         fresh = ok & np.array([c not in seen for c in cells])
         allowed = fresh if fresh.any() else ok
