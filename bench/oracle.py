@@ -78,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--peak-qps", type=float, default=600_000.0)
     ap.add_argument("--every", type=int, default=1, help="every N-th window of each day only")
     ap.add_argument("--check", action="store_true", help="also the exhaustive search on every window")
+    ap.add_argument("--seed-check", type=int, default=7, help="another host seed: its oracle must give the same point")
     args = ap.parse_args(argv)
 
     from tuner.hosts import make_host
@@ -131,6 +132,15 @@ def main(argv: list[str] | None = None) -> int:
         out["days"][name] = day
     for key, v in every.items():
         out["by_sla"][key] = {"cpu_s": _stats(v["cpu"]), "wall_s": _stats(v["wall"])}
+    # the host's seed moves its measurements' noise, not its model: another seed's oracle gives the same point
+    other = make_host("sim", seed=args.seed_check)
+    pct, sla = slas[0]
+    q = max(q for loads in days(args).values() for q in loads)
+    same = (
+        oracle_point(host, Objective("constrained", pct, sla), q)[0]
+        == oracle_point(other, Objective("constrained", pct, sla), q)[0]
+    )
+    out["host_seed_check"] = {"seeds": [0, args.seed_check], "qps": round(q), "same_point": same}
     worst = max(v["cpu_s"]["max"] for v in out["by_sla"].values())
     out["max_cpu_s_per_window"] = worst
     out["target_met"] = worst <= TARGET_S

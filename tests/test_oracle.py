@@ -7,7 +7,7 @@ import pytest
 
 from actuators.host import KnobSpace, OperatingPoint
 from actuators.sim.host import ITR_ANCHORS, SimHost
-from actuators.sim.model import _seg_cumsum_and_sum
+from actuators.sim.model import _menu_prediction, _seg_cumsum_and_sum
 from tuner.optimize.settings import Objective
 from tuner.replay.oracle import oracle_point
 
@@ -100,3 +100,26 @@ def test_one_cumulative_sum_gives_the_same_segment_sums_bit_for_bit() -> None:
         ref_run = _seg_cumsum(x, starts, idx) if x.ndim == 1 else np.stack([_seg_cumsum(r, starts, idx) for r in x])
         assert np.array_equal(run, ref_run)
         assert np.array_equal(tot, _seg_sum(x, starts, counts))
+
+
+def _menu_reference(gaps: np.ndarray, idled: np.ndarray, history: int) -> np.ndarray:
+    """The menu governor's prediction as first written: one gather per lag over the whole grid."""
+    k = gaps.shape[-1]
+    g2, v2 = gaps.reshape(-1, k), idled.reshape(-1, k)
+    flat = np.concatenate((g2[v2], [1e9]))
+    row_start = np.concatenate(([0], np.cumsum(v2.sum(axis=1))[:-1]))[:, None]
+    before = np.cumsum(v2, axis=1) - v2
+    pred = np.full(g2.shape, 1e9)
+    for lag in range(1, history + 1):
+        pos = before - lag
+        pred = np.minimum(pred, np.where(pos >= 0, flat[row_start + np.maximum(pos, 0)], 1e9))
+    return pred.reshape(gaps.shape)
+
+
+@pytest.mark.parametrize(
+    ("shape", "p_idle"), [((1, 4, 3000), 0.7), ((3, 4, 200), 0.2), ((2, 1, 5), 1.0), ((1, 2, 6), 0.0)]
+)
+def test_menu_prediction_is_the_shortest_of_the_last_actual_gaps_bit_for_bit(shape: tuple, p_idle: float) -> None:
+    rng = np.random.default_rng(11)
+    gaps, idled = rng.exponential(size=shape) * 50.0, rng.random(shape) < p_idle
+    assert np.array_equal(_menu_prediction(gaps, idled, 4), _menu_reference(gaps, idled, 4))

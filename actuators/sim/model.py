@@ -202,15 +202,20 @@ def _menu_prediction(gaps: np.ndarray, idled: np.ndarray, history: int) -> np.nd
     k = gaps.shape[-1]
     g2 = gaps.reshape(-1, k)
     v2 = idled.reshape(-1, k)
-    flat = np.concatenate((g2[v2], [1e9]))  # each row's actual gaps, rows concatenated
+    flat = g2[v2]  # each row's actual gaps, rows concatenated
     counts = v2.sum(axis=1)
-    row_start = np.concatenate(([0], np.cumsum(counts)[:-1]))[:, None]
-    before = np.cumsum(v2, axis=1) - v2  # actual gaps strictly before batch k
-    pred = np.full(g2.shape, 1e9)
+    rows = counts.size
+    # each row's actual gaps followed by one spare slot (a batch after the row's last actual gap), rows back to
+    # back; `window[i]`: the shortest of the `history` actual gaps before slot i in its row (1e9 if none)
+    start = np.concatenate(([0], np.cumsum(counts + 1)[:-1]))
+    slot = np.arange(int(counts.sum()) + rows) - np.repeat(start, counts + 1)  # position within the row
+    ext = np.full(slot.size, 1e9)
+    ext[slot < np.repeat(counts, counts + 1)] = flat
+    window = np.full(slot.size, 1e9)
     for lag in range(1, history + 1):
-        pos = before - lag
-        val = flat[row_start + np.maximum(pos, 0)]
-        pred = np.minimum(pred, np.where(pos >= 0, val, 1e9))
+        window[lag:] = np.minimum(window[lag:], np.where(slot[lag:] >= lag, ext[:-lag], 1e9))
+    before = np.cumsum(v2, axis=1) - v2  # actual gaps strictly before batch k
+    pred = window[start[:, None] + before]
     return pred.reshape(gaps.shape)
 
 
