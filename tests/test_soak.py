@@ -286,6 +286,17 @@ def test_soak_cycles_report_peak_trough_and_settled_rss_per_retune():
     ]
     assert [c["closed"] for c in cycles] == [True, False]
     assert cycles[0]["worker_rss_mb_last"] == 0.0 and cycles[0]["end_s"] == 25.0
+    assert "rss_less_arenas_mb_trough" not in cycles[0]  # only when the samples split RSS
+    split = [{**r, "rss_less_arenas_mb": r["rss_mb"] - 20.0} for r in rows]
+    assert [c["rss_less_arenas_mb_trough"] for c in bench.retune_cycles(split, [0.0, 25.0])] == [80.0, 101.0]
+
+
+def test_soak_rss_parts_split_the_daemons_memory():
+    bench = _soak_bench()
+    parts = bench.rss_parts(psutil.Process())
+    assert parts["arenas_mb"] >= 0.0 and parts["rss_less_arenas_mb"] > 0.0
+    total = psutil.Process().memory_info().rss / 2**20
+    assert abs(parts["arenas_mb"] + parts["rss_less_arenas_mb"] - total) < 0.25 * total
 
 
 def test_soak_warmup_lasts_until_the_daemons_bounded_stores_fill():
