@@ -135,7 +135,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="warm (default, chosen by the 3-day benchmark): context + stopping rule + safe exploration "
         "+ adaptive windows; cold: the dissertation's tuner (fresh experiment per window, 30 trials); "
         "warm-no-safety, warm-no-evidence, warm-no-adaptive, warm-no-stop, warm-no-context, "
-        "warm-no-guard, warm-no-sd-scale, warm-headroom: warm without one feature (the benchmark's ablations)",
+        "warm-no-guard, warm-no-sd-scale, warm-headroom: warm without one feature (the benchmark's ablations); "
+        "warm-grid: warm with Ax's acquisition over the allowed points only (less compute per suggestion)",
     )
     t.add_argument(
         "--config",

@@ -101,6 +101,9 @@ WARM_ABLATIONS: dict[str, dict[str, Any]] = {
     "warm-no-guard": {"window_guard": False},
     "warm-no-sd-scale": {"safe_sd_scale": 1.0},
     "warm-headroom": {"latency_metric": "headroom"},
+    # not an ablation: the fast variant, Ax's acquisition over the allowed points only, hyperparameters every 5th
+    # trial or on a surprise (docs/optimizer.md, "Compute per suggestion")
+    "warm-grid": {"acquisition": "grid", "refit_every": 5},
 }
 TUNER_PRESETS.update({name: {**TUNER_PRESETS["warm"], **over} for name, over in WARM_ABLATIONS.items()})
 
