@@ -110,10 +110,15 @@ class Optimizer(StoppingRule):
         self._load = self.settings.load_of(q) if self.settings.context else None
         self._stop_s = 0.0
 
-    def add_history(self, records: Sequence[TrialRecord]) -> int:
+    def add_history(self, records: Sequence[TrialRecord], *, borrowed: bool = False) -> int:
         """Attach completed past trials (each at its own load) to the experiment as data; returns how many were
         used. Failed ones, ones without a measurement, points the host lacks, and windows Ax cannot model are
-        skipped; only the newest `history_max_trials` are kept. Metrics are recomputed for this objective."""
+        skipped; only the newest `history_max_trials` are kept. Metrics are recomputed for this objective.
+
+        `borrowed`: the trials are other hosts' (a hardware class's, `tuner.store.warm`): they inform the model
+        and the safety filter like any, but `hold_verdict` does not count their loads as measured -- a host
+        holds without trials only where it measured itself, as the daemon does (its hold rule reads only its
+        own trials)."""
         if self._pending:
             raise TunerError("add_history: report the pending trials first")
         usable: list[tuple[dict[str, Any], dict[str, Any]]] = []
@@ -135,6 +140,8 @@ class Optimizer(StoppingRule):
             for params, data in usable:
                 ax_index = self._client.attach_trial(parameters=params)
                 self._client.complete_trial(trial_index=ax_index, raw_data=data)
+                if borrowed:
+                    self._borrowed.add(int(ax_index))
         self._prune()
         return len(usable)
 
@@ -275,7 +282,7 @@ class Optimizer(StoppingRule):
     def hold_verdict(self, qps: float) -> HoldVerdict:
         """Whether the retune begun at `qps` (`begin_retune`) can hold the model's point without trials:
         `decision.hold_or_retune` with `settings.hold_max_p`, over the loads of the model's trials measured within
-        the limit `best` applies and, only if `qps` is inside them, the grid cells the safety filter would allow
+        the limit `best` applies on this host (not `add_history(borrowed=True)` ones) and, only if `qps` is inside them, the grid cells the safety filter would allow
         at this load (near such a trial, not next to one over the SLA) as the model predicts them -- P(over the
         limit) with the SD scaled by `safe_sd_scale`, as the safety filter computes it. Needs `context`."""
         s = self.settings
@@ -283,7 +290,8 @@ class Optimizer(StoppingRule):
             return hold_or_retune(qps, (), (), max_p=0.0)
         evidence = self._evidence()
         _, ev_load, ev_met, _ = evidence
-        loads = [float(x) * s.context_max_qps for x, ok in zip(ev_load, ev_met) if ok]
+        own = [ti not in self._borrowed for ti in self._evidence_trials()]
+        loads = [float(x) * s.context_max_qps for x, ok, mine in zip(ev_load, ev_met, own, strict=True) if ok and mine]
         if outside_measured(qps, loads) is not None:
             return hold_or_retune(qps, loads, (), max_p=s.hold_max_p)
         cells = self._near_cells(evidence) if s.safe_delta > 0 and s.safe_radius > 0 else self._grid()
@@ -368,6 +376,7 @@ class Optimizer(StoppingRule):
                 "next_index": self._next_index,
                 "retune": {"start": self._retune_start, "load": self._load},
                 "line_t": {str(i): t for i, t in self._line_t.items()},
+                "borrowed": sorted(self._borrowed),
                 "ax": snapshot,
             }
         )
@@ -410,6 +419,7 @@ class Optimizer(StoppingRule):
             self._retune_start = None if retune.get("start") is None else int(retune["start"])
             self._load = opt_float(retune.get("load"))
             self._line_t = {int(i): float(t) for i, t in (d.get("line_t") or {}).items()}
+            self._borrowed = {int(i) for i in d.get("borrowed") or ()}
             self._grid_cache, self._stop_s, self._evidence_cache = None, 0.0, None
             self._hyper_fit, self._fitted_on = None, None
             with no_warnings():
