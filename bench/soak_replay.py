@@ -4,7 +4,9 @@ Runs `tuner replay` as a user would (`--days 3 --bin 300`: 864 five-minute windo
 simulated host) through the CLI's own code path, with the host factory wrapped only to keep a handle on the
 hosts it builds, and reports the wall time, the peak RSS of the process, the hit rate of the simulator's
 long-run cache (`actuators.sim.cells.ExpectedCache`, byte-bounded) and of the CI-rank memo, the per-policy
-energies and whether any window failed.  A soak passes when the replay finishes with no failed window.
+energies (the tuner's windows held from the model, its ratio to the hourly oracle: with 5-minute windows the
+replay's oracle is the hourly one, computed once per hour and held), the CPU time, and the tracebacks written to
+stderr.  A soak passes when the replay finishes with no failed window and no traceback.
 
     nice -n 10 .venv/bin/python bench/soak_replay.py [--days 3] [--bin 300] [--json-out soak-replay.json]
 
@@ -14,16 +16,32 @@ energies and whether any window failed.  A soak passes when the replay finishes 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import resource
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+
+class _CountingTee:
+    """stderr that passes everything through and counts the Python tracebacks written to it."""
+
+    def __init__(self, out: Any) -> None:
+        self.out, self.tracebacks = out, 0
+
+    def write(self, text: str) -> int:
+        self.tracebacks += text.count("Traceback (most recent call last)")
+        return self.out.write(text)
+
+    def flush(self) -> None:
+        self.out.flush()
 
 
 class _Recorder:
@@ -66,12 +84,18 @@ def main() -> int:
         argv += ["--hours", f"{args.hours:g}"]
     ns = build_parser().parse_args(argv)
     t0 = time.perf_counter()
+    cpu0 = time.process_time()
     error = None
+    tee = _CountingTee(sys.stderr)
     try:
-        rc = ns.func(ns)
+        with contextlib.redirect_stderr(tee):
+            rc = ns.func(ns)
     except Exception as exc:  # noqa: BLE001 - the soak reports any failure instead of dying on it
         rc, error = None, f"{type(exc).__name__}: {exc}"
+        traceback.print_exc()
+        tee.tracebacks += 1
     wall = time.perf_counter() - t0
+    cpu = time.process_time() - cpu0
     summary_path = out_dir / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     caches: dict[str, dict] = {}
@@ -94,6 +118,8 @@ def main() -> int:
         "exit_code": rc,
         "error": error,
         "wall_s": round(wall, 1),
+        "cpu_s": round(cpu, 1),
+        "tracebacks": tee.tracebacks,
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "hosts_built": len(me._Recorder.hosts),
         "caches": caches,
@@ -103,15 +129,22 @@ def main() -> int:
                 "failed_windows": p.get("failed_windows"),
                 "sla_violating_windows": p.get("sla_violating_windows"),
                 "trials": p.get("trials"),
+                "held_windows": p.get("held_windows"),
+                "ratio_to_hourly_oracle": p.get("ratio_to_hourly_oracle"),
                 "wall_s": None if p.get("wall_s") is None else round(p["wall_s"], 1),
             }
             for name, p in policies.items()
         },
+        "oracle_comparison": summary.get("oracle_comparison"),
         "out": str(out_dir),
         "machine": "shared 2-core VM (8 engineers at work): timings are indicative",
     }
     result["pass"] = bool(
-        error is None and rc == 0 and policies and all(not p.get("failed_windows") for p in policies.values())
+        error is None
+        and rc == 0
+        and not tee.tracebacks
+        and policies
+        and all(not p.get("failed_windows") for p in policies.values())
     )
     text = json.dumps(result, indent=1)
     if args.json_out is not None:

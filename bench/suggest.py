@@ -1,21 +1,24 @@
-"""Benchmark the contextual optimiser's compute time per suggestion vs the number of trials in its model; JSON.
+"""Benchmark the contextual optimiser's compute time per suggestion at N trials in its model, against a plain Ax
+`Client` in the same run; JSON.
 
-For each N in --trials-in-model: a context-mode `Optimizer` over the full ixgbe space (ITR 2..1022 at the
-`tuner replay` default tuner's 16 µs grid, 18 frequencies, load in [0, 1]) is seeded with N completed trials
-(`add_history`) of the fake analytic host (tests/fakes.py) at random points and loads, then runs
-`--suggestions` suggestions at one load (each completed with the host's measurement), with and without the
-safety filter and the stopping rule's model evaluation, and with the hyperparameters re-optimised every trial
-(`refit_every=1`, Ax's own behaviour) or every 5th (the default tuner's). Reports the median/max
-`TrialRecord.compute_s` (Ax's gen + our grid predictions + the stopping rule), wall and process CPU
-(user+sys), and the median time of `should_stop()`.
+For each seed and each N in --trials-in-model: a context-mode `Optimizer` with the `tuner replay` default
+tuner's settings (preset "warm": 16 µs ITR grid x 18 frequencies, load in [0, 1], safe exploration, the
+stopping rule, the GP's hyperparameters re-optimised by Ax's own fit every trial) is seeded
+with N completed trials (`add_history`) of the fake analytic host (tests/fakes.py) at random points and loads,
+then runs `--suggestions` suggestions at one load, each completed with the host's measurement, each followed
+by `should_stop()` as `run_retune` does. Reports the median/max CPU and wall seconds per suggestion
+(`suggest()` + `should_stop()`: Ax refit, grid predictions, safety filter, acquisition) and how often the
+hyperparameters were re-optimised; the same for preset "warm-grid" (Ax's acquisition over the allowed points
+only, hyperparameters every 5th trial or on a surprise).
 
 In the same run, `ax_defaults`: a plain Ax `Client` with the same parameters (ITR index, ordered DVFS choice,
 load), objective and outcome constraint and Ax's default generation strategy, attached the same N trials,
-timed over `get_next_trials` (load pinned) + `complete_trial` per suggestion. `ratio_to_ax_defaults` divides
-the tuner's median by it. Targets: median <= 0.1 s per suggestion at 100 trials in the model and <= 0.2 x Ax's
-defaults. On a shared machine compare CPU seconds: wall time there includes waiting for a core.
+timed over `get_next_trials` (load pinned) per suggestion (each then completed). `summary` gives per seed the
+tuner's median, Ax defaults' median and their ratio. Targets: median <= 0.1 s per suggestion at 100 trials in
+the model and <= 0.2 x Ax's defaults. On a shared machine compare CPU seconds: wall time there includes
+waiting for a core.
 
-    .venv/bin/python bench/suggest.py [--trials-in-model 100] [--suggestions 6] [--seed 0]
+    .venv/bin/python bench/suggest.py [--trials-in-model 100] [--suggestions 8] [--seeds 0,1]
 """
 
 from __future__ import annotations
@@ -50,27 +53,26 @@ def _history(n: int, seed: int, max_qps: float) -> list:
     return out
 
 
-def run(n: int, suggestions: int, seed: int, safe: bool, refit_every: int = 5) -> dict:
+def run(n: int, suggestions: int, seed: int, **over: object) -> dict:
+    """The tuner's settings (preset "warm", with `over`) at `n` trials in the model: CPU and wall per suggestion."""
     from tests.fakes import FakeHost
+    from tuner.optimize import model as model_mod
     from tuner.optimize.optimizer import Optimizer
-    from tuner.optimize.settings import Objective, TunerSettings
+    from tuner.optimize.settings import Objective
+    from tuner.replay.run import preset_settings
 
     max_qps = 1e6
-    settings = TunerSettings(
+    settings = preset_settings(
+        "warm",
         trials=suggestions,
-        sobol_trials=8,
         settle_s=0.0,
         window_s=20.0,
+        window_mode="fixed",
         seed=seed,
-        context=True,
         context_max_qps=max_qps,
         history_max_trials=max(n, 1) + suggestions,
-        stop_ei_pct=1.0 if safe else 0.0,
-        safe_delta=0.05 if safe else 0.0,
-        min_trials=1,
-        itr_resolution_us=16,
-        safe_sd_scale=2.0,
-        refit_every=refit_every,
+        min_trials=1,  # the stopping rule evaluates its EI from the first trial (its answer is not acted on here)
+        **over,
     )
     host = FakeHost(qps=120_000)
     opt = Optimizer(host.knobs(), Objective("constrained", 99, 500), settings, name="bench")
@@ -78,30 +80,38 @@ def run(n: int, suggestions: int, seed: int, safe: bool, refit_every: int = 5) -
     used = opt.add_history(_history(n, seed, max_qps))
     attach_s = time.perf_counter() - t0
     opt.begin_retune(host.offered_qps())
-    stop_s = []
-    cpu = []
-    for _ in range(suggestions):
-        c0 = time.process_time()
-        idx, point = opt.suggest()
-        c1 = time.process_time()
-        run_trial_rest(host, opt, settings, idx, point)
-        c2 = time.process_time()
-        if safe:
-            t = time.perf_counter()
+    hyper = [0]
+    real_refit = model_mod.refit
+
+    def counted(*a, **k):  # type: ignore[no-untyped-def]
+        how = real_refit(*a, **k)
+        hyper[0] += how in ("cold", "warm")
+        return how
+
+    model_mod.refit = counted
+    wall, cpu = [], []
+    try:
+        for _ in range(suggestions):
+            w0, c0 = time.perf_counter(), time.process_time()
+            idx, point = opt.suggest()
+            w1, c1 = time.perf_counter(), time.process_time()
+            run_trial_rest(host, opt, settings, idx, point)
+            w2, c2 = time.perf_counter(), time.process_time()
             opt.should_stop()
-            stop_s.append(time.perf_counter() - t)
-        cpu.append(c1 - c0 + time.process_time() - c2)
-    cs = [r.compute_s for r in opt.retune_trials()]
+            wall.append(w1 - w0 + time.perf_counter() - w2)
+            cpu.append(c1 - c0 + time.process_time() - c2)
+    finally:
+        model_mod.refit = real_refit
     return {
         "trials_in_model": used,
-        "safe_and_stop": safe,
-        "refit_every": refit_every,
-        "suggestions": len(cs),
-        "median_suggest_s": statistics.median(cs),
+        "settings": {k: getattr(settings, k) for k in ("acquisition", "refit_every", "safe_delta", "stop_ei_pct")},
+        "suggestions": len(cpu),
         "median_suggest_cpu_s": statistics.median(cpu),
-        "first_suggest_s": cs[0],
-        "max_suggest_s": max(cs),
-        "median_should_stop_s": statistics.median(stop_s) if stop_s else None,
+        "median_suggest_s": statistics.median(wall),
+        "mean_suggest_cpu_s": statistics.fmean(cpu),
+        "first_suggest_cpu_s": cpu[0],
+        "max_suggest_cpu_s": max(cpu),
+        "hyperparameter_fits": hyper[0],
         "add_history_s": attach_s,
         "substituted": sum(1 for r in opt.retune_trials() if "instead" in r.note),
     }
@@ -169,26 +179,41 @@ def ax_defaults(n: int, suggestions: int, seed: int) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials-in-model", default="100")
-    ap.add_argument("--suggestions", type=int, default=6)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--suggestions", type=int, default=8)
+    ap.add_argument("--seeds", default="0,1")
     args = ap.parse_args()
     import os
 
-    rows = []
-    for n in (int(x) for x in args.trials_in_model.split(",")):
-        ax = ax_defaults(n, args.suggestions, args.seed)
-        print(json.dumps({"ax_defaults": ax}), file=sys.stderr)
-        for safe, refit in ((True, 5), (True, 1), (False, 5)):
-            row = run(n, args.suggestions, args.seed, safe, refit)
-            row["ax_defaults"] = ax
-            row["ratio_to_ax_defaults"] = row["median_suggest_s"] / ax["median_suggest_s"]
-            row["cpu_ratio_to_ax_defaults"] = row["median_suggest_cpu_s"] / ax["median_suggest_cpu_s"]
-            rows.append(row)
-            print(json.dumps(row), file=sys.stderr)
+    rows, summary = [], []
+    for seed in (int(x) for x in args.seeds.split(",")):
+        for n in (int(x) for x in args.trials_in_model.split(",")):
+            ax = ax_defaults(n, args.suggestions, seed)
+            print(json.dumps({"seed": seed, "ax_defaults": ax}), file=sys.stderr)
+            for name, over in (("tuner", {}), ("warm-grid", {"acquisition": "grid", "refit_every": 5})):
+                row = {"variant": name, "seed": seed, **run(n, args.suggestions, seed, **over)}
+                row["ratio_to_ax_defaults"] = row["median_suggest_s"] / ax["median_suggest_s"]
+                row["cpu_ratio_to_ax_defaults"] = row["median_suggest_cpu_s"] / ax["median_suggest_cpu_s"]
+                rows.append(row)
+                print(json.dumps(row), file=sys.stderr)
+                summary.append(
+                    {
+                        "variant": name,
+                        "seed": seed,
+                        "trials_in_model": n,
+                        "tuner_median_cpu_s": round(row["median_suggest_cpu_s"], 4),
+                        "ax_defaults_median_cpu_s": round(ax["median_suggest_cpu_s"], 4),
+                        "cpu_ratio": round(row["cpu_ratio_to_ax_defaults"], 3),
+                        "tuner_median_wall_s": round(row["median_suggest_s"], 4),
+                        "ax_defaults_median_wall_s": round(ax["median_suggest_s"], 4),
+                        "wall_ratio": round(row["ratio_to_ax_defaults"], 3),
+                        "hyperparameter_fits": row["hyperparameter_fits"],
+                    }
+                )
     out = {
         "bench": "suggest",
         "targets": {"median_suggest_s_at_100": 0.1, "ratio_to_ax_defaults": 0.2},
         "machine": {"cpus": os.cpu_count(), "loadavg_1m": os.getloadavg()[0]},
+        "summary": summary,
         "rows": rows,
     }
     print(json.dumps(out, indent=2))

@@ -8,9 +8,9 @@ seconds. It then compares, over the seconds both recorded (the prober's partial 
 * **latency** (from each client's *scheduled* send time): what each reports; includes its own send lag;
 * **response time** (from the *actual* send to the reply read): the send lag taken out, the client's wake-up and
   its own pipelining (requests sent together after a stall wait on each other) still in;
-* **service time**: requests sent on time (send lag <= 100 µs) in a write of their own, from the send to the
-  kernel's receive stamp of the reply (before the client wakes up) -- the like-for-like number: a clump the
-  generator sends after a stall waits on itself at the server, and its last member is on time;
+* **service time**: requests sent on time (send lag <= 100 µs), alone, onto an idle connection, by a send that
+  was not interrupted, from the send to the kernel's receive stamp of the reply (before the client wakes up) --
+  the like-for-like number (docs/load-generator.md says why each condition is there);
 * each client's send lag.
 
 CIs are block-bootstrap CIs over seconds (`actuators.latency.agreement`), paired across the two clients; the

@@ -19,7 +19,7 @@ from tuner.optimize.retune import run_retune
 from tuner.optimize.settings import Objective, TunerSettings
 from tuner.replay.oracle import oracle_point
 from tuner.replay.report import summary
-from tuner.replay.run import ReplayWindow, default_policies, hour_loads, replay
+from tuner.replay.run import FINE_HOLD_MAX_P, ReplayWindow, default_policies, fine_window_hold, hour_loads, replay
 
 CHEAP = HoldCandidate(OperatingPoint(300, 1.6), 380.0, 0.01, 60.0)
 SAFE = HoldCandidate(OperatingPoint(50, 2.9), 120.0, 0.0, 90.0)
@@ -156,6 +156,14 @@ def test_summary_compares_the_tuner_with_the_hourly_oracle_held_over_its_windows
     assert comp["ratio_to_window_oracle"] == pytest.approx(e["tuner"] / e["oracle"])
     assert e["oracle"] <= e["oracle-hourly"]  # following the load within the hour never costs more
     assert summary(res)["policies"]["tuner"]["ratio_to_hourly_oracle"] == pytest.approx(comp["ratio_to_hourly_oracle"])
+
+
+def test_fine_windows_hold_by_default_and_hourly_windows_retune() -> None:
+    warm = TunerSettings(context=True)
+    assert fine_window_hold(warm, 300.0).hold_max_p == FINE_HOLD_MAX_P
+    assert fine_window_hold(warm, 3600.0).hold_max_p == 0.0
+    assert fine_window_hold(warm, 300.0, explicit=True).hold_max_p == 0.0  # --hold-max-p 0 stays 0
+    assert fine_window_hold(TunerSettings(), 300.0).hold_max_p == 0.0  # the cold tuner has no load input
 
 
 def test_hold_max_p_is_validated() -> None:

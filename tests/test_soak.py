@@ -40,6 +40,8 @@ def test_replay_in_fine_windows_survives_a_cache_that_evicts_constantly(tmp_path
 
     out = tmp_path / "out"
     argv = ["replay", "--host", "tests.test_soak:tiny_cache_sim", "--hours", "1", "--bin", "300", "--quiet"]
+    # the per-window oracle too (fine windows default to the hourly one): its grids stress the cache most
+    argv += ["--policies", "tuner,linux-default,static-performance,oracle"]
     assert main([*argv, "--trials", "4", "--out", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["windows"] == 12

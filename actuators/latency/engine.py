@@ -34,6 +34,11 @@ def record_ns(hist: HdrHistogram, value_ns: int) -> None:
     hist.record_value(min(max(int(value_ns), HIST_LOWEST_NS), HIST_HIGHEST_NS))
 
 
+#: A send that took longer than this from its stamp to the system call's return was interrupted (the process was
+#: descheduled around it): its stamp is not when the request left, so it gives no service time.
+SEND_INTERRUPTED_NS = 50_000
+
+
 # -- the prober ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ProberConfig:
@@ -214,7 +219,7 @@ class ThreadProber:
     def _row(self, intended: int, sent: int, done: int, rx_epoch_ns: int | None) -> tuple[int, int, int, int]:
         off = self._epoch_offset
         done += off
-        rx = done if rx_epoch_ns is None else min(rx_epoch_ns, done)
+        rx = done if rx_epoch_ns is None else -1 if rx_epoch_ns < 0 else min(rx_epoch_ns, done)
         return (intended + off, sent + off, done, rx)
 
     def _intended(self, k: int) -> int:
@@ -290,10 +295,12 @@ class ThreadProber:
                 while self._clock() < intended:  # spin the last `spin_us`: no timer-slack bias
                     pass
                 sent = self._clock()
-                client.last_rx_ns = None
+                client.last_rx_ns = client.last_sent_ns = None
                 outcome = self._request(client, k)
                 done = self._clock()
                 rx = client.last_rx_ns
+                if client.last_sent_ns is not None and client.last_sent_ns - sent > SEND_INTERRUPTED_NS:
+                    rx = -1  # descheduled around its own send: no service time (the send stamp is not the send)
                 with self._cv:
                     if gen != self._gen:
                         continue  # the window this request belonged to is over

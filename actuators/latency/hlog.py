@@ -121,7 +121,7 @@ def write_sample_log(
     sent_sec = (sent - base_ns) // 1_000_000_000
     first = int(min(done_sec.min(), sent_sec.min()))
     last = int(max(done_sec.max(), sent_sec.max()))
-    on_time = sent - intended <= ON_TIME_NS
+    on_time = (sent - intended <= ON_TIME_NS) & (received >= 0)  # received < 0: the send was interrupted
     for sec in range(first, last + 1):
         for tag, values, at in (
             (None, done - intended, done_sec),

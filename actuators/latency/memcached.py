@@ -160,6 +160,8 @@ class MemcachedClient:
         self.rx_timestamps = rx_timestamps
         #: with `rx_timestamps`: the kernel's receive time (ns since the epoch) of the last data read, else None
         self.last_rx_ns: int | None = None
+        #: with `rx_timestamps`: when the last request's send returned (`time.perf_counter_ns`), else None
+        self.last_sent_ns: int | None = None
         self._stamped = False
         self._sock: socket.socket | None = None
         self._buf = bytearray()
@@ -265,6 +267,8 @@ class MemcachedClient:
         except OSError as exc:
             self.close()
             raise self._error("send failed", exc) from None
+        if self._stamped:
+            self.last_sent_ns = time.perf_counter_ns()
 
     def _fill(self) -> None:
         assert self._sock is not None

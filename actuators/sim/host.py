@@ -239,6 +239,11 @@ class SimHost:
         """The load schedule the offered load follows, or None (a fixed load, `set_offered_qps`)."""
         return self._load
 
+    def expected_itr_anchors(self) -> tuple[int, ...]:
+        """The ITRs (µs) `expected()` simulates; between two of them its values are linear in ITR (the
+        oracle's search relies on it)."""
+        return ITR_ANCHORS
+
     @property
     def expected_cache(self) -> ExpectedCache:
         """The long-run memo; pass it as `cache=` to another host to share the cells."""

@@ -180,20 +180,16 @@ def lock_time_us(
     return hold + wait, wait
 
 
-def _seg_cumsum(x: np.ndarray, starts: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """Inclusive cumulative sum of `x` restarted at each segment start."""
-    c = np.cumsum(x)
-    base = np.concatenate(([0.0], c))[starts]
-    out: np.ndarray = c - base[idx]
-    return out
-
-
-def _seg_cumsum_rows(x: np.ndarray, starts: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """`_seg_cumsum` along the last axis of a 2-D array."""
-    c = np.cumsum(x, axis=1)
-    base = np.concatenate((np.zeros((x.shape[0], 1)), c), axis=1)[:, starts]
-    out: np.ndarray = c - base[:, idx]
-    return out
+def _seg_cumsum_and_sum(x: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per segment of `x` (last axis; segments of lengths `counts` from `starts`, back to back): the inclusive
+    running sum restarted at each segment's start, and the segment's total (0 if empty) -- from one cumulative
+    sum, each segment's base spread by `np.repeat`."""
+    c = np.cumsum(x, axis=-1)
+    c0 = np.concatenate((np.zeros(x.shape[:-1] + (1,)), c), axis=-1)
+    base = c0[..., starts]
+    run: np.ndarray = c - np.repeat(base, counts, axis=-1)
+    tot: np.ndarray = c0[..., starts + counts] - base
+    return run, tot
 
 
 def _menu_prediction(gaps: np.ndarray, idled: np.ndarray, history: int) -> np.ndarray:
@@ -206,15 +202,20 @@ def _menu_prediction(gaps: np.ndarray, idled: np.ndarray, history: int) -> np.nd
     k = gaps.shape[-1]
     g2 = gaps.reshape(-1, k)
     v2 = idled.reshape(-1, k)
-    flat = np.concatenate((g2[v2], [1e9]))  # each row's actual gaps, rows concatenated
+    flat = g2[v2]  # each row's actual gaps, rows concatenated
     counts = v2.sum(axis=1)
-    row_start = np.concatenate(([0], np.cumsum(counts)[:-1]))[:, None]
-    before = np.cumsum(v2, axis=1) - v2  # actual gaps strictly before batch k
-    pred = np.full(g2.shape, 1e9)
+    rows = counts.size
+    # each row's actual gaps followed by one spare slot (a batch after the row's last actual gap), rows back to
+    # back; `window[i]`: the shortest of the `history` actual gaps before slot i in its row (1e9 if none)
+    start = np.concatenate(([0], np.cumsum(counts + 1)[:-1]))
+    slot = np.arange(int(counts.sum()) + rows) - np.repeat(start, counts + 1)  # position within the row
+    ext = np.full(slot.size, 1e9)
+    ext[slot < np.repeat(counts, counts + 1)] = flat
+    window = np.full(slot.size, 1e9)
     for lag in range(1, history + 1):
-        pos = before - lag
-        val = flat[row_start + np.maximum(pos, 0)]
-        pred = np.minimum(pred, np.where(pos >= 0, val, 1e9))
+        window[lag:] = np.minimum(window[lag:], np.where(slot[lag:] >= lag, ext[:-lag], 1e9))
+    before = np.cumsum(v2, axis=1) - v2  # actual gaps strictly before batch k
+    pred = window[start[:, None] + before]
     return pred.reshape(gaps.shape)
 
 
@@ -223,13 +224,6 @@ def _lindley(t: np.ndarray, w: np.ndarray) -> np.ndarray:
     cw = np.cumsum(w, axis=-1)
     prev = cw - w
     out: np.ndarray = np.maximum.accumulate(t - prev, axis=-1) + prev
-    return out
-
-
-def _seg_sum(x: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Sum of `x` over consecutive segments (last axis) of lengths `counts` (zero-length segments give 0)."""
-    c = np.concatenate((np.zeros(x.shape[:-1] + (1,)), np.cumsum(x, axis=-1)), axis=-1)
-    out: np.ndarray = c[..., starts + counts] - c[..., starts]
     return out
 
 
@@ -306,9 +300,9 @@ def simulate(
     # sorted uniform event positions per period via normalised exponential spacings
     e = rng.exponential(size=n_ev)
     extra = rng.exponential(size=kk)
-    ce = _seg_cumsum(e, ev_starts, ev_idx)
-    tot = _seg_sum(e, ev_starts, evf) + extra
-    u_ev = ce / tot[ev_idx]
+    ce, tot = _seg_cumsum_and_sum(e, ev_starts, evf)
+    tot = tot + extra
+    u_ev = ce / np.repeat(tot, evf)
     size = rng.geometric(1.0 / burst, size=n_ev) if burst > 1.0 else np.ones(n_ev, dtype=np.int64)
     n = np.bincount(ev_idx, weights=size, minlength=kk).astype(np.int64).reshape(chains, k)
     nf = n.ravel()
@@ -316,13 +310,13 @@ def simulate(
     idx = np.repeat(ev_idx, size)
     starts = np.concatenate(([0], np.cumsum(nf)[:-1]))
     u = np.repeat(u_ev, size)
-    wait = np.where(empty.ravel()[idx], 0.0, itr * (1.0 - u))
+    wait = np.where(np.repeat(empty.ravel(), nf), 0.0, itr * (1.0 - u))
     x = rng.gamma(p.app_shape, 1.0 / p.app_shape, size=r)
     lock, lock_wait = lock_time_us(p, lam * cores, f, rng, r)  # (F, R) per request, part of its app work
-    clock = _seg_cumsum_rows(lock, starts, idx)
-    slock = _seg_sum(lock, starts, nf).reshape(f.size, chains, k)
-    cx = _seg_cumsum(x, starts, idx)
-    sx = _seg_sum(x, starts, nf).reshape(chains, k)
+    clock, slock = _seg_cumsum_and_sum(lock, starts, nf)
+    slock = slock.reshape(f.size, chains, k)
+    cx, sx = _seg_cumsum_and_sum(x, starts, nf)
+    sx = sx.reshape(chains, k)
 
     h, ss, sa = p.work_us(f)
     h3, ss3, sa3 = h[:, None, None], ss[:, None, None], sa[:, None, None]
@@ -351,10 +345,16 @@ def simulate(
     st2 = _lindley(t[None], w2)
     fin2 = st2 + w2
     offset = (st2 - t[None]) + wake + irq + n[None] * ss3  # (F, C, K): time from interrupt to app start
-    lat = wait[None] + offset.reshape(f.size, kk)[:, idx] + sa[:, None] * cx[None] + clock + p.net_us
     pos = idx % k - w0  # period of each request within its chain's measured run (< 0: warm-up)
-    kept = pos >= 0
-    lat, lock_wait, pos = lat[:, kept], lock_wait[:, kept], pos[kept]
+    kept = pos >= 0  # only the measured requests' latencies are formed (the same sums as for all, then kept)
+    lat = (
+        wait[kept][None]
+        + np.repeat(offset.reshape(f.size, kk), nf, axis=1)[:, kept]
+        + sa[:, None] * cx[kept][None]
+        + clock[:, kept]
+    )
+    lat = lat + p.net_us
+    lock_wait, pos = lock_wait[:, kept], pos[kept]
 
     idle2 = np.zeros_like(st2)
     idle2[..., 1:] = np.maximum(t[None, :, 1:] - fin2[..., :-1], 0.0)

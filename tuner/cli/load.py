@@ -181,9 +181,11 @@ def _print_summary(s: dict[str, Any]) -> None:
     )
     print(f"tuner load: latency µs p50 {fmt('p50')}  p99 {fmt('p99')}  p99.9 {fmt('p99.9')} (95 % CI)", file=sys.stderr)
     resp = {k: v["us"] for k, v in (s.get("response_us") or {}).items()}
+    svc = {k: v["us"] for k, v in (s.get("service_us") or {}).items()}
     print(
         f"tuner load: response time (from the actual send) µs p50 {resp.get('p50', 0):.1f}  p99 {resp.get('p99', 0):.1f}"
-        f"  p99.9 {resp.get('p99.9', 0):.1f}",
+        f"  p99.9 {resp.get('p99.9', 0):.1f}; service time (to the kernel's receive stamp, {s.get('service_samples', 0):,}"
+        f" requests sent on time onto an idle connection) p50 {svc.get('p50', 0):.1f}  p99 {svc.get('p99', 0):.1f}",
         file=sys.stderr,
     )
     print(

@@ -135,7 +135,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="warm (default, chosen by the 3-day benchmark): context + stopping rule + safe exploration "
         "+ adaptive windows; cold: the dissertation's tuner (fresh experiment per window, 30 trials); "
         "warm-no-safety, warm-no-evidence, warm-no-adaptive, warm-no-stop, warm-no-context, "
-        "warm-no-guard, warm-no-sd-scale, warm-headroom: warm without one feature (the benchmark's ablations)",
+        "warm-no-guard, warm-no-sd-scale, warm-headroom: warm without one feature (the benchmark's ablations); "
+        "warm-grid: warm with Ax's acquisition over the allowed points only (less compute per suggestion)",
     )
     t.add_argument(
         "--config",
@@ -189,7 +190,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=str,
         default=None,
         help="with --context: at a load inside those measured within the limit, hold the model's best point "
-        "without trials if its P(over the limit) <= this (0 = always retune; warm: 0.05)",
+        "without trials if its P(over the limit) <= this (0 = always retune; default 0.05 with --bin under an "
+        "hour, else 0)",
     )
     t.add_argument(
         "--latency-metric",
@@ -274,7 +276,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from reward import DEFAULT_REWARD
     from tuner.optimize.settings import Objective
-    from tuner.replay.run import default_policies, parse_policies
+    from tuner.replay.run import default_policies, fine_window_hold, parse_policies
 
     try:
         sla = float(args.sla_us)
@@ -294,6 +296,7 @@ def _run(args: argparse.Namespace) -> int:
     hours = parse_number(args.hours, "--hours", minimum=0)
     bin_s = parse_number(args.bin, "--bin", minimum=0)
     policies = default_policies(bin_s) if args.policies == "auto" else parse_policies(args.policies)
+    settings = fine_window_hold(settings, bin_s, explicit=args.hold_max_p is not None)
     peak = DEFAULT_PEAK_QPS if args.peak_qps is None else parse_number(args.peak_qps, "--peak-qps", minimum=0)
     n_days = int(parse_number(args.days, "--days", integer=True, minimum=1, strict=False))
     from traces.schedule import DEFAULT_DAY_NOISE, load_schedule, repeat_days, sample_trace_path

@@ -4,11 +4,16 @@ One thread (the loop) owns the host and the optimiser; RPC threads only read sna
 under `Daemon._lock`. Every completed trial is written to the state directory (atomically, together with
 the optimiser) before the next one starts; a trial interrupted by SIGTERM is abandoned, never reported.
 
-A retune (`tuner.daemon.trials`): create the optimiser (worker process) -> warm start from the history store
+A retune (`tuner.daemon.trials`): create the optimiser (a worker process, started on its own thread while the
+loop keeps measuring with the guardrail on) -> warm start from the history store
 (`Optimizer.add_history`, when `history.warm_start` or `tuning.context`) -> `begin_retune(offered QPS)` ->
 trials (windows sized by `tuner.optimize.windowing` when `tuning.window_mode = "adaptive"`) until the budget or the
 stopping rule (`should_stop`, when `tuning.stop_ei_pct > 0`) -> decision -> the retune's completed trials
 are appended to the history store. Optimisers without the optional methods run as before.
+
+Faults (docs/daemon.md, "Faults at run time"): a transient one fails the trial or retries the retune with a
+capped exponential back-off on the same worker; a permanent one (`core.errors.is_permanent`) ends tuning once:
+the OS's settings are restored and the daemon stays up as `degraded` (`_degrade`).
 """
 
 from __future__ import annotations

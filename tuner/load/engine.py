@@ -23,6 +23,7 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
+from actuators.latency.engine import SEND_INTERRUPTED_NS
 from actuators.latency.memcached import (
     RX_ANCILLARY_BYTES,
     MemcachedAddress,
@@ -193,7 +194,8 @@ def _loop(spec: WorkerSpec, conns: list[_Conn], t0: int, pipe: Connection, stop:
                 if k < len(data):
                     c.pending = data[k:]
                 c.send_ns[a:b] = now
-                if b > a + 1 or c.done < a:  # not alone, or behind requests still in flight on the connection
+                # not alone, behind requests still in flight on the connection, or descheduled around its send
+                if b > a + 1 or c.done < a or clock() - t0 - now > SEND_INTERRUPTED_NS:
                     c.rx_ns[a:b] = _CLUMPED
                 c.sent = b
                 nexts[i] = int(c.times[b]) if b < len(c.times) else big

@@ -19,6 +19,7 @@ from tuner.optimize.axsetup import no_warnings, quiet_ax, small_acqf_batches
 from tuner.optimize.latscale import LatencyScale
 from tuner.optimize.records import Pending, TrialRecord, latency_sem, power_sem
 from tuner.optimize.settings import Objective, TunerSettings, itr_candidates, met_limit_us, pct_text
+from tuner.optimize.surrogate import GridPredictor, acquisition_values, botorch_adapter, refit
 
 #: A completed trial whose measured load differs from the load its suggestion was pinned at by more than this
 #: (normalised units: 0.5 % of `context_max_qps`) is re-filed in Ax at its measured load.
@@ -28,17 +29,12 @@ LOAD_TOLERANCE = 5e-3
 ABANDONED_MAX = 12
 
 
-#: `TunerSettings.refit_every`: the GP's hyperparameters are also re-optimised once the data grew by this share.
+#: `TunerSettings.refit_every`: the GP's hyperparameters are also re-optimised once the data grew by this share,
 REFIT_GROWTH = 0.2
-
-
-def _botorch_adapter(gs: Any) -> Any:
-    """The fitted Ax adapter of the generation strategy's current node if it is a BoTorch model, else None."""
-    for spec in getattr(gs._curr, "generator_specs", ()):
-        adapter = getattr(spec, "_fitted_adapter", None)
-        if spec.generator_enum.value == "BoTorch" and adapter is not None:
-            return adapter
-    return None
+#: ... and as soon as a new trial surprised the model: a metric measured more than this many SDs (the model's
+#: predictive SD and the measurement's SEM in quadrature) from what the model predicted for it before the refit.
+#: The GP is least right next to the latency cliff, where its old length-scales must give way at once.
+SURPRISE_Z = 2.0
 
 
 class ExperimentModel:
@@ -59,6 +55,8 @@ class ExperimentModel:
         self._evidence_cache: tuple[Any, tuple[Any, Any, Any, Any], tuple[int, ...]] | None = None
         self._hyper_fit: tuple[int, int] | None = None  # (client id, trials) at the last hyperparameter fit
         self._fitted_on: tuple[int, tuple[int, ...]] | None = None  # (client id, completed trials) of the last fit
+        self._predictor = GridPredictor()  # batched grid predictions of the fitted adapter (`_grid_model`)
+        self._reported: dict[int, dict[str, Any]] = {}  # Ax trial -> its metrics, until the next fit (`_surprised`)
         self._next_index = 0
         self._retune_start: int | None = None
         self._load: float | None = None
@@ -189,18 +187,15 @@ class ExperimentModel:
                     return None  # Ax would still be in its Sobol phase: no model to ask
                 self.fit_model()
             cells = self._grid() if cells is None else list(cells)
-            params = [self._cell_params(c, load) for c in cells]
-            try:
-                preds = self._client.predict(params)
-            except Exception:  # noqa: BLE001 - Ax raises until a predictive model is fitted
-                return None
+            adapter = botorch_adapter(self._client._generation_strategy)
+            if adapter is None or not cells:
+                return None  # no predictive model yet
+            preds = self._predictor.predict(adapter, [self._cell_params(c, load) for c in cells])
         scale = self._scale
-        if not preds or scale.metric not in preds[0] or "power" not in preds[0]:
+        if scale.metric not in preds or "power" not in preds:
             return None
-        mu = np.array([p[scale.metric][0] for p in preds], dtype=float)
-        sd = np.array([p[scale.metric][1] for p in preds], dtype=float)
-        pw = np.array([p["power"][0] for p in preds], dtype=float)
-        pw_sd = np.array([p["power"][1] for p in preds], dtype=float)
+        mu, sd = preds[scale.metric]
+        pw, pw_sd = preds["power"]
         # both from the model's SD times `safe_sd_scale`; P(SLA broken) also with `safe_model_error` added in
         # quadrature; P(over the limit `best` applies) is also the constrained EI's feasibility
         sdk = sd * self.settings.safe_sd_scale
@@ -223,20 +218,19 @@ class ExperimentModel:
     def fit_model(self) -> None:
         """Fit the model the next suggestion, the safety filter and the stopping rule all use, on all data.
 
-        Ax refits only when the data changed, and then re-optimises the GP's hyperparameters
-        (`fit_gpytorch_mll`, most of a suggestion's compute). Here they are re-optimised only when due: every
-        `settings.refit_every` new trials, once the data grew by `REFIT_GROWTH` since, after a rebuilt
-        experiment, and whenever Ax has no model yet (Ax's own fit, `GenerationStrategy.fit`). In between,
-        the same Ax adapter refits on all data with the last hyperparameters (`state_dict`, `refit=False`:
-        the path Ax's own cross-validation takes), so the next `get_next_trials` finds the data unchanged and
-        reuses that model as it is.
+        One Ax adapter is kept and refitted on new data (`tuner.optimize.surrogate.refit`). With
+        `settings.refit_every` = 1 the hyperparameters are re-optimised by Ax's own fit on every new trial (Ax's
+        behaviour); with N > 1 they are warm-started from the last fit and re-optimised every N new trials,
+        once the data grew by `REFIT_GROWTH` since, when a new trial surprised the model (`SURPRISE_Z`) and after
+        a rebuilt experiment; in between conditioned on all data with the last ones. The next `get_next_trials`
+        finds the data unchanged and reuses that model as it is.
         """
         gs = self._client._generation_strategy
         exp = self._client._experiment
         observed = self._observed()
         n = len(observed)
         key = (id(self._client), tuple(observed))
-        if key == self._fitted_on and _botorch_adapter(gs) is not None:
+        if key == self._fitted_on and botorch_adapter(gs) is not None:
             return  # nothing new since the last fit (Ax's own check costs a pass over the experiment's data)
         last = self._hyper_fit
         due = (
@@ -244,27 +238,44 @@ class ExperimentModel:
             or last[0] != id(self._client)
             or n - last[1] >= self.settings.refit_every
             or n > last[1] * (1 + REFIT_GROWTH)
+            or self._surprised(observed)
         )
-        adapter = None if due else _botorch_adapter(gs)
-        if adapter is not None:
-            try:
-                data, space = adapter._process_and_transform_data(experiment=exp)
-                if data != adapter._last_experiment_data:
-                    state = adapter.generator.surrogate.model.state_dict()
-                    adapter._fit(search_space=space, experiment_data=data, state_dict=state, refit=False)
-                self._fitted_on = key
-                return
-            except Exception:  # noqa: BLE001 - Ax's internals moved: fall back to its own (full) fit
-                pass
-        # Ax's public "fit outside gen": moves past Sobol if due and refits only if the data changed (if they
-        # did not, the hyperparameters stay due until they do)
-        before = _botorch_adapter(gs)
-        seen = None if before is None else before._last_experiment_data
-        gs.fit(experiment=exp)
-        after = _botorch_adapter(gs)
-        if after is not None and (after is not before or after._last_experiment_data is not seen):
+        self._reported = {}  # judged (or not needed) for this fit
+        # refit_every = 1 is Ax's own behaviour, cold hyperparameters every trial (the replay's numbers were chosen
+        # with it); past that, warm-started from the last fit
+        how = refit(gs, exp, hyper=due, warm=self.settings.refit_every > 1)
+        if how in ("cold", "warm"):
             self._hyper_fit = (id(self._client), n)
-        self._fitted_on = key if after is not None else None
+        self._fitted_on = key if botorch_adapter(gs) is not None else None
+
+    def _complete_ax(self, ax_index: int, data: dict[str, float | tuple[float, float]]) -> None:
+        """Complete Ax trial `ax_index` with `data` (metric -> mean or (mean, SEM)), kept for `_surprised`."""
+        self._client.complete_trial(trial_index=ax_index, raw_data=data)
+        self._reported[ax_index] = data
+
+    def _surprised(self, observed: Sequence[int]) -> bool:
+        """Whether a trial reported since the last fit lies more than `SURPRISE_Z` SDs from the fitted model's
+        prediction for it, in any modelled metric (False with no fitted model or nothing new)."""
+        adapter = botorch_adapter(self._client._generation_strategy)
+        fitted = self._fitted_on
+        reported = self._reported
+        if adapter is None or fitted is None or fitted[0] != id(self._client):
+            return False
+        new = [t for t in sorted(set(observed) - set(fitted[1])) if t in reported]
+        if not new:
+            return False
+        exp = self._client._experiment
+        preds = self._predictor.predict(adapter, [dict(exp.trials[t].arm.parameters) for t in new])
+        for k, t in enumerate(new):
+            for metric, value in reported[t].items():
+                if metric not in preds:
+                    continue
+                mean, sem = value if isinstance(value, tuple) else (value, 0.0)
+                mu, sd = preds[metric]
+                scale = math.hypot(float(sd[k]), float(sem))
+                if scale > 0 and abs(float(mean) - float(mu[k])) > SURPRISE_Z * scale:
+                    return True
+        return False
 
     def _met_limit_us(self) -> float:
         """`met_limit_us` of this objective and settings. Used by the expected improvement, the safety filter
@@ -293,6 +304,26 @@ class ExperimentModel:
         if self.settings.safe_delta > 0:
             ei = ei * ~grid["unsafe"]
         return ei
+
+    def _acquire(self, cells: Sequence[tuple[int, int]], allowed: Any) -> int | None:
+        """Index (into `cells`) of the allowed cell where Ax's own acquisition function is largest at this
+        retune's load (`surrogate.acquisition_values`: one batch over the allowed cells only, not Ax's pass over
+        the whole grid); None with no fitted model, nothing allowed, or if Ax cannot evaluate it."""
+        import numpy as np
+
+        idx = np.flatnonzero(np.asarray(allowed, dtype=bool))
+        adapter = botorch_adapter(self._client._generation_strategy)
+        if adapter is None or idx.size == 0:
+            return None
+        params = [self._cell_params(cells[int(k)], self._load) for k in idx]
+        try:
+            with no_warnings(self.settings.torch_threads):
+                vals = acquisition_values(adapter, self._predictor, params)
+        except Exception:  # noqa: BLE001 - Ax's internals moved: the caller falls back to the constrained EI
+            return None
+        if vals.shape != (idx.size,) or not np.isfinite(vals).any():
+            return None
+        return int(idx[int(np.nanargmax(np.where(np.isfinite(vals), vals, -np.inf)))])
 
     def _cell_params(self, cell: tuple[int, int], load: float | None) -> dict[str, Any]:
         params: dict[str, Any] = {}

@@ -76,6 +76,7 @@ from tuner.optimize.records import (
 )
 from tuner.optimize.settings import Objective, TunerSettings, itr_candidates
 from tuner.optimize.stopping import StoppingRule
+from tuner.optimize.surrogate import GridPredictor
 
 # the worker process loads `Optimizer`, `Objective` and `TunerSettings` from this module by name
 __all__ = ["Objective", "Optimizer", "TunerSettings"]
@@ -169,16 +170,22 @@ class Optimizer(StoppingRule):
             with no_warnings(self.settings.torch_threads):
                 if len(self._observed()) >= self._init_budget():
                     self.fit_model()  # hyperparameters only when due (the stopping rule may have done it)
-                if self.settings.context:
+                grid = safe and self.settings.acquisition == "grid" and self._fitted_on is not None
+                if grid:
+                    trials = {}
+                elif self.settings.context:
                     trials = self._client.get_next_trials(max_trials=1, fixed_parameters={"load": self._load})
                 else:
                     trials = self._client.get_next_trials(max_trials=1)
-            if not trials:
-                raise TunerError("Ax generated no trial (search space exhausted?)")
-            ((ax_index, params),) = trials.items()
-            pend = Pending(self._to_point(params), 0.0, ax_index, self._load)
-            if safe:
-                pend = self._safety_filter(pend)
+            if grid:
+                pend = self._safety_filter(None)  # the model's choice among the points it allows
+            else:
+                if not trials:
+                    raise TunerError("Ax generated no trial (search space exhausted?)")
+                ((ax_index, params),) = trials.items()
+                pend = Pending(self._to_point(params), 0.0, ax_index, self._load)
+                if safe:
+                    pend = self._safety_filter(pend)
         pend.compute_s = time.perf_counter() - t0 + self._stop_s
         self._stop_s = 0.0
         index = self._next_index
@@ -217,7 +224,7 @@ class Optimizer(StoppingRule):
                     trial_index=ax_index, failed_reason=f"re-filed at its measured load as trial {moved}"
                 )
                 ax_index = moved
-            self._client.complete_trial(trial_index=ax_index, raw_data=data)
+            self._complete_ax(ax_index, data)
         value = self._reward(
             measurement.power_w, measurement.percentile(self.objective.percentile), self.objective.sla_us
         )
@@ -422,6 +429,7 @@ class Optimizer(StoppingRule):
             self._borrowed = {int(i) for i in d.get("borrowed") or ()}
             self._grid_cache, self._stop_s, self._evidence_cache = None, 0.0, None
             self._hyper_fit, self._fitted_on = None, None
+            self._predictor, self._reported = GridPredictor(), {}
             with no_warnings():
                 self._client = Client._from_json_snapshot(d["ax"])
                 small_acqf_batches(self._client)

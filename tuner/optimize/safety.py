@@ -61,39 +61,44 @@ class SafeExploration(ExperimentModel):
         )
         return Pending(self._grid_point(cell), 0.0, ax_index, self._load, None, note, t)
 
-    def _safety_filter(self, pend: Pending) -> Pending:
+    def _safety_filter(self, pend: Pending | None) -> Pending:
         """Keep Ax's proposal if the gate passes it (`_unsafe`) and it is near evidence (`_supported`), else
-        substitute the allowed cell of largest constrained EI (or the closest allowed one)."""
+        substitute the allowed cell of largest constrained EI (or the closest allowed one). Without a proposal
+        (`acquisition="grid"`: Ax was not asked) that cell is the choice (ties: the one nearest the safe corner)."""
         import numpy as np
 
         from tuner.optimize import acquisition
 
         delta = self.settings.safe_delta
-        prop = self._cell_of(pend.point)
         evidence = self._evidence()
-        # Ax just fitted the model on all data to propose; ask it about the proposal first (cheap), and about
-        # the cells near evidence (the whole grid, 128 x 18 cells, costs ~0.5 s) only if the proposal fails
-        one = self._grid_model(self._load, refit=False, cells=[prop])
-        near = bool(self._supported([prop], evidence)[0])
-        if one is not None and not one["unsafe"][0] and near:
-            pend.p_violation = float(one["p_violation"][0])
-            return pend
-        with no_warnings():
-            self._client.mark_trial_abandoned(trial_index=pend.ax_index)
-        if one is None:  # no predictive model (Ax still in its Sobol phase): do not try a random point
-            sub = self._safe_start()
-            sub.note = "no model to check Ax's proposal; " + sub.note
-            return sub
-        why = (
-            f"Ax proposed {pend.point} with P({pct_text(self.objective.percentile)} > "
-            f"{self.objective.sla_us:g} µs) {one['p_violation'][0]:.3f}"
-            + (
-                f" > δ {delta:g}"
-                if one["unsafe"][0]
-                else f", farther than {self.settings.safe_radius:g} from any point measured within the limit "
-                f"at this load or above, or next to one measured over the SLA"
+        if pend is None:
+            prop = None
+            why = "grid acquisition over the points safe exploration allows"
+        else:
+            prop = self._cell_of(pend.point)
+            # Ax just fitted the model on all data to propose; ask it about the proposal first (cheap), and about
+            # the cells near evidence (the whole grid, 128 x 18 cells, costs ~0.5 s) only if the proposal fails
+            one = self._grid_model(self._load, refit=False, cells=[prop])
+            near = bool(self._supported([prop], evidence)[0])
+            if one is not None and not one["unsafe"][0] and near:
+                pend.p_violation = float(one["p_violation"][0])
+                return pend
+            with no_warnings():
+                self._client.mark_trial_abandoned(trial_index=pend.ax_index)
+            if one is None:  # no predictive model (Ax still in its Sobol phase): do not try a random point
+                sub = self._safe_start()
+                sub.note = "no model to check Ax's proposal; " + sub.note
+                return sub
+            why = (
+                f"Ax proposed {pend.point} with P({pct_text(self.objective.percentile)} > "
+                f"{self.objective.sla_us:g} µs) {one['p_violation'][0]:.3f}"
+                + (
+                    f" > δ {delta:g}"
+                    if one["unsafe"][0]
+                    else f", farther than {self.settings.safe_radius:g} from any point measured within the limit "
+                    f"at this load or above, or next to one measured over the SLA"
+                )
             )
-        )
         cells = self._near_cells(evidence)
         grid = self._grid_model(self._load, refit=False, cells=cells) if cells else None
         ok = ~grid["unsafe"] if grid is not None else np.zeros(0, dtype=bool)
@@ -116,22 +121,28 @@ class SafeExploration(ExperimentModel):
         assert grid is not None
         pv = grid["p_violation"]
         coords = self._coords(cells)
-        target = self._coords([prop])[0]
+        target = self._coords([prop])[0] if prop is not None else (0.0, 1.0)  # else: the safe corner
         seen = {self._cell_of(r.point) for r in self.retune_trials() if r.status == STATUS_COMPLETED}
         fresh = ok & np.array([c not in seen for c in cells])
         allowed = fresh if fresh.any() else ok
+        if prop is None:  # grid acquisition: Ax's own acquisition function over the allowed points
+            k = self._acquire(cells, allowed)
+            if k is not None:
+                note = f"{why}: Ax's acquisition at its largest of {int(allowed.sum())} allowed points"
+                cell = cells[k]
+                return Pending(self._grid_point(cell), 0.0, self._attach(cell), self._load, float(pv[k]), note)
         incumbent = self._incumbent_w(grid, allowed)
         ei = self._ei(grid, incumbent) * allowed if incumbent is not None else None
         if ei is not None and float(ei.max()) > 0:
             top = ei >= float(ei.max()) * (1 - 1e-9)
             j = acquisition.nearest(coords, target, top, tiebreak=pv)
             note = (
-                f"{why}; tried the safe point of largest expected improvement instead "
+                f"{why}; tried the safe point of largest expected improvement{' instead' if pend else ''} "
                 f"({float(ei[j]):.3g} W below {incumbent:.1f} W)"
             )
         else:
             j = acquisition.nearest(coords, target, allowed, tiebreak=pv)
-            note = f"{why}; tried the closest safe point instead"
+            note = f"{why}; tried the closest safe point{' instead' if pend else ' to the safe corner'}"
         cell = cells[j]
         return Pending(self._grid_point(cell), 0.0, self._attach(cell), self._load, float(pv[j]), note)
 

@@ -26,6 +26,10 @@ SLA_CHECKS = ("ci", "estimate")
 #: `TunerSettings.window_mode`: "fixed" = `window_s` per trial; "adaptive" = grow until the percentile's CI is
 #: within +-`window_ci_pct` % (at most `window_s`), via `tuner.optimize.windowing.measure_window`.
 WINDOW_MODES = ("fixed", "adaptive")
+#: `TunerSettings.acquisition`: "ax" = Ax's own generation (`get_next_trials`: qLogNEI over the whole grid; with
+#: safe exploration, vetted after); "grid" (with `safe_delta` > 0) = the constrained EI of the points safe
+#: exploration allows, on the posterior the safety filter and the stopping rule already asked (no second pass).
+ACQUISITIONS = ("ax", "grid")
 
 
 def _finite_above(v: Any, lo: float, strict: bool = True) -> bool:
@@ -141,6 +145,8 @@ class TunerSettings:
     # without trials when the model puts its P(over the limit `best` applies) at most this (`decision.hold_or_retune`);
     # 0 = every retune runs trials
     hold_max_p: float = 0.0
+    # how the next point is chosen once the model is fitted (ACQUISITIONS)
+    acquisition: str = "ax"
 
     def __post_init__(self) -> None:
         for name in (
@@ -190,6 +196,8 @@ class TunerSettings:
             raise TunerError(f"hold_max_p must be a probability in [0, 0.5] (0 = off), got {self.hold_max_p!r}")
         if self.latency_metric not in LATENCY_METRICS:
             raise TunerError(f"latency_metric {self.latency_metric!r}: expected one of {', '.join(LATENCY_METRICS)}")
+        if self.acquisition not in ACQUISITIONS:
+            raise TunerError(f"acquisition {self.acquisition!r}: expected one of {', '.join(ACQUISITIONS)}")
         if self.window_mode not in WINDOW_MODES:
             raise TunerError(f"window_mode {self.window_mode!r}: expected one of {', '.join(WINDOW_MODES)}")
         if not (_finite_above(self.window_ci_pct, 0.0) and self.window_ci_pct < 100.0):

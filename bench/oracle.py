@@ -1,0 +1,154 @@
+"""The replay oracle's cost per window, cold, and its equality with the exhaustive grid search (JSON on stdout).
+
+Target: <= 1 s per window (the oracle is one of the replay's four policies; the old search cost 0.4-1.6 s CPU
+per window at 99 % < 500 µs and ~1.6 s on average at 200 µs) and the same point as `--oracle-exhaustive` on every
+window. Each window's oracle runs on an EMPTY model-cell cache (`host.expected_cache.clear()`), so its time is what
+a replay pays when nothing else has asked for those cells (in `tuner replay` the tuner's measured points warm a few
+of them). Reported per day and SLA: CPU (process) and wall seconds per window (mean, max), model cells per window.
+
+Days (the oracle depends only on each window's load, not on the host's seed):
+* `bundled`: the bundled 24 h sample trace at `--peak-qps` (217-600 kQPS hourly);
+* `noisy-sN`: days 1 and 2 of the 3-day schedule with the 5 % day-to-day noise seeded by N (`--schedule-seeds`);
+* `twopeak`: a day of another shape -- two peaks (10:00 and 20:00, the later one at `--peak-qps`) and a deep
+  night trough, hourly -- so the loads fall elsewhere than the sample's;
+* `--trace FILE` adds a day from any trace (`traces.schedule.load_schedule`, scaled to `--peak-qps`).
+
+`--check` also runs the exhaustive search on every window (full 54 x 18 model grid per load, ~5-15 s each) and
+reports how many agree.
+
+    nice -n 10 .venv/bin/python bench/oracle.py --check                  # all days, 99:500,90:500,99:200,99.9:500
+    nice -n 10 .venv/bin/python bench/oracle.py --days bundled --slas 99:500
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+
+TARGET_S = 1.0
+
+
+def twopeak_day(peak_qps: float) -> list[float]:
+    """Hourly mean loads of a two-peak day: a morning peak at 10:00 (85 % of the evening one), the evening peak
+    at 20:00 (= `peak_qps`), a night trough near 03:00 at ~25 %."""
+    raw = []
+    for h in range(24):
+        t = h + 0.5
+        morning = 0.85 * math.exp(-(((t - 10.0) / 2.5) ** 2))
+        evening = math.exp(-(((t - 20.0) / 2.5) ** 2))
+        night = 0.25 + 0.1 * math.cos(2 * math.pi * (t - 15.0) / 24.0)
+        raw.append(max(morning, evening, night))
+    top = max(raw)
+    return [peak_qps * r / top for r in raw]
+
+
+def days(args: argparse.Namespace) -> dict[str, list[float]]:
+    from traces.schedule import load_schedule, repeat_days, sample_trace_path
+
+    base = load_schedule(sample_trace_path(), peak_qps=args.peak_qps)
+    want = args.days.split(",")
+    out: dict[str, list[float]] = {}
+    if "bundled" in want:
+        out["bundled"] = [w.qps for w in base.windows]
+    if "noisy" in want:
+        for s in (int(x) for x in args.schedule_seeds.split(",")):
+            full = repeat_days(base, 3, seed=s)
+            out[f"noisy-s{s}"] = [w.qps for w in full.windows if w.day >= 1]
+    if "twopeak" in want:
+        out["twopeak"] = twopeak_day(args.peak_qps)
+    if args.trace:
+        out[args.trace] = [w.qps for w in load_schedule(args.trace, peak_qps=args.peak_qps).windows]
+    return out
+
+
+def _stats(values: list[float]) -> dict[str, float]:
+    return {"mean": round(statistics.fmean(values), 3), "max": round(max(values), 3), "n": len(values)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--days", default="bundled,noisy,twopeak", help="comma list of bundled, noisy, twopeak")
+    ap.add_argument("--schedule-seeds", default="0", help="seeds of the noisy days (comma list)")
+    ap.add_argument("--trace", default=None, help="also a day from this trace file")
+    ap.add_argument("--slas", default="99:500,90:500,99:200,99.9:500", help="percentile:µs list")
+    ap.add_argument("--peak-qps", type=float, default=600_000.0)
+    ap.add_argument("--every", type=int, default=1, help="every N-th window of each day only")
+    ap.add_argument("--check", action="store_true", help="also the exhaustive search on every window")
+    ap.add_argument("--seed-check", type=int, default=7, help="another host seed: its oracle must give the same point")
+    args = ap.parse_args(argv)
+
+    from tuner.hosts import make_host
+    from tuner.optimize.settings import Objective
+    from tuner.replay.oracle import oracle_point
+
+    slas = [tuple(float(v) for v in x.split(":")) for x in args.slas.split(",")]
+    host = make_host("sim", seed=0)
+    cache = host.expected_cache  # type: ignore[attr-defined]
+    out: dict = {"command": " ".join(sys.argv), "target_s_per_window": TARGET_S, "days": {}, "by_sla": {}}
+    every: dict[str, dict[str, list[float]]] = {f"{p:g}:{s:g}": {"cpu": [], "wall": []} for p, s in slas}
+    agree_all = total_all = 0
+    for name, loads in days(args).items():
+        loads = loads[:: args.every]
+        day: dict = {"qps": [round(q) for q in loads], "slas": {}}
+        fast_points: dict[str, list] = {}
+        for pct, sla in slas:
+            key = f"{pct:g}:{sla:g}"
+            obj = Objective("constrained", pct, sla)
+            cpu, wall, cells, points = [], [], [], []
+            for q in loads:
+                cache.clear()
+                t0, c0 = time.perf_counter(), time.process_time()
+                point, how = oracle_point(host, obj, q)
+                wall.append(time.perf_counter() - t0)
+                cpu.append(time.process_time() - c0)
+                cells.append(cache.cells.stats().entries)
+                points.append(point)
+            every[key]["cpu"] += cpu
+            every[key]["wall"] += wall
+            row: dict = {"cpu_s": _stats(cpu), "wall_s": _stats(wall), "cells": _stats([float(c) for c in cells])}
+            day["slas"][key] = row
+            fast_points[key] = points
+            print(json.dumps({"day": name, "sla": key, **row}), file=sys.stderr, flush=True)
+        if args.check:
+            for i, q in enumerate(loads):
+                cache.clear()  # the full grid once per load serves every SLA's exhaustive search
+                for pct, sla in slas:
+                    key = f"{pct:g}:{sla:g}"
+                    obj = Objective("constrained", pct, sla)
+                    full, _ = oracle_point(host, obj, q, exhaustive=True)
+                    fast = fast_points[key][i]  # the cold search's point
+                    agree = fast == full
+                    misses = day["slas"][key].setdefault("mismatches", [])
+                    if not agree:
+                        misses.append({"qps": round(q), "fast": str(fast), "exhaustive": str(full)})
+                    day["slas"][key]["equal"] = day["slas"][key].get("equal", 0) + int(agree)
+                    agree_all += int(agree)
+                    total_all += 1
+                print(json.dumps({"day": name, "checked_window": i}), file=sys.stderr, flush=True)
+        out["days"][name] = day
+    for key, v in every.items():
+        out["by_sla"][key] = {"cpu_s": _stats(v["cpu"]), "wall_s": _stats(v["wall"])}
+    # the host's seed moves its measurements' noise, not its model: another seed's oracle gives the same point
+    other = make_host("sim", seed=args.seed_check)
+    pct, sla = slas[0]
+    q = max(q for loads in days(args).values() for q in loads)
+    same = (
+        oracle_point(host, Objective("constrained", pct, sla), q)[0]
+        == oracle_point(other, Objective("constrained", pct, sla), q)[0]
+    )
+    out["host_seed_check"] = {"seeds": [0, args.seed_check], "qps": round(q), "same_point": same}
+    worst = max(v["cpu_s"]["max"] for v in out["by_sla"].values())
+    out["max_cpu_s_per_window"] = worst
+    out["target_met"] = worst <= TARGET_S
+    if args.check:
+        out["equals_exhaustive"] = f"{agree_all}/{total_all} windows x SLAs"
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,124 @@
+"""The Ax model kept across suggestions (`tuner.optimize.surrogate`): batched grid predictions equal Ax's own,
+a warm-started refit proposes what a fresh fit on the same data proposes, hyperparameters are re-optimised
+when new data surprise the model, and the grid acquisition tries only what safe exploration allows."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from actuators.host import OperatingPoint, apply_point
+from core.errors import TunerError
+from tests.fakes import FakeHost
+from tests.test_contextual import OBJ, SMALL, ctx, history, meas
+from tuner.optimize.axsetup import no_warnings
+from tuner.optimize.optimizer import Optimizer
+from tuner.optimize.settings import TunerSettings
+from tuner.optimize.surrogate import GridPredictor, botorch_adapter, refit
+
+QPS = 120_000
+
+
+def _fitted(n: int = 14, **kw) -> Optimizer:
+    opt = Optimizer(SMALL, OBJ, ctx(trials=20, **kw))
+    opt.add_history(history(n))
+    opt.begin_retune(QPS)
+    with no_warnings(1):
+        opt.fit_model()
+    return opt
+
+
+def test_batched_grid_predictions_equal_ax_client_predict() -> None:
+    opt = _fitted()
+    adapter = botorch_adapter(opt._client._generation_strategy)
+    assert adapter is not None
+    params = [opt._cell_params(c, opt._load) for c in opt._grid()]
+    ours = GridPredictor().predict(adapter, params)
+    theirs = opt._client.predict(params)
+    assert set(ours) == set(theirs[0])
+    for metric, (mu, sd) in ours.items():
+        np.testing.assert_allclose(mu, [t[metric][0] for t in theirs], rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(sd, [t[metric][1] for t in theirs], rtol=1e-7, atol=1e-9)
+
+
+def _predict_grid(opt: Optimizer) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    adapter = botorch_adapter(opt._client._generation_strategy)
+    return GridPredictor().predict(adapter, [opt._cell_params(c, opt._load) for c in opt._grid()])
+
+
+def test_a_warm_started_refit_proposes_what_a_fresh_fit_proposes() -> None:
+    host = FakeHost(qps=QPS, knobs=SMALL)
+    warm = _fitted(refit_every=1)
+    gs, exp = warm._client._generation_strategy, warm._client._experiment
+    new = [OperatingPoint(SMALL.itr_us[k], SMALL.dvfs_ghz[j]) for k, j in ((3, 4), (10, 2), (18, 3))]
+    records = history(14)
+    for p in new:  # three more trials, each refitted from the last fit's hyperparameters
+        i = warm._attach(warm._cell_of(p))
+        apply_point(host, p)
+        warm._client.complete_trial(trial_index=i, raw_data=warm.metrics(host.measure(5.0)))
+        with no_warnings(1):
+            assert refit(gs, exp, hyper=True) == "warm"
+    # a fresh optimiser (Ax's own cold fit) on the same data
+    fresh = Optimizer(SMALL, OBJ, ctx(trials=20))
+    with no_warnings():
+        for ti in sorted(exp.trials):
+            rows = exp.lookup_data(trial_indices=[ti]).df
+            raw = {str(r["metric_name"]): (float(r["mean"]), float(r["sem"])) for _, r in rows.iterrows()}
+            j = fresh._client.attach_trial(parameters=dict(exp.trials[ti].arm.parameters))
+            fresh._client.complete_trial(trial_index=j, raw_data=raw)
+    fresh.begin_retune(QPS)
+    with no_warnings(1):
+        fresh.fit_model()
+    assert len(fresh._observed()) == len(warm._observed()) == len(records) + len(new)
+    a, b = _predict_grid(warm), _predict_grid(fresh)
+    for metric in a:
+        np.testing.assert_allclose(a[metric][0], b[metric][0], atol=0.02 * np.abs(b[metric][0]).max())
+        np.testing.assert_allclose(a[metric][1], b[metric][1], rtol=0.2, atol=1e-3)
+    # and the same next point: the grid acquisition's choice over what safe exploration allows
+    for opt in (warm, fresh):
+        opt.settings = replace(opt.settings, safe_delta=0.05, acquisition="grid")
+    assert warm._safety_filter(None).point == fresh._safety_filter(None).point
+
+
+def test_hyperparameters_are_reoptimised_when_new_data_surprise_the_model() -> None:
+    opt = _fitted(refit_every=100)
+    first = opt._hyper_fit
+    assert first is not None and first[1] == 14
+    at = OperatingPoint(SMALL.itr_us[-1], SMALL.dvfs_ghz[0])
+    pred = opt.predict([at], QPS)[0]
+    # a measurement the model expected: no new hyperparameters (the GP is conditioned on it with the old ones)
+    j = opt._attach(opt._cell_of(at))
+    opt._complete_ax(j, opt.metrics(meas(pred.latency_us, pred.power_w, qps=QPS)))
+    with no_warnings(1):
+        opt.fit_model()
+    assert opt._hyper_fit == first
+    # one far above it (a saturated point where the model saw none): re-optimised at once
+    j = opt._attach(opt._cell_of(at))
+    opt._complete_ax(j, opt.metrics(meas(4 * pred.latency_us, pred.power_w, qps=QPS)))
+    with no_warnings(1):
+        opt.fit_model()
+    assert opt._hyper_fit is not None and opt._hyper_fit[1] == 16
+
+
+def test_grid_acquisition_tries_only_points_the_filter_allows() -> None:
+    host = FakeHost(qps=QPS, knobs=SMALL)
+    s = ctx(trials=5, safe_delta=0.05, safe_sd_scale=2.0, acquisition="grid")
+    opt = Optimizer(SMALL, OBJ, s)
+    opt.add_history(history(14))
+    opt.begin_retune(QPS)
+    for _ in range(s.trials):
+        i, p = opt.suggest()
+        pend = opt._pending[i]
+        assert pend.p_violation is not None and pend.p_violation <= s.safe_delta
+        assert "Ax proposed" not in pend.note  # Ax's own generation was not asked
+        cells = opt._near_cells(opt._evidence())
+        assert opt._cell_of(p) in cells
+        apply_point(host, p)
+        opt.complete(i, host.measure(s.window_s), QPS)
+
+
+def test_acquisition_is_validated() -> None:
+    with pytest.raises(TunerError, match="acquisition 'qei': expected one of ax, grid"):
+        TunerSettings(acquisition="qei")
