@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     windows = [ReplayWindow(w.index, w.start_s, w.seconds, w.qps) for w in picked]
     slas = [(float(a), float(b)) for a, b in (x.split(":") for x in args.slas.split(","))]
     seeds_b = [int(s) for s in args.seeds_b.split(",")]
-    cls = make_host("sim", seed=args.seed_a).hardware_class()
+    cls = make_host("sim", seed=args.seed_a).hardware_class()  # type: ignore[attr-defined]  # the simulated host has one
     out: dict = {
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
         "note": "simulated hosts; timings from a shared 2-core machine",
@@ -155,11 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             return [type(e)(e.record, e.host, e.time, e.objective, cls.id) for e in entries]
 
         def run(
-            seed: int,
-            history: list,
-            borrowed: list = (),
-            obj: Objective = obj,
-            memo: dict = memo,  # type: ignore[assignment]
+            seed: int, history: list, borrowed: list | None = None, obj: Objective = obj, memo: dict = memo
         ) -> tuple[dict, object, float]:
             st = preset_settings("warm", TunerSettings(seed=seed))
             t0 = time.perf_counter()
@@ -172,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
                 host_label=f"sim-{seed}",
                 oracle_memo=memo,
                 history=history,
-                borrowed_history=borrowed,
+                borrowed_history=borrowed or (),
             )
             s = policy_summary(res, "tuner")
             row = {k: s[k] for k in KEYS}

@@ -289,9 +289,10 @@ class Optimizer(StoppingRule):
     def hold_verdict(self, qps: float) -> HoldVerdict:
         """Whether the retune begun at `qps` (`begin_retune`) can hold the model's point without trials:
         `decision.hold_or_retune` with `settings.hold_max_p`, over the loads of the model's trials measured within
-        the limit `best` applies on this host (not `add_history(borrowed=True)` ones) and, only if `qps` is inside them, the grid cells the safety filter would allow
-        at this load (near such a trial, not next to one over the SLA) as the model predicts them -- P(over the
-        limit) with the SD scaled by `safe_sd_scale`, as the safety filter computes it. Needs `context`."""
+        the limit `best` applies on this host (not `add_history(borrowed=True)` ones) and, only if `qps` is
+        inside them, the grid cells the safety filter would allow at this load (near such a trial, not next to
+        one over the SLA) as the model predicts them -- P(over the limit) with the SD scaled by `safe_sd_scale`,
+        as the safety filter computes it. Needs `context`."""
         s = self.settings
         if not s.context or s.hold_max_p <= 0 or self._load is None:
             return hold_or_retune(qps, (), (), max_p=0.0)
