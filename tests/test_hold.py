@@ -24,7 +24,8 @@ from tuner.replay.run import FINE_HOLD_MAX_P, ReplayWindow, default_policies, fi
 CHEAP = HoldCandidate(OperatingPoint(300, 1.6), 380.0, 0.01, 60.0)
 SAFE = HoldCandidate(OperatingPoint(50, 2.9), 120.0, 0.0, 90.0)
 RISKY = HoldCandidate(OperatingPoint(400, 1.2), 470.0, 0.40, 45.0)
-MEASURED = [300_000.0, 320_000.0, 400_000.0]
+MEASURED = [(300_000.0, SAFE.point), (320_000.0, CHEAP.point), (320_000.0, RISKY.point), (400_000.0, SAFE.point)]
+LOADS = [q for q, _ in MEASURED]
 
 
 def test_inside_the_measured_loads_holds_the_cheapest_confident_point() -> None:
@@ -44,7 +45,15 @@ def test_inside_the_measured_loads_holds_the_cheapest_confident_point() -> None:
 def test_outside_the_measured_loads_retunes(qps: float, why: str) -> None:
     v = hold_or_retune(qps, MEASURED, [SAFE, CHEAP], max_p=0.05)
     assert not v.hold and v.point is None and why in v.reason
-    assert outside_measured(qps, MEASURED) == v.reason
+    assert outside_measured(qps, LOADS) == v.reason
+
+
+def test_only_a_point_measured_at_this_load_or_above_is_held() -> None:
+    # CHEAP was measured at 320K only: at 330K it cannot be held, SAFE (measured at 400K) can
+    v = hold_or_retune(330_000.0, MEASURED, [CHEAP, SAFE], max_p=0.05)
+    assert v.hold and v.point == SAFE.point
+    v = hold_or_retune(330_000.0, MEASURED, [CHEAP], max_p=0.05)
+    assert not v.hold and "measured within the limit at 330000 QPS or above" in v.reason
 
 
 def test_a_model_not_confident_enough_or_holding_off_retunes() -> None:
@@ -117,9 +126,11 @@ def test_daemon_load_shift_holds_the_model_point_inside_and_retunes_outside(tmp_
     try:
         space = d.space
         cheap, safe = OperatingPoint(space.itr_us[-1], space.dvfs_ghz[0]), OperatingPoint(space.itr_us[0], 2.9)
-        for q in (300_000.0, 400_000.0):
+        for q, p in ((300_000.0, safe), (400_000.0, cheap)):  # only points measured at the load or above can be held
             md = {"offered_qps": q, "latency_us": {"99": 300.0}, "latency_ci_us": {"99": [290.0, 310.0]}}
-            d.state.trials.append({"status": "completed", "measurement": md, "point": [50, 2.9], "time": 0.0})
+            d.state.trials.append(
+                {"status": "completed", "measurement": md, "point": [p.itr_us, p.dvfs_ghz], "time": 0.0}
+            )
         d._models["r000001"] = ModelTable(
             "r000001", 400_000.0, 99.0, (cheap, safe), (900.0, 200.0), (50.0, 5.0), (40.0, 80.0), (1.0, 1.0)
         )

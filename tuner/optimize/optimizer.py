@@ -53,6 +53,7 @@ from actuators.host import KnobSpace, Measurement, OperatingPoint
 from core.errors import TunerError
 from tuner.optimize.axsetup import no_warnings, quiet_ax, small_acqf_batches
 from tuner.optimize.decision import (
+    HOLD_LOAD_TOL,
     Decision,
     HoldCandidate,
     HoldVerdict,
@@ -288,21 +289,30 @@ class Optimizer(StoppingRule):
 
     def hold_verdict(self, qps: float) -> HoldVerdict:
         """Whether the retune begun at `qps` (`begin_retune`) can hold the model's point without trials:
-        `decision.hold_or_retune` with `settings.hold_max_p`, over the loads of the model's trials measured within
-        the limit `best` applies on this host (not `add_history(borrowed=True)` ones) and, only if `qps` is
-        inside them, the grid cells the safety filter would allow at this load (near such a trial, not next to
-        one over the SLA) as the model predicts them -- P(over the limit) with the SD scaled by `safe_sd_scale`,
-        as the safety filter computes it. Needs `context`."""
+        `decision.hold_or_retune` with `settings.hold_max_p`, over the model's trials measured within the limit
+        `best` applies on this host (not `add_history(borrowed=True)` ones: another host's trials inform the model
+        but never hold a point untried here) and, only if `qps` is inside their loads, the points among them
+        measured at this load or above that the safety filter would allow (not next to one over the SLA) as the
+        model predicts them -- P(over the limit) with the SD scaled by `safe_sd_scale`, as the safety filter
+        computes it. Needs `context`."""
         s = self.settings
         if not s.context or s.hold_max_p <= 0 or self._load is None:
             return hold_or_retune(qps, (), (), max_p=0.0)
         evidence = self._evidence()
-        _, ev_load, ev_met, _ = evidence
+        coords, ev_load, ev_met, _ = evidence
         own = [ti not in self._borrowed for ti in self._evidence_trials()]
-        loads = [float(x) * s.context_max_qps for x, ok, mine in zip(ev_load, ev_met, own, strict=True) if ok and mine]
-        if outside_measured(qps, loads) is not None:
-            return hold_or_retune(qps, loads, (), max_p=s.hold_max_p)
-        cells = self._near_cells(evidence) if s.safe_delta > 0 and s.safe_radius > 0 else self._grid()
+        measured = [
+            (float(x) * s.context_max_qps, self._grid_point(self._cell_at(tuple(u))))
+            for u, x, ok, mine in zip(coords, ev_load, ev_met, own, strict=True)
+            if ok and mine
+        ]
+        if outside_measured(qps, [q for q, _ in measured]) is not None:
+            return hold_or_retune(qps, measured, (), max_p=s.hold_max_p)
+        # only points measured within the limit at this load or above can be held (`hold_or_retune`)
+        floor = qps * (1 - HOLD_LOAD_TOL)
+        cells = sorted({self._cell_of(p) for q, p in measured if q >= floor})
+        if cells and s.safe_delta > 0 and s.safe_radius > 0:
+            cells = [c for c, ok in zip(cells, self._supported(cells, evidence)) if ok]
         grid = self._grid_model(self._load, refit=True, cells=cells) if cells else None
         candidates: list[HoldCandidate] = []
         if grid is not None:
@@ -311,7 +321,7 @@ class Optimizer(StoppingRule):
                 lat, _ = scale.latency_mean_sd(float(grid["mu"][k]), float(grid["sd"][k]))
                 p = max(float(grid["p_unmet"][k]), float(grid["p_violation"][k]))
                 candidates.append(HoldCandidate(self._grid_point(cell), lat, p, float(grid["power"][k])))
-        return hold_or_retune(qps, loads, candidates, max_p=s.hold_max_p)
+        return hold_or_retune(qps, measured, candidates, max_p=s.hold_max_p)
 
     def predict(self, points: Sequence[OperatingPoint], qps: float | None = None) -> list[Prediction]:
         """Model mean and SEM of the objective's percentile latency and power at `points`.
