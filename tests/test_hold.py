@@ -92,6 +92,28 @@ def test_contextual_retune_holds_with_zero_trials_inside_and_retunes_outside() -
     assert not moved.held and len(opt.retune_trials()) == 1 and "above the highest" in moved.reason
 
 
+def test_another_hosts_trials_inform_the_model_but_never_hold_without_a_trial() -> None:
+    """Host A's retune at 300K, handed to host B's optimiser as borrowed (a class's trials): B measures at
+    300K before it holds there, as its daemon would; handed over as B's own history, the same trials hold."""
+    a_host = FakeHost(qps=300_000.0, seed=3, knobs=KNOBS)
+    a = _optimizer()
+    run_retune(a_host, a, a.settings)
+    done = [r for r in a.trials() if r.status == "completed"]
+    assert len(done) == 6
+    for borrowed in (True, False):
+        b_host = FakeHost(qps=300_000.0, seed=4, knobs=KNOBS)
+        b = _optimizer()
+        assert b.add_history(done, borrowed=borrowed) == 6
+        first = run_retune(b_host, b, b.settings, should_stop=lambda b=b: len(b.retune_trials()) >= 2)
+        if borrowed:
+            assert not first.held and len(b.retune_trials()) == 2 and "no load measured" in first.reason
+            again = run_retune(b_host, b, b.settings)  # now it measured 300K itself: it may hold
+            assert again.held and b.retune_trials() == []
+            assert Optimizer.from_json(b.to_json())._borrowed == b._borrowed != set()  # kept in the state
+        else:
+            assert first.held and b.retune_trials() == []
+
+
 def test_daemon_load_shift_holds_the_model_point_inside_and_retunes_outside(tmp_path) -> None:
     host = FakeHost(qps=300_000.0)
     d = Daemon(
