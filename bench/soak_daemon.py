@@ -7,17 +7,27 @@ optimiser worker (0 when no retune runs), open file descriptors, threads.  It po
 to follow each holding window (load, latency, the band the point was tuned for) and counts retunes started
 and ended (daemon log), guardrail reverts and SLA-violating holding windows, split into steady-state ones
 (load within the tuned band) and load-shift ones (the load just left the band: the daemon retunes next).
-Then it sends SIGTERM and checks the exit.  Reported: the daemon's RSS slope after `--warmup-min`
-(least squares over the later samples, MB/hour), fds/threads ranges, worker RSS while retuning and while
-holding, tracebacks in the log.  Targets: slope <= 1 MB/hour, fds and threads flat, no worker between
-retunes, every retune ended, 0 steady-state SLA violations, 0 tracebacks, exit code 0.
+Then it sends SIGTERM and checks the exit.
 
-    nice -n 10 .venv/bin/python bench/soak_daemon.py --minutes 35 --json-out soak-daemon.json
+The RSS slope: the warm-up lasts `--warmup-min` and until `--warmup-retunes` retunes have decided (the daemon's
+bounded per-retune stores fill then; the cut is stated in the JSON).  The run is split into retune cycles (a
+retune asked for -> the next one asked for), each with its RSS peak, trough and last sample (`cycles`: a plateau
+shows as level troughs, a leak as rising ones).  The verdict's slope is Theil-Sen over the post-warm-up cycles'
+troughs with Sen's 95 % interval (`rss_slope`; least squares and Theil-Sen over every sample are reported
+beside it, with intervals too narrow for correlated samples): `met` when the interval is <= 1 MB/hour,
+`exceeded` when it is wholly above, `not shown` otherwise.  Also reported: fds/threads ranges, worker RSS
+while retuning and between retunes, tracebacks in the log.  Targets: slope met, fds and threads flat, no worker
+between retunes, every retune ended, 0 steady-state SLA violations, 0 tracebacks, exit code 0.
+`--analyse RUN.json` recomputes the summary of an earlier run from its samples and its daemon log.
+
+    nice -n 10 .venv/bin/python bench/soak_daemon.py --minutes 110 --json-out soak-daemon.json
+    .venv/bin/python bench/soak_daemon.py --analyse soak-daemon.json   # e.g. with another --warmup-min
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import os
 import re
@@ -26,26 +36,148 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from tuner.daemon.state import KEEP_DECISIONS, KEEP_TRIALS, KEEP_WINDOWS  # noqa: E402 - after the path
+from tuner.daemon.status import MODEL_TABLES  # noqa: E402
+
 LEVELS = (100_000, 600_000, 300_000, 550_000, 150_000, 450_000)
+
+
+MB = 2**20
+#: Retunes of warm-up: the daemon keeps the model tables of its last `MODEL_TABLES` retunes.
+WARMUP_RETUNES = MODEL_TABLES
+
+
+@dataclass(frozen=True)
+class Warmup:
+    """The warm-up left out of the slope: at least `min_s` seconds and until `retunes` retunes have decided."""
+
+    min_s: float
+    retunes: int
+
+    def cut_s(self, decision_s: list[float]) -> float:
+        """The cut in run seconds, given the run seconds of each decision (a run with fewer decisions than
+        `retunes` is all warm-up: the cut is past its end)."""
+        if self.retunes <= 0:
+            return self.min_s
+        if len(decision_s) < self.retunes:
+            return float("inf")
+        return max(self.min_s, sorted(decision_s)[self.retunes - 1])
+
+
+def theil_sen(points: list[tuple[float, float]], confidence: float = 0.95) -> tuple[float, float, float] | None:
+    """Theil-Sen slope of (x, y) points with Sen's (1968) distribution-free interval (`scipy.stats.theilslopes`).
+
+    The median of the pairwise slopes: a sample taken in a retune's transient peak cannot move it, unlike least
+    squares.  The interval assumes independent residuals: over 10-s samples of a process that swings with each
+    retune they are not, so the interval over per-cycle values (one point per retune) is the honest one.
+    None below 3 points or when every x is the same.
+    """
+    if len(points) < 3 or len({x for x, _ in points}) < 2:
+        return None
+    from scipy.stats import theilslopes
+
+    res = theilslopes([y for _, y in points], [x for x, _ in points], alpha=confidence)
+    return float(res.slope), float(res.low_slope), float(res.high_slope)
+
+
+def least_squares(points: list[tuple[float, float]], confidence: float = 0.95) -> tuple[float, float, float] | None:
+    """Least-squares slope of (x, y) points with its t-interval (independent residuals assumed)."""
+    if len(points) < 3 or len({x for x, _ in points}) < 2:
+        return None
+    from scipy.stats import linregress
+    from scipy.stats import t as student_t
+
+    res = linregress([x for x, _ in points], [y for _, y in points])
+    h = float(student_t.ppf(0.5 + confidence / 2, len(points) - 2)) * float(res.stderr)
+    return float(res.slope), float(res.slope) - h, float(res.slope) + h
 
 
 def slope_mb_per_hour(points: list[tuple[float, float]]) -> float | None:
     """Least-squares slope of (seconds, bytes) samples, in MB per hour."""
-    if len(points) < 3:
+    fit = least_squares(points)
+    return None if fit is None else fit[0] * 3600 / MB
+
+
+def per_hour(fit: tuple[float, float, float] | None) -> dict | None:
+    """A (slope, lo, hi) fit over (seconds, MB) as MB/hour, rounded."""
+    if fit is None:
         return None
-    n = len(points)
-    mt = sum(t for t, _ in points) / n
-    my = sum(y for _, y in points) / n
-    sxx = sum((t - mt) ** 2 for t, _ in points)
-    if sxx == 0:
-        return None
-    sxy = sum((t - mt) * (y - my) for t, y in points)
-    return sxy / sxx * 3600 / 2**20
+    return {"slope": round(fit[0] * 3600, 3), "ci95": [round(fit[1] * 3600, 3), round(fit[2] * 3600, 3)]}
+
+
+def retune_cycles(rows: list[dict], starts_s: list[float]) -> list[dict]:
+    """One record per retune cycle: from a retune being asked for until the next one is.
+
+    `starts_s` are the cycle starts in run seconds (the log's retune requests).  Each cycle reports the
+    daemon's RSS peak, trough and last sample (the plateau it settled at before the next retune), and the
+    worker's RSS at the cycle's last sample (0 MB: the worker exited and its memory went back to the OS).
+    """
+    out = []
+    bounds = sorted(starts_s)
+    for i, start in enumerate(bounds):
+        end = bounds[i + 1] if i + 1 < len(bounds) else float("inf")
+        inside = [r for r in rows if start <= r["t_s"] < end]
+        if not inside:
+            continue
+        rss = [r["rss_mb"] for r in inside]
+        out.append(
+            {
+                "start_s": round(start, 1),
+                "end_s": round(end if end != float("inf") else inside[-1]["t_s"], 1),
+                "samples": len(inside),
+                "rss_mb_peak": max(rss),
+                "rss_mb_trough": min(rss),
+                "rss_mb_last": rss[-1],
+                "worker_rss_mb_last": inside[-1]["worker_rss_mb"],
+                "closed": end != float("inf"),
+            }
+        )
+    return out
+
+
+def slope_report(rows: list[dict], cycles: list[dict], warmup_s: float, limit: float = 1.0) -> dict:
+    """The daemon's RSS slope after warm-up, four ways, and a verdict on the `limit` (MB/hour).
+
+    * `samples_least_squares` / `samples_theil_sen`: every post-warm-up 10-s sample (intervals too narrow:
+      neighbouring samples are correlated);
+    * `cycle_troughs_theil_sen` / `cycle_lasts_theil_sen`: one point per closed retune cycle that starts
+      after the warm-up (its lowest RSS / the RSS it settled at before the next retune), Theil-Sen with Sen's
+      interval.  The trough series is the verdict's basis: a leak raises every trough, a plateau leaves them
+      level, and a retune's transient peak does not enter it.
+
+    Verdict: `met` when the trough interval's upper end is <= limit, `exceeded` when its lower end is above
+    it, otherwise `not shown` (the run is too short or too noisy to tell).
+    """
+    warm = [(r["t_s"], r["rss_mb"]) for r in rows if r["t_s"] >= warmup_s]
+    closed = [c for c in cycles if c["closed"] and c["start_s"] >= warmup_s]
+    mid = [((c["start_s"] + c["end_s"]) / 2, c) for c in closed]
+    troughs = per_hour(theil_sen([(t, c["rss_mb_trough"]) for t, c in mid]))
+    report = {
+        "warmup_cut_s": round(warmup_s, 1),
+        "post_warmup_samples": len(warm),
+        "post_warmup_cycles": len(closed),
+        "span_h": round((warm[-1][0] - warm[0][0]) / 3600, 3) if len(warm) > 1 else 0.0,
+        "samples_least_squares": per_hour(least_squares(warm)),
+        "samples_theil_sen": per_hour(theil_sen(warm)),
+        "cycle_troughs_theil_sen": troughs,
+        "cycle_lasts_theil_sen": per_hour(theil_sen([(t, c["rss_mb_last"]) for t, c in mid])),
+        "limit_mb_per_h": limit,
+    }
+    if troughs is None:
+        report["verdict"] = "not shown"
+    elif troughs["ci95"][1] <= limit:
+        report["verdict"] = "met"
+    elif troughs["ci95"][0] > limit:
+        report["verdict"] = "exceeded"
+    else:
+        report["verdict"] = "not shown"
+    return report
 
 
 def config_text(tmp: Path, sock: Path, args: argparse.Namespace) -> str:
@@ -77,7 +209,13 @@ listen = "127.0.0.1:0"
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minutes", type=float, default=35.0)
-    ap.add_argument("--warmup-min", type=float, default=10.0, help="samples before this are left out of the slope")
+    ap.add_argument("--warmup-min", type=float, default=10.0, help="the warm-up lasts at least this long")
+    ap.add_argument(
+        "--warmup-retunes",
+        type=int,
+        default=WARMUP_RETUNES,
+        help="... and until this many retunes have decided (default: the model tables the daemon keeps)",
+    )
     ap.add_argument("--sample-s", type=float, default=10.0)
     ap.add_argument("--step-s", type=float, default=240.0, help="seconds each load level holds")
     ap.add_argument("--levels", type=lambda s: [float(x) for x in s.split(",")], default=list(LEVELS))
@@ -86,12 +224,14 @@ def main() -> int:
     ap.add_argument("--sobol", type=int, default=4)
     ap.add_argument("--sla-us", type=float, default=500.0)
     ap.add_argument("--json-out", type=Path, default=None, help="also write the JSON here (replaced atomically)")
+    ap.add_argument("--analyse", type=Path, default=None, help="recompute the summary of an earlier run's JSON")
     args = ap.parse_args()
+    if args.analyse is not None:
+        return analyse(args.analyse, Warmup(args.warmup_min * 60, args.warmup_retunes), args.json_out)
 
     import grpc
     import psutil
 
-    from core.fsutil import atomic_write
     from tuner.daemon.service import protos
 
     pb, services = protos()
@@ -209,7 +349,28 @@ def main() -> int:
             out["exit_code"] = proc.returncode
         log.close()
 
-    text = logf.read_text(errors="replace")
+    out["t0_unix"] = t0_unix
+    out["wall_s"] = round(time.monotonic() - t0, 1)
+    out["violations"] = violations
+    out["holding_windows_seen"] = len(windows)
+    summarise(out, samples, logf.read_text(errors="replace"), Warmup(args.warmup_min * 60, args.warmup_retunes))
+    return finish(out, args.json_out)
+
+
+def summarise(out: dict, samples: list[dict], text: str, warmup: Warmup) -> None:
+    """Fill `out` (which holds t0_unix, violations, exit_code) from the samples and the daemon's log."""
+    t0_unix = out["t0_unix"]
+    decided = [t - t0_unix for t in _decision_times(text)]
+    warmup_s = warmup.cut_s(decided)
+    out["warmup"] = {
+        "min_s": warmup.min_s,
+        "retunes": warmup.retunes,
+        "cut_s": round(warmup_s, 1),
+        "why": f"the daemon keeps bounded per-retune data (the model tables of its last {MODEL_TABLES} retunes, "
+        f"its last {KEEP_WINDOWS} holding windows, {KEEP_DECISIONS} decisions and {KEEP_TRIALS} trials): its "
+        "heap grows by design until they fill (the trials only after days)",
+    }
+    violations = out.get("violations", [])
     started_ids = re.findall(r"retune (\S+) \([^)]*\): up to", text)
     started = set(started_ids)
     ended = set(re.findall(r"decision (\S+) \(", text)) | set(re.findall(r"retune (\S+) dropped", text))
@@ -220,14 +381,17 @@ def main() -> int:
         else None
     )
     good = [r for r in samples if "rss_mb" in r]
-    warm = [r for r in good if r["t_s"] >= args.warmup_min * 60]
+    warm = [r for r in good if r["t_s"] >= warmup_s]
     # between retunes: from a decision until the next retune is asked for (the log's "left the band",
     # "retuning" or "up to" line: the worker is spawned then, long before the state says "retuning")
-    holding = [r for r in good if _between_retunes(text, t0_unix + r["t_s"])]
+    changes = _between_retunes(text)
+    holding = [r for r in good if _is_between(changes, t0_unix + r["t_s"])]
     retuning = [r for r in good if r["state"] == "retuning"]
+    requests = _retune_requests(text)
+    cycles = retune_cycles(good, [0.0] + [t - t0_unix for t in requests])
+    slope = slope_report(good, cycles, warmup_s)
     out.update(
         {
-            "wall_s": round(time.monotonic() - t0, 1),
             "samples": len(good),
             "tracebacks": text.count("Traceback"),
             "retunes_started": len(started),
@@ -236,15 +400,14 @@ def main() -> int:
             "retune_in_flight_at_sigterm": in_flight,
             "trials": good[-1]["trials"] if good else None,
             "guardrail_reverts": good[-1]["reverts"] if good else None,
-            "holding_windows_seen": len(windows),
             "sla_violations": sum(v["count"] for v in violations),
             "sla_violations_steady_state": sum(v["count"] for v in violations if v["steady_state"]),
-            "violations": violations,
             "rss_mb_first_last": [good[0]["rss_mb"], good[-1]["rss_mb"]] if good else None,
             "rss_mb_max": max((r["rss_mb"] for r in good), default=None),
-            "rss_slope_mb_per_h_after_warmup": _round(
-                slope_mb_per_hour([(r["t_s"], r["rss_mb"] * 2**20) for r in warm])
-            ),
+            "rss_slope": slope,
+            "rss_slope_mb_per_h_after_warmup": slope["cycle_troughs_theil_sen"]["slope"]
+            if slope["cycle_troughs_theil_sen"]
+            else None,
             "rss_mb_warmup_end_last": [warm[0]["rss_mb"], warm[-1]["rss_mb"]] if warm else None,
             "fds_range": [min(r["fds"] for r in good), max(r["fds"] for r in good)] if good else None,
             "fds_range_after_warmup": [min(r["fds"] for r in warm), max(r["fds"] for r in warm)] if warm else None,
@@ -258,13 +421,17 @@ def main() -> int:
             # the worker after each retune's post-decision work (model table): the last sample before the
             # next retune was asked for -- 0 MB means its memory went back to the OS
             "worker_rss_mb_before_each_next_retune": [
-                r["worker_rss_mb"] for r in _last_before(good, _retune_requests(text), t0_unix)
+                r["worker_rss_mb"] for r in _last_before(good, requests, t0_unix)
             ],
+            # per retune cycle (retune asked for -> next one asked for): the daemon's RSS peak / trough / last
+            # sample, so a plateau (level troughs) and a leak (rising troughs) can be told apart by eye
+            "cycles": cycles,
             "sample_rows": good,
         }
     )
     out["targets"] = {
         "rss_slope_mb_per_h_max": 1.0,
+        "rss_slope_basis": "Theil-Sen over the post-warm-up retune cycles' RSS troughs; met when its 95 % CI <= 1",
         "steady_state_sla_violations": 0,
         "tracebacks": 0,
         "every_retune_ended": True,
@@ -274,15 +441,31 @@ def main() -> int:
         and out["tracebacks"] == 0
         and not out["retunes_unended"]
         and out["sla_violations_steady_state"] == 0
-        and (out["rss_slope_mb_per_h_after_warmup"] or 0.0) <= 1.0
+        and slope["verdict"] == "met"
         and out["exit_code"] == 0
         and "died" not in out
     )
+
+
+def finish(out: dict, json_out: Path | None) -> int:
+    from core.fsutil import atomic_write
+
     text_out = json.dumps(out, indent=1)
-    if args.json_out is not None:
-        atomic_write(args.json_out, (text_out + "\n").encode(), mode=0o644)
+    if json_out is not None:
+        atomic_write(json_out, (text_out + "\n").encode(), mode=0o644)
     print(text_out)
     return 0 if out["pass"] else 1
+
+
+def analyse(path: Path, warmup: Warmup, json_out: Path | None) -> int:
+    """Recompute the summary of an earlier run's JSON (its sample rows and its daemon log)."""
+    out = json.loads(path.read_text())
+    log = Path(out["log"])
+    if "t0_unix" not in out:  # runs before t0_unix was written: the config is written just before the start
+        out["t0_unix"] = (log.parent / "tuner.toml").stat().st_mtime
+    out["reanalysed_from"] = str(path)
+    summarise(out, out["sample_rows"], log.read_text(errors="replace"), warmup)
+    return finish(out, json_out)
 
 
 def _log_time(line: str) -> float | None:
@@ -290,6 +473,16 @@ def _log_time(line: str) -> float | None:
 
     m = re.match(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ", line)
     return dt.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp() if m else None
+
+
+def _decision_times(log_text: str) -> list[float]:
+    """Unix times of the daemon's decisions (a retune ended with a point held)."""
+    out = []
+    for line in log_text.splitlines():
+        t = _log_time(line)
+        if t is not None and " decision " in line:
+            out.append(t)
+    return out
 
 
 def _retune_requests(log_text: str) -> list[float]:
@@ -312,23 +505,27 @@ def _last_before(rows: list[dict], times: list[float], t0_unix: float) -> list[d
     return out
 
 
-def _between_retunes(log_text: str, when: float) -> bool:
-    """Whether unix time `when` falls after a decision and before the next retune was asked for."""
-    import datetime as dt
+def _between_retunes(log_text: str) -> list[tuple[float, bool]]:
+    """(unix time, between retunes from then on) at each decision (True) and each retune request (False).
 
-    state = False
+    A decision line that also says "retuning" (the load moved during the retune) asks for the next retune.
+    """
+    out = []
     for line in log_text.splitlines():
-        m = re.match(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ", line)
-        if not m:
+        t = _log_time(line)
+        if t is None:
             continue
-        t = dt.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
-        if t > when:
-            break
-        if " decision " in line:
-            state = True
-        elif "left the band" in line or "retuning" in line or "): up to" in line:
-            state = False
-    return state
+        if "left the band" in line or "retuning" in line or "): up to" in line:
+            out.append((t, False))
+        elif " decision " in line:
+            out.append((t, True))
+    return out
+
+
+def _is_between(changes: list[tuple[float, bool]], when: float) -> bool:
+    """Whether unix time `when` falls after a decision and before the next retune was asked for."""
+    i = bisect.bisect_right([t for t, _ in changes], when)
+    return changes[i - 1][1] if i else False
 
 
 def _round(x: float | None) -> float | None:
