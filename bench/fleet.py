@@ -5,7 +5,9 @@ window) with the default (warm) tuner and writes its trials to a real trial stor
 dir) under its hardware class (`SimHost.hardware_class()`). Host B (another
 seed, same class) then starts: its retunes are seeded with `tuner.store.warm.class_history` -- its own
 trials (none yet) plus its class's, after the drift test -- exactly as the daemon does, and it replays the
-same day. A fresh host B (no store) replays it too, for the comparison. Reported per host: trials per
+same day. The class's trials are passed as borrowed (`replay(borrowed_history=...)`): they inform the model and
+the safety filter, but host B holds a point without trials only at loads it measured itself, as the daemon
+does (its hold rule reads its own trials only). A fresh host B (no store) replays it too, for the comparison. Reported per host: trials per
 retune, energy vs the oracle, % of trial time above the SLA, windows in violation, and the store's
 warm-start query time.
 
@@ -130,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     windows = [ReplayWindow(w.index, w.start_s, w.seconds, w.qps) for w in picked]
     slas = [(float(a), float(b)) for a, b in (x.split(":") for x in args.slas.split(","))]
     seeds_b = [int(s) for s in args.seeds_b.split(",")]
-    cls = make_host("sim", seed=args.seed_a).hardware_class()
+    cls = make_host("sim", seed=args.seed_a).hardware_class()  # type: ignore[attr-defined]  # the simulated host has one
     out: dict = {
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
         "note": "simulated hosts; timings from a shared 2-core machine",
@@ -152,7 +154,9 @@ def main(argv: list[str] | None = None) -> int:
             entries = entries_from_records(pr.trials, host=label, objective=obj, times=trial_times(res, 1.7e9))  # type: ignore[arg-type]
             return [type(e)(e.record, e.host, e.time, e.objective, cls.id) for e in entries]
 
-        def run(seed: int, history: list, obj: Objective = obj, memo: dict = memo) -> tuple[dict, object, float]:
+        def run(
+            seed: int, history: list, borrowed: list | None = None, obj: Objective = obj, memo: dict = memo
+        ) -> tuple[dict, object, float]:
             st = preset_settings("warm", TunerSettings(seed=seed))
             t0 = time.perf_counter()
             res = replay(
@@ -164,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
                 host_label=f"sim-{seed}",
                 oracle_memo=memo,
                 history=history,
+                borrowed_history=borrowed or (),
             )
             s = policy_summary(res, "tuner")
             row = {k: s[k] for k in KEYS}
@@ -182,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
                 t0 = time.perf_counter()
                 got = class_history(store, host_b, cls.id, limit=args.limit, space=make_host("sim").knobs())
                 query_s = time.perf_counter() - t0
-                b, res_b, wall_b = run(seed, got.records())
+                recs = got.records()  # own first (none yet), then the class's: those never a reason to hold untried
+                b, res_b, wall_b = run(seed, recs[: got.own], recs[got.own :])
                 # after its day, B's own trials are tested against the class (A's): the same model, no drift
                 store.add(save(res_b, host_b))
                 after = class_history(store, host_b, cls.id, limit=args.limit)

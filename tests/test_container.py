@@ -1,5 +1,6 @@
-"""The DaemonSet's container image (deploy/Containerfile), checked offline: no image is built here (no container
-daemon, no base image registry), so the file is parsed and held against the repository and the DaemonSet."""
+"""The DaemonSet's container image (deploy/Containerfile), checked offline: the tests build no image (that takes a
+base image, PyPI, the PyTorch index and ~30 min; docs/deployment-kubernetes.md says how it was built once by hand),
+so the file is parsed and held against the repository and the DaemonSet, and its wheel stage's step is run."""
 
 from __future__ import annotations
 

@@ -24,7 +24,8 @@ from tuner.replay.run import FINE_HOLD_MAX_P, ReplayWindow, default_policies, fi
 CHEAP = HoldCandidate(OperatingPoint(300, 1.6), 380.0, 0.01, 60.0)
 SAFE = HoldCandidate(OperatingPoint(50, 2.9), 120.0, 0.0, 90.0)
 RISKY = HoldCandidate(OperatingPoint(400, 1.2), 470.0, 0.40, 45.0)
-MEASURED = [300_000.0, 320_000.0, 400_000.0]
+MEASURED = [(300_000.0, SAFE.point), (320_000.0, CHEAP.point), (320_000.0, RISKY.point), (400_000.0, SAFE.point)]
+LOADS = [q for q, _ in MEASURED]
 
 
 def test_inside_the_measured_loads_holds_the_cheapest_confident_point() -> None:
@@ -44,7 +45,15 @@ def test_inside_the_measured_loads_holds_the_cheapest_confident_point() -> None:
 def test_outside_the_measured_loads_retunes(qps: float, why: str) -> None:
     v = hold_or_retune(qps, MEASURED, [SAFE, CHEAP], max_p=0.05)
     assert not v.hold and v.point is None and why in v.reason
-    assert outside_measured(qps, MEASURED) == v.reason
+    assert outside_measured(qps, LOADS) == v.reason
+
+
+def test_only_a_point_measured_at_this_load_or_above_is_held() -> None:
+    # CHEAP was measured at 320K only: at 330K it cannot be held, SAFE (measured at 400K) can
+    v = hold_or_retune(330_000.0, MEASURED, [CHEAP, SAFE], max_p=0.05)
+    assert v.hold and v.point == SAFE.point
+    v = hold_or_retune(330_000.0, MEASURED, [CHEAP], max_p=0.05)
+    assert not v.hold and "measured within the limit at 330000 QPS or above" in v.reason
 
 
 def test_a_model_not_confident_enough_or_holding_off_retunes() -> None:
@@ -83,6 +92,28 @@ def test_contextual_retune_holds_with_zero_trials_inside_and_retunes_outside() -
     assert not moved.held and len(opt.retune_trials()) == 1 and "above the highest" in moved.reason
 
 
+def test_another_hosts_trials_inform_the_model_but_never_hold_without_a_trial() -> None:
+    """Host A's retune at 300K, handed to host B's optimiser as borrowed (a class's trials): B measures at
+    300K before it holds there, as its daemon would; handed over as B's own history, the same trials hold."""
+    a_host = FakeHost(qps=300_000.0, seed=3, knobs=KNOBS)
+    a = _optimizer()
+    run_retune(a_host, a, a.settings)
+    done = [r for r in a.trials() if r.status == "completed"]
+    assert len(done) == 6
+    for borrowed in (True, False):
+        b_host = FakeHost(qps=300_000.0, seed=4, knobs=KNOBS)
+        b = _optimizer()
+        assert b.add_history(done, borrowed=borrowed) == 6
+        first = run_retune(b_host, b, b.settings, should_stop=lambda b=b: len(b.retune_trials()) >= 2)
+        if borrowed:
+            assert not first.held and len(b.retune_trials()) == 2 and "no load measured" in first.reason
+            again = run_retune(b_host, b, b.settings)  # now it measured 300K itself: it may hold
+            assert again.held and b.retune_trials() == []
+            assert Optimizer.from_json(b.to_json())._borrowed == b._borrowed != set()  # kept in the state
+        else:
+            assert first.held and b.retune_trials() == []
+
+
 def test_daemon_load_shift_holds_the_model_point_inside_and_retunes_outside(tmp_path) -> None:
     host = FakeHost(qps=300_000.0)
     d = Daemon(
@@ -95,9 +126,11 @@ def test_daemon_load_shift_holds_the_model_point_inside_and_retunes_outside(tmp_
     try:
         space = d.space
         cheap, safe = OperatingPoint(space.itr_us[-1], space.dvfs_ghz[0]), OperatingPoint(space.itr_us[0], 2.9)
-        for q in (300_000.0, 400_000.0):
+        for q, p in ((300_000.0, safe), (400_000.0, cheap)):  # only points measured at the load or above can be held
             md = {"offered_qps": q, "latency_us": {"99": 300.0}, "latency_ci_us": {"99": [290.0, 310.0]}}
-            d.state.trials.append({"status": "completed", "measurement": md, "point": [50, 2.9], "time": 0.0})
+            d.state.trials.append(
+                {"status": "completed", "measurement": md, "point": [p.itr_us, p.dvfs_ghz], "time": 0.0}
+            )
         d._models["r000001"] = ModelTable(
             "r000001", 400_000.0, 99.0, (cheap, safe), (900.0, 200.0), (50.0, 5.0), (40.0, 80.0), (1.0, 1.0)
         )

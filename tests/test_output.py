@@ -53,8 +53,8 @@ def test_console_is_wide_and_plain_off_a_terminal(monkeypatch):
 def test_replay_tables_are_not_cut_in_a_pipe(tmp_path, capsys):
     assert main(_replay_argv(tmp_path)) == 0
     out = capsys.readouterr().out
-    # headers a 80-column console would cut to "linu…" / "ora…", and no ellipsis anywhere
-    assert "linux-default W" in out and "oracle W" in out and "static-performance" in out
+    # headers a 80-column console would cut to "linu…" / "orac…", and no ellipsis anywhere
+    assert "linux-default W" in out and "oracle-hourly W" in out and "static-performance" in out
     assert "…" not in out
     assert "\x1b[" not in out  # no colour codes in a pipe
 

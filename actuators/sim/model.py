@@ -215,7 +215,7 @@ def _menu_prediction(gaps: np.ndarray, idled: np.ndarray, history: int) -> np.nd
     for lag in range(1, history + 1):
         window[lag:] = np.minimum(window[lag:], np.where(slot[lag:] >= lag, ext[:-lag], 1e9))
     before = np.cumsum(v2, axis=1) - v2  # actual gaps strictly before batch k
-    pred = window[start[:, None] + before]
+    pred: np.ndarray = window[start[:, None] + before]
     return pred.reshape(gaps.shape)
 
 

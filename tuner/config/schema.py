@@ -80,10 +80,11 @@ class TuningConfig:
     window_guard: bool = True
     refit_every: int = 1
     peak_step: bool = True
-    # with context: a load shift inside the loads measured within the limit holds the recent model's best point
-    # there (P(over the limit) <= this) instead of retuning (`tuner.optimize.decision.hold_or_retune`); 0 = retune
-    hold_max_p: float = 0.05
     # the daemon's own (not the optimiser's)
+    # with context: a load shift inside the loads measured within the limit holds the recent model's best point
+    # there, if measured at that load or above and P(over the limit) <= this, instead of retuning
+    # (`tuner.optimize.decision.hold_or_retune`, the rule `tuner replay` applies in windows under an hour); 0 = retune
+    hold_max_p: float = 0.05
     idle_qps: float = 100.0  # below this load: hold the idle point (lowest ITR, lowest frequency), never retune
     baseline_every_s: float = 0.0  # a baseline window at the OS's own settings this often (0 = never)
     retry_max_s: float = 600.0  # a failed retune is retried after window_s, doubling up to this
@@ -110,7 +111,6 @@ SETTINGS_FIELDS: tuple[str, ...] = (
     "window_guard",
     "refit_every",
     "peak_step",
-    "hold_max_p",
 )
 
 

@@ -111,8 +111,8 @@ class Guardrail(DaemonReads):
         self._check_sla(m, when)
 
     def _model_hold(self, qps: float) -> HoldVerdict:
-        """`hold_or_retune` at `qps` with `tuning.hold_max_p` (contextual tuning only): the loads of the completed
-        trials measured within the limit the optimiser's `best` applies, and as candidates the prediction table
+        """`hold_or_retune` at `qps` with `tuning.hold_max_p` (contextual tuning only): the completed trials measured
+        within the limit the optimiser's `best` applies (load, point), and as candidates the prediction table
         (`_model_table`) of the retune tuned nearest to `qps` at a load no lower than `qps` (less
         `HOLD_LOAD_TOL`; the percentile rises with load, so its prediction is not optimistic) and within
         `HOLD_NEAR` of it, P(over the limit) from its mean and SEM x `safe_sd_scale` (normal)."""
@@ -127,14 +127,15 @@ class Guardrail(DaemonReads):
         with self._lock:
             rows = [r for r in self.state.trials if r.get("status") == "completed" and r.get("measurement")]
             tables = list(self._models.values())
-        loads = []
+        measured = []
         for r in rows:
             md = r["measurement"]
             lat = latency_at(md, pol.percentile)
-            if lat is not None and lat <= limit:
-                loads.append(float(md.get("offered_qps") or 0.0))
-        if outside_measured(qps, loads) is not None:
-            return hold_or_retune(qps, loads, (), max_p=t.hold_max_p)
+            p = point_from(r.get("point"))
+            if lat is not None and lat <= limit and p is not None:
+                measured.append((float(md.get("offered_qps") or 0.0), p))
+        if outside_measured(qps, [q for q, _ in measured]) is not None:
+            return hold_or_retune(qps, measured, (), max_p=t.hold_max_p)
         usable = [
             m
             for m in tables
@@ -146,7 +147,7 @@ class Guardrail(DaemonReads):
         if usable:
             table = min(reversed(usable), key=lambda m: abs(m.tuned_qps - qps))  # ties: the newest
             candidates = table_candidates(table, limit, t.safe_sd_scale)
-        return hold_or_retune(qps, loads, candidates, max_p=t.hold_max_p)
+        return hold_or_retune(qps, measured, candidates, max_p=t.hold_max_p)
 
     def _hold_modelled(self, point: OperatingPoint, qps: float, why: str) -> None:
         """Hold a point `_model_hold` chose for load `qps` (a decision of reason "model", no trial); the band is

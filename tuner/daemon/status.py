@@ -224,6 +224,15 @@ class DaemonReads(Observing):
         step = max(1, len(space.itr_us) // MODEL_ITR_SAMPLES)
         itrs = sorted(set(space.itr_us[::step]) | {space.itr_us[-1]})
         points = [OperatingPoint(i, f) for i in itrs for f in space.dvfs_ghz]
+        # and every point a completed trial measured: only those can be held from the model (`_model_hold`)
+        with self._lock:
+            tried = {tuple(t["point"]) for t in self.state.trials if t.get("status") == "completed" and t.get("point")}
+        known = set(points)
+        for itr, ghz in sorted(tried):
+            p = OperatingPoint(int(itr), float(ghz))
+            if p not in known and int(itr) in space.itr_us and float(ghz) in space.dvfs_ghz:
+                points.append(p)
+                known.add(p)
         try:
             preds = self._timed(opt.predict, points)
         except Exception as exc:  # noqa: BLE001 - no model yet (e.g. too few trials)

@@ -53,6 +53,7 @@ from actuators.host import KnobSpace, Measurement, OperatingPoint
 from core.errors import TunerError
 from tuner.optimize.axsetup import no_warnings, quiet_ax, small_acqf_batches
 from tuner.optimize.decision import (
+    HOLD_LOAD_TOL,
     Decision,
     HoldCandidate,
     HoldVerdict,
@@ -111,10 +112,15 @@ class Optimizer(StoppingRule):
         self._load = self.settings.load_of(q) if self.settings.context else None
         self._stop_s = 0.0
 
-    def add_history(self, records: Sequence[TrialRecord]) -> int:
+    def add_history(self, records: Sequence[TrialRecord], *, borrowed: bool = False) -> int:
         """Attach completed past trials (each at its own load) to the experiment as data; returns how many were
         used. Failed ones, ones without a measurement, points the host lacks, and windows Ax cannot model are
-        skipped; only the newest `history_max_trials` are kept. Metrics are recomputed for this objective."""
+        skipped; only the newest `history_max_trials` are kept. Metrics are recomputed for this objective.
+
+        `borrowed`: the trials are other hosts' (a hardware class's, `tuner.store.warm`): they inform the model
+        and the safety filter like any, but `hold_verdict` does not count their loads as measured -- a host
+        holds without trials only where it measured itself, as the daemon does (its hold rule reads only its
+        own trials)."""
         if self._pending:
             raise TunerError("add_history: report the pending trials first")
         usable: list[tuple[dict[str, Any], dict[str, Any]]] = []
@@ -136,6 +142,8 @@ class Optimizer(StoppingRule):
             for params, data in usable:
                 ax_index = self._client.attach_trial(parameters=params)
                 self._client.complete_trial(trial_index=ax_index, raw_data=data)
+                if borrowed:
+                    self._borrowed.add(int(ax_index))
         self._prune()
         return len(usable)
 
@@ -281,19 +289,30 @@ class Optimizer(StoppingRule):
 
     def hold_verdict(self, qps: float) -> HoldVerdict:
         """Whether the retune begun at `qps` (`begin_retune`) can hold the model's point without trials:
-        `decision.hold_or_retune` with `settings.hold_max_p`, over the loads of the model's trials measured within
-        the limit `best` applies and, only if `qps` is inside them, the grid cells the safety filter would allow
-        at this load (near such a trial, not next to one over the SLA) as the model predicts them -- P(over the
-        limit) with the SD scaled by `safe_sd_scale`, as the safety filter computes it. Needs `context`."""
+        `decision.hold_or_retune` with `settings.hold_max_p`, over the model's trials measured within the limit
+        `best` applies on this host (not `add_history(borrowed=True)` ones: another host's trials inform the model
+        but never hold a point untried here) and, only if `qps` is inside their loads, the points among them
+        measured at this load or above that the safety filter would allow (not next to one over the SLA) as the
+        model predicts them -- P(over the limit) with the SD scaled by `safe_sd_scale`, as the safety filter
+        computes it. Needs `context`."""
         s = self.settings
         if not s.context or s.hold_max_p <= 0 or self._load is None:
             return hold_or_retune(qps, (), (), max_p=0.0)
         evidence = self._evidence()
-        _, ev_load, ev_met, _ = evidence
-        loads = [float(x) * s.context_max_qps for x, ok in zip(ev_load, ev_met) if ok]
-        if outside_measured(qps, loads) is not None:
-            return hold_or_retune(qps, loads, (), max_p=s.hold_max_p)
-        cells = self._near_cells(evidence) if s.safe_delta > 0 and s.safe_radius > 0 else self._grid()
+        coords, ev_load, ev_met, _ = evidence
+        own = [ti not in self._borrowed for ti in self._evidence_trials()]
+        measured = [
+            (float(x) * s.context_max_qps, self._grid_point(self._cell_at(tuple(u))))
+            for u, x, ok, mine in zip(coords, ev_load, ev_met, own, strict=True)
+            if ok and mine
+        ]
+        if outside_measured(qps, [q for q, _ in measured]) is not None:
+            return hold_or_retune(qps, measured, (), max_p=s.hold_max_p)
+        # only points measured within the limit at this load or above can be held (`hold_or_retune`)
+        floor = qps * (1 - HOLD_LOAD_TOL)
+        cells = sorted({self._cell_of(p) for q, p in measured if q >= floor})
+        if cells and s.safe_delta > 0 and s.safe_radius > 0:
+            cells = [c for c, ok in zip(cells, self._supported(cells, evidence)) if ok]
         grid = self._grid_model(self._load, refit=True, cells=cells) if cells else None
         candidates: list[HoldCandidate] = []
         if grid is not None:
@@ -302,7 +321,7 @@ class Optimizer(StoppingRule):
                 lat, _ = scale.latency_mean_sd(float(grid["mu"][k]), float(grid["sd"][k]))
                 p = max(float(grid["p_unmet"][k]), float(grid["p_violation"][k]))
                 candidates.append(HoldCandidate(self._grid_point(cell), lat, p, float(grid["power"][k])))
-        return hold_or_retune(qps, loads, candidates, max_p=s.hold_max_p)
+        return hold_or_retune(qps, measured, candidates, max_p=s.hold_max_p)
 
     def predict(self, points: Sequence[OperatingPoint], qps: float | None = None) -> list[Prediction]:
         """Model mean and SEM of the objective's percentile latency and power at `points`.
@@ -375,6 +394,7 @@ class Optimizer(StoppingRule):
                 "next_index": self._next_index,
                 "retune": {"start": self._retune_start, "load": self._load},
                 "line_t": {str(i): t for i, t in self._line_t.items()},
+                "borrowed": sorted(self._borrowed),
                 "ax": snapshot,
             }
         )
@@ -417,6 +437,7 @@ class Optimizer(StoppingRule):
             self._retune_start = None if retune.get("start") is None else int(retune["start"])
             self._load = opt_float(retune.get("load"))
             self._line_t = {int(i): float(t) for i, t in (d.get("line_t") or {}).items()}
+            self._borrowed = {int(i) for i in d.get("borrowed") or ()}
             self._grid_cache, self._stop_s, self._evidence_cache = None, 0.0, None
             self._hyper_fit, self._fitted_on = None, None
             self._predictor, self._reported = GridPredictor(), {}

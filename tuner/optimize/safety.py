@@ -227,12 +227,13 @@ class SafeExploration(ExperimentModel):
             scale = self._scale
             rows = df[df["metric_name"] == scale.metric]
             lat = {int(t): scale.to_us(float(v)) for t, v in zip(rows["trial_index"], rows["mean"])}
-        cells, loads, met, broke = [], [], [], []
+        cells, loads, met, broke, used = [], [], [], [], []
         limit = self._met_limit_us()
         sla = self.objective.sla_us
         for ti in done:
             if ti not in lat:
                 continue
+            used.append(ti)
             params = exp.trials[ti].arm.parameters
             cells.append(self._cell_of(self._to_point(params)))
             loads.append(float(params.get("load", 0.0)))
@@ -244,8 +245,14 @@ class SafeExploration(ExperimentModel):
             np.array(met, dtype=bool),
             np.array(broke, dtype=bool),
         )
-        self._evidence_cache = (key, out)
+        self._evidence_cache = (key, out, tuple(used))
         return out
+
+    def _evidence_trials(self) -> tuple[int, ...]:
+        """The Ax trial index of each row of `_evidence()`, in its order."""
+        self._evidence()
+        assert self._evidence_cache is not None
+        return self._evidence_cache[2]
 
     def _supported(self, cells: Sequence[tuple[int, int]], evidence: tuple[Any, Any, Any, Any]) -> Any:
         """Grid `cells` the evidence allows at this retune's load: `acquisition.supported` (near a point measured

@@ -412,18 +412,21 @@ def replay(
     oracle_exhaustive: bool = False,
     oracle_memo: dict | None = None,
     history: Sequence[TrialRecord] = (),
+    borrowed_history: Sequence[TrialRecord] = (),
 ) -> ReplayResult:
     """Replay `windows` under each policy, each on a fresh host from `make_host()`; hosts are restored after.
 
     `oracle_memo` (optional) caches oracle points by (window QPS, percentile, SLA) across replays of the same
     host type -- they depend on the host's noise-free model only, not on the seed. `history`: earlier trials
     (e.g. `tuner.store.history.read_trials`) that seed the persistent contextual tuner; refused without
-    `settings.context` (a cold per-window experiment has no load input to place them at).
+    `settings.context` (a cold per-window experiment has no load input to place them at). `borrowed_history`:
+    other hosts' trials (a hardware class's) seeding it too, but never a reason to hold without trials
+    (`Optimizer.add_history(borrowed=True)`).
     """
     if not windows:
         raise TunerError("the schedule has no window to replay")
     context = bool(getattr(settings, "context", False))
-    if history and not context:
+    if (history or borrowed_history) and not context:
         raise TunerError(
             "trial history needs the contextual tuner (settings.context / --context): the cold "
             "tuner starts a fresh experiment per window with no load input"
@@ -459,8 +462,12 @@ def replay(
                 persistent = Optimizer(host.knobs(), objective, settings, name="replay")
                 if history:
                     pr.history_used = persistent.add_history(history)
+                if borrowed_history:
+                    pr.history_used += persistent.add_history(borrowed_history, borrowed=True)
                 pr.note = f"contextual tuner, one experiment for {len(result.windows)} windows" + (
-                    f", seeded with {pr.history_used} of {len(history)} history trials" if history else ""
+                    f", seeded with {pr.history_used} of {len(history) + len(borrowed_history)} history trials"
+                    if history or borrowed_history
+                    else ""
                 )
             for w in result.windows:
                 _set_load(host, w.qps)
