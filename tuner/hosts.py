@@ -219,15 +219,21 @@ def trace_load(spec: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def parse_load_option(text: str, flag: str = "--load-schedule") -> dict[str, Any]:
-    """A load schedule given on the command line: a TOML inline table (the config's
-    `[host.options.load_schedule]`)."""
+def parse_inline_table(text: str, flag: str, example: str) -> dict[str, Any]:
+    """A command-line flag's TOML inline table as a dict; a one-line TunerError naming `flag` and showing
+    `example` when it is not one."""
     import tomllib
 
     try:
-        value = tomllib.loads(f"load = {text}")["load"]
+        value = tomllib.loads(f"value = {text}")["value"]
     except tomllib.TOMLDecodeError as exc:
-        raise TunerError(f"{flag} {text!r}: expected a TOML inline table such as {EXAMPLE_LOAD} ({exc})") from None
+        raise TunerError(f"{flag} {text!r}: expected a TOML inline table such as {example} ({exc})") from None
     if not isinstance(value, dict):
-        raise TunerError(f"{flag} {text!r}: expected a TOML inline table such as {EXAMPLE_LOAD}")
+        raise TunerError(f"{flag} {text!r}: expected a TOML inline table such as {example}")
     return value
+
+
+def parse_load_option(text: str, flag: str = "--load-schedule") -> dict[str, Any]:
+    """A load schedule given on the command line: a TOML inline table (the config's
+    `[host.options.load_schedule]`)."""
+    return parse_inline_table(text, flag, EXAMPLE_LOAD)

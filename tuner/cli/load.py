@@ -236,21 +236,12 @@ def add_load_arguments(p: argparse.ArgumentParser) -> None:
 
 def host_options_from_args(args: argparse.Namespace) -> dict:
     """--host-options as a dict ({} when not given); a one-line TunerError when it is not a TOML inline table."""
-    import tomllib
-
-    from core.errors import TunerError
+    from tuner.hosts import parse_inline_table
 
     text = getattr(args, "host_options", None)
     if not text:
         return {}
-    example = '{root="/tmp/hw", qps="memcached:127.0.0.1:11211"}'
-    try:
-        value = tomllib.loads(f"options = {text}")["options"]
-    except tomllib.TOMLDecodeError as exc:
-        raise TunerError(f"--host-options {text!r}: expected a TOML inline table such as {example} ({exc})") from None
-    if not isinstance(value, dict):
-        raise TunerError(f"--host-options {text!r}: expected a TOML inline table such as {example}")
-    return value
+    return parse_inline_table(text, "--host-options", '{root="/tmp/hw", qps="memcached:127.0.0.1:11211"}')
 
 
 def load_from_args(args: argparse.Namespace):
