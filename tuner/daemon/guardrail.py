@@ -152,25 +152,7 @@ class Guardrail(DaemonReads):
     def _hold_modelled(self, point: OperatingPoint, qps: float, why: str) -> None:
         """Hold a point `_model_hold` chose for load `qps` (a decision of reason "model", no trial); the band is
         re-centred on `qps` and the scheduled retune stays due as before."""
-        point = self._apply(point)
-        decision: dict[str, Any] = {
-            "retune_id": "",
-            "reason": "model",
-            "point": point_list(point),
-            "met_sla": True,
-            "detail": why,
-            "qps": qps,
-            "time": time.time(),
-            "measurement": None,
-        }
-        with self._lock:
-            self.state.held = decision
-            self.state.decisions.append(decision)
-            self.state.tuned_qps = qps
-            self.state.counters["model_holds"] = int(self.state.counters.get("model_holds", 0)) + 1
-            self._load_trigger = False
-            self._save()
-        self._publish(decision)
+        self._hold(self._apply(point), "model", why, qps, tuned=True)
 
     def _note_window(self, m: Measurement, when: float) -> None:
         """Keep a holding window (met the SLA or not) for `GetOperatingPoint` and the guardrail."""
@@ -191,12 +173,19 @@ class Guardrail(DaemonReads):
     def _hold_idle(self, qps: float, why: str) -> None:
         """Hold the idle point (a decision of reason "idle"): no retune while the load is near zero."""
         point = self._apply(idle_point(self.knob_space))
+        detail = f"{why} ({qps:.0f} < {self.config.tuning.idle_qps:g} QPS): holding {point}, no retune"
+        log.info("idle: %s", detail)
+        self._hold(point, "idle", detail, qps, tuned=False)
+
+    def _hold(self, point: OperatingPoint, reason: str, detail: str, qps: float, *, tuned: bool) -> None:
+        """Hold the applied `point` without a trial (a decision of `reason`): recorded, saved and published;
+        `tuned` re-centres the load band on `qps` and counts a model hold."""
         decision: dict[str, Any] = {
             "retune_id": "",
-            "reason": "idle",
+            "reason": reason,
             "point": point_list(point),
             "met_sla": True,
-            "detail": f"{why} ({qps:.0f} < {self.config.tuning.idle_qps:g} QPS): holding {point}, no retune",
+            "detail": detail,
             "qps": qps,
             "time": time.time(),
             "measurement": None,
@@ -204,9 +193,11 @@ class Guardrail(DaemonReads):
         with self._lock:
             self.state.held = decision
             self.state.decisions.append(decision)
+            if tuned:
+                self.state.tuned_qps = qps
+                self.state.counters["model_holds"] = int(self.state.counters.get("model_holds", 0)) + 1
             self._load_trigger = False
             self._save()
-        log.info("idle: %s", decision["detail"])
         self._publish(decision)
 
     def fallback_point(self, qps: float, exclude: OperatingPoint | None) -> tuple[OperatingPoint, str]:
