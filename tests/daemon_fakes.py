@@ -437,3 +437,16 @@ def read_state(tmp: Path) -> dict:
 def read_knobs(tmp: Path) -> dict:
     """What a `FileHost` wrote to `tmp/knobs.json`."""
     return json.loads((tmp / "knobs.json").read_text())
+
+
+def registry_samples(registry) -> dict:
+    """Every sample of a prometheus-client registry, keyed by (name, sorted labels)."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = generate_latest(registry).decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }

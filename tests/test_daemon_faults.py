@@ -16,7 +16,7 @@ from actuators.host import OperatingPoint
 from actuators.linux import hwio, msr
 from core.errors import HostError, is_permanent
 from tests import fakefs
-from tests.daemon_fakes import FakeOptimizers, wait_for, write_config
+from tests.daemon_fakes import FakeOptimizers, registry_samples, wait_for, write_config
 from tests.fakes import FakeHost
 from tuner.config import load_config
 from tuner.daemon.loop import Daemon
@@ -70,18 +70,6 @@ def _run(d: Daemon) -> tuple[threading.Thread, list[int]]:
     return t, result
 
 
-def _scrape(registry) -> dict:
-    from prometheus_client import generate_latest
-    from prometheus_client.parser import text_string_to_metric_families
-
-    text = generate_latest(registry).decode()
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for fam in text_string_to_metric_families(text)
-        for s in fam.samples
-    }
-
-
 # ------------------------------------------------------------------------------------------ permanent faults
 
 
@@ -98,7 +86,7 @@ def test_a_permanent_fault_in_a_trial_restores_the_os_settings_and_stops_retunin
         assert host.point() is None and host.restore_count >= 2  # start + the fault: the OS's settings are back
         attempts, measured = host.itr_attempts, host.measure_count
         wait_for(lambda: host.measure_count >= measured + 3)  # still measuring, at the OS's settings
-        metrics = _scrape(d.metrics.registry)
+        metrics = registry_samples(d.metrics.registry)
         accepted, why = d.request_retune("rpc")
         d.request_stop()
         thread.join(10)

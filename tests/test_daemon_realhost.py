@@ -10,7 +10,7 @@ from actuators.linux.dvfs import IA32_PERF_CTL
 from actuators.linux.itr import RX_USECS
 from actuators.real import make_real_host
 from tests import fakefs
-from tests.daemon_fakes import Running, wait_for, write_config
+from tests.daemon_fakes import Running, registry_samples, wait_for, write_config
 
 NCPU = 2
 CTL0 = 20 << 8
@@ -81,18 +81,6 @@ def test_start_undoes_a_dead_runs_writes_first(tmp_path, tree):
     assert _untouched(root, nic)
 
 
-def _scrape(registry) -> dict:
-    from prometheus_client import generate_latest
-    from prometheus_client.parser import text_string_to_metric_families
-
-    text = generate_latest(registry).decode()
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for fam in text_string_to_metric_families(text)
-        for s in fam.samples
-    }
-
-
 def test_observe_on_a_vm_like_host_with_a_real_memcached(tmp_path, tree, caplog):
     """The first thing to run on a new host: no RAPL (a VM), memcached on loopback, the prober on the same
     host. Nothing is written, power is unknown, and the prober's blind spot (no NIC, so no ITR delay) is
@@ -116,7 +104,7 @@ def test_observe_on_a_vm_like_host_with_a_real_memcached(tmp_path, tree, caplog)
         with caplog.at_level("WARNING"), Running(cfg, serve=False) as r:
             wait_for(lambda: sum(b.windows for b in r.daemon.baseline.data.values()) >= 2, timeout=20)
             s = r.daemon.status()
-            metrics = _scrape(r.daemon.metrics.registry)
+            metrics = registry_samples(r.daemon.metrics.registry)
             host = r.host
         assert host.probe_counts_in_qps  # localhost and 127.0.0.1 are the same server: probes subtracted
         assert s["point"] is None and s["trials_total"] == 0 and s["mode"] == "observe"
@@ -140,7 +128,7 @@ def test_dvfs_read_back_warnings_reach_status_and_metrics(tmp_path, tree):
     with Running(cfg, host=_host(root, nic), serve=False) as r:
         wait_for(lambda: r.daemon.status()["state"] == "holding", timeout=15)
         wait_for(lambda: any("IA32_PERF_STATUS" in w for w in r.daemon.status()["warnings"]))
-        metrics = _scrape(r.daemon.metrics.registry)
+        metrics = registry_samples(r.daemon.metrics.registry)
     assert metrics[("tuner_host_warnings", (("source", "dvfs"),))] >= 1
 
 
