@@ -183,7 +183,7 @@ def heap_probe(tmp: str, retunes: int = 20) -> None:
     )
     pb, services = protos()
     sizes: list[int] = []
-    types: list[collections.Counter] = []
+    types: list[Path] = []  # the live-type counts go to files: held in the heap, they would be measured too
     tracemalloc.start()
     with Running(cfg, optimizers=FakeOptimizers()) as run, grpc.insecure_channel(run.daemon.grpc_address) as ch:
         stub = services.TunerStub(ch)
@@ -199,11 +199,13 @@ def heap_probe(tmp: str, retunes: int = 20) -> None:
             gc.collect()
             # the loop thread keeps measuring meanwhile: the least of a few readings is the heap at rest
             sizes.append(min(_traced_after(0.01) for _ in range(20)) - RANKS_CACHE.stats().bytes)
-            if k in (6, retunes - 1):  # (kept only twice: the probe's own records must not grow either)
-                types.append(_live_types())
+            if k in (6, retunes - 1):
+                types.append(Path(tmp) / f"types-{k}.json")
+                types[-1].write_text(json.dumps(_live_types()))
             run.host.set_offered_qps(100_000 if k % 2 else 150_000)  # the load leaves the band: a retune
         wait_for(lambda: not run.daemon._subscribers, timeout=10)  # every dropped stream unsubscribed
-    grew = {t: n - types[0][t] for t, n in types[1].items() if n > types[0][t]}
+    first, last = (collections.Counter(json.loads(p.read_text())) for p in types)
+    grew = {t: n - first[t] for t, n in last.items() if n > first[t]}
     print(json.dumps({"sizes": sizes, "grew": grew}))
 
 
