@@ -23,6 +23,7 @@ import threading
 import time
 
 from core.errors import HostError, TunerError, is_permanent
+from core.memory import HeapTrimmer
 from tuner.daemon.plain import VERSION, bounded_space, point_from, point_of
 from tuner.daemon.trials import RetuneDriver
 
@@ -129,9 +130,11 @@ class Daemon(RetuneDriver):
             self._shutdown()
 
     def _loop(self) -> None:
+        trimmer = HeapTrimmer()  # RSS tracks what the daemon holds, not what glibc's arenas kept (core.memory)
         if self.observing:
             while not self._stop.is_set():
                 self._beat()
+                trimmer.maybe()
                 self._wake.clear()
                 self._apply_reload()
                 self._observe_window()
@@ -140,6 +143,7 @@ class Daemon(RetuneDriver):
         self._resume_held()
         while not self._stop.is_set():
             self._beat()
+            trimmer.maybe()
             self._wake.clear()
             self._apply_reload()
             reason = self._due_retune()
