@@ -3,8 +3,9 @@ prints JSON.
 
 For each level of kept history (trials, with the decisions and holding windows a daemon keeps beside them) it
 times `--saves` saves of two kinds, each on a store already holding that history:
-  trial    -- one trial row appended and the retune's optimiser JSON replaced (`--optimizer-kb`: the real Ax
-              snapshot grows ~15 KB per trial of a retune, ~220 KB at trial 16 of 30), as after every trial;
+  trial    -- one trial row appended and the retune's optimiser JSON replaced, as after every trial: a synthetic
+              one of `--optimizer-kb` (the real Ax snapshot grows ~15 KB per trial of a retune, ~220 KB at
+              trial 16 of 30), or a real one (`--optimizer-json`, e.g. a daemon's experiments/<retune>.json);
   holding  -- 20 holding windows appended, no retune in progress, as every 20 holding windows.
 Bytes written per save are counted twice: by the files' growth (state.json is rewritten whole, journals
 grow by what is appended) and, where the kernel reports it, by the process's own write() count
@@ -172,16 +173,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--saves", type=int, default=20, help="saves timed per kind and level")
     ap.add_argument("--optimizer-kb", type=int, default=220, help="size of the retune's optimiser JSON in a trial save")
     ap.add_argument(
+        "--optimizer-json",
+        type=Path,
+        help="a real optimiser JSON to use instead (e.g. a daemon's experiments/<retune>.json)",
+    )
+    ap.add_argument(
         "--tree", type=Path, default=TREE, help="source tree whose StateStore is measured (default: this one)"
     )
     args = ap.parse_args(argv)
-    optimizer = optimizer_blob(args.optimizer_kb)
+    optimizer = args.optimizer_json.read_text() if args.optimizer_json else optimizer_blob(args.optimizer_kb)
     with tempfile.TemporaryDirectory(prefix="tuner-state-bench-") as tmp:
         levels = [measure(int(k), args.saves, optimizer, Path(tmp)) for k in args.kept.split(",")]
     out = {
         "bench": "state_save",
         "state_module": state_module.__file__,
         "state_version": state_module.STATE_VERSION,
+        "optimizer_json": str(args.optimizer_json) if args.optimizer_json else "synthetic",
         "optimizer_json_bytes": len(optimizer),
         "saves_per_kind": args.saves,
         "levels": levels,

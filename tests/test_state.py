@@ -52,6 +52,14 @@ def trial_row(i: int) -> dict:
     }
 
 
+def optimizer_like(kb: int) -> str:
+    """A JSON text of about `kb` KB shaped like an optimiser snapshot (trial records with measurements)."""
+    trials = [{"index": i, "arm": {"itr_us": 2 + i}, "data": trial_row(i)["measurement"]} for i in range(kb * 2)]
+    while len(json.dumps(trials)) > kb * 1024:
+        trials.pop()
+    return json.dumps({"version": 1, "trials": trials})
+
+
 def _full(trials: int) -> DaemonState:
     st = DaemonState(knobs_dirty=True, retune_seq=trials // 30)
     st.trials = [trial_row(i) for i in range(trials)]
@@ -74,14 +82,15 @@ def _wchar() -> int | None:
 
 def _one_trial_save(d: Path, kept: int) -> tuple[int, int | None]:
     """Bytes the save of one more trial writes (files' growth, and the process's write() count when the
-    kernel reports it) with `kept` trials already saved, and a retune in progress (a 20 KB optimiser)."""
+    kernel reports it) with `kept` trials already saved, and a retune in progress (a 220 KB optimiser, as
+    the real one is halfway through a 30-trial retune)."""
     store = StateStore(d)
     store.ensure()
     st = _full(kept)
     store.save(st)
     before = _sizes(d)
     st.trials.append(trial_row(kept))
-    st.current_retune = {"id": "r000001", "optimizer": json.dumps({"ax": "x" * 20_000})}
+    st.current_retune = {"id": "r000001", "optimizer": optimizer_like(220)}
     w0 = _wchar()
     store.save(st)
     w1 = _wchar()
@@ -103,7 +112,18 @@ def test_a_save_writes_what_changed_not_the_kept_history(tmp_path: Path) -> None
     st = StateStore(tmp_path / "b").load()
     assert len(st.trials) == S.KEEP_TRIALS and st.trials[-1] == trial_row(S.KEEP_TRIALS)
     assert (len(st.decisions), len(st.windows)) == (S.KEEP_DECISIONS, S.KEEP_WINDOWS)
-    assert st.current_retune is not None and st.current_retune["id"] == "r000001" and st.knobs_dirty
+    assert st.current_retune == {"id": "r000001", "optimizer": optimizer_like(220)} and st.knobs_dirty
+    saved = json.loads((tmp_path / "b" / "state.json").read_text())["current_retune"]
+    assert "optimizer" not in saved and len(saved["optimizer_zlib"]) < 40 * 1024  # stored compressed
+
+
+def test_a_corrupt_compressed_optimiser_is_a_one_line_error(tmp_path: Path) -> None:
+    _saved(tmp_path, 2)
+    doc = json.loads((tmp_path / "state.json").read_text())
+    doc["current_retune"]["optimizer_zlib"] = "bm90IHpsaWI="
+    (tmp_path / "state.json").write_text(json.dumps(doc))
+    with pytest.raises(TunerError, match=r"state.json: corrupt state \(current_retune.optimizer_zlib: "):
+        StateStore(tmp_path).load()
 
 
 def _saved(d: Path, n: int) -> StateStore:
