@@ -213,6 +213,7 @@ class StateStore:
         The last text's compression is reused while the optimiser has not changed."""
         text = (cur or {}).get("optimizer")
         if cur is None or not isinstance(text, str):
+            self._zcache = (None, "")  # no retune in progress: hold no copy of the last one between retunes
             return cur
         if self._zcache[0] is not text:
             self._zcache = (text, base64.b64encode(zlib.compress(text.encode(), 1)).decode("ascii"))
