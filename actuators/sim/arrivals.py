@@ -107,10 +107,11 @@ def tx_only_periods(empty: np.ndarray) -> np.ndarray:
     (the period before the run produced replies).
     """
     k = empty.shape[-1]
-    pos = np.arange(k)
+    pos = np.arange(k, dtype=np.int32 if k < 2**31 - 1 else np.int64)
     # index of the last non-empty period at or before each position (-1 if none)
-    last_full = np.maximum.accumulate(np.where(~empty, pos, -1), axis=-1)
-    out: np.ndarray = empty & ((pos - last_full - 1) % 2 == 0)
+    last_full = np.maximum.accumulate(np.where(empty, np.array(-1, dtype=pos.dtype), pos), axis=-1)
+    since: np.ndarray = pos - last_full  # periods since the last non-empty one (0 at it)
+    out: np.ndarray = empty & (np.bitwise_and(since, 1) == 1)  # odd: an even count of empty ones before this one
     return out
 
 

@@ -87,22 +87,19 @@ def _menu_prediction(gaps: np.ndarray, idled: np.ndarray, history: int) -> np.nd
     gaps.  `gaps`, `idled`: (..., K); 1e9 (deepest state) until any history exists.
     """
     k = gaps.shape[-1]
-    g2 = gaps.reshape(-1, k)
-    v2 = idled.reshape(-1, k)
-    flat = g2[v2]  # each row's actual gaps, rows concatenated
-    counts = v2.sum(axis=1)
-    rows = counts.size
-    # each row's actual gaps followed by one spare slot (a batch after the row's last actual gap), rows back to
-    # back; `window[i]`: the shortest of the `history` actual gaps before slot i in its row (1e9 if none)
-    start = np.concatenate(([0], np.cumsum(counts + 1)[:-1]))
-    slot = np.arange(int(counts.sum()) + rows) - np.repeat(start, counts + 1)  # position within the row
-    ext = np.full(slot.size, 1e9)
-    ext[slot < np.repeat(counts, counts + 1)] = flat
-    window = np.full(slot.size, 1e9)
-    for lag in range(1, history + 1):
-        window[lag:] = np.minimum(window[lag:], np.where(slot[lag:] >= lag, ext[:-lag], 1e9))
+    g2, v2 = gaps.reshape(-1, k), idled.reshape(-1, k)
+    rows = g2.shape[0]
+    # each row's actual gaps after `history` placeholders (1e9), rows back to back: the window before a batch
+    # that follows b actual gaps of its row starts at the row's offset + b and spans `history` slots
+    keep = np.concatenate((np.ones((rows, history), bool), v2), axis=1)
+    padded = np.concatenate((np.full((rows, history), 1e9), g2), axis=1)[keep]
+    row_off = np.concatenate(([0], np.cumsum(v2.sum(axis=1) + history)[:-1]))
+    span = padded.size - history + 1
+    window = padded[:span].copy()
+    for lag in range(1, history):
+        np.minimum(window, padded[lag : span + lag], out=window)
     before = np.cumsum(v2, axis=1) - v2  # actual gaps strictly before batch k
-    pred: np.ndarray = window[start[:, None] + before]
+    pred: np.ndarray = window[row_off[:, None] + before]
     return pred.reshape(gaps.shape)
 
 
