@@ -143,15 +143,18 @@ def serve(p: SimParams, a: Arrivals, f: np.ndarray, cores: int = 16) -> SimResul
     lock, lock_wait = lock_time_us(p, a.lam * cores, f, a.coin, a.lock_e)  # (F, R) per request, in its app work
     c0 = _cumsum0(lock)
     slock = (c0[:, a.ends] - c0[:, a.starts]).reshape(f.size, chains, k)
-    clock = c0[:, a.kept_idx + 1]
+    clock = a.kept(c0[:, 1:])
     clock -= c0[:, a.kept_start]
     del c0, lock
-    blocked = lock_wait[:, a.kept_idx].sum(axis=1)  # (F,) blocked on the lock: C1, not executing
+    # summed column by column, as numpy sums the (F, R) array a gather by column index makes (F-ordered)
+    blocked = np.asfortranarray(a.kept(lock_wait)).sum(axis=1)  # (F,) blocked on the lock: C1, not executing
     del lock_wait
 
     h, ss, sa = p.work_us(f)
     h3, ss3, sa3 = h[:, None, None], ss[:, None, None], sa[:, None, None]
-    base = n[None] * ss3 + sa3 * a.sx[None] + slock  # (F, C, K)
+    base = n[None] * ss3  # (F, C, K): stack + app + lock work per batch (summed in this order)
+    base += sa3 * a.sx[None]
+    base += slock
     w1 = base + h3
     st1 = _lindley(t[None], w1)
     fin1 = st1 + w1
@@ -175,7 +178,10 @@ def serve(p: SimParams, a: Arrivals, f: np.ndarray, cores: int = 16) -> SimResul
     w2 = base + irq + wake
     st2 = _lindley(t[None], w2)
     fin2 = st2 + w2
-    offset = (st2 - t[None]) + wake + irq + n[None] * ss3  # (F, C, K): time from interrupt to app start
+    offset = st2 - t[None]  # (F, C, K): time from interrupt to app start (summed in this order)
+    offset += wake
+    offset += irq
+    offset += n[None] * ss3
     # the measured requests' latencies: ((wait + offset) + app work) + lock, as one expression over all would
     lat = np.take(offset.reshape(f.size, kk), a.kept_period, axis=1)
     lat += a.wait
