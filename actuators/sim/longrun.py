@@ -42,11 +42,15 @@ class FirstRun:
 
 
 def _blocks(sim: SimResult) -> list[np.ndarray]:
-    """The latencies split into `SE_BLOCKS` blocks of consecutive interrupt periods (all simulated cores)."""
+    """The latencies split into `SE_BLOCKS` blocks of consecutive interrupt periods (all simulated cores), each
+    in request order (as a stable sort by block would give): the requests' periods rise within each simulated
+    core's run, so a block is one slice of each run."""
     blocks = sim.period * SE_BLOCKS // max(sim.periods, 1)
-    order = np.argsort(blocks, kind="stable")
-    bounds = np.searchsorted(blocks[order], np.arange(1, SE_BLOCKS))
-    return [s for s in np.split(sim.latency_us[:, order], bounds, axis=1) if s.shape[1] > 0]
+    cuts = [0, *(np.flatnonzero(blocks[1:] < blocks[:-1]) + 1).tolist(), blocks.size]
+    edges = [lo + np.searchsorted(blocks[lo:hi], np.arange(SE_BLOCKS + 1)) for lo, hi in zip(cuts[:-1], cuts[1:])]
+    lat = sim.latency_us
+    parts = (np.concatenate([lat[:, e[b] : e[b + 1]] for e in edges], axis=1) for b in range(SE_BLOCKS))
+    return [s for s in parts if s.shape[1] > 0]
 
 
 def _p99_se(sim: SimResult) -> np.ndarray:
@@ -55,7 +59,9 @@ def _p99_se(sim: SimResult) -> np.ndarray:
     parts = _blocks(sim)
     if len(parts) < 2:
         return np.full(sim.latency_us.shape[0], np.inf)
-    per_block = np.stack([np.percentile(s, 99.0, axis=1, method="lower") for s in parts], axis=1)
+    # np.percentile(s, 99.0, axis=1, method="lower") per block: the order statistic floor((n - 1) * 0.99)
+    kth = [int(math.floor((s.shape[1] - 1) * (99.0 / 100.0))) for s in parts]
+    per_block = np.stack([np.partition(s, k, axis=1)[:, k] for s, k in zip(parts, kth, strict=True)], axis=1)
     se: np.ndarray = per_block.std(axis=1, ddof=1) / math.sqrt(len(parts))
     return se
 
