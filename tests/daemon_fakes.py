@@ -16,11 +16,13 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from actuators.host import KnobSpace, Measurement, OperatingPoint
 from tests.fakes import FakeHost
+from tuner.daemon.state import StateStore
 from tuner.optimize.decision import Decision
 from tuner.optimize.records import Prediction, TrialRecord
 from tuner.optimize.settings import Objective, TunerSettings
@@ -427,11 +429,11 @@ class Running:
 
 
 def read_state(tmp: Path) -> dict:
-    """The daemon's state.json under `tmp/state` ({} while it does not exist or is being replaced)."""
-    try:
-        return json.loads((tmp / "state" / "state.json").read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+    """The daemon's saved state under `tmp/state` as a restart would load it (state.json with the committed
+    rows of its journals), as a dict; {} while there is none."""
+    if not (tmp / "state" / "state.json").exists():
         return {}
+    return asdict(StateStore(tmp / "state").load())
 
 
 def read_knobs(tmp: Path) -> dict:

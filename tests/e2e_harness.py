@@ -32,6 +32,7 @@ from memcached_server import start_memcached
 from actuators.fakehw import FileNic, create
 from actuators.fakehw.kit import IFACE
 from actuators.latency.dist import histogram_quantiles
+from tuner.daemon.state import StateStore
 from tuner.load.hist import new_histogram
 from tuner.load.hlog import read_log
 
@@ -67,10 +68,10 @@ def _wait(pred: Any, timeout_s: float, what: str) -> Any:
 
 
 def _state(tmp: Path) -> dict:
-    try:
-        return json.loads((tmp / "state" / "state.json").read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+    """The daemon's saved state (state.json with its journals), {} while there is none."""
+    if not (tmp / "state" / "state.json").exists():
         return {}
+    return asdict(StateStore(tmp / "state").load())
 
 
 def _config(tmp: Path, cfg: E2EConfig, address: str) -> Path:

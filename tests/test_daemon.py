@@ -10,14 +10,14 @@ import pytest
 
 from actuators.host import OperatingPoint
 from core.errors import InputError, TunerError
-from tests.daemon_fakes import Running, make_file_host, wait_for, write_config
+from tests.daemon_fakes import Running, make_file_host, read_state, wait_for, write_config
 from tuner.config import KnobBounds
 from tuner.daemon.plain import bounded_space, safe_corner, validate_policy
 from tuner.daemon.state import DaemonState, StateStore, atomic_write
 
 
 def _state(tmp_path):
-    return json.loads((tmp_path / "state" / "state.json").read_text())
+    return read_state(tmp_path)
 
 
 def _knobs(tmp_path):

@@ -8,12 +8,12 @@ import os
 import signal
 import time
 
-from tests.daemon_fakes import Running, wait_for, write_config
+from tests.daemon_fakes import Running, read_state, wait_for, write_config
 from tuner.daemon.worker import ProcessOptimizers
 
 
 def _state(tmp_path):
-    return json.loads((tmp_path / "state" / "state.json").read_text())
+    return read_state(tmp_path)
 
 
 def test_worker_exits_after_the_decision(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -194,12 +195,12 @@ def test_confident_and_significant_sla_judgements() -> None:
     assert not obj.met(meas(510.0, 1.0))
 
 
-def test_sla_margin_tightens_the_final_choice() -> None:
+def test_final_margin_tightens_the_final_choice() -> None:
     def best(margin: float) -> float:
         opt = Optimizer(
             SPACE,
             Objective("constrained", 99, 500),
-            TunerSettings(trials=2, sobol_trials=2, seed=1, sla_margin_pct=margin),
+            TunerSettings(trials=2, sobol_trials=2, seed=1, final_margin_pct=margin),
         )
         for p99, power in [(450, 30.0), (480, 25.0)]:
             i, _ = opt.suggest()
@@ -208,15 +209,50 @@ def test_sla_margin_tightens_the_final_choice() -> None:
         assert d.met_sla
         return d.measurement.power_w
 
-    assert TunerSettings().sla_margin_pct == 5.0
+    assert TunerSettings().sla_margin_pct == 5.0 and TunerSettings().final_margin_pct == 5.0
     assert best(0.0) == pytest.approx(25.0)  # CI high 494 µs <= 500
     assert best(5.0) == pytest.approx(30.0)  # 494 > 475: only the 450 µs point (CI high 464) qualifies
     with pytest.raises(TunerError, match="sla_margin_pct"):
         TunerSettings(sla_margin_pct=100)
+    with pytest.raises(TunerError, match="final_margin_pct"):
+        TunerSettings(final_margin_pct=-1)
+
+
+def _with_ci(p99: float, half_pct: float, power: float) -> Measurement:
+    m = meas(p99, power)
+    return dataclasses.replace(
+        m, latency_ci_us={p: (v * (1 - half_pct / 100), v * (1 + half_pct / 100)) for p, v in m.latency_us.items()}
+    )
+
+
+def test_final_margin_ci_scales_the_margin_with_each_trials_own_ci() -> None:
+    """The same estimate is taken with a narrow CI and refused with a wide one: the margin a trial needs grows
+    with its own uncertainty, not a fixed share of the SLA."""
+
+    def best(margin_ci: float, readings: list[tuple[float, float, float]]) -> float:
+        s = TunerSettings(
+            trials=len(readings), sobol_trials=len(readings), seed=1, final_margin_pct=1.0, final_margin_ci=margin_ci
+        )
+        opt = Optimizer(SPACE, Objective("constrained", 99, 500), s)
+        for p99, half, power in readings:
+            i, _ = opt.suggest()
+            opt.complete(i, _with_ci(p99, half, power), 1e5)
+        d = opt.best()
+        assert d.met_sla and d.measurement is not None
+        return d.measurement.power_w
+
+    narrow = [(440.0, 1.0, 30.0), (480.0, 1.0, 25.0)]  # 480 + 2 x 4.8 = 489.6 <= 495
+    wide = [(440.0, 1.0, 30.0), (480.0, 2.0, 25.0)]  # 480 + 2 x 9.6 = 499.2 > 495
+    assert best(1.0, narrow) == pytest.approx(25.0)
+    assert best(1.0, wide) == pytest.approx(30.0)
+    assert best(0.0, wide) == pytest.approx(25.0)  # the CI as measured: 489.6 <= 495
+    with pytest.raises(TunerError, match="final_margin_ci"):
+        TunerSettings(final_margin_ci=-1.0)
+    with pytest.raises(TunerError, match="final_margin_ci"):
+        TunerSettings(final_margin_ci=math.nan)
 
 
 def test_trial_records_keep_percentiles_but_drop_the_latency_samples() -> None:
-    import dataclasses
 
     import numpy as np
 

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from actuators.host import KnobSpace, OperatingPoint
+from actuators.sim.arrivals import _seg_cumsum_and_sum
 from actuators.sim.host import ITR_ANCHORS, SimHost
-from actuators.sim.model import _menu_prediction, _seg_cumsum_and_sum
+from actuators.sim.model import _menu_prediction
 from tuner.optimize.settings import Objective
 from tuner.replay.oracle import oracle_point
 

@@ -238,7 +238,7 @@ def test_adaptive_itr_is_linux_5_4_low_latency_mode():
 def test_tx_only_interrupts_alternate_in_runs_of_empty_periods():
     import numpy as np
 
-    from actuators.sim.model import tx_only_periods
+    from actuators.sim.arrivals import tx_only_periods
 
     empty = np.array([[False, True, True, True, False, True, False, True, True]])
     assert tx_only_periods(empty).tolist() == [[False, True, False, True, False, True, False, True, False]]

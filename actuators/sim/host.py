@@ -55,17 +55,19 @@ import numpy as np
 from actuators.energy import counter_delta
 from actuators.host import PERCENTILES, KnobSpace, Measurement, OperatingPoint
 from actuators.hwclass import HardwareClass
+from actuators.sim.arrivals import draw_arrivals
 from actuators.sim.cells import Cell, Expected, ExpectedCache
 from actuators.sim.load import LoadSchedule, parse_load
 from actuators.sim.model import (
-    SimParams,
     SimResult,
     adaptive_itr_us,
     lock_utilisation,
     package_power_w,
     pstate_occupancy,
+    serve,
     simulate,
 )
+from actuators.sim.params import SimParams
 from core.errors import TunerError
 from core.stats import quantile_with_ci
 
@@ -447,9 +449,12 @@ class SimHost:
         """Simulate the cells (itr, qps, f) for frequency indices `todo` (see `expected`)."""
         lam = qps / self._cores / 1e6
         freqs = self._freqs[todo]
-        sim = simulate(
-            self._p, lam, itr, freqs, EXPECTED_REQUESTS, CHAINS, np.random.default_rng(EXPECTED_SEED), self._cores
+        # the run's draws do not depend on f: kept for this (anchor, load)'s other frequencies (same values)
+        arrivals = self._cache.arrivals.get(
+            (self._p, itr, lam),
+            lambda: draw_arrivals(self._p, lam, itr, EXPECTED_REQUESTS, CHAINS, np.random.default_rng(EXPECTED_SEED)),
         )
+        sim = serve(self._p, arrivals, freqs, self._cores)
         power = package_power_w(self._p, sim, self._cores, qps)
         quant = np.percentile(sim.latency_us, PERCENTILES, axis=1).T  # (F, P)
         p99 = quant[:, list(PERCENTILES).index(99.0)]

@@ -30,100 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-
-@dataclass(frozen=True)
-class CState:
-    """An idle state: what the governor sees (target residency) and what the hardware does."""
-
-    name: str
-    target_residency_us: float
-    exit_latency_us: float  # effective wake-up delay added to the waking batch
-    power_w: float  # per-core power while resident (C1 scales with V, see `idle_power_w`)
-
-
-# intel_idle's Sandy Bridge table (target residency 2/20/211/345/345 µs, exit latency 2/10/80/104/109 µs);
-# C1E takes the table's 10 µs, the deep states' effective exits are below their worst-case values, as
-# measured on SNB-EP parts.
-SNB_CSTATES: tuple[CState, ...] = (
-    CState("POLL", 0.0, 0.0, -1.0),  # power = leakage + a little dynamic (idle loop); see idle_power_w
-    CState("C1", 2.0, 1.0, -2.0),  # clock gated at current voltage; see idle_power_w
-    CState("C1E", 20.0, 10.0, 0.75),
-    CState("C3", 211.0, 25.0, 0.35),
-    CState("C6", 345.0, 35.0, 0.08),
-    CState("C7", 345.0, 40.0, 0.06),
-)
-
-
-@dataclass(frozen=True)
-class SimParams:
-    """Constants of the simulated E5-2690 + 82599 memcached host (µs, GHz, W, J)."""
-
-    f_min: float = 1.2
-    f_max: float = 2.9
-    v_min: float = 0.80  # core voltage at f_min (V)
-    v_max: float = 1.10  # at f_max
-    c_dyn: float = 2.3  # W / (GHz V^2) per busy core
-    leak_w_per_v: float = 1.8  # per-core leakage while in C0 (W / V)
-    static_w: float = 16.0  # both packages, everything that is on whatever the load (W)
-    uncore_active_w: float = 5.0  # uncore/LLC/ring (W); package C-states are not modelled, so always on
-    request_j: float = 4e-6  # package energy per request outside the cores (LLC, IMC) (J)
-    # work: cycles in µs*GHz (time = cyc / f) + memory-bound µs (does not scale with f)
-    irq_cyc: float = 7.26
-    irq_mem: float = 0.06
-    stack_cyc: float = 9.98
-    stack_mem: float = 0.02
-    app_cyc: float = 10.8
-    app_mem: float = 2.89
-    poll_cyc: float = 4.0  # per poll round when the batch found the core busy (softirq + epoll round)
-    idle_cyc: float = 18.7  # OS bookkeeping to enter/leave idle after a batch (nohz tick, governor, NAPI re-arm)
-    menu_history: int = 4
-    app_shape: float = 1.57  # gamma shape of per-request app work (CV = 1/sqrt(shape))
-    net_us: float = (
-        2.1  # constant path outside the server (fitted: the measured 43-59 µs p99 at fast settings leaves little)
-    )
-    cstates: tuple[CState, ...] = SNB_CSTATES
-    # Linux default mode
-    rx_bytes: float = 120.0  # per request packet (ETC keys 20-70 B + headers)
-    tx_bytes: float = 420.0  # per reply (75 % GETs, values up to 1 KB)
-    pstate_period_s: float = 0.010  # intel_pstate sampling interval (INTEL_PSTATE_SAMPLING_INTERVAL, 10 ms)
-    burst_mean: float = 1.0  # requests per arrival event (mutilate pipelines up to 4 per connection)
-    lock_us: float = 0.55  # global critical section per request: cache-line bound part (not f-scaled), all cores
-    lock_cyc: float = 0.95  # and the cycles executed while holding it (µs*GHz): the hold, so the wait, grows at low f
-    rss_spread: float = 0.142  # RSS imbalance: simulated cores carry (1 -/+ spread) x the mean load
-    tx_irq: bool = True  # TX completions raise an interrupt ITR after a batch (see `tx_only_periods`)
-    warmup_us: float = 20_000.0  # simulated time discarded at the start of every run (queues start empty)
-
-    def volt(self, f: np.ndarray | float) -> np.ndarray:
-        return self.v_min + (np.asarray(f, float) - self.f_min) * (self.v_max - self.v_min) / (self.f_max - self.f_min)
-
-    def busy_power_w(self, f: np.ndarray | float) -> np.ndarray:
-        """Per-core power while executing at `f` GHz."""
-        f = np.asarray(f, float)
-        v = self.volt(f)
-        out: np.ndarray = self.c_dyn * f * v * v + self.leak_w_per_v * v
-        return out
-
-    def idle_power_w(self, f: np.ndarray | float) -> np.ndarray:
-        """(F, S) per-core power in each C-state at frequency `f`."""
-        f = np.atleast_1d(np.asarray(f, float))
-        v = self.volt(f)
-        out = np.empty((f.size, len(self.cstates)))
-        for s, c in enumerate(self.cstates):
-            if c.power_w == -1.0:
-                out[:, s] = self.leak_w_per_v * v + 0.3 * self.c_dyn * f * v * v
-            elif c.power_w == -2.0:
-                out[:, s] = 0.9 * self.leak_w_per_v * v
-            else:
-                out[:, s] = c.power_w
-        return out
-
-    def work_us(self, f: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(H, s_stack, mean s_app) in µs at frequencies `f`."""
-        return (self.irq_cyc / f + self.irq_mem, self.stack_cyc / f + self.stack_mem, self.app_cyc / f + self.app_mem)
-
-    def idle_w(self, cores: int) -> float:
-        """Package power with no load: all cores in the deepest state, no uncore activity."""
-        return self.static_w + cores * float(self.idle_power_w(self.f_min)[0, -1])
+from actuators.sim.arrivals import Arrivals, _cumsum0, draw_arrivals
+from actuators.sim.params import SimParams
 
 
 @dataclass
@@ -141,14 +49,6 @@ class SimResult:
     periods: int  # measured periods per core (after the warm-up)
 
 
-def rss_multipliers(spread: float, chains: int) -> np.ndarray:
-    """Per-core load multipliers (mean 1) spanning 1 - spread .. 1 + spread: RSS hashes a finite number of
-    client connections onto the queues, so some cores carry more than the mean and set the tail."""
-    if chains == 1:
-        return np.ones(1)
-    return 1.0 + spread * np.linspace(-1.0, 1.0, chains)
-
-
 def lock_hold_us(p: SimParams, f: np.ndarray | float) -> np.ndarray:
     """Hold time (µs) of the global critical section at `f` GHz: cache-line traffic + cycles under the lock."""
     return p.lock_us + p.lock_cyc / np.asarray(f, float)
@@ -161,9 +61,10 @@ def lock_utilisation(p: SimParams, total_per_us: float, f: np.ndarray | float | 
 
 
 def lock_time_us(
-    p: SimParams, total_per_us: float, f: np.ndarray, rng: np.random.Generator, size: int
+    p: SimParams, total_per_us: float, f: np.ndarray, coin: np.ndarray, e: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(F, size) hold + wait, and the wait alone, per request at the global critical section.
+    """(F, R) hold + wait, and the wait alone, per request at the global critical section, from the
+    requests' (R,) uniform `coin` and Exp(1) `e` draws.
 
     memcached's shared LRU/stats cache lines: the hold is coherence traffic plus the cycles executed under
     the lock, so it grows as f falls; the wait is the M/M/1 waiting time at utilisation U(f) (0 w.p. 1-U,
@@ -174,22 +75,8 @@ def lock_time_us(
     """
     hold = np.atleast_1d(lock_hold_us(p, f))[:, None]  # (F, 1)
     u = np.minimum(total_per_us * hold, 0.999)
-    coin = rng.random(size)[None, :]
-    e = rng.exponential(size=size)[None, :]
-    wait = np.where(coin < u, e * hold / (1.0 - u), 0.0)
+    wait = np.where(coin[None, :] < u, e[None, :] * hold / (1.0 - u), 0.0)
     return hold + wait, wait
-
-
-def _seg_cumsum_and_sum(x: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per segment of `x` (last axis; segments of lengths `counts` from `starts`, back to back): the inclusive
-    running sum restarted at each segment's start, and the segment's total (0 if empty) -- from one cumulative
-    sum, each segment's base spread by `np.repeat`."""
-    c = np.cumsum(x, axis=-1)
-    c0 = np.concatenate((np.zeros(x.shape[:-1] + (1,)), c), axis=-1)
-    base = c0[..., starts]
-    run: np.ndarray = c - np.repeat(base, counts, axis=-1)
-    tot: np.ndarray = c0[..., starts + counts] - base
-    return run, tot
 
 
 def _menu_prediction(gaps: np.ndarray, idled: np.ndarray, history: int) -> np.ndarray:
@@ -221,37 +108,12 @@ def _menu_prediction(gaps: np.ndarray, idled: np.ndarray, history: int) -> np.nd
 
 def _lindley(t: np.ndarray, w: np.ndarray) -> np.ndarray:
     """Start times of FIFO work items arriving at `t` (ascending, last axis) with durations `w`."""
-    cw = np.cumsum(w, axis=-1)
-    prev = cw - w
-    out: np.ndarray = np.maximum.accumulate(t - prev, axis=-1) + prev
+    prev = np.cumsum(w, axis=-1)
+    prev -= w
+    out: np.ndarray = np.subtract(t, prev)
+    np.maximum.accumulate(out, axis=-1, out=out)
+    out += prev
     return out
-
-
-def tx_only_periods(empty: np.ndarray) -> np.ndarray:
-    """Which empty interrupt periods end with a TX-completion-only interrupt, per chain (last axis).
-
-    Part of why Linux default costs "over 2X in energy" at 400K (ch. 5.2.2, seed text line ~1154): at its
-    16 µs adaptive ITR the cores wake for nearly every request and again for its reply's completion.
-
-    ixgbe's queue vector serves the RX and TX rings of its core and one throttle (EITR) gates both causes:
-    the replies sent after a batch complete on the wire and raise a TX cause, so an interrupt fires at
-    T + ITR even when no request arrived (it only cleans TX descriptors, `ixgbe_poll` -> `ixgbe_clean_tx_irq`).
-    The period after it has nothing pending, so an empty one ends at the next arrival.  In a run of
-    consecutive empty periods they therefore alternate TX-only, arrival, TX-only, ... starting with TX-only
-    (the period before the run produced replies).
-    """
-    k = empty.shape[-1]
-    pos = np.arange(k)
-    # index of the last non-empty period at or before each position (-1 if none)
-    last_full = np.maximum.accumulate(np.where(~empty, pos, -1), axis=-1)
-    out: np.ndarray = empty & ((pos - last_full - 1) % 2 == 0)
-    return out
-
-
-def warmup_periods(p: SimParams, itr_us: float, run_periods: int) -> int:
-    """Interrupt periods simulated and discarded before measuring: `warmup_us` of simulated time, at least
-    32 periods and at most an eighth of the measured run (short ITRs: many near-empty periods, cost bound)."""
-    return max(32, min(int(math.ceil(p.warmup_us / max(float(itr_us), 1e-3))), run_periods // 8))
 
 
 def simulate(
@@ -267,68 +129,40 @@ def simulate(
 ) -> SimResult:
     """Simulate about `requests` requests on `chains` cores at per-core rate `lam` (1/µs).
 
-    The same random draws serve every frequency in `f` (common random numbers), so curves over f are smooth.
+    The same random draws serve every frequency in `f` (common random numbers), so curves over f are smooth:
+    `serve(p, draw_arrivals(...), f)` gives the same values, and lets a caller keep the draws for other f.
     Each chain first runs `warmup` interrupt periods (default `warmup_periods`) whose requests, busy time
     and idle time are discarded: the queues start empty, and without a warm-up a short sample would
     under-state the tail of a loaded core (its backlog has not built up yet).
     """
+    return serve(p, draw_arrivals(p, lam, itr_us, requests, chains, rng, warmup), f, cores)
+
+
+def serve(p: SimParams, a: Arrivals, f: np.ndarray, cores: int = 16) -> SimResult:
+    """Serve the drawn arrivals `a` at each frequency in `f` (the frequency-dependent half of `simulate`)."""
     f = np.atleast_1d(np.asarray(f, float))
-    itr = max(float(itr_us), 1e-3)
-    lam_c = lam * rss_multipliers(p.rss_spread, chains)[:, None]  # (C, 1) requests/µs per core
-    burst = max(p.burst_mean, 1.0)
-    ev_rate = lam_c / burst  # arrival events (a client's pipelined burst) per µs
-    m = ev_rate * itr
-    pe = np.exp(-m)
-    tx_share = pe / (1.0 + pe) if p.tx_irq else 0.0  # share of periods that are TX-only (runs alternate)
-    per_period = float(np.mean((m + pe) * (1.0 - tx_share))) * burst
-    k_run = max(int(math.ceil(requests / per_period / chains)), 2)
-    w0 = warmup_periods(p, itr, k_run) if warmup is None else int(warmup)
-    k = k_run + w0
-    ev = rng.poisson(np.broadcast_to(m, (chains, k)))
-    empty = ev == 0
-    tx_only = tx_only_periods(empty) if p.tx_irq else np.zeros_like(empty)
-    ev = np.where(empty, 1, ev)  # an empty period ends with the event that fires the next interrupt
-    ev = np.where(tx_only, 0, ev)  # ... unless a TX completion fires it at T + ITR (no request)
-    exp_gap = rng.exponential(size=(chains, k)) / ev_rate
-    gaps = itr + np.where(empty & ~tx_only, exp_gap, 0.0)
-    t = np.cumsum(gaps, axis=1)
-    evf = ev.ravel()
-    kk = evf.size
-    n_ev = int(evf.sum())
-    ev_idx = np.repeat(np.arange(kk), evf)
-    ev_starts = np.concatenate(([0], np.cumsum(evf)[:-1]))
-    # sorted uniform event positions per period via normalised exponential spacings
-    e = rng.exponential(size=n_ev)
-    extra = rng.exponential(size=kk)
-    ce, tot = _seg_cumsum_and_sum(e, ev_starts, evf)
-    tot = tot + extra
-    u_ev = ce / np.repeat(tot, evf)
-    size = rng.geometric(1.0 / burst, size=n_ev) if burst > 1.0 else np.ones(n_ev, dtype=np.int64)
-    n = np.bincount(ev_idx, weights=size, minlength=kk).astype(np.int64).reshape(chains, k)
-    nf = n.ravel()
-    r = int(nf.sum())
-    idx = np.repeat(ev_idx, size)
-    starts = np.concatenate(([0], np.cumsum(nf)[:-1]))
-    u = np.repeat(u_ev, size)
-    wait = np.where(np.repeat(empty.ravel(), nf), 0.0, itr * (1.0 - u))
-    x = rng.gamma(p.app_shape, 1.0 / p.app_shape, size=r)
-    lock, lock_wait = lock_time_us(p, lam * cores, f, rng, r)  # (F, R) per request, part of its app work
-    clock, slock = _seg_cumsum_and_sum(lock, starts, nf)
-    slock = slock.reshape(f.size, chains, k)
-    cx, sx = _seg_cumsum_and_sum(x, starts, nf)
-    sx = sx.reshape(chains, k)
+    chains, k, w0, kk = a.chains, a.k, a.w0, a.n.size
+    n, t, gaps = a.n, a.t, a.gaps
+    lock, lock_wait = lock_time_us(p, a.lam * cores, f, a.coin, a.lock_e)  # (F, R) per request, in its app work
+    c0 = _cumsum0(lock)
+    slock = (c0[:, a.ends] - c0[:, a.starts]).reshape(f.size, chains, k)
+    clock = c0[:, a.kept_idx + 1]
+    clock -= c0[:, a.kept_start]
+    del c0, lock
+    blocked = lock_wait[:, a.kept_idx].sum(axis=1)  # (F,) blocked on the lock: C1, not executing
+    del lock_wait
 
     h, ss, sa = p.work_us(f)
     h3, ss3, sa3 = h[:, None, None], ss[:, None, None], sa[:, None, None]
-    base = n[None] * ss3 + sa3 * sx[None] + slock  # (F, C, K)
+    base = n[None] * ss3 + sa3 * a.sx[None] + slock  # (F, C, K)
     w1 = base + h3
     st1 = _lindley(t[None], w1)
     fin1 = st1 + w1
     busy1 = st1 > t[None] + 1e-9
     idle1 = np.empty_like(st1)
     idle1[..., 0] = 1e9
-    idle1[..., 1:] = t[None, :, 1:] - fin1[..., :-1]
-    idle1 = np.maximum(idle1, 0.0)
+    np.subtract(t[None, :, 1:], fin1[..., :-1], out=idle1[..., 1:])
+    np.maximum(idle1, 0.0, out=idle1)
     # menu governor: predicted idle = the shortest of the last `menu_history` idle gaps (its typical-interval
     # detection discards the long outliers of irregular traffic); regular (ITR-paced) gaps predict well
     pred = _menu_prediction(idle1, ~busy1, p.menu_history)
@@ -345,19 +179,16 @@ def simulate(
     st2 = _lindley(t[None], w2)
     fin2 = st2 + w2
     offset = (st2 - t[None]) + wake + irq + n[None] * ss3  # (F, C, K): time from interrupt to app start
-    pos = idx % k - w0  # period of each request within its chain's measured run (< 0: warm-up)
-    kept = pos >= 0  # only the measured requests' latencies are formed (the same sums as for all, then kept)
-    lat = (
-        wait[kept][None]
-        + np.repeat(offset.reshape(f.size, kk), nf, axis=1)[:, kept]
-        + sa[:, None] * cx[kept][None]
-        + clock[:, kept]
-    )
-    lat = lat + p.net_us
-    lock_wait, pos = lock_wait[:, kept], pos[kept]
+    # the measured requests' latencies: ((wait + offset) + app work) + lock, as one expression over all would
+    lat = np.take(offset.reshape(f.size, kk), a.kept_period, axis=1)
+    lat += a.wait
+    lat += sa[:, None] * a.cx[None]
+    lat += clock
+    lat += p.net_us
 
     idle2 = np.zeros_like(st2)
-    idle2[..., 1:] = np.maximum(t[None, :, 1:] - fin2[..., :-1], 0.0)
+    np.subtract(t[None, :, 1:], fin2[..., :-1], out=idle2[..., 1:])
+    np.maximum(idle2[..., 1:], 0.0, out=idle2[..., 1:])
     idle2[..., 0] = np.where(busy1[..., 0], 0.0, gaps[None, :, 0])
     bookkeeping = np.minimum(post[..., :-1], idle2[..., 1:])  # taken out of the idle gap that follows
     idle2[..., 1:] -= bookkeeping
@@ -372,7 +203,6 @@ def simulate(
     flat_idle = idle2.reshape(f.size, -1)
     for fi in range(f.size):
         res[fi] = np.bincount(flat_state[fi], weights=flat_idle[fi], minlength=nstates)[:nstates]
-    blocked = lock_wait.sum(axis=1)  # (F,) blocked on the lock: C1, not executing
     res[:, [c.name for c in p.cstates].index("C1")] += blocked
     work_time = w2.sum(axis=(1, 2)) + bookkeeping.sum(axis=(1, 2)) - blocked
     idle_time = res.sum(axis=1)
@@ -382,7 +212,7 @@ def simulate(
     intr = (~busy1).sum(axis=(1, 2)) / span_f
     # share of the offered requests a saturated core can serve (work demanded per unit time > 1)
     demand = w2.sum(axis=2) / total_time[None, :]  # (F, C)
-    rates = lam_c[:, 0]
+    rates = a.lam_c
     served = (np.minimum(1.0, 1.0 / np.maximum(demand, 1e-12)) * rates[None, :]).sum(axis=1) / rates.sum()
     return SimResult(
         f=f,
@@ -392,8 +222,8 @@ def simulate(
         interrupts_per_us=intr,
         served=served,
         requests_per_us=float(lat.shape[1] / span),
-        period=pos,
-        periods=k_run,
+        period=a.pos,
+        periods=a.k_run,
     )
 
 

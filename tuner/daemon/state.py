@@ -1,28 +1,44 @@
-"""Crash-safe persistence of the daemon's state: atomic JSON writes (tmp + fsync + rename + dir fsync).
+"""Crash-safe persistence of the daemon's state, each save costing what changed rather than the history.
 
 Layout under the state directory:
-  state.json                 -- everything the loop needs to resume (see `DaemonState`), rewritten after
-                                every trial, decision and knob change
+  state.json                 -- the small part the loop needs to resume (see `DaemonState`: knobs_dirty, the
+                                held decision, counters, policy, the retune in progress with its optimiser,
+                                zlib-compressed as `optimizer_zlib`), replaced atomically (tmp + fsync + rename + dir fsync) after every trial,
+                                decision and knob change; it names each journal's committed extent
+  journal/<list>.<n>.jsonl   -- the append-only lists (trials, decisions, holding windows), one JSON object a
+                                line (`tuner.daemon.journal`): a save appends only the rows added since the last
+                                one, and rewrites a list to its `KEEP_*` newest rows once its file holds twice that
   experiments/<retune>.json  -- the optimiser (Ax experiment) of each finished retune (newest
                                 `KEEP_EXPERIMENTS`), and <retune>.table.json, its predictions over the
                                 knob grid, which `GetOperatingPoint` answers from without loading Ax
-The optimiser of the retune in progress lives inside state.json, written in the same atomic write as the
-trial it just completed, so a measured trial is never lost and never half-recorded.
+A save appends (and fsyncs) the new rows first, then replaces state.json with their new committed lengths:
+state.json is the commit point. A crash before the replace leaves the old lengths, and the next load ignores
+the uncommitted tail, so a trial row and the optimiser of the retune in progress (in state.json) are committed
+together: a measured trial is never lost and never half-recorded. A version-1 state.json (the lists inline)
+loads as before and is migrated by the first save.
 """
 
 from __future__ import annotations
 
+import base64
 import fcntl
 import json
+import logging
 import os
-from dataclasses import asdict, dataclass, field
+import zlib
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from core.errors import TunerError
 from core.fsutil import atomic_write
+from tuner.daemon.journal import Journal, Mark, ReadResult
 
-STATE_VERSION = 1
+log = logging.getLogger("tuner.daemon.loop")  # the control loop's logger (operators filter on it)
+
+STATE_VERSION = 2
+#: The version whose state.json held the lists inline (loaded, then migrated by the first save).
+LEGACY_VERSION = 1
 KEEP_TRIALS = 5000
 KEEP_DECISIONS = 500
 KEEP_WINDOWS = 300
@@ -55,9 +71,17 @@ class DaemonState:
     counters: dict[str, int] = field(default_factory=dict)
 
     def trim(self) -> None:
-        del self.trials[:-KEEP_TRIALS]
-        del self.decisions[:-KEEP_DECISIONS]
-        del self.windows[:-KEEP_WINDOWS]
+        for kind in LISTS:
+            del getattr(self, kind)[: -keep(kind)]
+
+
+#: The append-only lists of `DaemonState`, each kept in its own journal.
+LISTS = ("trials", "decisions", "windows")
+
+
+def keep(kind: str) -> int:
+    """How many rows of list `kind` the daemon keeps (read at call time: tests lower the caps)."""
+    return {"trials": KEEP_TRIALS, "decisions": KEEP_DECISIONS, "windows": KEEP_WINDOWS}[kind]
 
 
 class StateStore:
@@ -67,12 +91,24 @@ class StateStore:
         self.dir = Path(directory)
         self.path = self.dir / "state.json"
         self.exp_dir = self.dir / "experiments"
+        self.journal_dir = self.dir / "journal"
+        self._journals = {kind: Journal(self.journal_dir, kind) for kind in LISTS}
+        #: Committed extent of each journal, as the last load or save left state.json.
+        self._marks: dict[str, Mark] = {}
+        #: Each list object and how many of its rows are committed (a different object: rewritten whole).
+        self._known: dict[str, tuple[list[dict[str, Any]], int]] = {}
+        #: Bytes the last `save` wrote (state.json and journal appends or rewrites), for benchmarks.
+        self.last_save_bytes = 0
+        #: What the last `load` noticed: a migrated old file, an ignored uncommitted tail, a missing journal.
+        self.notes: list[str] = []
+        self._zcache: tuple[str | None, str] = (None, "")
 
     def ensure(self) -> None:
         """Create the directory (0700) and lock it for this process, or raise `TunerError` saying why not."""
         try:
             self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
             self.exp_dir.mkdir(exist_ok=True, mode=0o700)
+            self.journal_dir.mkdir(exist_ok=True, mode=0o700)
             probe = self.dir / ".write-test"
             atomic_write(probe, b"ok")
             probe.unlink()
@@ -93,27 +129,162 @@ class StateStore:
             self._lock_fd = None
 
     def load(self) -> DaemonState:
-        """The saved state, or a fresh one when there is none; corrupt files raise `TunerError`."""
+        """The saved state: state.json with the committed rows of its journals (each list its newest `KEEP_*`),
+        or a fresh state when there is none. Reads only, so it is safe beside a running daemon; a corrupt file
+        raises `TunerError`; a journal's uncommitted tail is ignored and a missing one is logged (`notes`)."""
+        for attempt in range(3):
+            raw = self._read_raw()
+            if raw is None:
+                self._marks, self._known, self.notes = {}, {}, []
+                return DaemonState()
+            data = self._parse(raw)
+            if data["version"] == LEGACY_VERSION:
+                return self._load_legacy(data)
+            try:
+                journal = data.get("journal")
+                marks = {kind: Mark.from_json(kind, (journal or {}).get(kind)) for kind in LISTS}
+            except ValueError as exc:
+                raise TunerError(f"{self.path}: corrupt state ({exc}); move it away to start afresh") from None
+            found, gone = self._read_journals(marks)
+            if gone and attempt < 2 and self._read_raw() != raw:
+                continue  # a running daemon compacted a journal meanwhile: read its new state.json
+            return self._adopt(data, found)
+        raise AssertionError("unreachable")  # the last attempt returns
+
+    def _read_raw(self) -> bytes | None:
         try:
-            raw = self.path.read_bytes()
+            return self.path.read_bytes()
         except FileNotFoundError:
-            return DaemonState()
+            return None
         except OSError as exc:
             raise TunerError(f"{self.path}: cannot read state: {exc.strerror or exc}") from None
+
+    def _parse(self, raw: bytes) -> dict[str, Any]:
         try:
             data = json.loads(raw)
             if not isinstance(data, dict):
                 raise ValueError("not an object")
-            if data.get("version") != STATE_VERSION:
-                raise ValueError(f"version {data.get('version')!r}, expected {STATE_VERSION}")
-            known = set(DaemonState.__dataclass_fields__)
-            return DaemonState(**{k: v for k, v in data.items() if k in known})
-        except (ValueError, TypeError) as exc:
+            if data.get("version") not in (LEGACY_VERSION, STATE_VERSION):
+                raise ValueError(f"version {data.get('version')!r}, expected {LEGACY_VERSION} or {STATE_VERSION}")
+        except ValueError as exc:
             raise TunerError(f"{self.path}: corrupt state ({exc}); move it away to start afresh") from None
+        return data
+
+    def _read_journals(self, marks: dict[str, Mark]) -> tuple[dict[str, ReadResult], bool]:
+        found: dict[str, ReadResult] = {}
+        gone = False
+        for kind, mark in marks.items():
+            journal = self._journals[kind]
+            try:
+                found[kind] = journal.read(mark)
+            except FileNotFoundError:
+                gone = True
+                path = journal.dir / mark.file
+                note = f"{path}: missing; its {mark.rows} committed records are lost (rewritten at the next save)"
+                found[kind] = ReadResult([], None, note)
+            except OSError as exc:
+                raise TunerError(f"{journal.dir / mark.file}: cannot read: {exc.strerror or exc}") from None
+        return found, gone
+
+    def _state_of(self, data: dict[str, Any]) -> DaemonState:
+        names = {f.name for f in fields(DaemonState)}
+        try:
+            state = DaemonState(**{k: v for k, v in data.items() if k in names})
+        except TypeError as exc:
+            raise TunerError(f"{self.path}: corrupt state ({exc}); move it away to start afresh") from None
+        for kind in LISTS:
+            if not isinstance(getattr(state, kind), list):
+                raise TunerError(f"{self.path}: corrupt state ({kind}: expected a list); move it away to start afresh")
+        cur = state.current_retune
+        if isinstance(cur, dict) and "optimizer_zlib" in cur:
+            try:
+                text = zlib.decompress(base64.b64decode(cur["optimizer_zlib"], validate=True)).decode()
+            except (ValueError, TypeError, zlib.error) as exc:
+                raise TunerError(
+                    f"{self.path}: corrupt state (current_retune.optimizer_zlib: {exc}); move it away to start afresh"
+                ) from None
+            state.current_retune = {**{k: v for k, v in cur.items() if k != "optimizer_zlib"}, "optimizer": text}
+        state.version = STATE_VERSION
+        return state
+
+    def _packed(self, cur: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The retune in progress as state.json stores it: its optimiser JSON zlib-compressed (level 1, base64):
+        ~10x smaller, and cheaper than escaping it as a JSON string (an Ax snapshot is ~15 KB per trial).
+        The last text's compression is reused while the optimiser has not changed."""
+        text = (cur or {}).get("optimizer")
+        if cur is None or not isinstance(text, str):
+            self._zcache = (None, "")  # no retune in progress: hold no copy of the last one between retunes
+            return cur
+        if self._zcache[0] is not text:
+            self._zcache = (text, base64.b64encode(zlib.compress(text.encode(), 1)).decode("ascii"))
+        return {**{k: v for k, v in cur.items() if k != "optimizer"}, "optimizer_zlib": self._zcache[1]}
+
+    def _adopt(self, data: dict[str, Any], found: dict[str, ReadResult]) -> DaemonState:
+        state = self._state_of({k: v for k, v in data.items() if k not in LISTS})
+        self.notes = []
+        for kind, res in found.items():
+            setattr(state, kind, res.rows[-keep(kind) :])
+            if res.note:
+                self.notes.append(res.note)
+                log.warning("state: %s", res.note)
+        self._marks = {kind: res.mark for kind, res in found.items() if res.mark is not None}
+        self._known = {kind: (getattr(state, kind), len(getattr(state, kind))) for kind in self._marks}
+        return state
+
+    def _load_legacy(self, data: dict[str, Any]) -> DaemonState:
+        """A version-1 state.json (the lists inline): loaded whole; the first save writes each list to its
+        journal, then the new state.json (until then the old file stays as it was)."""
+        state = self._state_of(data)
+        state.trim()
+        self._marks, self._known = {}, {}
+        counts = ", ".join(f"{len(getattr(state, kind))} {kind}" for kind in LISTS)
+        self.notes = [
+            f"{self.path}: version {LEGACY_VERSION} ({counts} inline); migrated to {self.journal_dir}/ by the next save"
+        ]
+        log.info("state: %s", self.notes[0])
+        return state
 
     def save(self, state: DaemonState) -> None:
+        """Append each list's rows added since the last save to its journal (or rewrite the list when its
+        journal is due for compaction, or was not written by this store for this list object), then commit
+        with an atomic state.json naming the new extents; each list is then trimmed to its `KEEP_*`."""
+        marks: dict[str, Mark] = {}
+        replaced: dict[str, Mark | None] = {}
+        written = 0
+        for kind in LISTS:
+            rows: list[dict[str, Any]] = getattr(state, kind)
+            journal, mark, known = self._journals[kind], self._marks.get(kind), self._known.get(kind)
+            if (
+                mark is not None
+                and known is not None
+                and known[0] is rows
+                and known[1] <= len(rows)
+                and mark.rows + len(rows) - known[1] <= 2 * keep(kind)
+            ):
+                if len(rows) > known[1]:
+                    mark, n = journal.append(mark, rows[known[1] :])
+                    written += n
+                marks[kind] = mark
+            else:
+                marks[kind], n = journal.rewrite(rows[-keep(kind) :])
+                written += n
+                replaced[kind] = mark
+        doc: dict[str, Any] = {f.name: getattr(state, f.name) for f in fields(state) if f.name not in LISTS}
+        doc["version"] = STATE_VERSION
+        doc["current_retune"] = self._packed(state.current_retune)
+        doc["journal"] = {kind: mark.to_json() for kind, mark in marks.items()}
+        data = json.dumps(doc, separators=(",", ":")).encode()
+        atomic_write(self.path, data)  # the commit point
+        self.last_save_bytes = written + len(data)
+        state.version = STATE_VERSION
         state.trim()
-        atomic_write(self.path, json.dumps(asdict(state), separators=(",", ":")).encode())
+        self._marks = marks
+        self._known = {kind: (getattr(state, kind), len(getattr(state, kind))) for kind in LISTS}
+        for kind, old in replaced.items():  # the replaced generation stays for readers of the old state.json
+            try:
+                self._journals[kind].prune({marks[kind].file} | ({old.file} if old else set()))
+            except OSError as exc:
+                log.warning("state: cannot remove old journal files under %s: %s", self.journal_dir, exc)
 
     def save_experiment(self, state: DaemonState, retune_id: str, optimizer_json: str) -> None:
         """Keep a finished retune's optimiser; drop the oldest beyond `KEEP_EXPERIMENTS`."""

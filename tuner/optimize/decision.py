@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from actuators.host import KnobSpace, Measurement, OperatingPoint
 from tuner.optimize.records import STATUS_COMPLETED, STATUS_FAILED, TrialRecord
-from tuner.optimize.settings import Objective, TunerSettings, met_limit_us, pct_text
+from tuner.optimize.settings import Objective, TunerSettings, final_limit_us, pct_text
 
 
 @dataclass(frozen=True)
@@ -43,12 +43,14 @@ def best_decision(
     pct = obj.percentile
     label = f"{pct_text(pct)} <= {obj.sla_us:g} µs"
     met = [r for r in done if obj.met(r.measurement)]  # type: ignore[arg-type]
-    strict = replace(obj, sla_us=met_limit_us(objective.sla_us, settings))  # used only with sla_check="ci"
-    margin = f" less {settings.sla_margin_pct:g} %" if settings.sla_margin_pct else ""
-    sure = [r for r in met if strict.met_confidently(r.measurement)]  # type: ignore[arg-type]
-    pool, how = (sure, f"with its 95 % CI{margin}") if settings.sla_check == "ci" and sure else (met, "")
+    strict = replace(obj, sla_us=final_limit_us(objective.sla_us, settings))  # used only with sla_check="ci"
+    margin = f" less {settings.final_margin_pct:g} %" if settings.final_margin_pct else ""
+    widen = 1.0 + settings.final_margin_ci
+    ci = f"{widen:g} x its 95 % CI half-width" if settings.final_margin_ci else "its 95 % CI"
+    sure = [r for r in met if strict.met_confidently(r.measurement, widen)]  # type: ignore[arg-type]
+    pool, how = (sure, f"with {ci}{margin}") if settings.sla_check == "ci" and sure else (met, "")
     if settings.sla_check == "ci" and not sure and met:
-        how = f"by its estimate only: no trial's CI was within the SLA{margin}"
+        how = f"by its estimate only: no trial's {'CI' if widen == 1.0 else ci.replace('its ', 'estimate + ')} was within the SLA{margin}"
     if pool:
         r = min(pool, key=lambda r: (r.reward, r.measurement.percentile(pct), r.index))  # type: ignore[union-attr]
         m = r.measurement

@@ -52,6 +52,7 @@ class ExperimentModel:
         self._borrowed: set[int] = set()  # Ax trials of other hosts (add_history(borrowed=True))
         self._grid_cache: tuple[Any, dict[str, Any] | None] | None = None  # (key, last full-grid prediction)
         self._stop_s = 0.0  # compute of the stopping rule since the last suggestion
+        self._refine: Pending | None = None  # the refining trial the stopping rule asked for (`refine_step`)
         self._evidence_cache: tuple[Any, tuple[Any, Any, Any, Any], tuple[int, ...]] | None = None
         self._hyper_fit: tuple[int, int] | None = None  # (client id, trials) at the last hyperparameter fit
         self._fitted_on: tuple[int, tuple[int, ...]] | None = None  # (client id, completed trials) of the last fit

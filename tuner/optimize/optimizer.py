@@ -111,6 +111,7 @@ class Optimizer(StoppingRule):
         self._retune_start = self._next_index
         self._load = self.settings.load_of(q) if self.settings.context else None
         self._stop_s = 0.0
+        self._refine = None
 
     def add_history(self, records: Sequence[TrialRecord], *, borrowed: bool = False) -> int:
         """Attach completed past trials (each at its own load) to the experiment as data; returns how many were
@@ -165,7 +166,10 @@ class Optimizer(StoppingRule):
         t0 = time.perf_counter()
         self._prune()
         safe = self.settings.safe_delta > 0
-        if safe and len(self._observed()) < self._init_budget():
+        if self._refine is not None:  # the stopping rule asked for one refining trial (`refine_step`)
+            pend, self._refine = self._refine, None
+            pend.ax_index = self._attach(self._cell_of(pend.point))
+        elif safe and len(self._observed()) < self._init_budget():
             pend = self._safe_start()
         else:
             with no_warnings(self.settings.torch_threads):
@@ -438,7 +442,7 @@ class Optimizer(StoppingRule):
             self._load = opt_float(retune.get("load"))
             self._line_t = {int(i): float(t) for i, t in (d.get("line_t") or {}).items()}
             self._borrowed = {int(i) for i in d.get("borrowed") or ()}
-            self._grid_cache, self._stop_s, self._evidence_cache = None, 0.0, None
+            self._grid_cache, self._stop_s, self._evidence_cache, self._refine = None, 0.0, None, None
             self._hyper_fit, self._fitted_on = None, None
             self._predictor, self._reported = GridPredictor(), {}
             with no_warnings():

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import time
 
+from actuators.host import OperatingPoint
 from tuner.optimize.decision import best_decision
+from tuner.optimize.records import STATUS_COMPLETED, Pending
 from tuner.optimize.safety import SafeExploration
+from tuner.optimize.settings import final_limit_us, pct_text
 
 
 class StoppingRule(SafeExploration):
@@ -59,11 +62,49 @@ class StoppingRule(SafeExploration):
         limit = s.stop_ei_pct / 100.0 * best_w
         where = self._grid_point(grid["cells"][k])
         if acquisition.should_stop_ei(float(ei[k]), best_w, s.stop_ei_pct):
-            return True, (
+            why = (
                 f"expected improvement of one more trial {ei[k]:.3g} W (at {where}) < {s.stop_ei_pct:g} % "
                 f"of the best {best_w:.1f} W"
             )
+            refine = self._refine_cell(d.point) if s.refine_step and s.safe_delta > 0 else None
+            if refine is None:
+                return True, why
+            self._refine = refine
+            return False, f"{why}; one refining trial first: {refine.note}"
         return False, f"expected improvement {ei[k]:.3g} W at {where} >= {limit:.3g} W"
+
+    def _refine_cell(self, held: OperatingPoint) -> Pending | None:
+        """The refining trial before a retune stops (`TunerSettings.refine_step`): the next longer ITR of the grid
+        at `held`'s frequency -- the point the safety gate's scaled SD usually keeps untried one step short of the
+        final choice's limit -- if it was not measured in this retune, the evidence supports it (`_supported`:
+        near a point measured within the limit, not next to one over the SLA), the model's mean there is within
+        the limit the final choice applies (`final_limit_us`) and its P(SLA broken) with the model's own SD
+        (`safe_sd_scale` not applied; `safe_model_error` is) is at most `safe_delta`. None otherwise. Pure of
+        Ax: the trial is attached when `suggest` hands it out."""
+        i, j = self._cell_of(held)
+        if i + 1 >= len(self._itr):
+            return None
+        cell = (i + 1, j)
+        seen = {self._cell_of(r.point) for r in self.retune_trials() if r.status == STATUS_COMPLETED}
+        if cell in seen or not bool(self._supported([cell], self._evidence())[0]):
+            return None
+        grid = self._grid_model(self._load, refit=False, cells=[cell])
+        if grid is None:
+            return None
+        s, scale = self.settings, self._scale
+        mu, sd = float(grid["mu"][0]), float(grid["sd"][0])
+        lat, _ = scale.latency_mean_sd(mu, sd)
+        limit = final_limit_us(self.objective.sla_us, s)
+        pv = float(scale.prob_over([mu], [sd], self.objective.sla_us, s.safe_model_error)[0])
+        if not (lat <= limit and pv <= s.safe_delta):
+            return None
+        point = self._grid_point(cell)
+        note = (
+            f"refining step: {point}, the next longer ITR of {held}, predicted {lat:.0f} µs <= {limit:.0f} µs, "
+            f"P({pct_text(self.objective.percentile)} > {self.objective.sla_us:g} µs) {pv:.3f} <= δ "
+            f"{s.safe_delta:g} with the model's own SD"
+        )
+        return Pending(point, 0.0, -1, self._load, pv, note)
 
     def _untried(self, cells: list, allowed: object) -> object:
         """Mask over `cells`: True at those not measured in this retune, or everywhere if no `allowed` cell is
@@ -72,8 +113,6 @@ class StoppingRule(SafeExploration):
         0.5), which the filter never retries: the retune ran its whole budget on untried points of ~0 EI
         (bench/fleet.py, p99 < 200 µs: 30 trials in one window)."""
         import numpy as np
-
-        from tuner.optimize.records import STATUS_COMPLETED
 
         seen = {self._cell_of(r.point) for r in self.retune_trials() if r.status == STATUS_COMPLETED}
         fresh = np.array([c not in seen for c in cells], dtype=bool)
