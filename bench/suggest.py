@@ -39,8 +39,9 @@ sys.path.insert(0, str(REPO))
 #: vetted by the safety filter (the default before the constrained-EI path), and preset "warm-grid".
 VARIANTS: tuple[tuple[str, dict], ...] = (
     ("tuner", {}),
-    ("warm-ax-generation", {"acquisition": "ax", "refit_every": 1, "refit_all_below": 0}),
-    ("warm-grid", {"acquisition": "grid", "refit_every": 5, "refit_all_below": 0}),
+    ("warm-ax-generation", {"acquisition": "ax", "refit_every": 1}),
+    ("warm-grid", {"acquisition": "grid", "refit_every": 5}),
+    ("cei-hyperparameters-every-5th", {"acquisition": "cei", "refit_every": 5}),
 )
 
 

@@ -238,21 +238,16 @@ class ExperimentModel:
             last is None
             or last[0] != id(self._client)
             or n - last[1] >= self.settings.refit_every
-            or n < self.settings.refit_all_below
             or n > last[1] * (1 + REFIT_GROWTH)
             or self._surprised(observed)
-            or (self.settings.refit_outside and self._outside_measured())
         )
         self._reported = {}  # judged (or not needed) for this fit
-        # Ax's own fit (hyperparameters from its defaults) unless warm-started is asked for or implied
-        how = refit(gs, exp, hyper=due, warm=self.settings.refit_warm or self.settings.refit_every > 1)
+        # refit_every = 1 is Ax's own behaviour, cold hyperparameters every trial (the replay's numbers were chosen
+        # with it; warm-started ones every trial moved the trajectory, docs/optimizer.md); past that, warm-started
+        how = refit(gs, exp, hyper=due, warm=self.settings.refit_every > 1)
         if how in ("cold", "warm"):
             self._hyper_fit = (id(self._client), n)
         self._fitted_on = key if botorch_adapter(gs) is not None else None
-
-    def _outside_measured(self) -> bool:
-        """Whether this retune's load is outside the loads measured within the limit (the safety layer says)."""
-        return False
 
     def _complete_ax(self, ax_index: int, data: dict[str, float | tuple[float, float]]) -> None:
         """Complete Ax trial `ax_index` with `data` (metric -> mean or (mean, SEM)), kept for `_surprised`."""

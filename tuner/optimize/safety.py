@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tuner.optimize.axsetup import no_warnings
-from tuner.optimize.decision import best_decision, outside_measured
+from tuner.optimize.decision import best_decision
 from tuner.optimize.model import ExperimentModel
 from tuner.optimize.records import STATUS_COMPLETED, Pending
 from tuner.optimize.settings import pct_text
@@ -201,16 +201,6 @@ class SafeExploration(ExperimentModel):
             f"(best there) toward safety, frequency first, to the first point the model deems within δ"
         )
         return Pending(self._grid_point(cell), 0.0, self._attach(cell), self._load, pv, note)
-
-    def _outside_measured(self) -> bool:
-        """Whether this retune's load is outside the loads of the model's trials measured within the limit
-        (`decision.outside_measured`: above or below them, or no such load within 10 % of it): the model
-        extrapolates there, and the first tries at a new load are where its SD is least honest."""
-        if self._load is None:
-            return False
-        _, ev_load, ev_met, _ = self._evidence()
-        scale = self.settings.context_max_qps
-        return outside_measured(self._load * scale, [float(x) * scale for x in ev_load[ev_met]]) is not None
 
     def _near_cells(self, evidence: tuple[Any, Any, Any, Any]) -> list[tuple[int, int]]:
         """The grid cells `_supported` at this load: the only ones the safety filter may choose, so the only

@@ -147,14 +147,6 @@ class TunerSettings:
     # REFIT_GROWTH); in between the model is refitted on all data with the last hyperparameters, which is what
     # dominates Ax's compute per suggestion (bench/suggest.py). 1 = every trial (Ax's own behaviour)
     refit_every: int = 1
-    # ... but on every new trial while the model holds fewer than this many trials (0 = `refit_every` alone): each
-    # trial is then a large share of the data, and the early, sparse model is where the safety filter is least sure
-    refit_all_below: int = 0
-    # ... and on every new trial while this retune's load is outside the loads measured within the limit
-    refit_outside: bool = False
-    # hyperparameters warm-started from the last fit (L-BFGS from the last optimum) instead of Ax's own fit from its
-    # defaults; always so with refit_every > 1
-    refit_warm: bool = False
     # with safe_delta > 0, at a load above every load measured within the limit where no point is both modelled
     # safe and near evidence: step from the best point measured at the highest load (frequency first, then ITR,
     # `SafeExploration._peak_step`) instead of walking the safe line from the corner
@@ -184,12 +176,6 @@ class TunerSettings:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise TunerError(f"{name} must be an integer >= 1, got {v!r}")
-        if (
-            isinstance(self.refit_all_below, bool)
-            or not isinstance(self.refit_all_below, int)
-            or self.refit_all_below < 0
-        ):
-            raise TunerError(f"refit_all_below must be an integer >= 0 (0 = off), got {self.refit_all_below!r}")
         if not (self.settle_s >= 0 and math.isfinite(self.settle_s)):
             raise TunerError(f"settle_s must be >= 0 seconds, got {self.settle_s!r}")
         if not (self.window_s > 0 and math.isfinite(self.window_s)):
@@ -207,7 +193,7 @@ class TunerSettings:
             )
         if self.sla_check not in SLA_CHECKS:
             raise TunerError(f"sla_check {self.sla_check!r}: expected one of {', '.join(SLA_CHECKS)}")
-        for name in ("context", "window_guard", "peak_step", "refine_step", "refit_outside", "refit_warm"):
+        for name in ("context", "window_guard", "peak_step", "refine_step"):
             if not isinstance(getattr(self, name), bool):
                 raise TunerError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if not _finite_above(self.context_max_qps, 0.0):
