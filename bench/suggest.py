@@ -3,13 +3,16 @@
 
 For each seed and each N in --trials-in-model: a context-mode `Optimizer` with the `tuner replay` default
 tuner's settings (preset "warm": 16 µs ITR grid x 18 frequencies, load in [0, 1], safe exploration, the
-stopping rule, the GP's hyperparameters re-optimised by Ax's own fit every trial) is seeded
+stopping rule, the allowed point of largest constrained EI, the GP's hyperparameters re-optimised by Ax's own
+fit every trial) is seeded
 with N completed trials (`add_history`) of the fake analytic host (tests/fakes.py) at random points and loads,
 then runs `--suggestions` suggestions at one load, each completed with the host's measurement, each followed
 by `should_stop()` as `run_retune` does. Reports the median/max CPU and wall seconds per suggestion
 (`suggest()` + `should_stop()`: Ax refit, grid predictions, safety filter, acquisition) and how often the
-hyperparameters were re-optimised; the same for preset "warm-grid" (Ax's acquisition over the allowed points
-only, hyperparameters every 5th trial or on a surprise).
+hyperparameters were re-optimised; the same for the other `VARIANTS`: the default before (Ax's whole-grid
+proposal, then the safety filter), preset "warm-grid" (Ax's qLogNEI over the allowed points only,
+hyperparameters every 5th trial or on a surprise) and the constrained EI with hyperparameters every 5th trial
+(the floor through Ax with hyperparameters kept between re-optimisations).
 
 In the same run, `ax_defaults`: a plain Ax `Client` with the same parameters (ITR index, ordered DVFS choice,
 load), objective and outcome constraint and Ax's default generation strategy, attached the same N trials,
