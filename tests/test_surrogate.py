@@ -159,6 +159,30 @@ def test_cei_acquisition_tries_the_allowed_point_of_largest_constrained_ei_witho
     assert chosen >= 3
 
 
+def test_cei_tries_what_the_filter_substitutes_for_a_refused_ax_proposal() -> None:
+    # the default ("cei") skips Ax's whole-grid proposal; with "ax" the filter refuses that proposal on almost
+    # every trial and tries the allowed point of largest constrained EI instead -- the point "cei" tries directly
+    host = FakeHost(qps=QPS, knobs=SMALL)
+    kw = dict(trials=4, safe_delta=0.05, safe_sd_scale=2.0, stop_ei_pct=1.0)
+    ax, cei = (Optimizer(SMALL, OBJ, ctx(acquisition=a, **kw)) for a in ("ax", "cei"))
+    for opt in (ax, cei):
+        opt.add_history(history(14))
+        opt.begin_retune(QPS)
+    compared = 0
+    for _ in range(kw["trials"]):
+        i, p = ax.suggest()
+        j, q = cei.suggest()
+        if "instead" not in ax._pending[i].note:
+            break  # Ax's own proposal passed the filter: from here the two may differ
+        assert q == p and cei._pending[j].p_violation == pytest.approx(ax._pending[i].p_violation)
+        compared += 1
+        apply_point(host, p)
+        m = host.measure(5.0)
+        ax.complete(i, m, QPS)
+        cei.complete(j, m, QPS)
+    assert compared >= 3
+
+
 def test_acquisition_is_validated() -> None:
     with pytest.raises(TunerError, match="acquisition 'qei': expected one of ax, grid, cei"):
         TunerSettings(acquisition="qei")
