@@ -119,6 +119,70 @@ def test_grid_acquisition_tries_only_points_the_filter_allows() -> None:
         opt.complete(i, host.measure(s.window_s), QPS)
 
 
+def test_cei_acquisition_tries_the_allowed_point_of_largest_constrained_ei_without_asking_ax(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ax import Client
+
+    def never(*a, **k):  # the fast path must not run Ax's own generation (qLogNEI over the whole grid)
+        raise AssertionError("get_next_trials called")
+
+    monkeypatch.setattr(Client, "get_next_trials", never)
+    host = FakeHost(qps=QPS, knobs=SMALL)
+    s = ctx(trials=5, safe_delta=0.05, safe_sd_scale=2.0, acquisition="cei", refit_every=5)
+    opt = Optimizer(SMALL, OBJ, s)
+    opt.add_history(history(14))
+    opt.begin_retune(QPS)
+    chosen = 0
+    for _ in range(s.trials):
+        with no_warnings(1):
+            opt.fit_model()
+        cells = opt._near_cells(opt._evidence())
+        grid = opt._grid_model(opt._load, refit=False, cells=cells)
+        assert grid is not None
+        allowed = ~grid["unsafe"]
+        seen = {opt._cell_of(r.point) for r in opt.retune_trials()}
+        fresh = allowed & np.array([c not in seen for c in cells])
+        allowed = fresh if fresh.any() else allowed
+        incumbent = opt._incumbent_w(grid, allowed)
+        i, p = opt.suggest()
+        pend = opt._pending[i]
+        assert opt._cell_of(p) in [c for c, ok in zip(cells, allowed) if ok]
+        assert pend.p_violation is not None and pend.p_violation <= s.safe_delta
+        if incumbent is not None and "largest expected improvement" in pend.note:
+            ei = opt._ei(grid, incumbent) * allowed
+            assert ei[cells.index(opt._cell_of(p))] == pytest.approx(float(ei.max()))
+            chosen += 1
+        apply_point(host, p)
+        opt.complete(i, host.measure(s.window_s), QPS)
+        opt.should_stop()
+    assert chosen >= 3
+
+
+def test_cei_tries_what_the_filter_substitutes_for_a_refused_ax_proposal() -> None:
+    # the default ("cei") skips Ax's whole-grid proposal; with "ax" the filter refuses that proposal on almost
+    # every trial and tries the allowed point of largest constrained EI instead -- the point "cei" tries directly
+    host = FakeHost(qps=QPS, knobs=SMALL)
+    kw = dict(trials=4, safe_delta=0.05, safe_sd_scale=2.0, stop_ei_pct=1.0)
+    ax, cei = (Optimizer(SMALL, OBJ, ctx(acquisition=a, **kw)) for a in ("ax", "cei"))
+    for opt in (ax, cei):
+        opt.add_history(history(14))
+        opt.begin_retune(QPS)
+    compared = 0
+    for _ in range(kw["trials"]):
+        i, p = ax.suggest()
+        j, q = cei.suggest()
+        if "instead" not in ax._pending[i].note:
+            break  # Ax's own proposal passed the filter: from here the two may differ
+        assert q == p and cei._pending[j].p_violation == pytest.approx(ax._pending[i].p_violation)
+        compared += 1
+        apply_point(host, p)
+        m = host.measure(5.0)
+        ax.complete(i, m, QPS)
+        cei.complete(j, m, QPS)
+    assert compared >= 3
+
+
 def test_acquisition_is_validated() -> None:
-    with pytest.raises(TunerError, match="acquisition 'qei': expected one of ax, grid"):
+    with pytest.raises(TunerError, match="acquisition 'qei': expected one of ax, grid, cei"):
         TunerSettings(acquisition="qei")

@@ -27,7 +27,7 @@ class Arrivals:
 
     Per period (C, K): requests `n`, interrupt times `t`, gaps `gaps`, summed app work `sx`.  Per request over
     all periods (R,): the lock's `coin` and `lock_e` draws, segment `starts`/`ends` per period (KK,).  Per
-    measured request (R_kept,): flat index `kept_idx` into R, period `kept_period` into KK, the start of its
+    measured request (R_kept,; each chain's are one range of R, `kept_ranges`): period `kept_period` into KK, the start of its
     period's segment `kept_start`, its wait from arrival to the interrupt `wait`, its running app work within
     the batch `cx`, and its period within its chain's measured run `pos`."""
 
@@ -46,7 +46,7 @@ class Arrivals:
     ends: np.ndarray  # (KK,) one past its last
     coin: np.ndarray  # (R,) lock: waits iff coin < utilisation
     lock_e: np.ndarray  # (R,) lock: Exp(1) wait draw
-    kept_idx: np.ndarray  # (Rk,) measured requests, indices into R
+    kept_ranges: tuple[tuple[int, int], ...]  # per chain, its measured requests: R[lo:hi]
     kept_period: np.ndarray  # (Rk,) their period, indices into KK
     kept_start: np.ndarray  # (Rk,) starts[kept_period]
     wait: np.ndarray  # (Rk,) from arrival to the interrupt that picks the request up
@@ -64,6 +64,10 @@ class Arrivals:
         """Bytes held by the arrays (a cache's bound)."""
         return sum(v.nbytes for v in (getattr(self, fl.name) for fl in fields(self)) if isinstance(v, np.ndarray))
 
+    def kept(self, x: np.ndarray) -> np.ndarray:
+        """The measured requests' entries of a per-request array (last axis R), in one contiguous array."""
+        return np.concatenate([x[..., lo:hi] for lo, hi in self.kept_ranges], axis=-1)
+
 
 def rss_multipliers(spread: float, chains: int) -> np.ndarray:
     """Per-core load multipliers (mean 1) spanning 1 - spread .. 1 + spread: RSS hashes a finite number of
@@ -76,13 +80,19 @@ def rss_multipliers(spread: float, chains: int) -> np.ndarray:
 def _seg_cumsum_and_sum(x: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per segment of `x` (last axis; segments of lengths `counts` from `starts`, back to back): the inclusive
     running sum restarted at each segment's start, and the segment's total (0 if empty) -- from one cumulative
-    sum, each segment's base spread by `np.repeat`."""
+    sum, each segment's base spread over its items by index."""
     c0 = _cumsum0(x)
-    c = c0[..., 1:]
     base = c0[..., starts]
-    run: np.ndarray = c - np.repeat(base, counts, axis=-1)
+    run: np.ndarray = c0[..., 1:] - np.take(base, _segment_ids(starts, x.shape[-1]), axis=-1)
     tot: np.ndarray = c0[..., starts + counts] - base
     return run, tot
+
+
+def _segment_ids(starts: np.ndarray, size: int) -> np.ndarray:
+    """(size,) the segment of each item, for segments back to back from `starts` (ascending; empty segments
+    share their successor's start): `np.repeat(np.arange(len(starts)), counts)`, from a count of the segments
+    starting at or before each item."""
+    return np.cumsum(np.bincount(starts, minlength=size + 1)[:size]) - 1
 
 
 def _cumsum0(x: np.ndarray) -> np.ndarray:
@@ -107,10 +117,11 @@ def tx_only_periods(empty: np.ndarray) -> np.ndarray:
     (the period before the run produced replies).
     """
     k = empty.shape[-1]
-    pos = np.arange(k)
+    pos = np.arange(k, dtype=np.int32 if k < 2**31 - 1 else np.int64)
     # index of the last non-empty period at or before each position (-1 if none)
-    last_full = np.maximum.accumulate(np.where(~empty, pos, -1), axis=-1)
-    out: np.ndarray = empty & ((pos - last_full - 1) % 2 == 0)
+    last_full = np.maximum.accumulate(np.where(empty, np.array(-1, dtype=pos.dtype), pos), axis=-1)
+    since: np.ndarray = pos - last_full  # periods since the last non-empty one (0 at it)
+    out: np.ndarray = empty & (np.bitwise_and(since, 1) == 1)  # odd: an even count of empty ones before this one
     return out
 
 
@@ -152,35 +163,42 @@ def draw_arrivals(
     t = np.cumsum(gaps, axis=1)
     evf = ev.ravel()
     kk = evf.size
-    n_ev = int(evf.sum())
-    ev_idx = np.repeat(np.arange(kk), evf)
-    ev_starts = np.concatenate(([0], np.cumsum(evf)[:-1]))
+    ev_ends = np.cumsum(evf)
+    n_ev = int(ev_ends[-1])
+    ev_starts = ev_ends - evf
+    ev_idx = _segment_ids(ev_starts, n_ev)  # the period of each event
     # sorted uniform event positions per period via normalised exponential spacings
     e = rng.exponential(size=n_ev)
     extra = rng.exponential(size=kk)
-    ce, tot = _seg_cumsum_and_sum(e, ev_starts, evf)
+    ce0 = _cumsum0(e)
+    base = ce0[ev_starts]
+    tot = ce0[ev_ends] - base
     tot = tot + extra
-    u_ev = ce / np.repeat(tot, evf)
-    size = rng.geometric(1.0 / burst, size=n_ev) if burst > 1.0 else np.ones(n_ev, dtype=np.int64)
-    n = np.bincount(ev_idx, weights=size, minlength=kk).astype(np.int64).reshape(chains, k)
+    u_ev = (ce0[1:] - base[ev_idx]) / tot[ev_idx]
+    if burst > 1.0:
+        size = rng.geometric(1.0 / burst, size=n_ev)
+        n = np.bincount(ev_idx, weights=size, minlength=kk).astype(np.int64).reshape(chains, k)
+        idx, u = np.repeat(ev_idx, size), np.repeat(u_ev, size)
+    else:  # one request per event
+        n, idx, u = evf.reshape(chains, k), ev_idx, u_ev
     nf = n.ravel()
-    r = int(nf.sum())
-    idx = np.repeat(ev_idx, size) if burst > 1.0 else ev_idx
-    starts = np.concatenate(([0], np.cumsum(nf)[:-1]))
+    ends = np.cumsum(nf)
+    r = int(ends[-1])
+    starts = ends - nf
     x = rng.gamma(p.app_shape, 1.0 / p.app_shape, size=r)
     coin = rng.random(r)
     lock_e = rng.exponential(size=r)
-    # the measured requests only (a chain's periods from w0 on): their values, formed as for all
-    pos = idx % k - w0
-    kept_idx = np.flatnonzero(pos >= 0)
-    kept_period = idx[kept_idx]
+    # the measured requests only (each chain's periods from w0 on, one contiguous range of requests per chain):
+    # their values, formed as for all
+    ranges = [(int(starts[c * k + w0]), int(ends[c * k + k - 1])) for c in range(chains)]
+    kept_period = np.concatenate([idx[lo:hi] for lo, hi in ranges])
     kept_start = starts[kept_period]
-    u = (np.repeat(u_ev, size) if burst > 1.0 else u_ev)[kept_idx]
+    u = np.concatenate([u[lo:hi] for lo, hi in ranges])
     wait = np.where(empty.ravel()[kept_period], 0.0, itr * (1.0 - u))
     c0 = _cumsum0(x)
-    cx = c0[kept_idx + 1] - c0[kept_start]
-    ends = starts + nf
+    cx = np.concatenate([c0[lo + 1 : hi + 1] for lo, hi in ranges]) - c0[kept_start]
     sx = (c0[ends] - c0[starts]).reshape(chains, k)
+    pos = kept_period % k - w0
     return Arrivals(
         lam=float(lam),
         itr=itr,
@@ -197,10 +215,10 @@ def draw_arrivals(
         ends=ends,
         coin=coin,
         lock_e=lock_e,
-        kept_idx=kept_idx,
+        kept_ranges=tuple(ranges),
         kept_period=kept_period,
         kept_start=kept_start,
         wait=wait,
         cx=cx,
-        pos=pos[kept_idx],
+        pos=pos,
     )

@@ -47,7 +47,8 @@ import bisect
 import hashlib
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -55,16 +56,21 @@ import numpy as np
 from actuators.energy import counter_delta
 from actuators.host import PERCENTILES, KnobSpace, Measurement, OperatingPoint
 from actuators.hwclass import HardwareClass
-from actuators.sim.arrivals import draw_arrivals
 from actuators.sim.cells import Cell, Expected, ExpectedCache
 from actuators.sim.load import LoadSchedule, parse_load
+from actuators.sim.longrun import (
+    CHAINS,
+    EXPECTED_REQUESTS,
+    EXPECTED_SEED,
+    Draws,
+    compute_cells,
+    draws_memo,
+)
 from actuators.sim.model import (
-    SimResult,
     adaptive_itr_us,
     lock_utilisation,
     package_power_w,
     pstate_occupancy,
-    serve,
     simulate,
 )
 from actuators.sim.params import SimParams
@@ -73,22 +79,12 @@ from core.stats import quantile_with_ci
 
 SAMPLE_CAP = 60_000  # simulated requests per measure() at most
 SAMPLE_MIN = 200  # and at least (tiny windows still get a latency estimate; `requests` stays the true count)
-CHAINS = 4  # independent cores simulated per run
 BURST_SIGMA = 0.02  # relative offered-load fluctuation of a 1 s epoch
 MIN_MODEL_QPS = 1.0  # the model runs an idle (0 QPS) server at this rate
 QPS_READ_SIGMA = 0.002  # relative noise of offered_qps() readings
 ENERGY_UNIT_J = 1.0 / 2**16  # RAPL energy-status unit of the E5-2690 (15.3 µJ)
 ENERGY_WRAP = 2**32  # 32-bit MSR_PKG_ENERGY_STATUS
 COUNTER_READ_S = 60.0  # the simulated reader polls the counters this often (never misses a wrap)
-EXPECTED_REQUESTS = 40_000  # first sample behind expected() per (ITR anchor, load) (common random numbers)
-EXPECTED_REFINED = 240_000  # at most this many requests behind an expected() cell whose p99 is still noisy
-REFINE_REL_SE = 0.02  # ... i.e. whose batch-means standard error of p99 after the first sample exceeds 2 % of it
-REFINE_ABS_SE_US = 5.0  # ... and 5 µs
-REFINE_TARGET_REL_SE = 0.01  # such a cell gets requests for an SE of 1 % (SE ~ 1/sqrt(n)), up to the cap
-REFINE_TARGET_ABS_SE_US = 4.0  # ... or 4 µs
-REFINE_MAX_US = 1000.0  # ... and whose p99 is below this (2x the loosest SLA of fig. 7.6; cost bound)
-SE_BLOCKS = 10  # batch-means blocks (consecutive interrupt periods) for that standard error
-EXPECTED_SEED = 20230501
 DEFAULT_GOVERNOR_STEPS = 6000  # 10 ms governor samples behind expected_default() (60 s of occupancy)
 
 
@@ -106,20 +102,6 @@ def _bracket(itr: int) -> tuple[int, int, float]:
     i = min(max(i, 1), len(ITR_ANCHORS) - 1)
     lo, hi = ITR_ANCHORS[i - 1], ITR_ANCHORS[i]
     return lo, hi, (itr - lo) / (hi - lo)
-
-
-def _p99_se(sim: SimResult) -> np.ndarray:
-    """(F,) batch-means standard error of each row's p99: blocks of consecutive interrupt periods (all
-    simulated cores), so the queueing autocorrelation within a block is honoured."""
-    blocks = sim.period * SE_BLOCKS // max(sim.periods, 1)
-    order = np.argsort(blocks, kind="stable")
-    bounds = np.searchsorted(blocks[order], np.arange(1, SE_BLOCKS))
-    parts = [s for s in np.split(sim.latency_us[:, order], bounds, axis=1) if s.shape[1] > 0]
-    if len(parts) < 2:
-        return np.full(sim.latency_us.shape[0], np.inf)
-    per_block = np.stack([np.percentile(s, 99.0, axis=1, method="lower") for s in parts], axis=1)
-    se: np.ndarray = per_block.std(axis=1, ddof=1) / math.sqrt(len(parts))
-    return se
 
 
 def _shrink(
@@ -196,6 +178,7 @@ class SimHost:
         if cache is not None and not isinstance(cache, ExpectedCache):
             raise TunerError(f"sim: cache {cache!r}: expected an ExpectedCache shared in-process (not a config value)")
         self._cache = cache if cache is not None else ExpectedCache()
+        self._draws: Draws | None = None  # a search's memo of first-run draws (`expected_draws_kept`)
 
     # --- Host protocol -----------------------------------------------------------------------------------
     def knobs(self) -> KnobSpace:
@@ -381,6 +364,18 @@ class SimHost:
             out.append(Expected({pct: float(lat[k]) for k, pct in enumerate(PERCENTILES)}, float(power), float(se)))
         return out
 
+    @contextmanager
+    def expected_draws_kept(self) -> Iterator[None]:
+        """Within this block `expected()` keeps each (anchor, load)'s first-run draws (bounded), so asking for
+        the same anchor at other frequencies in a later call only serves them -- a search over one load does
+        (`tuner.replay.oracle_search`); the values are the same.  Dropped on exit: outside a search the draws
+        of a new load are not asked for again."""
+        outer, self._draws = self._draws, self._draws or draws_memo()
+        try:
+            yield
+        finally:
+            self._draws = outer
+
     def expected_default(self, qps: float) -> Expected:
         """Long-run values in Linux default mode (5.4 adaptive ITR + intel_pstate powersave) at `qps`."""
         qps = max(self._check_qps(qps), MIN_MODEL_QPS)
@@ -447,44 +442,7 @@ class SimHost:
 
     def _compute_cells(self, itr: int, qps: float, todo: list[int]) -> list[Cell]:
         """Simulate the cells (itr, qps, f) for frequency indices `todo` (see `expected`)."""
-        lam = qps / self._cores / 1e6
-        freqs = self._freqs[todo]
-        # the run's draws do not depend on f: kept for this (anchor, load)'s other frequencies (same values)
-        arrivals = self._cache.arrivals.get(
-            (self._p, itr, lam),
-            lambda: draw_arrivals(self._p, lam, itr, EXPECTED_REQUESTS, CHAINS, np.random.default_rng(EXPECTED_SEED)),
-        )
-        sim = serve(self._p, arrivals, freqs, self._cores)
-        power = package_power_w(self._p, sim, self._cores, qps)
-        quant = np.percentile(sim.latency_us, PERCENTILES, axis=1).T  # (F, P)
-        p99 = quant[:, list(PERCENTILES).index(99.0)]
-        se = _p99_se(sim)
-        noisy = (p99 < REFINE_MAX_US) & (se > np.maximum(REFINE_REL_SE * p99, REFINE_ABS_SE_US))
-        lats = [sim.latency_us[j] for j in range(len(todo))]
-        n1 = sim.latency_us.shape[1]
-        for j in np.flatnonzero(noisy).tolist():
-            # one more independent run at this frequency only, sized so the pooled SE reaches the target
-            # (SE ~ 1/sqrt(n)), at most EXPECTED_REFINED requests in all
-            target = max(REFINE_TARGET_REL_SE * p99[j], REFINE_TARGET_ABS_SE_US)
-            n_total = min(EXPECTED_REFINED, int(n1 * (se[j] / target) ** 2))
-            more = simulate(
-                self._p,
-                lam,
-                itr,
-                freqs[j : j + 1],
-                max(n_total - n1, n1),
-                CHAINS,
-                np.random.default_rng([EXPECTED_SEED, 1]),
-                self._cores,
-            )
-            n2 = more.latency_us.shape[1]
-            lats[j] = np.concatenate((lats[j], more.latency_us[0]))
-            power[j] = (n1 * power[j] + n2 * float(package_power_w(self._p, more, self._cores, qps)[0])) / (n1 + n2)
-            # pooled SE: the larger run's batch-means SE scaled to the pooled count
-            se[j] = float(_p99_se(more)[0]) * math.sqrt(n2 / (n1 + n2))
-        for j in np.flatnonzero(noisy).tolist():
-            quant[j] = np.percentile(lats[j], PERCENTILES)
-        return [(quant[j], float(power[j]), float(se[j])) for j in range(len(todo))]
+        return compute_cells(self._p, self._cores, itr, qps, self._freqs[todo], self._draws)
 
     def _advance_counters(self, power_w: float, seconds: float) -> tuple[float, dict[str, float]]:
         """Advance each zone's wrapping counter, reading it every COUNTER_READ_S; return the energy read."""

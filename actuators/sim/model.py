@@ -87,22 +87,19 @@ def _menu_prediction(gaps: np.ndarray, idled: np.ndarray, history: int) -> np.nd
     gaps.  `gaps`, `idled`: (..., K); 1e9 (deepest state) until any history exists.
     """
     k = gaps.shape[-1]
-    g2 = gaps.reshape(-1, k)
-    v2 = idled.reshape(-1, k)
-    flat = g2[v2]  # each row's actual gaps, rows concatenated
-    counts = v2.sum(axis=1)
-    rows = counts.size
-    # each row's actual gaps followed by one spare slot (a batch after the row's last actual gap), rows back to
-    # back; `window[i]`: the shortest of the `history` actual gaps before slot i in its row (1e9 if none)
-    start = np.concatenate(([0], np.cumsum(counts + 1)[:-1]))
-    slot = np.arange(int(counts.sum()) + rows) - np.repeat(start, counts + 1)  # position within the row
-    ext = np.full(slot.size, 1e9)
-    ext[slot < np.repeat(counts, counts + 1)] = flat
-    window = np.full(slot.size, 1e9)
-    for lag in range(1, history + 1):
-        window[lag:] = np.minimum(window[lag:], np.where(slot[lag:] >= lag, ext[:-lag], 1e9))
+    g2, v2 = gaps.reshape(-1, k), idled.reshape(-1, k)
+    rows = g2.shape[0]
+    # each row's actual gaps after `history` placeholders (1e9), rows back to back: the window before a batch
+    # that follows b actual gaps of its row starts at the row's offset + b and spans `history` slots
+    keep = np.concatenate((np.ones((rows, history), bool), v2), axis=1)
+    padded = np.concatenate((np.full((rows, history), 1e9), g2), axis=1)[keep]
+    row_off = np.concatenate(([0], np.cumsum(v2.sum(axis=1) + history)[:-1]))
+    span = padded.size - history + 1
+    window = padded[:span].copy()
+    for lag in range(1, history):
+        np.minimum(window, padded[lag : span + lag], out=window)
     before = np.cumsum(v2, axis=1) - v2  # actual gaps strictly before batch k
-    pred: np.ndarray = window[start[:, None] + before]
+    pred: np.ndarray = window[row_off[:, None] + before]
     return pred.reshape(gaps.shape)
 
 
@@ -146,15 +143,18 @@ def serve(p: SimParams, a: Arrivals, f: np.ndarray, cores: int = 16) -> SimResul
     lock, lock_wait = lock_time_us(p, a.lam * cores, f, a.coin, a.lock_e)  # (F, R) per request, in its app work
     c0 = _cumsum0(lock)
     slock = (c0[:, a.ends] - c0[:, a.starts]).reshape(f.size, chains, k)
-    clock = c0[:, a.kept_idx + 1]
+    clock = a.kept(c0[:, 1:])
     clock -= c0[:, a.kept_start]
     del c0, lock
-    blocked = lock_wait[:, a.kept_idx].sum(axis=1)  # (F,) blocked on the lock: C1, not executing
+    # summed column by column, as numpy sums the (F, R) array a gather by column index makes (F-ordered)
+    blocked = np.asfortranarray(a.kept(lock_wait)).sum(axis=1)  # (F,) blocked on the lock: C1, not executing
     del lock_wait
 
     h, ss, sa = p.work_us(f)
     h3, ss3, sa3 = h[:, None, None], ss[:, None, None], sa[:, None, None]
-    base = n[None] * ss3 + sa3 * a.sx[None] + slock  # (F, C, K)
+    base = n[None] * ss3  # (F, C, K): stack + app + lock work per batch (summed in this order)
+    base += sa3 * a.sx[None]
+    base += slock
     w1 = base + h3
     st1 = _lindley(t[None], w1)
     fin1 = st1 + w1
@@ -178,7 +178,10 @@ def serve(p: SimParams, a: Arrivals, f: np.ndarray, cores: int = 16) -> SimResul
     w2 = base + irq + wake
     st2 = _lindley(t[None], w2)
     fin2 = st2 + w2
-    offset = (st2 - t[None]) + wake + irq + n[None] * ss3  # (F, C, K): time from interrupt to app start
+    offset = st2 - t[None]  # (F, C, K): time from interrupt to app start (summed in this order)
+    offset += wake
+    offset += irq
+    offset += n[None] * ss3
     # the measured requests' latencies: ((wait + offset) + app work) + lock, as one expression over all would
     lat = np.take(offset.reshape(f.size, kk), a.kept_period, axis=1)
     lat += a.wait

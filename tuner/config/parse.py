@@ -33,6 +33,7 @@ from tuner.config.schema import (
     TuningConfig,
 )
 from tuner.optimize.latscale import KINDS as LATENCY_METRICS  # `latency_metric` values
+from tuner.optimize.settings import ACQUISITIONS  # `acquisition` values
 
 
 def _config_path(c: Checker, table: str, key: str, value: str, base: Path, *, file: bool = False) -> Path | None:
@@ -233,6 +234,14 @@ def parse_config(text: str, path: Path) -> Config:
             d.latency_metric,
             "str",
             lambda v: None if v in LATENCY_METRICS else "one of " + ", ".join(map(repr, LATENCY_METRICS)),
+        ),
+        acquisition=c.get(
+            t,
+            "tuning",
+            "acquisition",
+            d.acquisition,
+            "str",
+            lambda v: None if v in ACQUISITIONS else "one of " + ", ".join(map(repr, ACQUISITIONS)),
         ),
         window_mode=c.get(
             t,

@@ -82,6 +82,7 @@ class TuningConfig:
     window_guard: bool = True
     refit_every: int = 1
     peak_step: bool = True
+    acquisition: str = "cei"
     # the daemon's own (not the optimiser's)
     # with context: a load shift inside the loads measured within the limit holds the recent model's best point
     # there, if measured at that load or above and P(over the limit) <= this, instead of retuning
@@ -115,6 +116,7 @@ SETTINGS_FIELDS: tuple[str, ...] = (
     "window_guard",
     "refit_every",
     "peak_step",
+    "acquisition",
 )
 
 

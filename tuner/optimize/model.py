@@ -243,7 +243,7 @@ class ExperimentModel:
         )
         self._reported = {}  # judged (or not needed) for this fit
         # refit_every = 1 is Ax's own behaviour, cold hyperparameters every trial (the replay's numbers were chosen
-        # with it); past that, warm-started from the last fit
+        # with it; warm-started ones every trial moved the trajectory, docs/optimizer.md); past that, warm-started
         how = refit(gs, exp, hyper=due, warm=self.settings.refit_every > 1)
         if how in ("cold", "warm"):
             self._hyper_fit = (id(self._client), n)

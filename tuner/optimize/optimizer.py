@@ -175,7 +175,7 @@ class Optimizer(StoppingRule):
             with no_warnings(self.settings.torch_threads):
                 if len(self._observed()) >= self._init_budget():
                     self.fit_model()  # hyperparameters only when due (the stopping rule may have done it)
-                grid = safe and self.settings.acquisition == "grid" and self._fitted_on is not None
+                grid = safe and self.settings.acquisition != "ax" and self._fitted_on is not None
                 if grid:
                     trials = {}
                 elif self.settings.context:

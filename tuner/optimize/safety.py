@@ -125,7 +125,7 @@ class SafeExploration(ExperimentModel):
         seen = {self._cell_of(r.point) for r in self.retune_trials() if r.status == STATUS_COMPLETED}
         fresh = ok & np.array([c not in seen for c in cells])
         allowed = fresh if fresh.any() else ok
-        if prop is None:  # grid acquisition: Ax's own acquisition function over the allowed points
+        if prop is None and self.settings.acquisition == "grid":  # Ax's acquisition function over the allowed points
             k = self._acquire(cells, allowed)
             if k is not None:
                 note = f"{why}: Ax's acquisition at its largest of {int(allowed.sum())} allowed points"

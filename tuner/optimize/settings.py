@@ -26,10 +26,13 @@ SLA_CHECKS = ("ci", "estimate")
 #: `TunerSettings.window_mode`: "fixed" = `window_s` per trial; "adaptive" = grow until the percentile's CI is
 #: within +-`window_ci_pct` % (at most `window_s`), via `tuner.optimize.windowing.measure_window`.
 WINDOW_MODES = ("fixed", "adaptive")
-#: `TunerSettings.acquisition`: "ax" = Ax's own generation (`get_next_trials`: qLogNEI over the whole grid; with
-#: safe exploration, vetted after); "grid" (with `safe_delta` > 0) = the constrained EI of the points safe
-#: exploration allows, on the posterior the safety filter and the stopping rule already asked (no second pass).
-ACQUISITIONS = ("ax", "grid")
+#: `TunerSettings.acquisition`, how the next point is chosen once the model is fitted: "ax" = Ax's own generation
+#: (`get_next_trials`: qLogNEI over the whole grid; with safe exploration vetted after, and a refused proposal
+#: replaced by the allowed point of largest constrained EI); with `safe_delta` > 0 also "cei" = that allowed point
+#: of largest constrained EI directly, on the posterior the safety filter and the stopping rule already asked
+#: (Ax is not asked for a proposal it would almost always be refused), and "grid" = Ax's acquisition function
+#: (qLogNEI) evaluated over the allowed points only.
+ACQUISITIONS = ("ax", "grid", "cei")
 
 
 def _finite_above(v: Any, lo: float, strict: bool = True) -> bool:
