@@ -78,3 +78,24 @@ def test_exploration_keeps_its_own_incumbent_when_the_final_choice_is_looser() -
     assert held.measurement.power_w == 25.0 and explore.measurement.power_w == 30.0
     assert opt2._incumbent_w({}, None) == 30.0
     assert exploration_settings(s).final_margin_pct == s.sla_margin_pct == 5.0
+
+
+def test_a_point_met_by_its_estimate_only_is_not_where_a_refining_retune_stops() -> None:
+    """With `refine_step` a retune whose held point met the SLA by its estimate only (no trial passed the CI rule)
+    goes on; the same trials without it stop as before (a replay held such a point at 496 µs and measured 502 µs
+    over the hour)."""
+    from tests.test_contextual import meas
+
+    def after(**kw):
+        opt, _ = seeded(stop_ei_pct=99.0, min_trials=1, final_margin_pct=1.0, final_margin_ci=1.0, **kw)
+        opt.begin_retune(QPS)
+        i, _ = opt.suggest()
+        opt.complete(i, meas(496.0, 25.0, qps=QPS), QPS)  # CI +-2 %: within the SLA by its estimate only
+        d = opt.best()
+        assert d.met_sla and d.by_estimate
+        return opt.should_stop()
+
+    stop, why = after(refine_step=True)
+    assert not stop and "only by its estimate" in why
+    stop, why = after()
+    assert "only by its estimate" not in why
