@@ -1,6 +1,5 @@
 """The long-run memo of the simulated host: `Expected` values and the byte-bounded `ExpectedCache` of the
-cells behind `SimHost.expected()` / `expected_default()`, and of the frequency-independent draws behind a
-cell (see `core.cache` for why a lookup cannot fail)."""
+cells behind `SimHost.expected()` / `expected_default()` (see `core.cache` for why a lookup cannot fail)."""
 
 from __future__ import annotations
 
@@ -10,7 +9,6 @@ from typing import Any
 
 import numpy as np
 
-from actuators.sim.arrivals import Arrivals
 from core.cache import BoundedCache, CacheStats, tuple_bytes
 
 
@@ -29,10 +27,6 @@ class Expected:
 #: 5-minute windows asks for outside the oracle's full grids.  A default-mode entry is ~700 B.
 EXPECTED_CACHE_BYTES = 64 * 2**20
 DEFAULT_CACHE_BYTES = 4 * 2**20
-#: A cell's run draws its arrivals once per (ITR anchor, load) and serves them at the frequencies asked
-#: (`actuators.sim.arrivals`); the oracle's search asks for one anchor at other frequencies in later calls,
-#: mostly within the next few anchors, so the last few draws are kept (~2.5-6.5 MiB each at 40,000 requests).
-ARRIVALS_CACHE_BYTES = 32 * 2**20
 
 Cell = tuple[np.ndarray, float, float]  # (percentiles (P,), package power W, p99 standard error µs)
 
@@ -43,28 +37,19 @@ class ExpectedCache:
     the same cells) by being handed the same `ExpectedCache`.  Bounded by bytes (LRU); a cell evicted is
     recomputed, identically, when asked again."""
 
-    def __init__(
-        self,
-        cell_bytes: int = EXPECTED_CACHE_BYTES,
-        default_bytes: int = DEFAULT_CACHE_BYTES,
-        arrivals_bytes: int = ARRIVALS_CACHE_BYTES,
-    ) -> None:
+    def __init__(self, cell_bytes: int = EXPECTED_CACHE_BYTES, default_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         self.cells: BoundedCache[tuple[Any, ...], Cell] = BoundedCache(cell_bytes, name="sim.expected_cells")
         self.defaults: BoundedCache[tuple[Any, ...], Expected] = BoundedCache(
             default_bytes, sizeof=_expected_bytes, name="sim.expected_default"
-        )
-        self.arrivals: BoundedCache[tuple[Any, ...], Arrivals] = BoundedCache(
-            arrivals_bytes, sizeof=lambda key, value: tuple_bytes(key) + value.nbytes, name="sim.expected_arrivals"
         )
 
     def clear(self) -> None:
         """Forget every cell (benchmarks of the cold cost)."""
         self.cells.clear()
         self.defaults.clear()
-        self.arrivals.clear()
 
     def stats(self) -> list[CacheStats]:
-        return [self.cells.stats(), self.defaults.stats(), self.arrivals.stats()]
+        return [self.cells.stats(), self.defaults.stats()]
 
 
 def _expected_bytes(key: tuple[Any, ...], value: Expected) -> int:

@@ -47,7 +47,8 @@ import bisect
 import hashlib
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -61,7 +62,9 @@ from actuators.sim.longrun import (
     CHAINS,
     EXPECTED_REQUESTS,
     EXPECTED_SEED,
+    Draws,
     compute_cells,
+    draws_memo,
 )
 from actuators.sim.model import (
     adaptive_itr_us,
@@ -175,6 +178,7 @@ class SimHost:
         if cache is not None and not isinstance(cache, ExpectedCache):
             raise TunerError(f"sim: cache {cache!r}: expected an ExpectedCache shared in-process (not a config value)")
         self._cache = cache if cache is not None else ExpectedCache()
+        self._draws: Draws | None = None  # a search's memo of first-run draws (`expected_draws_kept`)
 
     # --- Host protocol -----------------------------------------------------------------------------------
     def knobs(self) -> KnobSpace:
@@ -360,6 +364,18 @@ class SimHost:
             out.append(Expected({pct: float(lat[k]) for k, pct in enumerate(PERCENTILES)}, float(power), float(se)))
         return out
 
+    @contextmanager
+    def expected_draws_kept(self) -> Iterator[None]:
+        """Within this block `expected()` keeps each (anchor, load)'s first-run draws (bounded), so asking for
+        the same anchor at other frequencies in a later call only serves them -- a search over one load does
+        (`tuner.replay.oracle_search`); the values are the same.  Dropped on exit: outside a search the draws
+        of a new load are not asked for again."""
+        outer, self._draws = self._draws, self._draws or draws_memo()
+        try:
+            yield
+        finally:
+            self._draws = outer
+
     def expected_default(self, qps: float) -> Expected:
         """Long-run values in Linux default mode (5.4 adaptive ITR + intel_pstate powersave) at `qps`."""
         qps = max(self._check_qps(qps), MIN_MODEL_QPS)
@@ -426,7 +442,7 @@ class SimHost:
 
     def _compute_cells(self, itr: int, qps: float, todo: list[int]) -> list[Cell]:
         """Simulate the cells (itr, qps, f) for frequency indices `todo` (see `expected`)."""
-        return compute_cells(self._p, self._cores, self._cache, itr, qps, self._freqs[todo])
+        return compute_cells(self._p, self._cores, itr, qps, self._freqs[todo], self._draws)
 
     def _advance_counters(self, power_w: float, seconds: float) -> tuple[float, dict[str, float]]:
         """Advance each zone's wrapping counter, reading it every COUNTER_READ_S; return the energy read."""

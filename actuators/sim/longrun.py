@@ -1,22 +1,25 @@
 """The long-run cells behind `SimHost.expected()`: one common-random-numbers run per (ITR anchor, load) served
 at the frequencies asked, and a refinement run for a cell whose p99 is still noisy (see `SimHost.expected`).
 
-The first run's draws do not depend on the frequency (`actuators.sim.arrivals`): they are kept in the
-`ExpectedCache` so a later call for the same anchor and load at other frequencies only serves them.
+The first run's draws do not depend on the frequency (`actuators.sim.arrivals`): a caller that will ask for
+the same anchor and load at other frequencies in later calls (a search) passes a `draws` memo to keep them,
+so those calls only serve them (`SimHost.expected_draws_kept`).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from actuators.host import PERCENTILES
-from actuators.sim.arrivals import draw_arrivals
-from actuators.sim.cells import Cell, ExpectedCache
+from actuators.sim.arrivals import Arrivals, draw_arrivals
+from actuators.sim.cells import Cell
 from actuators.sim.model import SimResult, package_power_w, serve, simulate
 from actuators.sim.params import SimParams
+from core.cache import BoundedCache, tuple_bytes
 
 CHAINS = 4  # independent cores simulated per run
 EXPECTED_REQUESTS = 40_000  # first sample behind expected() per (ITR anchor, load) (common random numbers)
@@ -28,6 +31,16 @@ REFINE_TARGET_ABS_SE_US = 4.0  # ... or 4 µs
 REFINE_MAX_US = 1000.0  # ... and whose p99 is below this (2x the loosest SLA of fig. 7.6; cost bound)
 SE_BLOCKS = 10  # batch-means blocks (consecutive interrupt periods) for that standard error
 EXPECTED_SEED = 20230501
+#: Bound of a search's memo of first-run draws (`SimHost.expected_draws_kept`): ~2.5-6.5 MiB each at 40,000
+#: requests, and a search returns to an anchor mostly within the next few it visits.
+DRAWS_MEMO_BYTES = 32 * 2**20
+
+Draws = BoundedCache[tuple[Any, ...], Arrivals]  # (params, ITR anchor, per-core rate) -> a first run's draws
+
+
+def draws_memo(max_bytes: int = DRAWS_MEMO_BYTES) -> Draws:
+    """An empty memo of first-run draws, bounded by bytes (LRU)."""
+    return BoundedCache(max_bytes, sizeof=lambda key, value: tuple_bytes(key) + value.nbytes, name="sim.draws")
 
 
 @dataclass(frozen=True)
@@ -42,11 +55,15 @@ class FirstRun:
 
 
 def _blocks(sim: SimResult) -> list[np.ndarray]:
-    """The latencies split into `SE_BLOCKS` blocks of consecutive interrupt periods (all simulated cores)."""
+    """The latencies split into `SE_BLOCKS` blocks of consecutive interrupt periods (all simulated cores), each
+    in request order (as a stable sort by block would give): the requests' periods rise within each simulated
+    core's run, so a block is one slice of each run."""
     blocks = sim.period * SE_BLOCKS // max(sim.periods, 1)
-    order = np.argsort(blocks, kind="stable")
-    bounds = np.searchsorted(blocks[order], np.arange(1, SE_BLOCKS))
-    return [s for s in np.split(sim.latency_us[:, order], bounds, axis=1) if s.shape[1] > 0]
+    cuts = [0, *(np.flatnonzero(blocks[1:] < blocks[:-1]) + 1).tolist(), blocks.size]
+    edges = [lo + np.searchsorted(blocks[lo:hi], np.arange(SE_BLOCKS + 1)) for lo, hi in zip(cuts[:-1], cuts[1:])]
+    lat = sim.latency_us
+    parts = (np.concatenate([lat[:, e[b] : e[b + 1]] for e in edges], axis=1) for b in range(SE_BLOCKS))
+    return [s for s in parts if s.shape[1] > 0]
 
 
 def _p99_se(sim: SimResult) -> np.ndarray:
@@ -55,19 +72,24 @@ def _p99_se(sim: SimResult) -> np.ndarray:
     parts = _blocks(sim)
     if len(parts) < 2:
         return np.full(sim.latency_us.shape[0], np.inf)
-    per_block = np.stack([np.percentile(s, 99.0, axis=1, method="lower") for s in parts], axis=1)
+    # np.percentile(s, 99.0, axis=1, method="lower") per block: the order statistic floor((n - 1) * 0.99)
+    kth = [int(math.floor((s.shape[1] - 1) * (99.0 / 100.0))) for s in parts]
+    per_block = np.stack([np.partition(s, k, axis=1)[:, k] for s, k in zip(parts, kth, strict=True)], axis=1)
     se: np.ndarray = per_block.std(axis=1, ddof=1) / math.sqrt(len(parts))
     return se
 
 
-def first_run(p: SimParams, cores: int, cache: ExpectedCache, itr: int, qps: float, freqs: np.ndarray) -> FirstRun:
+def first_run(
+    p: SimParams, cores: int, itr: int, qps: float, freqs: np.ndarray, draws: Draws | None = None
+) -> FirstRun:
     """The first `EXPECTED_REQUESTS` run of cells (itr, qps, f) for `freqs`, and which of them are noisy."""
     lam = qps / cores / 1e6
-    # the run's draws do not depend on f: kept for this (anchor, load)'s other frequencies (same values)
-    arrivals = cache.arrivals.get(
-        (p, itr, lam),
-        lambda: draw_arrivals(p, lam, itr, EXPECTED_REQUESTS, CHAINS, np.random.default_rng(EXPECTED_SEED)),
-    )
+
+    def draw() -> Arrivals:
+        return draw_arrivals(p, lam, itr, EXPECTED_REQUESTS, CHAINS, np.random.default_rng(EXPECTED_SEED))
+
+    # the run's draws do not depend on f: with a memo, kept for this (anchor, load)'s other frequencies
+    arrivals = draw() if draws is None else draws.get((p, itr, lam), draw)
     sim = serve(p, arrivals, freqs, cores)
     power = package_power_w(p, sim, cores, qps)
     quant = np.percentile(sim.latency_us, PERCENTILES, axis=1).T  # (F, P)
@@ -78,11 +100,11 @@ def first_run(p: SimParams, cores: int, cache: ExpectedCache, itr: int, qps: flo
 
 
 def compute_cells(
-    p: SimParams, cores: int, cache: ExpectedCache, itr: int, qps: float, freqs: np.ndarray
+    p: SimParams, cores: int, itr: int, qps: float, freqs: np.ndarray, draws: Draws | None = None
 ) -> list[Cell]:
     """Simulate the cells (itr, qps, f) for `freqs` (see `SimHost.expected`)."""
     lam = qps / cores / 1e6
-    run = first_run(p, cores, cache, itr, qps, freqs)
+    run = first_run(p, cores, itr, qps, freqs, draws)
     sim, power, quant, se, noisy = run.sim, run.power.copy(), run.quant, run.se.copy(), run.noisy
     p99 = quant[:, list(PERCENTILES).index(99.0)]
     lats = [sim.latency_us[j] for j in range(freqs.size)]

@@ -110,8 +110,9 @@ class TunerSettings:
     sla_margin_pct: float = 5.0
     # the final choice (`best_decision`, sla_check="ci"): estimate + (1 + final_margin_ci) x the percentile's 95 %
     # CI upper half-width <= SLA x (1 - final_margin_pct %): a margin that grows with the trial's own uncertainty
-    # over a small fixed floor. Defaults = the fixed 5 % of the CI as measured; the warm preset sets 1 % + 2 x CI
-    # (measured: bench/margin.py, docs/optimizer.md "The final choice's margin, measured")
+    # over a small fixed floor. Defaults = the fixed 5 % of the CI as measured (the dissertation's cold tuner);
+    # the warm preset and the daemon set 1 % + 2 x CI (bench/margin.py, docs/optimizer.md "The final choice's
+    # margin, measured"). Exploration's incumbent keeps the `sla_margin_pct` rule (`decision.exploration_settings`)
     final_margin_pct: float = 5.0
     final_margin_ci: float = 0.0
     # the long-lived tuner's options: off in this dataclass (TunerSettings() is the dissertation's cold tuner,
@@ -159,8 +160,8 @@ class TunerSettings:
     acquisition: str = "ax"
     # with safe_delta > 0 and the stopping rule: before a retune stops, one trial at the next longer ITR of the
     # point it would hold (same frequency), if not yet measured in this retune, near evidence, the model's mean
-    # there within the final choice's limit and P(SLA broken) with the model's own SD (not `safe_sd_scale`'s)
-    # <= safe_delta (`StoppingRule._refine_cell`): the gate's doubled SD otherwise keeps the last step short
+    # there within the final choice's limit and P(SLA broken) as the gate computes it <= safe_delta -- the gate's
+    # other half, P(over the limit exploration aims within), waived (`StoppingRule._refine_cell`)
     refine_step: bool = False
 
     def __post_init__(self) -> None:
