@@ -128,7 +128,11 @@ def sweep(slas: list[float], pcts: list[float], loads: list[int], reps: int, see
                 host.set_offered_qps(qps)
                 pts = [OperatingPoint(i, f) for f in FREQS for i in itrs]
                 exp = host.expected(pts, qps)
-                near = [(p, e.latency_us[pct]) for p, e in zip(pts, exp) if BAND[0] * sla <= e.latency_us[pct] <= BAND[1] * sla]
+                near = [
+                    (p, e.latency_us[pct])
+                    for p, e in zip(pts, exp)
+                    if BAND[0] * sla <= e.latency_us[pct] <= BAND[1] * sla
+                ]
                 rows: list[dict[str, float]] = []
                 for p, e in near:
                     for _ in range(reps):

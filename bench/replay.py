@@ -134,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--sla-margins",
         default=None,
-        help="comma list of TunerSettings.sla_margin_pct values to compare (default: the default)",
+        help="comma list of TunerSettings.sla_margin_pct values to compare, each also as final_margin_pct "
+        "(default: the defaults)",
     )
     ap.add_argument("--peak-qps", type=float, default=600_000.0)
     ap.add_argument("--quick", action="store_true", help="6 windows from hour 12, 2 seeds")
@@ -203,8 +204,10 @@ def main(argv: list[str] | None = None) -> int:
             rows = []
             for seed in range(args.seed0, args.seed0 + args.seeds):
                 obj = Objective(reward, pct, sla)
+                # --sla-margins moves both margins: the one exploration aims within and the final choice's
+                margins_kw = {"final_margin_pct": margin} if args.sla_margins else {}
                 base = TunerSettings(
-                    trials=args.trials, sobol_trials=args.sobol_trials, seed=seed, sla_margin_pct=margin
+                    trials=args.trials, sobol_trials=args.sobol_trials, seed=seed, sla_margin_pct=margin, **margins_kw
                 )
                 settings = preset_settings(
                     args.tuner,

@@ -265,6 +265,8 @@ def main() -> int:
     from tuner.daemon.service import protos
 
     pb, services = protos()
+    # a SIGTERM to the bench stops the soak early: the `finally` below still stops the daemon it started
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     tmp = Path(tempfile.mkdtemp(prefix="tuner-soak-"))
     sock = tmp / "t.sock"
     cfg = tmp / "tuner.toml"

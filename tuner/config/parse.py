@@ -211,6 +211,22 @@ def parse_config(text: str, path: Path) -> Config:
             "float",
             lambda v: None if 1 <= v <= 10 else "a factor in [1, 10] (1 = the model's SD as it is)",
         ),
+        final_margin_pct=c.get(
+            t,
+            "tuning",
+            "final_margin_pct",
+            d.final_margin_pct,
+            "float",
+            lambda v: None if 0 <= v < 100 else "a margin in % of the SLA in [0, 100)",
+        ),
+        final_margin_ci=c.get(
+            t,
+            "tuning",
+            "final_margin_ci",
+            d.final_margin_ci,
+            "float",
+            lambda v: None if 0 <= v <= 10 else "extra CI half-widths in [0, 10] (0 = the CI as measured)",
+        ),
         latency_metric=c.get(
             t,
             "tuning",

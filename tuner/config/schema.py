@@ -73,6 +73,8 @@ class TuningConfig:
     safe_radius: float = 0.2
     safe_model_error: float = 0.0
     safe_sd_scale: float = 2.0
+    final_margin_pct: float = 5.0
+    final_margin_ci: float = 0.0
     latency_metric: str = "log"
     window_mode: str = "adaptive"
     window_ci_pct: float = 5.0
@@ -105,6 +107,8 @@ SETTINGS_FIELDS: tuple[str, ...] = (
     "safe_radius",
     "safe_model_error",
     "safe_sd_scale",
+    "final_margin_pct",
+    "final_margin_ci",
     "latency_metric",
     "window_mode",
     "window_ci_pct",

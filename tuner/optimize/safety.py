@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tuner.optimize.axsetup import no_warnings
-from tuner.optimize.decision import best_decision
+from tuner.optimize.decision import best_decision, exploration_settings
 from tuner.optimize.model import ExperimentModel
 from tuner.optimize.records import STATUS_COMPLETED, Pending
 from tuner.optimize.settings import pct_text
@@ -274,7 +274,7 @@ class SafeExploration(ExperimentModel):
     def _incumbent_w(self, grid: dict[str, Any], allowed: Any) -> float | None:
         """Power to improve on: the best SLA-meeting power measured in this retune, else the model's lowest
         predicted power among allowed cells likely (P >= 0.5) to meet the SLA; None if neither exists."""
-        d = best_decision(self.retune_trials(), self.objective, self.settings, self.space)
+        d = best_decision(self.retune_trials(), self.objective, exploration_settings(self.settings), self.space)
         if d.met_sla and d.measurement is not None:
             return float(d.measurement.power_w)
         likely = allowed & (grid["p_unmet"] <= 0.5)
