@@ -98,3 +98,18 @@ def test_expected_cells_are_unchanged_bit_for_bit() -> None:
             _, _, power, se, lat = row
             assert (e.power_w, e.p99_se_us) == (power, se), row[:2]
             assert sorted(e.latency_us.items()) == [tuple(x) for x in lat], row[:2]
+
+
+def test_a_search_keeps_draws_only_while_it_runs_and_they_change_no_value() -> None:
+    """Inside `expected_draws_kept` the same anchor at other frequencies only serves the kept draws: the cells
+    equal those of a host without the memo bit for bit, and the memo is gone after the block."""
+    pts = [OperatingPoint(60, ghz) for ghz in (1.8, 1.9, 2.0)]
+    plain = [SimHost(seed=0).expected([pt], 560_000.0)[0] for pt in pts]
+    host = SimHost(seed=0)
+    with host.expected_draws_kept():
+        kept = [host.expected([pt], 560_000.0)[0] for pt in pts]
+        memo = host._draws
+        assert memo is not None and memo.stats().hits == 2 and memo.stats().misses == 1
+    assert host._draws is None
+    for a, b in zip(plain, kept, strict=True):
+        assert (a.power_w, a.p99_se_us, a.latency_us) == (b.power_w, b.p99_se_us, b.latency_us)
