@@ -35,7 +35,7 @@ def test_a_trial_over_the_sla_far_below_the_held_frequency_is_bisected_until_one
     stop, why = opt.should_stop()
     assert not stop and "bisecting step" in why, why
     i, p = opt.suggest()
-    assert p.dvfs_ghz == 2.0  # halfway (index 2 of 1.2..2.9)
+    assert p == OperatingPoint(82, 2.0)  # halfway in frequency (index 2 of 1.2..2.9) and in ITR (66..98)
     opt.complete(i, meas(420.0, 30.0, qps=QPS), QPS)
     assert opt.retune_trials()[-1].note.startswith("bisecting step")
     assert opt.retune_trials()[-1].p_violation <= 0.5
@@ -44,7 +44,7 @@ def test_a_trial_over_the_sla_far_below_the_held_frequency_is_bisected_until_one
     stop, why = opt.should_stop()
     assert not stop and "bisecting step" in why, why  # 1.2 -> 2.0 GHz is still two steps
     i, p = opt.suggest()
-    assert p.dvfs_ghz == 1.6
+    assert p == OperatingPoint(82, 1.6)
     opt.complete(i, meas(510.0, 25.0, qps=QPS), QPS)  # over the SLA too: now one step apart
     stop, why = opt.should_stop()
     assert stop and "bisecting" not in why, why

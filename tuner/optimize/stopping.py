@@ -80,20 +80,22 @@ class StoppingRule(SafeExploration):
         return False, f"expected improvement {ei[k]:.3g} W at {where} >= {limit:.3g} W"
 
     def _bisect_cell(self, held: Decision) -> Pending | None:
-        """The bisecting trial before a retune stops: when a trial of this retune read over the SLA at a lower
+        """The bisecting trial before a retune stops. When a trial of this retune read over the SLA at a lower
         frequency than the point the retune would hold, and more than one frequency step lies between the held
-        point and the nearest trial below it that the final choice could not take, the frequency halfway between
-        them (rounded toward the held point; if it has none, the next one up), unless a trial of this retune was
-        measured at that frequency: its point of largest constrained expected improvement over the held point's
-        power among the ITRs between the held point's and those of the trials over the limit at the lower
-        frequency (inclusive), not next to a point measured over the SLA (`acquisition.vetoed`) and of P(SLA broken),
-        as the gate computes it, at most PEAK_MAX_P (the held point's ITR is often too long at the lower frequency:
-        seed 2, 600 kQPS, P 0.71). A first trial over the SLA at a new peak load vetoes its neighbours, the safety filter's
-        substitute goes far up in frequency, and without this the expected improvement over the points near
-        what was measured there falls under `stop_ei_pct` and the far point is held for hours (bundled day,
-        seed 1, 560 kQPS: a trial read 520 µs at 1.5 GHz, 2.1-2.3 GHz held at 1.06-1.19 x the oracle).
-        Nearness to evidence is waived: the point lies between a point that met the limit and one measured
-        over it. None otherwise. Pure of Ax: the trial is attached when `suggest` hands it out."""
+        point and the highest lower frequency a trial read over the final choice's limit at: the frequency halfway
+        between them (rounded toward the held point; the next one up if that has a trial of this retune or no
+        candidate), at the ITR halfway between the held point's and those of the trials over the limit there
+        (rounded toward the held point's), if that point is not next to one measured over the SLA
+        (`acquisition.vetoed`) and its P(SLA broken), as the gate computes it, is at most PEAK_MAX_P. Nearness to
+        evidence is waived: the point lies between one that met the limit and one over it. None otherwise.
+
+        Why: a first trial over the SLA at a new peak load vetoes its neighbours, the safety filter's substitute
+        goes far up in frequency, the expected improvement over the points near what was measured there falls
+        under `stop_ei_pct`, and the far point is held for hours (bundled day, seed 2, 600 kQPS: 226 µs @ 1.6 GHz
+        read 597 µs, 306 µs @ 2.0 GHz held at 1.09 x the oracle). The middle ITR, not the model's choice: the
+        model's largest expected improvement sat at the longest ITR of the range (seed 5: read 495 µs) or, with
+        no range, past anything measured (610 µs @ 1.8 GHz read 829 µs). One trial per frequency keeps the
+        bisection within the steps between. Pure of Ax: the trial is attached when `suggest` hands it out."""
         from tuner.optimize import acquisition
 
         if held.measurement is None or not held.met_sla or held.by_estimate:
@@ -110,14 +112,11 @@ class StoppingRule(SafeExploration):
         top = max((j for _, j in bad), default=-1)
         if top < 0 or hj - top <= 1:
             return None
-        # the ITRs between the held point's and those of the trials over the limit at that frequency: the model
-        # extrapolates to the long ITRs nothing was measured at (seed 2, 600 kQPS: 610 µs @ 1.8 GHz read 829 µs)
         itrs = [hi] + [i for i, j in bad if j == top]
         lo_i, hi_i = min(itrs), max(itrs)
         seen = {self._cell_of(r.point) for r in done}
         ev, ev_load, _, ev_broke = self._evidence()
-        best_w = held.measurement.power_w
-        cols = {j for _, j in seen}  # one trial per frequency: the bisection ends within the steps between
+        cols = {j for _, j in seen}
         for j in range((top + hj + 1) // 2, hj):
             cells = [] if j in cols else [(i, j) for i in range(lo_i, hi_i + 1)]
             if cells:
@@ -129,17 +128,15 @@ class StoppingRule(SafeExploration):
             if grid is None:
                 continue
             pv = grid["p_violation"]
-            ei = acquisition.constrained_ei(grid["power"], grid["power_sd"], best_w, grid["p_unmet"]) * (
-                pv <= PEAK_MAX_P
-            )
-            k = int(ei.argmax())
-            if not float(ei[k]) > 0:
+            mid = (lo_i + hi_i + 1) // 2 if hi_i == hi else (lo_i + hi_i) // 2
+            at = [c[0] for c in cells]
+            if mid not in at or not float(pv[at.index(mid)]) <= PEAK_MAX_P:
                 continue
+            k = at.index(mid)
             point = self._grid_point(cells[k])
             note = (
-                f"bisecting step: {point}, between {held.point} (held) and a trial over the limit {limit:.0f} µs "
-                f"at {self.space.dvfs_ghz[top]:g} GHz (one over the SLA at or below it): the largest expected "
-                f"improvement at this frequency, {float(ei[k]):.3g} W below {best_w:.1f} W, "
+                f"bisecting step: {point}, halfway between {held.point} (held) and a trial over the limit "
+                f"{limit:.0f} µs at {self.space.dvfs_ghz[top]:g} GHz (one over the SLA at or below it), "
                 f"P({pct_text(pct)} > {sla:g} µs) {float(pv[k]):.3f} <= {PEAK_MAX_P:g}"
             )
             return Pending(point, 0.0, -1, self._load, float(pv[k]), note)
