@@ -1,5 +1,6 @@
 """The stopping rule (`TunerSettings.stop_ei_pct` > 0): a retune ends once one more trial is not expected to
-improve on the best measured SLA-meeting power by that %, judged over the points safe exploration allows."""
+improve on the best measured SLA-meeting power by that %, judged over the points safe exploration allows -- but
+not while a bisecting trial is due between a trial over the SLA and a held point far above it in frequency."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ class StoppingRule(SafeExploration):
         it), times the model's P(percentile within the limit `best` applies: the SLA less `sla_margin_pct`
         with `sla_check="ci"`) -- is below `stop_ei_pct` % of that power. With safe exploration only points
         the safety filter would let us try count -- and, as its substitute is a point not yet measured in this
-        retune whenever one is allowed, only those then (`_untried`).
+        retune whenever one is allowed, only those then (`_untried`). Before it stops, one bisecting trial if
+        `_bisect_cell` finds one (then, with `refine_step`, the refining trial).
         """
         from tuner.optimize import acquisition
 
