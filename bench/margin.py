@@ -1,6 +1,6 @@
 """Benchmark: how far a trial's reading of the tail under-states the long-run tail near the SLA (simulated host).
 
-    python bench/margin.py                          # 99 % < 500 µs and < 200 µs, p90/p99/p99.9, 5 loads
+    python bench/margin.py --reps 4                 # 99 % < 500 µs and < 200 µs, p90/p99/p99.9, 5 loads (docs)
     python bench/margin.py --quick                  # 2 loads, 4 repetitions
     python bench/margin.py --trials out/trials.jsonl --sla-us 500 --percentile 99   # a replay's own trials
 
@@ -18,6 +18,7 @@ times as a trial (1 s settle, then `measure_window` with the warm preset's polic
   accepts (meets its limit) whose long-run percentile is above the SLA, out of those it accepts, and the mean
   long-run percentile of what it accepts (in % of the SLA: the closer to 100 the less energy left on the table).
 
+`--fixed-s 20` measures the cold tuner's trials instead (one fixed 20 s window each, no adaptive sizing).
 `--trials FILE` instead reads a replay's trial records (`tuner.trial/v1` JSON lines, `OUT/trials.jsonl`) and
 reports the same per-reading quantities for the points the tuner actually measured (selection included).
 Noise-free values come from the simulator's own `expected()`; times are the simulator's, not wall time.
@@ -30,6 +31,7 @@ import json
 import math
 import statistics
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +40,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from actuators.host import OperatingPoint, apply_point
 from actuators.sim.host import SimHost
 from tuner.optimize.records import STATUS_COMPLETED
-from tuner.optimize.settings import TunerSettings
 from tuner.optimize.windowing import WindowPolicy, measure_window
 from tuner.replay.run import preset_settings
 from tuner.store.history import read_trials
@@ -111,8 +112,12 @@ def _summary(rows: list[dict[str, float]]) -> dict[str, Any]:
     return out
 
 
-def sweep(slas: list[float], pcts: list[float], loads: list[int], reps: int, seed: int) -> dict[str, Any]:
+def sweep(
+    slas: list[float], pcts: list[float], loads: list[int], reps: int, seed: int, fixed_s: float | None = None
+) -> dict[str, Any]:
     settings = preset_settings("warm")
+    if fixed_s is not None:  # the cold tuner's trials: one fixed window each
+        settings = replace(settings, window_mode="fixed", window_s=fixed_s)
     host = SimHost(seed=seed)
     itrs = [v for v in host.knobs().itr_us if (v - host.knobs().itr_us[0]) % 16 == 0]
     results: dict[str, Any] = {}
@@ -174,6 +179,7 @@ def main() -> None:
     ap.add_argument("--percentile", type=float, action="append")
     ap.add_argument("--loads", default=None, help="comma list of QPS")
     ap.add_argument("--trials", type=Path, help="a replay's trials.jsonl instead of the sweep")
+    ap.add_argument("--fixed-s", type=float, help="fixed trial windows of this many seconds (the cold tuner's: 20)")
     a = ap.parse_args()
     if a.trials:
         out = from_trials(a.trials, (a.sla_us or [500.0])[0], (a.percentile or [99.0])[0], a.seed)
@@ -182,10 +188,9 @@ def main() -> None:
         reps = a.reps
         if a.quick:
             loads, reps = [250_000, 500_000], 4
-        out = sweep(a.sla_us or [500.0, 200.0], a.percentile or [90.0, 99.0, 99.9], loads, reps, a.seed)
+        out = sweep(a.sla_us or [500.0, 200.0], a.percentile or [90.0, 99.0, 99.9], loads, reps, a.seed, a.fixed_s)
     print(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":
-    TunerSettings()  # fail fast on a broken settings module
     main()
