@@ -41,6 +41,9 @@ NOISE_PCT = 0.75
 CLOSE = 1.1
 #: The latency minimum is taken as passed when a step down raises the percentile by this share.
 RISE = 0.1
+#: The fastest frequency found to fail everywhere is scanned anchor by anchor when one of its anchors came
+#: within this factor of the SLA (`_close_calls`): p99.9 near saturation is too noisy for one minimum.
+RESCAN = 1.05
 
 Seen = dict[tuple[int, float], tuple[float, float]]  # (ITR index, GHz) -> (percentile µs, power W)
 
@@ -155,7 +158,26 @@ def search_best(grid: CellGrid, sla: float) -> bool:
             if grid.lat(k, f) > sla * CLOSE:
                 break  # clearly below the passing range (noise can leave passing islands): the low end's
     _low_end(grid, sla, best, hi, offer, tops)
+    if hi > 0:
+        _close_calls(grid, sla, freqs[hi - 1], offer)
     return True
+
+
+def _close_calls(grid: CellGrid, sla: float, f: float, offer: Callable[[int, float], None]) -> None:
+    """The fastest frequency found to fail everywhere: if one of its anchors came within `RESCAN` of the SLA,
+    every anchor up to its highest evaluated one is evaluated, and any that passes offered.
+
+    Its boundary search assumes one latency minimum; a noisy percentile (p99.9 near saturation moves by
+    ~10 % from one anchor to the next) can leave passing anchors between failing ones there. Only adds cells:
+    an answer the search already had right stays right."""
+    seen = [k for k in range(len(grid.anchors)) if (grid.anchors[k], f) in grid.seen]
+    if not seen or min(grid.lat(k, f) for k in seen) > sla * RESCAN:
+        return
+    for k in range(max(seen) + 1):
+        if grid.lat(k, f) <= sla:
+            offer(k, f)
+            if k > 0:
+                offer(k - 1, f)
 
 
 def _step_down(grid: CellGrid, sla: float, f: float, above: int) -> int | None:
