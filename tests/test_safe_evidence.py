@@ -12,6 +12,7 @@ from core.errors import TunerError
 from tests.fakes import FakeHost
 from tests.test_contextual import OBJ, SMALL, ctx, history, meas
 from tuner.optimize import acquisition
+from tuner.optimize.acquisition import LINE_AIM
 from tuner.optimize.optimizer import Optimizer
 from tuner.optimize.safety import SAFE_ITR_DOWN_WEIGHT, SAFE_LOAD_TOL
 from tuner.optimize.settings import TunerSettings
@@ -86,13 +87,16 @@ def test_line_step_is_shortened_where_latency_climbs_toward_the_limit() -> None:
     step = 1 / 7
     flat = [(0.0, True, 0.10), (step, True, 0.12)]
     assert acquisition.next_line_t(flat, step) == pytest.approx(2 * step)  # far from the limit: full step
-    steep = [(4 * step, True, 0.76), (5 * step, True, 0.94)]
+    steep = [(4 * step, True, 0.76), (5 * step, True, 0.86)]
     t = acquisition.next_line_t(steep, step)
-    # the straight line through the last two reaches the limit (ratio 1) at t; never less than a quarter step
+    # the straight line through the last two covers half the headroom left (0.86 -> 0.93) at t, not all of it
     assert 5 * step < t < 6 * step
-    assert 0.94 + (0.94 - 0.76) / step * (t - 5 * step) == pytest.approx(1.0)
+    assert 0.86 + (0.86 - 0.76) / step * (t - 5 * step) == pytest.approx(0.86 + LINE_AIM * (1 - 0.86))
+    # near the limit (that step would be under a quarter step): back to the midpoint of the two farthest, not out
+    near = [(4 * step, True, 0.76), (5 * step, True, 0.94)]
+    assert acquisition.next_line_t(near, step) == pytest.approx(4.5 * step)
     at_limit = [(0.0, True, 0.5), (step, True, 0.999)]
-    assert acquisition.next_line_t(at_limit, step) == pytest.approx(step + step / 4)
+    assert acquisition.next_line_t(at_limit, step) == pytest.approx(step / 2)
     # ratios do not change the bisection once a step broke the limit
     assert acquisition.next_line_t([(0.0, True, 0.2), (0.25, True, 0.9), (0.5, False, 1.2)], 0.25) == 0.375
 
