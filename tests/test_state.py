@@ -4,52 +4,42 @@ single-file state.json still loads and is migrated."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from actuators.host import PERCENTILES, Measurement, OperatingPoint
 from core.errors import TunerError
 from tests.daemon_fakes import wait_for
 from tuner.daemon import state as S
-from tuner.daemon.plain import measurement_dict
 from tuner.daemon.state import DaemonState, StateStore
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def trial_row(i: int) -> dict:
-    """A trial row as the daemon records it (~1 KB of JSON)."""
-    lat = {p: 100.0 + p + i % 7 for p in PERCENTILES}
-    m = Measurement(
-        seconds=5.0,
-        offered_qps=2e5 + i,
-        achieved_qps=2e5 + i,
-        requests=1_000_000,
-        latency_us=lat,
-        latency_ci_us={p: (v * 0.9, v * 1.1) for p, v in lat.items()},
-        energy_j=150.0 + i % 11,
-        point=OperatingPoint(2 + 8 * (i % 50), 1.2 + 0.1 * (i % 17)),
+def _bench() -> Any:
+    """bench/state_save.py as a module: its rows are the ones the bench measures."""
+    spec = importlib.util.spec_from_file_location(
+        "state_save_bench", Path(__file__).resolve().parent.parent / "bench" / "state_save.py"
     )
-    point = [m.point.itr_us, m.point.dvfs_ghz] if m.point else None
-    return {
-        "retune_id": f"r{i // 30:06d}",
-        "index": i % 30,
-        "point": point,
-        "qps": m.offered_qps,
-        "status": "completed",
-        "measurement": measurement_dict(m, 1.7e9 + i),
-        "reward": -150.0,
-        "error": None,
-        "time": 1.7e9 + i,
-        "objective": {"sla_us": 500.0, "percentile": 99.0, "reward": "constrained"},
-        "host": "sim",
-    }
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def trial_row(i: int) -> dict:
+    """A trial row as the daemon records it (~1 KB of JSON): the bench's."""
+    return dict(_BENCH.trial_row(i))
+
+
+_BENCH = _bench()
 
 
 def optimizer_like(kb: int) -> str:
