@@ -1,10 +1,18 @@
-"""core.memory: the heap trim is real on glibc and rate-limited in the daemon's loop."""
+"""core.memory: the heap trim is real on glibc and rate-limited in the daemon's loop; the arena cap holds."""
 
 from __future__ import annotations
 
+import os
 import platform
+import subprocess
+import sys
+from pathlib import Path
 
-from core.memory import HeapTrimmer, trim_heap
+import pytest
+
+from core.memory import HeapTrimmer, limit_arenas, trim_heap
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def test_trim_heap_calls_glibc_malloc_trim_where_there_is_one():
@@ -24,3 +32,41 @@ def test_the_trimmer_trims_at_most_once_per_interval():
         trimmer.maybe()
     assert trims == [0.0, 60.0, 130.0]
     assert trimmer.calls == 3
+
+
+ARENA_PROBE = """
+import ctypes, sys, threading
+from core.memory import limit_arenas
+if sys.argv[1] == "cap":
+    assert limit_arenas(2, environ={}) is True
+gate = threading.Barrier(5)
+held = []
+def work():
+    held.append([bytearray(200_000) for _ in range(5)])  # malloc from this thread's arena
+    gate.wait()
+threads = [threading.Thread(target=work) for _ in range(4)]
+for t in threads:
+    t.start()
+gate.wait()  # all four threads hold their blocks at once
+ctypes.CDLL(None).malloc_stats()  # one "Arena N:" paragraph per arena, on stderr
+for t in threads:
+    t.join()
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux" or trim_heap() is None, reason="glibc's malloc only")
+def test_limit_arenas_caps_the_arenas_threads_allocate_from() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"} | {"PYTHONPATH": str(REPO)}
+
+    def arenas(mode: str) -> int:
+        out = subprocess.run(
+            [sys.executable, "-c", ARENA_PROBE, mode], env=env, capture_output=True, text=True, check=True, timeout=60
+        )
+        return sum(1 for line in out.stderr.splitlines() if line.startswith("Arena "))
+
+    assert arenas("free") > 2  # four threads allocating at once get arenas of their own ...
+    assert 1 <= arenas("cap") <= 2  # ... and share two under the cap
+
+
+def test_limit_arenas_leaves_an_operators_malloc_arena_max_alone() -> None:
+    assert limit_arenas(2, environ={"MALLOC_ARENA_MAX": "4"}) is False

@@ -67,8 +67,10 @@ def serve(config_path: str, *, optimizers: Any = None, log_level: str = "info") 
         stream=sys.stderr,
         format="%(levelname)s %(name)s: %(message)s" if journald else "%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    from core.memory import limit_arenas
     from tuner.daemon.loop import Daemon
 
+    limit_arenas()  # before any thread starts: a steady RSS over months (core.memory)
     daemon = Daemon(config, optimizers=optimizers)
     # Signal handlers only queue the signal (SimpleQueue.put is reentrant); the main thread acts on it, and
     # the control loop runs on its own thread -- no lock is ever taken inside a signal handler.
