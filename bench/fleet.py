@@ -110,7 +110,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-fresh", action="store_true", help="skip the fresh-host comparison run")
     ap.add_argument("--limit", type=int, default=2000, help="warm-start trials per source (own, class)")
     ap.add_argument("--per-window", action="store_true", help="per window: the point held vs the oracle's, trials, why")
+    ap.add_argument(
+        "--warm-set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override a TunerSettings field of the warm tuner on every host; repeatable, e.g. "
+        "--warm-set itr_resolution_us=8",
+    )
     args = ap.parse_args(argv)
+    from bench.replay import warm_overrides
+
+    over = warm_overrides(args)
 
     from traces.schedule import load_schedule, sample_trace_path
     from tuner.hosts import make_host
@@ -135,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     cls = make_host("sim", seed=args.seed_a).hardware_class()  # type: ignore[attr-defined]  # the simulated host has one
     out: dict = {
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "warm_set": over,
         "note": "simulated hosts; timings from a shared 2-core machine",
         "windows": len(windows),
         "qps": [round(w.qps) for w in windows],
@@ -157,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         def run(
             seed: int, history: list, borrowed: list | None = None, obj: Objective = obj, memo: dict = memo
         ) -> tuple[dict, object, float]:
-            st = preset_settings("warm", TunerSettings(seed=seed))
+            st = preset_settings("warm", TunerSettings(seed=seed), **over)
             t0 = time.perf_counter()
             res = replay(
                 lambda: make_host("sim", seed=seed),
