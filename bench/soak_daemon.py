@@ -5,15 +5,18 @@ Starts `tuner daemon` (host `sim` with a `steps` load schedule swinging between 
 `--minutes` of wall time, samples every `--sample-s` seconds with psutil: the RSS of the daemon and of its
 optimiser worker (0 when no retune runs), open file descriptors, threads.  It polls `GetStatus` every second
 to follow each holding window (load, latency, the band the point was tuned for) and counts retunes started
-and ended (daemon log), guardrail reverts and SLA-violating holding windows, split into steady-state ones
-(load within the tuned band) and load-shift ones (the load just left the band: the daemon retunes next).
+and ended (daemon log), guardrail reverts and SLA-violating holding windows, split as the daemon counts them
+(`sla_violations_steady_total`): steady-state ones (the window's load inside the band the held point was tuned
+for) and load-shift ones (the load had just left it: the daemon holds another point or retunes next).
 Then it sends SIGTERM and checks the exit.
 
-The RSS slope: the warm-up lasts `--warmup-min` and until `--warmup-retunes` retunes have decided (the daemon's
-bounded per-retune stores fill then; the cut is stated in the JSON).  The run is split into retune cycles (a
-retune asked for -> the next one asked for), each with its RSS peak, trough and last sample (`cycles`: a plateau
-shows as level troughs, a leak as rising ones).  The verdict's slope is Theil-Sen over the post-warm-up cycles'
-troughs with Sen's 95 % interval (`rss_slope`; least squares and Theil-Sen over every sample are reported
+The RSS slope: the warm-up lasts until the daemon's ring of holding windows is full (`KEEP_WINDOWS` x
+`--window-s`) and the load schedule has visited every level once, and at least `--warmup-min` (`--warmup-retunes`
+also waits for that many retune decisions; off by default: a daemon that holds from its model may not retune for
+hours, and what a retune adds is bounded too); the cut is stated in the JSON.  The run is split into load-step
+cycles (one per `--step-s` of the schedule: the daemon holds one point, or retunes, per step), each with its RSS
+peak, trough and last sample (`cycles`: a plateau shows as level troughs, a leak as rising ones).  The verdict's
+slope is Theil-Sen over the post-warm-up cycles' troughs with Sen's 95 % interval (`rss_slope`; least squares and Theil-Sen over every sample are reported
 beside it, with intervals too narrow for correlated samples): `met` when the interval is <= 1 MB/hour,
 `exceeded` when it is wholly above, `not shown` otherwise.  Also reported: fds/threads ranges, worker RSS
 while retuning and between retunes, tracebacks in the log.  Targets: slope met, fds and threads flat, no worker
@@ -50,8 +53,15 @@ LEVELS = (100_000, 600_000, 300_000, 550_000, 150_000, 450_000)
 
 
 MB = 2**20
-#: Retunes of warm-up: the daemon keeps the model tables of its last `MODEL_TABLES` retunes.
+#: Retune decisions `--warmup-retunes` waits for when asked (the daemon keeps the model tables of its last
+#: `MODEL_TABLES` retunes); the default waits for none.
 WARMUP_RETUNES = MODEL_TABLES
+
+
+def warmup_floor_s(window_s: float, levels: int, step_s: float) -> float:
+    """The least warm-up: the daemon's ring of `KEEP_WINDOWS` holding windows is full and the load schedule has
+    visited each of its `levels` once (each level's first retune or model hold is done)."""
+    return max(KEEP_WINDOWS * window_s, levels * step_s)
 
 
 @dataclass(frozen=True)
@@ -134,13 +144,12 @@ def rss_parts(ps: Any) -> dict:
     return {"arenas_mb": round(arenas / MB, 2), "rss_less_arenas_mb": round((total - arenas) / MB, 2)}
 
 
-def retune_cycles(rows: list[dict], starts_s: list[float]) -> list[dict]:
-    """One record per retune cycle: from a retune being asked for until the next one is.
+def rss_cycles(rows: list[dict], starts_s: list[float]) -> list[dict]:
+    """One record per cycle: from each of `starts_s` (run seconds; the load schedule's steps) to the next.
 
-    `starts_s` are the cycle starts in run seconds (the log's retune requests).  Each cycle reports the
-    daemon's RSS peak, trough and last sample (the plateau it settled at before the next retune), and the
-    worker's RSS at the cycle's last sample (0 MB: the worker exited and its memory went back to the OS).
-    """
+    Each cycle reports the daemon's RSS peak, trough and last sample (the plateau it settled at before the next
+    step), and the worker's RSS at the cycle's last sample (0 MB: no worker, or it exited and its memory went
+    back to the OS)."""
     out = []
     bounds = sorted(starts_s)
     for i, start in enumerate(bounds):
@@ -171,7 +180,7 @@ def slope_report(rows: list[dict], cycles: list[dict], warmup_s: float, limit: f
 
     * `samples_least_squares` / `samples_theil_sen`: every post-warm-up 10-s sample (intervals too narrow:
       neighbouring samples are correlated);
-    * `cycle_troughs_theil_sen` / `cycle_lasts_theil_sen`: one point per closed retune cycle that starts
+    * `cycle_troughs_theil_sen` / `cycle_lasts_theil_sen`: one point per closed cycle (load step) that starts
       after the warm-up (its lowest RSS / the RSS it settled at before the next retune), Theil-Sen with Sen's
       interval.  The trough series is the verdict's basis: a leak raises every trough, a plateau leaves them
       level, and a retune's transient peak does not enter it.
@@ -239,12 +248,19 @@ listen = "127.0.0.1:0"
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minutes", type=float, default=35.0)
-    ap.add_argument("--warmup-min", type=float, default=10.0, help="the warm-up lasts at least this long")
+    ap.add_argument(
+        "--warmup-min",
+        type=float,
+        default=10.0,
+        help="the warm-up lasts at least this long (and until the holding-window ring is full and every load level "
+        "was visited once)",
+    )
     ap.add_argument(
         "--warmup-retunes",
         type=int,
-        default=WARMUP_RETUNES,
-        help="... and until this many retunes have decided (default: the model tables the daemon keeps)",
+        default=0,
+        help=f"... and until this many retunes have decided (e.g. {WARMUP_RETUNES}: the model tables the daemon "
+        "keeps; default 0)",
     )
     ap.add_argument("--sample-s", type=float, default=10.0)
     ap.add_argument("--step-s", type=float, default=240.0, help="seconds each load level holds")
@@ -257,7 +273,7 @@ def main() -> int:
     ap.add_argument("--analyse", type=Path, default=None, help="recompute the summary of an earlier run's JSON")
     args = ap.parse_args()
     if args.analyse is not None:
-        return analyse(args.analyse, Warmup(args.warmup_min * 60, args.warmup_retunes), args.json_out)
+        return analyse(args.analyse, args.warmup_min * 60, args.warmup_retunes, args.json_out)
 
     import grpc
     import psutil
@@ -280,7 +296,7 @@ def main() -> int:
     samples: list[dict] = []
     windows: dict[float, dict] = {}  # holding windows seen, by measurement end time
     violations: list[dict] = []
-    last_viol = 0
+    last_viol = last_steady = 0
     out: dict = {
         "bench": "soak_daemon",
         "host": "sim (steps load schedule, wall clock)",
@@ -335,18 +351,22 @@ def main() -> int:
                     in_band = s.band_low_qps <= s.offered_qps <= s.band_high_qps
                     windows[key] = {"qps": s.offered_qps, "tuned_qps": s.tuned_qps, "in_band": in_band}
                 if s.sla_violations_total > last_viol:
-                    in_band = s.band_low_qps <= s.offered_qps <= s.band_high_qps
+                    # the daemon tells the windows apart as it counts them (the load against the band the held
+                    # point was tuned for, before the band moves); a poll would see the band already moved
+                    steady = int(s.sla_violations_steady_total) - last_steady
                     violations.append(
                         {
                             "t_s": round(now - t0, 1),
                             "count": int(s.sla_violations_total - last_viol),
+                            "steady": steady,
                             "qps": round(s.offered_qps),
                             "tuned_qps": round(s.tuned_qps),
-                            "steady_state": bool(in_band),
+                            "steady_state": steady > 0,
                             "p99_us": lat.get("99"),
                         }
                     )
                     last_viol = int(s.sla_violations_total)
+                    last_steady = int(s.sla_violations_steady_total)
             if now >= next_sample:
                 next_sample += args.sample_s
                 try:
@@ -386,7 +406,9 @@ def main() -> int:
     out["wall_s"] = round(time.monotonic() - t0, 1)
     out["violations"] = violations
     out["holding_windows_seen"] = len(windows)
-    summarise(out, samples, logf.read_text(errors="replace"), Warmup(args.warmup_min * 60, args.warmup_retunes))
+    summarise(
+        out, samples, logf.read_text(errors="replace"), warmup_for(out, args.warmup_min * 60, args.warmup_retunes)
+    )
     return finish(out, args.json_out)
 
 
@@ -399,9 +421,10 @@ def summarise(out: dict, samples: list[dict], text: str, warmup: Warmup) -> None
         "min_s": warmup.min_s,
         "retunes": warmup.retunes,
         "cut_s": round(warmup_s, 1),
-        "why": f"the daemon keeps bounded per-retune data (the model tables of its last {MODEL_TABLES} retunes, "
-        f"its last {KEEP_WINDOWS} holding windows, {KEEP_DECISIONS} decisions and {KEEP_TRIALS} trials): its "
-        "heap grows by design until they fill (the trials only after days)",
+        "why": f"the daemon keeps bounded data: its last {KEEP_WINDOWS} holding windows (full after "
+        f"{KEEP_WINDOWS} x {out['window_s']:g} s), the model tables of its last {MODEL_TABLES} retunes (tens of KB "
+        f"each), {KEEP_DECISIONS} decisions and {KEEP_TRIALS} trials (these two fill only after days: a few KB "
+        "per load step)",
     }
     violations = out.get("violations", [])
     started_ids = re.findall(r"retune (\S+) \([^)]*\): up to", text)
@@ -421,7 +444,9 @@ def summarise(out: dict, samples: list[dict], text: str, warmup: Warmup) -> None
     holding = [r for r in good if _is_between(changes, t0_unix + r["t_s"])]
     retuning = [r for r in good if r["state"] == "retuning"]
     requests = _retune_requests(text)
-    cycles = retune_cycles(good, [0.0] + [t - t0_unix for t in requests])
+    last_s = good[-1]["t_s"] if good else 0.0
+    step_s = float(out["step_s"])
+    cycles = rss_cycles(good, [k * step_s for k in range(int(last_s // step_s) + 1)])
     slope = slope_report(good, cycles, warmup_s)
     out.update(
         {
@@ -434,7 +459,7 @@ def summarise(out: dict, samples: list[dict], text: str, warmup: Warmup) -> None
             "trials": good[-1]["trials"] if good else None,
             "guardrail_reverts": good[-1]["reverts"] if good else None,
             "sla_violations": sum(v["count"] for v in violations),
-            "sla_violations_steady_state": sum(v["count"] for v in violations if v["steady_state"]),
+            "sla_violations_steady_state": sum(v.get("steady", v["count"] * v["steady_state"]) for v in violations),
             "rss_mb_first_last": [good[0]["rss_mb"], good[-1]["rss_mb"]] if good else None,
             "rss_mb_max": max((r["rss_mb"] for r in good), default=None),
             "rss_slope": slope,
@@ -456,15 +481,15 @@ def summarise(out: dict, samples: list[dict], text: str, warmup: Warmup) -> None
             "worker_rss_mb_before_each_next_retune": [
                 r["worker_rss_mb"] for r in _last_before(good, requests, t0_unix)
             ],
-            # per retune cycle (retune asked for -> next one asked for): the daemon's RSS peak / trough / last
-            # sample, so a plateau (level troughs) and a leak (rising troughs) can be told apart by eye
+            # per load step of the schedule: the daemon's RSS peak / trough / last sample, so a plateau (level
+            # troughs) and a leak (rising troughs) can be told apart by eye
             "cycles": cycles,
             "sample_rows": good,
         }
     )
     out["targets"] = {
         "rss_slope_mb_per_h_max": 1.0,
-        "rss_slope_basis": "Theil-Sen over the post-warm-up retune cycles' RSS troughs; met when its 95 % CI <= 1",
+        "rss_slope_basis": "Theil-Sen over the post-warm-up load steps' RSS troughs; met when its 95 % CI <= 1",
         "steady_state_sla_violations": 0,
         "tracebacks": 0,
         "every_retune_ended": True,
@@ -490,14 +515,20 @@ def finish(out: dict, json_out: Path | None) -> int:
     return 0 if out["pass"] else 1
 
 
-def analyse(path: Path, warmup: Warmup, json_out: Path | None) -> int:
+def warmup_for(out: dict, minimum_s: float, retunes: int) -> Warmup:
+    """The warm-up of a run described by `out` (its window, levels and step)."""
+    floor = warmup_floor_s(float(out["window_s"]), len(out["levels_qps"]), float(out["step_s"]))
+    return Warmup(max(minimum_s, floor), retunes)
+
+
+def analyse(path: Path, minimum_s: float, retunes: int, json_out: Path | None) -> int:
     """Recompute the summary of an earlier run's JSON (its sample rows and its daemon log)."""
     out = json.loads(path.read_text())
     log = Path(out["log"])
     if "t0_unix" not in out:  # runs before t0_unix was written: the config is written just before the start
         out["t0_unix"] = (log.parent / "tuner.toml").stat().st_mtime
     out["reanalysed_from"] = str(path)
-    summarise(out, out["sample_rows"], log.read_text(errors="replace"), warmup)
+    summarise(out, out["sample_rows"], log.read_text(errors="replace"), warmup_for(out, minimum_s, retunes))
     return finish(out, json_out)
 
 

@@ -180,3 +180,131 @@ def test_fine_windows_hold_by_default_and_hourly_windows_retune() -> None:
 def test_hold_max_p_is_validated() -> None:
     with pytest.raises(Exception, match="hold_max_p"):
         TunerSettings(hold_max_p=0.9)
+
+
+def _daemon(tmp_path, host: FakeHost, **kw) -> Daemon:
+    return Daemon(
+        load_config(write_config(tmp_path, tuning="context = true", **kw)),
+        host=host,
+        optimizers=FakeOptimizers(),
+        serve=False,
+    )
+
+
+def test_a_violating_window_is_steady_inside_the_tuned_band_and_shifted_outside_it(tmp_path) -> None:
+    host = FakeHost(qps=300_000.0)
+    d = _daemon(tmp_path, host, sla_us=1.0)  # every window breaks a 1 µs SLA
+    d.start()
+    try:
+        d.state.tuned_qps = 300_000.0
+        d._hold_window()  # 300 kQPS: inside the band the point was tuned for
+        host.set_offered_qps(600_000.0)  # the load left the band: the point was not chosen for it
+        d._hold_window()
+        s = d.status()
+        assert (s["sla_violations_total"], s["sla_violations_steady_total"]) == (2, 1)
+        reg = d.metrics.registry
+        assert reg.get_sample_value("tuner_sla_violations_total", {"load": "steady"}) == 1
+        assert reg.get_sample_value("tuner_sla_violations_total", {"load": "shifted"}) == 1
+    finally:
+        d._shutdown()
+    again = _daemon(tmp_path, FakeHost(qps=300_000.0), sla_us=1.0)  # counters continue across restarts, by label
+    again.start()
+    try:
+        reg = again.metrics.registry
+        assert reg.get_sample_value("tuner_sla_violations_total", {"load": "steady"}) == 1
+        assert reg.get_sample_value("tuner_sla_violations_total", {"load": "shifted"}) == 1
+        assert again.status()["sla_violations_steady_total"] == 1
+    finally:
+        again._shutdown()
+
+
+def test_the_load_shift_check_holds_from_the_newest_retunes_table(tmp_path) -> None:
+    host = FakeHost(qps=300_000.0)
+    d = _daemon(tmp_path, host, sla_us=5000.0)
+    d.start()
+    try:
+        space = d.space
+        old_pick, new_pick = OperatingPoint(space.itr_us[0], 2.9), OperatingPoint(space.itr_us[-1], space.dvfs_ghz[0])
+        for p in (old_pick, new_pick):
+            md = {"offered_qps": 390_000.0, "latency_us": {"99": 300.0}, "latency_ci_us": {"99": [290.0, 310.0]}}
+            d.state.trials.append(
+                {"status": "completed", "measurement": md, "point": [p.itr_us, p.dvfs_ghz], "time": 0.0}
+            )
+        # the first retune, tuned nearest this load, had not measured `new_pick`; a later one had, a little higher
+        d._models["r000001"] = ModelTable("r000001", 390_000.0, 99.0, (old_pick,), (200.0,), (5.0,), (80.0,), (1.0,))
+        d._models["r000002"] = ModelTable(
+            "r000002", 420_000.0, 99.0, (old_pick, new_pick), (220.0, 400.0), (5.0, 5.0), (82.0, 45.0), (1.0, 1.0)
+        )
+        d.state.tuned_qps = 300_000.0
+        host.set_offered_qps(390_000.0)
+        d._hold_window()
+        assert d.state.held["reason"] == "model" and host.point() == new_pick
+    finally:
+        d._shutdown()
+
+
+def test_a_held_window_over_the_sla_stops_that_point_being_held_there_again() -> None:
+    """A trial vouched for the point; the long window held at it then read over the SLA (near saturation a short
+    trial reads the percentile low): that window is evidence, and the point is not held at that load again."""
+    from dataclasses import replace as dc_replace
+
+    host = FakeHost(qps=300_000.0, seed=3, knobs=KNOBS)
+    opt = _optimizer()
+    run_retune(host, opt, opt.settings)
+    host.set_offered_qps(303_000.0)
+    held = run_retune(host, opt, opt.settings)
+    assert held.held
+    ok = host.measure(60.0)
+    assert not opt.note_held_window(held.point, ok)  # within the SLA: nothing to learn
+    over = dc_replace(ok, latency_us={**ok.latency_us, 99.0: 6000.0})  # the 5000 µs SLA, broken
+    assert opt.note_held_window(held.point, over)
+    again = opt.hold_verdict(303_000.0)
+    assert again.point != held.point
+    assert Optimizer.from_json(opt.to_json())._held_broke == opt._held_broke != []  # kept in the state
+
+
+def test_three_windows_in_a_row_over_the_sla_within_the_margin_revert(tmp_path) -> None:
+    """Each window under SLA + the guardrail's 10 % margin, so no single one reverts; three in a row at the held
+    point, the load steady, are the point failing the SLA there: the daemon reverts to a safer one."""
+    host = FakeHost(qps=300_000.0)
+    space = host.knobs()
+    held = OperatingPoint(space.itr_us[-1], space.dvfs_ghz[0])
+    lat, _, _ = host.model(held.itr_us, held.dvfs_ghz, 300_000.0)
+    d = _daemon(tmp_path, host, sla_us=round(lat[99.0] / 1.05, 1))  # the held point reads 5 % over
+    d.start()
+    try:
+        d._apply(held)
+        d.state.tuned_qps = 300_000.0
+        for _ in range(2):
+            d._hold_window()
+            assert host.point() == held and int(d.state.counters.get("guardrail_reverts", 0)) == 0
+        d._hold_window()
+        assert host.point() != held and d.state.counters["guardrail_reverts"] == 1
+        assert "3 windows in a row" in d.state.decisions[-1]["detail"]
+    finally:
+        d._shutdown()
+
+
+def test_the_load_shift_check_never_holds_a_point_a_window_measured_over_the_sla(tmp_path) -> None:
+    host = FakeHost(qps=300_000.0)
+    d = _daemon(tmp_path, host, sla_us=5000.0)
+    d.start()
+    try:
+        space = d.space
+        safe, cheap = OperatingPoint(space.itr_us[0], 2.9), OperatingPoint(space.itr_us[-1], space.dvfs_ghz[0])
+        for p in (safe, cheap):
+            md = {"offered_qps": 390_000.0, "latency_us": {"99": 300.0}, "latency_ci_us": {"99": [290.0, 310.0]}}
+            d.state.trials.append(
+                {"status": "completed", "measurement": md, "point": [p.itr_us, p.dvfs_ghz], "time": 0.0}
+            )
+        d._models["r000001"] = ModelTable(
+            "r000001", 390_000.0, 99.0, (safe, cheap), (220.0, 400.0), (5.0, 5.0), (82.0, 45.0), (1.0, 1.0)
+        )
+        over = {"offered_qps": 385_000.0, "latency_us": {"99": 5400.0}, "latency_ci_us": {"99": [5300.0, 5500.0]}}
+        d.state.windows.append({"point": [cheap.itr_us, cheap.dvfs_ghz], "qps": 385_000.0, "measurement": over})
+        d.state.tuned_qps = 300_000.0
+        host.set_offered_qps(390_000.0)
+        d._hold_window()
+        assert d.state.held["reason"] == "model" and host.point() == safe  # the cheap point broke it here
+    finally:
+        d._shutdown()

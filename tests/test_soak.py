@@ -258,20 +258,20 @@ def _sawtooth_run(mb_per_h: float, hours: float = 2.0, cycle_s: float = 300.0) -
 def test_soak_slope_tells_a_plateau_from_a_leak_despite_retune_swings():
     bench = _soak_bench()
     flat_rows, starts = _sawtooth_run(0.0)
-    flat = bench.slope_report(flat_rows, bench.retune_cycles(flat_rows, starts), warmup_s=600.0)
+    flat = bench.slope_report(flat_rows, bench.rss_cycles(flat_rows, starts), warmup_s=600.0)
     assert flat["verdict"] == "met", flat
     lo, hi = flat["cycle_troughs_theil_sen"]["ci95"]
     assert lo <= 0.0 <= hi and hi <= 1.0
     assert flat["warmup_cut_s"] == 600.0 and flat["post_warmup_cycles"] == len(starts) - 2 - 1  # last is open
 
     leak_rows, starts = _sawtooth_run(5.0)
-    leak = bench.slope_report(leak_rows, bench.retune_cycles(leak_rows, starts), warmup_s=600.0)
+    leak = bench.slope_report(leak_rows, bench.rss_cycles(leak_rows, starts), warmup_s=600.0)
     assert leak["verdict"] == "exceeded", leak
     lo, hi = leak["cycle_troughs_theil_sen"]["ci95"]
     assert lo <= 5.0 <= hi
 
     short_rows, starts = _sawtooth_run(0.0, hours=0.4)  # too few cycles after warm-up to bound the slope
-    short = bench.slope_report(short_rows, bench.retune_cycles(short_rows, starts), warmup_s=600.0)
+    short = bench.slope_report(short_rows, bench.rss_cycles(short_rows, starts), warmup_s=600.0)
     assert short["verdict"] == "not shown", short
 
 
@@ -281,7 +281,7 @@ def test_soak_cycles_report_peak_trough_and_settled_rss_per_retune():
         {"t_s": t, "rss_mb": rss, "worker_rss_mb": w}
         for t, rss, w in [(0, 100.0, 0.0), (10, 130.0, 400.0), (20, 120.0, 0.0), (30, 125.0, 300.0), (40, 121.0, 0.0)]
     ]
-    cycles = bench.retune_cycles(rows, [0.0, 25.0])
+    cycles = bench.rss_cycles(rows, [0.0, 25.0])
     assert [(c["rss_mb_peak"], c["rss_mb_trough"], c["rss_mb_last"]) for c in cycles] == [
         (130.0, 100.0, 120.0),
         (125.0, 121.0, 121.0),
@@ -290,7 +290,7 @@ def test_soak_cycles_report_peak_trough_and_settled_rss_per_retune():
     assert cycles[0]["worker_rss_mb_last"] == 0.0 and cycles[0]["end_s"] == 25.0
     assert "rss_less_arenas_mb_trough" not in cycles[0]  # only when the samples split RSS
     split = [{**r, "rss_less_arenas_mb": r["rss_mb"] - 20.0} for r in rows]
-    assert [c["rss_less_arenas_mb_trough"] for c in bench.retune_cycles(split, [0.0, 25.0])] == [80.0, 101.0]
+    assert [c["rss_less_arenas_mb_trough"] for c in bench.rss_cycles(split, [0.0, 25.0])] == [80.0, 101.0]
 
 
 def test_soak_rss_parts_split_the_daemons_memory():
@@ -307,7 +307,11 @@ def test_soak_warmup_lasts_until_the_daemons_bounded_stores_fill():
     assert bench.Warmup(600.0, 8).cut_s(decisions) == 800.0  # the 8th decision, later than the minimum
     assert bench.Warmup(900.0, 8).cut_s(decisions) == 900.0
     assert bench.Warmup(600.0, 8).cut_s(decisions[:5]) == float("inf")  # all warm-up: no slope claimed
-    assert bench.WARMUP_RETUNES >= 1
+    assert bench.Warmup(600.0, 0).cut_s(decisions[:2]) == 600.0  # by default no retune is waited for
+    # ... but the holding-window ring must be full and every load level visited once
+    run = {"window_s": 5.0, "levels_qps": [1, 2, 3, 4, 5, 6], "step_s": 240.0}
+    assert bench.warmup_for(run, 600.0, 0).min_s == max(bench.KEEP_WINDOWS * 5.0, 6 * 240.0)
+    assert bench.warmup_for(run, 7200.0, 0).min_s == 7200.0
 
 
 @pytest.fixture(autouse=True)

@@ -66,6 +66,7 @@ class DaemonBase:
         self._started_at = time.time()
         self._last_measurement: dict[str, Any] | None = None
         self._current_point: OperatingPoint | None = None
+        self._over_streak = 0  # holding windows in a row over the SLA at the held point, the load in its band
         self._retune_progress = (0, 0)
         self._history_trials = 0  # history trials the current/last retune's optimiser was seeded with
         self._models: dict[str, ModelTable] = {}
@@ -136,8 +137,12 @@ class DaemonBase:
 
     def _restore_counter(self, name: str, n: int) -> None:
         m = self.metrics
-        if name == "sla_violations":
-            m.violations.inc(n)
+        if name == "sla_violations":  # the total; those outside the tuned band are restored by their own key
+            m.violations.labels(load="steady").inc(
+                max(0, n - int(self.state.counters.get("sla_violations:shifted", 0)))
+            )
+        elif name == "sla_violations:shifted":
+            m.violations.labels(load="shifted").inc(n)
         elif name == "guardrail_reverts":
             m.reverts.inc(n)
         elif name.startswith("retunes:"):

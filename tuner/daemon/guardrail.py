@@ -21,9 +21,14 @@ from tuner.config import PolicyConfig
 from tuner.daemon.plain import latency_at, measurement_dict, point_from, point_list, safe_corner
 from tuner.daemon.safety import at_least_as_safe, idle_point
 from tuner.daemon.status import DaemonReads
-from tuner.optimize.decision import HoldCandidate, HoldVerdict
+from tuner.optimize.decision import HoldCandidate, HoldVerdict, held_over
+from tuner.optimize.safety import SAFE_LOAD_TOL
 
 log = logging.getLogger("tuner.daemon.loop")  # one logger for the whole control loop (operators filter on it)
+
+#: Holding windows in a row over the SLA (each within the guardrail's margin), at the held point with the load in
+#: its band, that count as a breach: one such window is noise as often as not; three are the point failing there.
+SUSTAINED_WINDOWS = 3
 
 
 class Guardrail(DaemonReads):
@@ -81,16 +86,36 @@ class Guardrail(DaemonReads):
                 self.state.counters["windows"] += 1
 
     def _check_sla(self, m: Measurement, when: float) -> bool:
-        """Count an SLA violation; revert (`_guardrail`) when the window broke SLA + margin. True if it did."""
+        """Count an SLA violation; revert (`_guardrail`) when the window broke SLA + margin, or when
+        `SUSTAINED_WINDOWS` windows in a row at the held point, the load in its band, broke the SLA. True if it
+        reverted."""
         pol = self.policy()
         lat = m.latency_us.get(pol.percentile)
+        steady_over = False
         if lat is not None and lat > pol.sla_us:
-            self.metrics.violations.inc()
+            load = "shifted" if self._outside_band(m.offered_qps) else "steady"
+            self.metrics.violations.labels(load=load).inc()
             self._count("sla_violations")
+            if load == "shifted":
+                self._count("sla_violations:shifted")
+            steady_over = load == "steady" and m.point is not None and m.point == self._current_point
+        self._over_streak = self._over_streak + 1 if steady_over else 0
         if lat is not None and lat > pol.sla_us * (1 + self.config.tuning.guardrail_margin_pct / 100):
+            self._over_streak = 0
             self._guardrail(m, when, lat, pol)
             return True
+        if lat is not None and self._over_streak >= SUSTAINED_WINDOWS:
+            self._over_streak = 0
+            self._guardrail(m, when, lat, pol, streak=SUSTAINED_WINDOWS)
+            return True
         return False
+
+    def _outside_band(self, qps: float) -> bool:
+        """Whether load `qps` lies outside the band the held point was tuned for (`tuning.load_change_pct` around
+        `tuned_qps`): a window that breaks the SLA there is a load shift the point was not chosen for (the daemon
+        holds another point or retunes next), not a steady-state violation."""
+        tuned = self.state.tuned_qps
+        return tuned > 0 and abs(qps - tuned) > self.config.tuning.load_change_pct / 100 * tuned
 
     def _guard_window(self) -> None:
         """One window while the loop waits for something else (an optimiser worker starting): measured, kept,
@@ -113,9 +138,12 @@ class Guardrail(DaemonReads):
     def _model_hold(self, qps: float) -> HoldVerdict:
         """`hold_or_retune` at `qps` with `tuning.hold_max_p` (contextual tuning only): the completed trials measured
         within the limit the optimiser's `best` applies (load, point), and as candidates the prediction table
-        (`_model_table`) of the retune tuned nearest to `qps` at a load no lower than `qps` (less
-        `HOLD_LOAD_TOL`; the percentile rises with load, so its prediction is not optimistic) and within
-        `HOLD_NEAR` of it, P(over the limit) from its mean and SEM x `safe_sd_scale` (normal)."""
+        (`_model_table`) of the newest retune tuned at a load no lower than `qps` (less `HOLD_LOAD_TOL`; the
+        percentile rises with load, so its prediction is not optimistic) and within `HOLD_NEAR` of it, P(over the
+        limit) from its mean and SEM x `safe_sd_scale` (normal). The newest, not the nearest in load: its model saw
+        every trial before it, so it knows the points later retunes found at this load (the nearest could be a
+        first retune's table that never saw them: a soak held 95.5 W at 590 kQPS where a later retune had measured a
+        point at 79.9 W)."""
         from tuner.optimize.decision import HOLD_LOAD_TOL, HOLD_NEAR, hold_or_retune, outside_measured
         from tuner.optimize.settings import TunerSettings, met_limit_us
 
@@ -145,9 +173,29 @@ class Guardrail(DaemonReads):
         ]
         candidates = []
         if usable:
-            table = min(reversed(usable), key=lambda m: abs(m.tuned_qps - qps))  # ties: the newest
-            candidates = table_candidates(table, limit, t.safe_sd_scale)
+            table = usable[-1]  # tables are kept in retune order
+            broke = self._held_over_sla(pol)
+            candidates = [
+                c
+                for c in table_candidates(table, limit, t.safe_sd_scale)
+                if not held_over(c.point, qps, broke, SAFE_LOAD_TOL)
+            ]
         return hold_or_retune(qps, measured, candidates, max_p=t.hold_max_p)
+
+    def _held_over_sla(self, pol: PolicyConfig) -> list[tuple[OperatingPoint, float]]:
+        """(point, load) of the kept holding windows whose percentile's whole 95 % CI was over the SLA: a
+        window is a measurement too, and one over the SLA outweighs the trial that vouched for its point."""
+        with self._lock:
+            windows = list(self.state.windows)
+        out = []
+        for w in windows:
+            md = w.get("measurement") or {}
+            ci = (md.get("latency_ci_us") or {}).get(f"{pol.percentile:g}")
+            lat = latency_at(md, pol.percentile)
+            p = point_from(w.get("point"))
+            if p is not None and lat is not None and min(lat, ci[0] if ci else lat) > pol.sla_us:
+                out.append((p, float(w.get("qps") or 0.0)))
+        return out
 
     def _hold_modelled(self, point: OperatingPoint, qps: float, why: str) -> None:
         """Hold a point `_model_hold` chose for load `qps` (a decision of reason "model", no trial); the band is
@@ -229,7 +277,9 @@ class Guardrail(DaemonReads):
                 continue
         return safe_corner(self.knob_space), "safe corner (minimum ITR, maximum frequency)"
 
-    def _guardrail(self, m: Measurement, when: float, lat: float, pol: PolicyConfig) -> None:
+    def _guardrail(self, m: Measurement, when: float, lat: float, pol: PolicyConfig, streak: int = 0) -> None:
+        """Revert to `fallback_point`; `streak` > 0: the breach was that many windows in a row over the SLA
+        (within the margin), not one window over SLA + margin."""
         point, why = self.fallback_point(m.offered_qps, self._current_point)
         if point == self._current_point:
             log.warning(
@@ -248,9 +298,13 @@ class Guardrail(DaemonReads):
             "reason": "guardrail",
             "point": point_list(point),
             "met_sla": False,
-            "detail": f"p{pol.percentile:g} {lat:.0f} µs > SLA {pol.sla_us:.0f} µs + "
-            f"{self.config.tuning.guardrail_margin_pct:g}% at {m.offered_qps:.0f} QPS; "
-            f"reverted to {point}: {why}",
+            "detail": (
+                f"p{pol.percentile:g} over SLA {pol.sla_us:.0f} µs in {streak} windows in a row (last {lat:.0f} µs)"
+                if streak
+                else f"p{pol.percentile:g} {lat:.0f} µs > SLA {pol.sla_us:.0f} µs + "
+                f"{self.config.tuning.guardrail_margin_pct:g}%"
+            )
+            + f" at {m.offered_qps:.0f} QPS; reverted to {point}: {why}",
             "qps": m.offered_qps,
             "time": time.time(),
             "measurement": measurement_dict(m, when),

@@ -120,7 +120,9 @@ class DaemonMetrics:
             retunes=Counter("tuner_retunes", "Retunes started, by reason.", ["reason"], registry=r),
             violations=Counter(
                 "tuner_sla_violations",
-                "Holding windows whose latency exceeded the SLA (trials explore and are not counted).",
+                "Holding windows whose latency exceeded the SLA (trials explore and are not counted), by load: "
+                "steady (inside the band the held point was tuned for) or shifted (the load had left it).",
+                ["load"],
                 registry=r,
             ),
             reverts=Counter(
@@ -219,6 +221,8 @@ class DaemonMetrics:
             m.retunes.labels(reason=reason)
         for status in TRIAL_STATUSES:
             m.trials.labels(status=status)
+        for load in ("steady", "shifted"):
+            m.violations.labels(load=load)
         return m
 
     def set_point(self, point: OperatingPoint | None) -> None:

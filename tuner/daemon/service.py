@@ -179,6 +179,7 @@ def make_servicer(daemon: Any) -> Any:
                 trials_total=s["trials_total"],
                 guardrail_reverts_total=s["guardrail_reverts_total"],
                 sla_violations_total=s["sla_violations_total"],
+                sla_violations_steady_total=s["sla_violations_steady_total"],
                 host=str(s["host"]),
                 version=s["version"],
                 uptime_s=s["uptime_s"],

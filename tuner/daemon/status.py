@@ -70,6 +70,9 @@ class DaemonReads(Observing):
                 "trials_total": int(s.counters.get("trials", 0)),
                 "guardrail_reverts_total": int(s.counters.get("guardrail_reverts", 0)),
                 "sla_violations_total": int(s.counters.get("sla_violations", 0)),
+                "sla_violations_steady_total": max(
+                    0, int(s.counters.get("sla_violations", 0)) - int(s.counters.get("sla_violations:shifted", 0))
+                ),
                 "host": getattr(self.host, "name", self.config.host.spec),
                 "version": VERSION,
                 "uptime_s": time.time() - self._started_at,

@@ -178,6 +178,16 @@ def hold_or_retune(
     )
 
 
+def held_over(
+    point: OperatingPoint, qps: float, broke: Sequence[tuple[OperatingPoint, float]], load_tol: float
+) -> bool:
+    """Whether a window held at `point`'s ITR, at its frequency or a higher one, broke the SLA (`broke`: point,
+    load) at a load at most `qps` x (1 + `load_tol`): a slower core or a higher load can only do worse (pure;
+    the replay's optimiser and the daemon's load-shift check both leave such points out of a hold)."""
+    top = qps * (1 + load_tol)
+    return any(p.itr_us == point.itr_us and p.dvfs_ghz >= point.dvfs_ghz - 5e-4 and q <= top for p, q in broke)
+
+
 def _loads(measured_loads: Sequence[float]) -> list[float]:
     return sorted(q for q in measured_loads if math.isfinite(q) and q > 0)
 

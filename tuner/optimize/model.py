@@ -50,6 +50,9 @@ class ExperimentModel:
         self._pending: dict[int, Pending] = {}
         self._line_t: dict[int, float] = {}  # safe-start trials: their position on the safe line
         self._borrowed: set[int] = set()  # Ax trials of other hosts (add_history(borrowed=True))
+        # held windows measured over the SLA: (cell, load normalised as the model's `load`), evidence of danger
+        # beside the trials (`note_held_window`)
+        self._held_broke: list[tuple[tuple[int, int], float]] = []
         self._grid_cache: tuple[Any, dict[str, Any] | None] | None = None  # (key, last full-grid prediction)
         self._stop_s = 0.0  # compute of the stopping rule since the last suggestion
         self._refine: Pending | None = None  # the refining trial the stopping rule asked for (`refine_step`)

@@ -58,6 +58,7 @@ from tuner.optimize.decision import (
     HoldCandidate,
     HoldVerdict,
     best_decision,
+    held_over,
     hold_or_retune,
     outside_measured,
 )
@@ -75,6 +76,7 @@ from tuner.optimize.records import (
     record_from_dict,
     record_to_dict,
 )
+from tuner.optimize.safety import SAFE_LOAD_TOL
 from tuner.optimize.settings import Objective, TunerSettings, itr_candidates
 from tuner.optimize.stopping import StoppingRule
 from tuner.optimize.surrogate import GridPredictor
@@ -291,6 +293,22 @@ class Optimizer(StoppingRule):
         """
         return best_decision(self.retune_trials(), self.objective, self.settings, self.space)
 
+    def note_held_window(self, point: OperatingPoint, m: Measurement) -> bool:
+        """Keep a window measured while `point` was held (a model hold or a retune's decision) as evidence when its
+        percentile was over the SLA: the safety filter then treats it as it treats a trial over the SLA (no point
+        at its frequency or below, near its ITR, is held or tried at its load or above, `acquisition.vetoed`).
+        A held window is a long measurement, often far longer than the trials that vouched for the point: a
+        trial that read within the limit near saturation must not let the same point be held again and again
+        over the SLA. Context mode only; True when the window was kept."""
+        if not self.settings.context or not m.offered_qps > 0 or self.objective.met(m):
+            return False
+        try:
+            cell = self._cell_of(point)
+        except (TunerError, ValueError):
+            return False  # a point off this host's knobs (another host's safe corner): nothing to veto here
+        self._held_broke.append((cell, float(m.offered_qps) / self.settings.context_max_qps))
+        return True
+
     def hold_verdict(self, qps: float) -> HoldVerdict:
         """Whether the retune begun at `qps` (`begin_retune`) can hold the model's point without trials:
         `decision.hold_or_retune` with `settings.hold_max_p`, over the model's trials measured within the limit
@@ -315,6 +333,8 @@ class Optimizer(StoppingRule):
         # only points measured within the limit at this load or above can be held (`hold_or_retune`)
         floor = qps * (1 - HOLD_LOAD_TOL)
         cells = sorted({self._cell_of(p) for q, p in measured if q >= floor})
+        broke = [(self._grid_point(c), q * s.context_max_qps) for c, q in self._held_broke]
+        cells = [c for c in cells if not held_over(self._grid_point(c), qps, broke, SAFE_LOAD_TOL)]
         if cells and s.safe_delta > 0 and s.safe_radius > 0:
             cells = [c for c, ok in zip(cells, self._supported(cells, evidence)) if ok]
         grid = self._grid_model(self._load, refit=True, cells=cells) if cells else None
@@ -399,6 +419,7 @@ class Optimizer(StoppingRule):
                 "retune": {"start": self._retune_start, "load": self._load},
                 "line_t": {str(i): t for i, t in self._line_t.items()},
                 "borrowed": sorted(self._borrowed),
+                "held_broke": [[i, j, q] for (i, j), q in self._held_broke],
                 "ax": snapshot,
             }
         )
@@ -442,6 +463,7 @@ class Optimizer(StoppingRule):
             self._load = opt_float(retune.get("load"))
             self._line_t = {int(i): float(t) for i, t in (d.get("line_t") or {}).items()}
             self._borrowed = {int(i) for i in d.get("borrowed") or ()}
+            self._held_broke = [((int(i), int(j)), float(q)) for i, j, q in d.get("held_broke") or ()]
             self._grid_cache, self._stop_s, self._evidence_cache, self._refine = None, 0.0, None, None
             self._hyper_fit, self._fitted_on = None, None
             self._predictor, self._reported = GridPredictor(), {}

@@ -212,13 +212,14 @@ class SafeExploration(ExperimentModel):
     def _evidence(self) -> tuple[Any, Any, Any, Any]:
         """Every completed trial in the model: normalised knob coordinates (n x 2), load (normalised; 0 without
         context), whether its percentile was within the limit `best` applies (`_met_limit_us`) and whether it
-        was over the SLA."""
+        was over the SLA; then each held window that was over the SLA (`note_held_window`: never within the
+        limit, always over)."""
         import numpy as np
         from ax.core.base_trial import TrialStatus
 
         exp = self._client._experiment
         done = sorted(exp.trial_indices_by_status[TrialStatus.COMPLETED])
-        key = (id(self._client), tuple(done))
+        key = (id(self._client), tuple(done), len(self._held_broke))
         if self._evidence_cache is not None and self._evidence_cache[0] == key:
             return self._evidence_cache[1]
         lat: dict[int, float] = {}
@@ -239,6 +240,12 @@ class SafeExploration(ExperimentModel):
             loads.append(float(params.get("load", 0.0)))
             met.append(lat[ti] <= limit)
             broke.append(lat[ti] > sla)
+        for k, (cell, load) in enumerate(self._held_broke):
+            used.append(-1 - k)  # not an Ax trial: a held window (never borrowed, never within the limit)
+            cells.append(cell)
+            loads.append(load)
+            met.append(False)
+            broke.append(True)
         out = (
             self._coords(cells),
             np.array(loads, dtype=float),

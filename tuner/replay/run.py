@@ -285,6 +285,8 @@ def _run_tuner_window(
             steady = host.measure(remaining)
         except Exception as exc:  # noqa: BLE001 - report, do not abort the replay
             error = f"hold measurement failed: {type(exc).__name__}: {exc}"
+        else:
+            opt.note_held_window(decision.point, steady)  # over the SLA: not held (or tried) there again
     energy = explore_e + (steady.energy_j if steady is not None else 0.0)
     elapsed = explore_s + (steady.seconds if steady is not None else 0.0)
     return WindowResult(
