@@ -390,11 +390,12 @@ class _MovedRetune:
         raise RuntimeError("no model in this stub")
 
 
-@pytest.mark.parametrize("last_qps,moved", [(600_000.0, True), (110_000.0, False)])
+@pytest.mark.parametrize("last_qps,moved", [(600_000.0, True), (110_000.0, False), (60_000.0, False)])
 def test_a_point_met_at_a_load_the_retune_left_is_not_held(tmp_path, last_qps, moved):
     # the load moved 100K -> 600K during a retune and the only point that met the SLA was measured at 100K:
     # holding it at 600K broke the SLA by 40x until the guardrail reverted; the daemon holds the safe corner
-    # and retunes at once instead (a drift within the load band keeps the decision)
+    # and retunes at once instead (a drift within the load band keeps the decision, and so does a fall: a point
+    # that met the SLA at a higher load vouches for a lower one)
     from tests.daemon_fakes import FakeOptimizers
     from tuner.config import load_config
     from tuner.daemon.loop import Daemon

@@ -327,8 +327,11 @@ class RetuneDriver(HistoryLayer):
         log.info("trial %s/%d %s: %s", rid, row["index"], status, describe(row, self.policy().percentile))
 
     def _load_moved(self, mdict: dict[str, Any] | None, qps_values: list[float]) -> tuple[float, float] | None:
-        """(load the chosen point was measured at, load of the retune's last trial) when they differ by more
-        than the load band (`tuning.load_change_pct`); None when they agree or either is unknown."""
+        """(load the chosen point was measured at, load of the retune's last trial) when the load rose above the
+        first by more than the load band (`tuning.load_change_pct`); None when it stayed in the band, fell, or either
+        is unknown. A fall keeps the decision: the percentile rises with load, so a point that met the SLA at a
+        higher load vouches for a lower one (the holding windows' band check then holds a cheaper point or
+        retunes)."""
         if not mdict or not qps_values:
             return None
         at, now = float(mdict.get("offered_qps") or 0.0), float(qps_values[-1])
@@ -401,7 +404,7 @@ def _close(opt: Any) -> None:
 
 
 def _load_moved_from(at: float, now: float, band: float) -> bool:
-    return at > 0 and now > 0 and abs(at - now) > band * now
+    return at > 0 and now > 0 and now - at > band * now
 
 
 def _retune_trials(opt: Any) -> list[Any]:
