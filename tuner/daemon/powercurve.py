@@ -20,8 +20,8 @@ under-stated, the safe side of an SLA. The table keeps only the points that can 
 frontier of (upper latency bound, power) at some grid load -- every SLA's best point at a grid load is among
 them; between grid loads a point dominated at both neighbours is left out (it could win only by the
 interpolation's own error). Each curve point says whether its load lies outside the loads this host's trials
-were measured at (`extrapolated`: the model extrapolates there; its standard errors grow, its mean can be
-wrong in shape). Loads above the table (past `context_max_qps`, where the model's load input saturates) are
+were measured at, less or more `MEASURED_TOL` (`extrapolated`: the model extrapolates there; its standard
+errors grow, its mean can be wrong in shape). Loads above the table (past `context_max_qps`, where the model's load input saturates) are
 answered with no point.
 """
 
@@ -44,6 +44,9 @@ MAX_CURVE_POINTS = 200
 DEFAULT_CURVE_POINTS = 20
 #: Largest load a request may name (requests/s), as `GetOperatingPoint`.
 MAX_QPS = 1e10
+#: A load within this share of the measured loads' range counts as measured (a window's offered load
+#: jitters around the load asked for: the simulated host's 200k QPS windows measure 200.3k).
+MEASURED_TOL = 0.02
 
 
 @dataclass(frozen=True)
@@ -227,7 +230,7 @@ def load_curve(table: LoadTable, loads: Sequence[float], sla_us: float, *, z: fl
     measured = table.measured_qps
     out = []
     for q in loads:
-        outside = measured is None or not measured[0] <= q <= measured[1]
+        outside = measured is None or not measured[0] * (1 - MEASURED_TOL) <= q <= measured[1] * (1 + MEASURED_TOL)
         src = f"model {table.retune_id}"
         if q > grid[-1] * (1 + 1e-12) or q < grid[0]:
             beyond = f"{src}: beyond its loads ({grid[0]:.0f}..{grid[-1]:.0f} QPS)"
