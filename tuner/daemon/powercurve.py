@@ -14,9 +14,10 @@ Over a range of loads (`load_curve`) the source is the newest retune's multi-loa
 contextual model, which saw every trial, predicted at a grid of loads from 0 to `context_max_qps` by the
 optimiser worker, `tuner.optimize.loadtable`). At a load between two grid loads every point's predicted
 latency, power and standard errors are interpolated linearly, then the same rule picks the best point.
-Linear in µs on purpose: a point's tail latency is convex in the load (a queue's ~1/(capacity - load)), so
-the chord between two grid loads lies above it -- between grid loads the latency is over-stated, never
-under-stated, the safe side of an SLA. The table keeps only the points that can be best: those on the
+Linear in µs: where a point nears saturation its tail latency is convex in the load (a queue's
+~1/(capacity - load)) and the chord between two grid loads over-states it, the safe side of an SLA; elsewhere,
+on the simulated host, the chord and the model's own prediction at the load differ by well under 1 %
+(`bench/power_curve.py`, docs/trial-store.md). The table keeps only the points that can be best: those on the
 frontier of (upper latency bound, power) at some grid load -- every SLA's best point at a grid load is among
 them; between grid loads a point dominated at both neighbours is left out (it could win only by the
 interpolation's own error). Each curve point says whether its load lies outside the loads this host's trials
@@ -239,21 +240,25 @@ def load_curve(table: LoadTable, loads: Sequence[float], sla_us: float, *, z: fl
         k = min(max(bisect.bisect_right(grid, q) - 1, 0), len(grid) - 2)
         w = min(max((q - grid[k]) / (grid[k + 1] - grid[k]), 0.0), 1.0)
         if w in (0.0, 1.0):
-            r = k if w == 0.0 else k + 1
-            vals = [getattr(table, f)[r] for f in FIELDS]
-            src += f" at {grid[r]:.0f} QPS"
+            k, w = (k, 0.0) if w == 0.0 else (k + 1, 0.0)
+            src += f" at {grid[k]:.0f} QPS"
         else:
-            vals = [
-                [(1 - w) * a + w * b for a, b in zip(getattr(table, f)[k], getattr(table, f)[k + 1])] for f in FIELDS
-            ]
             src += f", interpolated {grid[k]:.0f}..{grid[k + 1]:.0f} QPS"
-        lat, lat_sem, pw, pw_sem = vals
-        ok = [i for i in range(len(table.points)) if lat[i] + z * lat_sem[i] <= sla_us]
+        k1 = min(k + 1, len(grid) - 1)
+
+        def at(f: str, i: int, k: int = k, k1: int = k1, w: float = w) -> float:
+            rows = getattr(table, f)
+            return rows[k][i] if w == 0.0 else (1 - w) * rows[k][i] + w * rows[k1][i]
+
+        lat, sem = table.latency_us, table.latency_sem
+        upper = [(1 - w) * (lat[k][i] + z * sem[k][i]) + w * (lat[k1][i] + z * sem[k1][i]) for i in range(len(lat[k]))]
+        ok = [i for i, u in enumerate(upper) if u <= sla_us]  # the bound is linear too: interpolate it at once
         if not ok:
             out.append(CurvePoint(q, None, math.nan, math.nan, math.nan, math.nan, False, src, outside))
             continue
-        i = min(ok, key=lambda j: pw[j])
-        out.append(CurvePoint(q, table.points[i], pw[i], pw_sem[i], lat[i], lat_sem[i], True, src, outside))
+        i = min(ok, key=lambda j: at("power_w", j))
+        values = (at("power_w", i), at("power_sem", i), at("latency_us", i), at("latency_sem", i))
+        out.append(CurvePoint(q, table.points[i], *values, True, src, outside))
     return out
 
 
