@@ -29,17 +29,28 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from actuators.sim.host import SimHost  # noqa: E402 - after the path
-from tuner.config import SETTINGS_FIELDS, GrpcConfig, PolicyConfig, TuningConfig  # noqa: E402
-from tuner.daemon.powercurve import load_curve, reduce_table, table_dict  # noqa: E402
-from tuner.daemon.status import MODEL_Z, DaemonReads  # noqa: E402
-from tuner.optimize.optimizer import Optimizer  # noqa: E402
-from tuner.optimize.retune import run_retune  # noqa: E402
-from tuner.optimize.settings import Objective, TunerSettings  # noqa: E402
+from actuators.sim.host import SimHost
+from tuner.config import SETTINGS_FIELDS, GrpcConfig, PolicyConfig, TuningConfig
+from tuner.daemon.powercurve import load_curve, reduce_table, table_dict
+from tuner.daemon.status import MODEL_Z, DaemonReads
+from tuner.optimize.optimizer import Optimizer
+from tuner.optimize.retune import run_retune
+from tuner.optimize.settings import Objective, TunerSettings
+
+
+def _commit() -> str:
+    import subprocess
+
+    tree = Path(__file__).resolve().parents[1]
+    return subprocess.run(
+        ["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
 
 
 def _table_bytes(t: Any) -> int:
-    rows = sum(len(r) * r.itemsize for f in ("latency_us", "latency_sem", "power_w", "power_sem") for r in getattr(t, f))
+    rows = sum(
+        len(r) * r.itemsize for f in ("latency_us", "latency_sem", "power_w", "power_sem") for r in getattr(t, f)
+    )
     return rows + len(t.points) * 72  # an OperatingPoint: object + int + float
 
 
@@ -148,7 +159,7 @@ def main() -> int:
     table = reduce_table("r", a.percentile, raw, z=MODEL_Z)
     reduce_cpu = time.process_time() - t0
     report = {
-        "commit": os.popen("git -C " + str(Path(__file__).resolve().parents[1]) + " rev-parse --short HEAD").read().strip(),
+        "commit": _commit(),
         "load_average": os.getloadavg(),
         "retunes": a.loads,
         "trials": len(opt.trials()),

@@ -219,7 +219,10 @@ def _curve_text(r: Any) -> str:
     head = f"p{r.percentile:g} <= {r.sla_us:g} µs"
     if r.measured_qps_max:
         head += f"; this host measured {r.measured_qps_min:.0f}..{r.measured_qps_max:.0f} QPS"
-    rows = [head, f"{'QPS':>9} {'ITR µs':>6} {'GHz':>5} {'power W':>12} {'p' + format(r.percentile, 'g') + ' µs':>14}  source"]
+    rows = [
+        head,
+        f"{'QPS':>9} {'ITR µs':>6} {'GHz':>5} {'power W':>12} {'p' + format(r.percentile, 'g') + ' µs':>14}  source",
+    ]
     for c in r.points:
         flag = "  [extrapolated]" if c.extrapolated else ""
         if not c.meets_sla:

@@ -210,7 +210,9 @@ def curve_loads(qps_min: Any, qps_max: Any, points: Any, table: LoadTable | None
     table, qps_min / qps_max must be given). `InputError` naming the first bad field."""
     lo, hi = _qps_field("qps_min", qps_min), _qps_field("qps_max", qps_max)
     if isinstance(points, bool) or not isinstance(points, int) or not 0 <= points <= MAX_CURVE_POINTS:
-        raise InputError(f"points: expected a count in [0, {MAX_CURVE_POINTS}] (0 = {DEFAULT_CURVE_POINTS}), got {points!r}")
+        raise InputError(
+            f"points: expected a count in [0, {MAX_CURVE_POINTS}] (0 = {DEFAULT_CURVE_POINTS}), got {points!r}"
+        )
     if table is not None:
         lo = lo or next((q for q in table.loads_qps if q > 0), table.loads_qps[-1])
     if not hi:  # unset: the table's highest load (a qps_min above it is one load, answered as beyond the table)
@@ -245,20 +247,25 @@ def load_curve(table: LoadTable, loads: Sequence[float], sla_us: float, *, z: fl
         else:
             src += f", interpolated {grid[k]:.0f}..{grid[k + 1]:.0f} QPS"
         k1 = min(k + 1, len(grid) - 1)
-
-        def at(f: str, i: int, k: int = k, k1: int = k1, w: float = w) -> float:
-            rows = getattr(table, f)
-            return rows[k][i] if w == 0.0 else (1 - w) * rows[k][i] + w * rows[k1][i]
-
-        lat, sem = table.latency_us, table.latency_sem
-        upper = [(1 - w) * (lat[k][i] + z * sem[k][i]) + w * (lat[k1][i] + z * sem[k1][i]) for i in range(len(lat[k]))]
-        ok = [i for i, u in enumerate(upper) if u <= sla_us]  # the bound is linear too: interpolate it at once
+        lat0, lat1, sem0, sem1 = table.latency_us[k], table.latency_us[k1], table.latency_sem[k], table.latency_sem[k1]
+        pw0, pw1 = table.power_w[k], table.power_w[k1]
+        # the upper bound is linear in the interpolated values: interpolated at once; the rest for the chosen point
+        if w == 0.0:
+            ok = [i for i, (m, e) in enumerate(zip(lat0, sem0)) if m + z * e <= sla_us]
+        else:
+            v = 1 - w
+            ok = [
+                i
+                for i, (m0, e0, m1, e1) in enumerate(zip(lat0, sem0, lat1, sem1))
+                if v * (m0 + z * e0) + w * (m1 + z * e1) <= sla_us
+            ]
         if not ok:
             out.append(CurvePoint(q, None, math.nan, math.nan, math.nan, math.nan, False, src, outside))
             continue
-        i = min(ok, key=lambda j: at("power_w", j))
-        values = (at("power_w", i), at("power_sem", i), at("latency_us", i), at("latency_sem", i))
-        out.append(CurvePoint(q, table.points[i], *values, True, src, outside))
+        i = min(ok, key=lambda j: (1 - w) * pw0[j] + w * pw1[j])
+        values = [(1 - w) * getattr(table, f)[k][i] + w * getattr(table, f)[k1][i] for f in FIELDS]
+        lat_i, sem_i, pw_i, pw_sem_i = values
+        out.append(CurvePoint(q, table.points[i], pw_i, pw_sem_i, lat_i, sem_i, True, src, outside))
     return out
 
 

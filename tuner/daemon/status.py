@@ -123,7 +123,9 @@ class DaemonReads(Observing):
             note = "no multi-load model yet (it needs tuning.context and a finished retune with a fitted model)"
             return Curve(sla, pct, [], note)
         if abs(table.percentile - pct) > 1e-9:
-            return Curve(sla, pct, [], f"model {table.retune_id} predicts p{table.percentile:g} only", table.measured_qps)
+            return Curve(
+                sla, pct, [], f"model {table.retune_id} predicts p{table.percentile:g} only", table.measured_qps
+            )
         note = "" if table.measured_qps else "no load of this host measured in the model: every load extrapolated"
         return Curve(sla, pct, load_curve(table, loads, sla, z=MODEL_Z), note, table.measured_qps)
 
