@@ -95,7 +95,7 @@ class _Reads:
         self._sla = sla
 
     def policy(self) -> PolicyConfig:
-        return PolicyConfig(sla_us=self._sla)
+        return PolicyConfig(sla_us=self._sla, percentile=self._load_table.percentile)
 
     power_curve = DaemonReads.power_curve
 
@@ -114,7 +114,8 @@ def _rpc(table: Any, sla: float, calls: int) -> dict[str, Any]:
             stub = services.TunerStub(ch)
             for n in (20, 200):
                 req = pb.GetPowerCurveRequest(qps_min=table.loads_qps[1], qps_max=table.loads_qps[-1], points=n)
-                stub.GetPowerCurve(req, timeout=10)  # warm
+                first = stub.GetPowerCurve(req, timeout=10)  # warm
+                assert len(first.points) == n, first.note
                 walls = []
                 c0 = time.process_time()  # this process holds client and server: an upper bound of the server's
                 for _ in range(calls):
