@@ -47,13 +47,6 @@ def _commit() -> str:
     ).stdout.strip()
 
 
-def _table_bytes(t: Any) -> int:
-    rows = sum(
-        len(r) * r.itemsize for f in ("latency_us", "latency_sem", "power_w", "power_sem") for r in getattr(t, f)
-    )
-    return rows + len(t.points) * 72  # an OperatingPoint: object + int + float
-
-
 def _interp_error(opt: Optimizer, raw: dict[str, Any], table: Any, sla: float) -> dict[str, Any]:
     from tuner.optimize.axsetup import no_warnings
     from tuner.optimize.surrogate import GridPredictor, botorch_adapter
@@ -156,9 +149,22 @@ def main() -> int:
     for _ in range(a.repeat):
         raw = opt.predict_loads() or {}
         builds.append(raw["cpu_s"])
+    import pickle
+    import tracemalloc
+
+    n_points = len(raw["points"])
+    tracemalloc.start()
+    raw = pickle.loads(pickle.dumps(raw))  # as the daemon receives it from the worker's pipe
+    received, _ = tracemalloc.get_traced_memory()
     t0 = time.process_time()
     table = reduce_table("r", a.percentile, raw, z=MODEL_Z)
     reduce_cpu = time.process_time() - t0
+    _, peak = tracemalloc.get_traced_memory()
+    full = raw
+    raw = {k: full[k] for k in ("loads_qps", "measured_qps")}
+    del full
+    kept, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
     report = {
         "commit": _commit(),
         "load_average": os.getloadavg(),
@@ -167,12 +173,14 @@ def main() -> int:
         "tuning_cpu_s": round(tune_cpu, 2),
         "table": {
             "loads": len(raw["loads_qps"]),
-            "grid_points": len(raw["points"]),
+            "grid_points": n_points,
             "predict_loads_cpu_s": [round(v, 3) for v in builds],
             "reduce_cpu_s": round(reduce_cpu, 3),
             "points_kept": len(table.points),
             "json_bytes": len(json.dumps(table_dict(table))),
-            "memory_bytes_approx": _table_bytes(table),
+            "memory_bytes_received": received,
+            "memory_bytes_peak_while_reducing": peak,
+            "memory_bytes_kept": kept,
             "measured_qps": raw["measured_qps"],
         },
         "interpolation": _interp_error(opt, raw, table, a.sla),

@@ -51,7 +51,9 @@ def _curve(r, **fields):
 def test_range_inside_between_and_outside_the_measured_loads(tuned):
     tmp, _, r = tuned
     rid = _decisions(tmp)[-1]["retune_id"]
-    assert (tmp / "state" / "experiments" / f"{rid}.loads.json").is_file()
+    exp = tmp / "state" / "experiments"
+    assert sorted(f.name for f in exp.glob("*.loads.json")) == [f"{rid}.loads.json"]  # the newest retune's only
+    assert (exp / f"{_decisions(tmp)[0]['retune_id']}.table.json").is_file()  # the per-retune tables stay
     c = _curve(r, qps_min=100_000.0, qps_max=600_000.0, points=11)  # every 50k
     assert (c.sla_us, c.percentile) == (500.0, 99.0) and c.note == ""
     assert (c.measured_qps_min, c.measured_qps_max) == pytest.approx((300_000.0, 420_000.0))
