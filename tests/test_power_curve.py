@@ -106,6 +106,17 @@ def test_load_curve_at_grid_loads_between_them_and_beyond():
     assert not c[4].meets_sla and c[4].point is None and "beyond its loads (0..400000 QPS)" in c[4].source
 
 
+def test_a_non_finite_prediction_never_leaks_into_a_neighbouring_load():
+    from tuner.daemon.powercurve import load_curve, reduce_table
+
+    raw = _raw()
+    raw["latency_us"][3] = [math.nan] * 4  # the model gave nothing usable at 400k
+    raw["power_w"][3] = [math.nan] * 4
+    c = load_curve(reduce_table("r7", 99.0, raw), [2e5, 3e5], sla_us=500.0)
+    assert c[0].meets_sla and math.isfinite(c[0].power_w) and math.isfinite(c[0].latency_us)  # 200k: its own row
+    assert not c[1].meets_sla and c[1].point is None  # between 200k and 400k: nothing known, nothing recommended
+
+
 @pytest.mark.parametrize(
     "lo, hi, n, expect",
     [

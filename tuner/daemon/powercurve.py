@@ -22,8 +22,8 @@ frontier of (upper latency bound, power) at some grid load -- every SLA's best p
 them; between grid loads a point dominated at both neighbours is left out (it could win only by the
 interpolation's own error). Each curve point says whether its load lies outside the loads this host's trials
 were measured at, less or more `MEASURED_TOL` (`extrapolated`: the model extrapolates there; its standard
-errors grow, its mean can be wrong in shape). Loads above the table (past `context_max_qps`, where the model's load input saturates) are
-answered with no point.
+errors grow, its mean can be wrong in shape). Loads above the table (past `context_max_qps`, where the model's
+load input saturates) are answered with no point.
 """
 
 from __future__ import annotations
@@ -262,8 +262,12 @@ def load_curve(table: LoadTable, loads: Sequence[float], sla_us: float, *, z: fl
         if not ok:
             out.append(CurvePoint(q, None, math.nan, math.nan, math.nan, math.nan, False, src, outside))
             continue
-        i = min(ok, key=lambda j: (1 - w) * pw0[j] + w * pw1[j])
-        values = [(1 - w) * getattr(table, f)[k][i] + w * getattr(table, f)[k1][i] for f in FIELDS]
+        if w == 0.0:  # at a grid load its row alone (a non-finite neighbour must not leak in through 0 x NaN)
+            i = min(ok, key=lambda j: pw0[j])
+            values = [getattr(table, f)[k][i] for f in FIELDS]
+        else:
+            i = min(ok, key=lambda j: (1 - w) * pw0[j] + w * pw1[j])
+            values = [(1 - w) * getattr(table, f)[k][i] + w * getattr(table, f)[k1][i] for f in FIELDS]
         lat_i, sem_i, pw_i, pw_sem_i = values
         out.append(CurvePoint(q, table.points[i], pw_i, pw_sem_i, lat_i, sem_i, True, src, outside))
     return out
