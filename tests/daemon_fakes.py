@@ -229,6 +229,31 @@ class FakeOptimizer:
                 out.append(Prediction(r["lat"] * 0.5, r["lat"] * 0.05, r["power"] * 1.1, 1.0, False))
         return out
 
+    def predict_loads(self) -> dict | None:
+        """A made-up model at loads 0, 100k, ..., 1M (`tuner.optimize.loadtable.predict_loads`'s format): p99
+        (50 + ITR/4) / (1 - load / (2e5 x GHz)) µs (1e6 µs at or past that capacity), power 20 + 10 x GHz x
+        (1 + load / 1e5) W; the latency's standard error 2 % plus 10 % per 100k QPS away from the loads measured
+        (its trials' and the history's); power's 1 W."""
+        seen = [r["qps"] for r in self._rows if r["status"] == "completed"] + list(self.history)
+        if not seen:
+            return None
+        lo, hi = min(seen), max(seen)
+        loads = [1e5 * k for k in range(11)]
+        itrs = sorted(set(self.space.itr_us[:: max(1, len(self.space.itr_us) // 8)]))
+        points = [[i, f] for i in itrs for f in self.space.dvfs_ghz]
+        lat = [[(50 + i / 4) / (1 - q / (2e5 * f)) if q < 2e5 * f else 1e6 for i, f in points] for q in loads]
+        far = [max(lo - q, q - hi, 0.0) / 1e5 for q in loads]
+        return {
+            "loads_qps": loads,
+            "points": points,
+            "latency_us": lat,
+            "latency_sem": [[v * (0.02 + 0.1 * d) for v in row] for row, d in zip(lat, far)],
+            "power_w": [[20 + 10 * f * (1 + q / 1e5) for _, f in points] for q in loads],
+            "power_sem": [[1.0] * len(points) for _ in loads],
+            "measured_qps": [lo, hi],
+            "cpu_s": 0.0,
+        }
+
     def to_json(self) -> str:
         return json.dumps(
             {

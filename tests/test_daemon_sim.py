@@ -148,6 +148,13 @@ def test_sim_daemon_with_ax_warm_starts_a_contextual_retune_from_imported_trials
         st = read_state(tmp_path)
         assert st["held"]["history_trials"] == 6 and st["held"]["trials"] == 3
         assert len(st["trials"]) == 3  # history is data, not this retune's trials
+        # the worker's model over a grid of loads answers a range of loads (the imported 100k/150k and this 100k)
+        c = r.daemon.power_curve(qps_min=50_000.0, qps_max=200_000.0, points=4)
+        assert [round(p.qps) for p in c.points] == [50_000, 100_000, 150_000, 200_000]
+        assert [p.extrapolated for p in c.points] == [True, False, False, True]
+        assert all(p.source.startswith(f"model {st['held']['retune_id']} at ") for p in c.points)
+        assert c.measured_qps is not None and c.measured_qps[0] <= 100_000.0 and c.measured_qps[1] == 150_000.0
+        assert (tmp_path / "state" / "experiments" / f"{st['held']['retune_id']}.loads.json").is_file()
     stored = SqliteStore(tmp_path / "state" / "trials.sqlite").read()
     assert len(stored) == 6 + 3
     own = [e for e in stored if e.host != "yesterday/sim"]

@@ -1,4 +1,4 @@
-"""`tuner ctl`: talk to a running daemon over its gRPC API (status, point, trials, retune, policy, watch)."""
+"""`tuner ctl`: talk to a running daemon over its gRPC API (status, point, curve, trials, retune, policy, watch)."""
 
 from __future__ import annotations
 
@@ -36,6 +36,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pt.add_argument("--qps", type=float, required=True, help="offered load (requests/s)")
     pt.add_argument("--sla-us", type=float, default=0.0, help="SLA in µs (default: the daemon's policy)")
     pt.add_argument("--percentile", type=float, default=0.0, help="50, 90, 95, 99 or 99.9 (default: policy)")
+    cv = sub.add_parser(
+        "curve",
+        help="predicted power and latency of the best point by load (for schedulers)",
+        description="GetPowerCurve: the best point's predicted power and latency at each load, with standard "
+        "errors. Without --qps-min/--qps-max/--points: at the loads of the daemon's recent retunes; with any of "
+        "them: over that range from the newest retune's model (0 = the model's own loads).",
+    )
+    cv.add_argument("--sla-us", type=float, default=0.0, help="SLA in µs (default: the daemon's policy)")
+    cv.add_argument("--percentile", type=float, default=0.0, help="50, 90, 95, 99 or 99.9 (default: policy)")
+    cv.add_argument("--qps-min", type=float, default=0.0, help="lowest load, requests/s (0: the model's lowest)")
+    cv.add_argument("--qps-max", type=float, default=0.0, help="highest load, requests/s (0: the model's highest)")
+    cv.add_argument("--points", type=int, default=0, help="loads in the range, at most 200 (0: 20)")
     tr = sub.add_parser("trials", help="trials measured so far")
     tr.add_argument("--limit", type=int, default=0, help="only the newest N")
     tr.add_argument("--retune", default="", help="only this retune id")
@@ -97,6 +109,17 @@ def run(args: argparse.Namespace) -> int:
                 resp = stub.GetOperatingPoint(
                     pb.GetOperatingPointRequest(qps=args.qps, sla_us=args.sla_us, percentile=args.percentile), **kw
                 )
+            elif args.action == "curve":
+                if args.points < 0:
+                    raise TunerError(f"--points: expected a count >= 0, got {args.points}")
+                req = pb.GetPowerCurveRequest(
+                    sla_us=args.sla_us,
+                    percentile=args.percentile,
+                    qps_min=args.qps_min,
+                    qps_max=args.qps_max,
+                    points=min(args.points, 2**32 - 1),
+                )
+                resp = stub.GetPowerCurve(req, **kw)
             elif args.action == "trials":
                 if args.limit < 0:
                     raise TunerError("--limit: expected a count >= 0")
@@ -170,6 +193,8 @@ def _human(action: str, r: Any) -> str:
             f"predicted latency {r.predicted_latency_us:.1f} ± {r.latency_sem_us:.1f} µs, "
             f"power {r.predicted_power_w:.1f} ± {r.power_sem_w:.1f} W" + (f"\nnote: {r.note}" if r.note else "")
         )
+    if action == "curve":
+        return _curve_text(r)
     if action == "trials":
         rows = [
             f"{'retune':8} {'#':>3} {'ITR µs':>6} {'GHz':>5} {'QPS':>9} {'p99 µs':>8} {'W':>7} {'reward':>10} status"
@@ -188,6 +213,29 @@ def _human(action: str, r: Any) -> str:
     if action == "policy":
         return f"policy: p{r.percentile:g} <= {r.sla_us:g} µs, reward {r.reward}"
     return str(r)
+
+
+def _curve_text(r: Any) -> str:
+    head = f"p{r.percentile:g} <= {r.sla_us:g} µs"
+    if r.measured_qps_max:
+        head += f"; this host measured {r.measured_qps_min:.0f}..{r.measured_qps_max:.0f} QPS"
+    rows = [
+        head,
+        f"{'QPS':>9} {'ITR µs':>6} {'GHz':>5} {'power W':>12} {'p' + format(r.percentile, 'g') + ' µs':>14}  source",
+    ]
+    for c in r.points:
+        flag = "  [extrapolated]" if c.extrapolated else ""
+        if not c.meets_sla:
+            rows.append(f"{c.qps:9.0f} {'no point meets the SLA':>40}  {c.source}{flag}")
+            continue
+        rows.append(
+            f"{c.qps:9.0f} {c.point.itr_us:6d} {c.point.dvfs_ghz:5.2f} "
+            f"{c.predicted_power_w:6.1f} ± {c.power_sem_w:3.1f} {c.predicted_latency_us:7.1f} ± {c.latency_sem_us:4.1f}"
+            f"  {c.source}{flag}"
+        )
+    if r.note:
+        rows.append(f"note: {r.note}")
+    return "\n".join(rows)
 
 
 if __name__ == "__main__":  # pragma: no cover

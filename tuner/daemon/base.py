@@ -16,6 +16,7 @@ from actuators.host import Host, KnobSpace, Measurement, OperatingPoint, apply_p
 from core.errors import TunerError
 from tuner.config import Config, PolicyConfig, load_config
 from tuner.daemon.plain import ModelTable, bounded_space, measurement_dict, validate_policy
+from tuner.daemon.powercurve import LoadTable
 from tuner.daemon.state import DaemonState, StateStore
 
 log = logging.getLogger("tuner.daemon.loop")  # one logger for the whole control loop (operators filter on it)
@@ -70,6 +71,7 @@ class DaemonBase:
         self._retune_progress = (0, 0)
         self._history_trials = 0  # history trials the current/last retune's optimiser was seeded with
         self._models: dict[str, ModelTable] = {}
+        self._load_table: LoadTable | None = None  # the newest retune's model over a grid of loads (power curve)
         self._open_optimizer_close: Any = None
         self._subscribers: list[queue.Queue] = []
         self._fault: str | None = None  # why tuning stopped on a permanent host fault (None: it did not)

@@ -220,25 +220,29 @@ def make_servicer(daemon: Any) -> Any:
             if answer is None:
                 return context.abort(grpc.StatusCode.UNIMPLEMENTED, "this daemon has no power curve")  # raises
             try:
-                sla, pct, curve, note = answer(request.sla_us, request.percentile)
+                c = answer(request.sla_us, request.percentile, request.qps_min, request.qps_max, int(request.points))
             except TunerError as exc:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            lo, hi = c.measured_qps or (0.0, 0.0)
             return pb.PowerCurve(
-                sla_us=sla,
-                percentile=pct,
-                note=note,
+                sla_us=c.sla_us,
+                percentile=c.percentile,
+                note=c.note,
+                measured_qps_min=_finite(lo),
+                measured_qps_max=_finite(hi),
                 points=[
                     pb.PowerCurvePoint(
-                        qps=_finite(c.qps),
-                        point=_point_msg(pb, c.point) if c.point is not None else None,
-                        predicted_power_w=_finite(c.power_w),
-                        power_sem_w=_finite(c.power_sem_w),
-                        predicted_latency_us=_finite(c.latency_us),
-                        latency_sem_us=_finite(c.latency_sem_us),
-                        meets_sla=c.meets_sla,
-                        source=c.source,
+                        qps=_finite(p.qps),
+                        point=_point_msg(pb, p.point) if p.point is not None else None,
+                        predicted_power_w=_finite(p.power_w),
+                        power_sem_w=_finite(p.power_sem_w),
+                        predicted_latency_us=_finite(p.latency_us),
+                        latency_sem_us=_finite(p.latency_sem_us),
+                        meets_sla=p.meets_sla,
+                        source=p.source,
+                        extrapolated=p.extrapolated,
                     )
-                    for c in curve
+                    for p in c.points
                 ],
             )
 

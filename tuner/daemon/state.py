@@ -292,7 +292,7 @@ class StateStore:
         if retune_id not in state.experiments:
             state.experiments.append(retune_id)
         for old in state.experiments[:-KEEP_EXPERIMENTS]:
-            for name in (f"{old}.json", f"{old}.table.json"):
+            for name in (f"{old}.json", f"{old}.table.json", f"{old}.loads.json"):
                 try:
                     (self.exp_dir / name).unlink()
                 except FileNotFoundError:
@@ -306,6 +306,21 @@ class StateStore:
     def load_table(self, retune_id: str) -> dict[str, Any] | None:
         try:
             data = json.loads((self.exp_dir / f"{retune_id}.table.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def save_load_table(self, retune_id: str, table: dict[str, Any]) -> None:
+        """A finished retune's multi-load table (for `GetPowerCurve` over a range of loads); only the newest is
+        kept, the others' files are removed."""
+        atomic_write(self.exp_dir / f"{retune_id}.loads.json", json.dumps(table).encode())
+        for other in self.exp_dir.glob("*.loads.json"):
+            if other.name != f"{retune_id}.loads.json":
+                other.unlink(missing_ok=True)
+
+    def load_load_table(self, retune_id: str) -> dict[str, Any] | None:
+        try:
+            data = json.loads((self.exp_dir / f"{retune_id}.loads.json").read_text())
         except (OSError, ValueError):
             return None
         return data if isinstance(data, dict) else None

@@ -15,6 +15,7 @@ from actuators.host import OperatingPoint
 from core.errors import InputError
 from tuner.daemon.observe import Observing
 from tuner.daemon.plain import VERSION, ModelTable, latency_at, latency_sem_at, mean_sem, safe_corner, validate_policy
+from tuner.daemon.powercurve import Curve, curve_loads, load_curve, power_curve, reduce_table, table_dict
 
 log = logging.getLogger("tuner.daemon.loop")  # one logger for the whole control loop (operators filter on it)
 
@@ -99,19 +100,34 @@ class DaemonReads(Observing):
             if q in self._subscribers:
                 self._subscribers.remove(q)
 
-    def power_curve(self, sla_us: Any = 0.0, percentile: Any = 0.0) -> tuple[float, float, list[Any], str]:
-        """(SLA, percentile, curve, note): the best point's predicted power and latency at each load a recent
-        model knows (`tuner.daemon.powercurve`); 0 = the policy's SLA / percentile; `InputError` if bad."""
-        from tuner.daemon.powercurve import power_curve
-
+    def power_curve(
+        self, sla_us: Any = 0.0, percentile: Any = 0.0, qps_min: Any = 0.0, qps_max: Any = 0.0, points: Any = 0
+    ) -> Curve:
+        """The best point's predicted power and latency by load (`tuner.daemon.powercurve`); 0 = the policy's SLA
+        / percentile. `qps_min`, `qps_max`, `points` all 0: at each load a recent retune's model knows; any set:
+        at `points` loads from `qps_min` to `qps_max` from the newest multi-load table (0 = its loads).
+        `InputError` if a field is bad."""
         pol = self.policy()
         policy = validate_policy(
             pol.sla_us if not sla_us else sla_us, pol.percentile if not percentile else percentile, pol.reward
         )
+        sla, pct = policy.sla_us, policy.percentile
         with self._lock:
             tables = list(self._models.values())
-        curve, note = power_curve(tables, policy.sla_us, policy.percentile)
-        return policy.sla_us, policy.percentile, curve, note
+            table = self._load_table
+        if not (qps_min or qps_max or points):
+            curve, note = power_curve(tables, sla, pct)
+            return Curve(sla, pct, curve, note)
+        loads = curve_loads(qps_min, qps_max, points, table)
+        if table is None:
+            note = "no multi-load model yet (it needs tuning.context and a finished retune with a fitted model)"
+            return Curve(sla, pct, [], note)
+        if abs(table.percentile - pct) > 1e-9:
+            return Curve(
+                sla, pct, [], f"model {table.retune_id} predicts p{table.percentile:g} only", table.measured_qps
+            )
+        note = "" if table.measured_qps else "no load of this host measured in the model: every load extrapolated"
+        return Curve(sla, pct, load_curve(table, loads, sla, z=MODEL_Z), note, table.measured_qps)
 
     def operating_point(self, qps: Any, sla_us: Any = 0.0, percentile: Any = 0.0) -> PointAnswer:
         """Best known point for load `qps` under `sla_us` at `percentile` (0 = policy's); `InputError` if bad."""
@@ -202,7 +218,20 @@ class DaemonReads(Observing):
         )
 
     def _prepare_models(self) -> None:
-        """Load the prediction tables of the last retunes (plain JSON: no optimiser needed)."""
+        """Load the prediction tables of the last retunes and the newest multi-load table (plain JSON: no
+        optimiser needed)."""
+        for rid in reversed(self.state.experiments):
+            data = self.store.load_load_table(rid)
+            if not data:
+                continue
+            try:
+                loads = reduce_table(rid, float(data["percentile"]), data, z=MODEL_Z)
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning("ignoring the multi-load table of %s: %s", rid, exc)
+                continue
+            with self._lock:
+                self._load_table = loads
+            break
         for rid in list(self.state.experiments)[-MODEL_TABLES:]:
             data = self.store.load_table(rid)
             if not data:
@@ -267,3 +296,31 @@ class DaemonReads(Observing):
             self._models[rid] = table
             for old in list(self._models)[:-MODEL_TABLES]:
                 del self._models[old]
+        self._load_model_table(rid, opt, pct)
+
+    def _load_model_table(self, rid: str, opt: Any, pct: float) -> None:
+        """The newest model over a grid of loads (context mode), reduced to the points that can be best and kept
+        (in memory and on disk) for this retune only; an optimiser without `predict_loads` has none."""
+        check = getattr(opt, "supports", None)  # a worker proxy says; an in-process optimiser has it or not
+        if not (check("predict_loads") if callable(check) else callable(getattr(opt, "predict_loads", None))):
+            return
+        try:
+            data = self._timed(opt.predict_loads)
+            table = reduce_table(rid, pct, data, z=MODEL_Z) if data else None
+        except Exception as exc:  # noqa: BLE001 - the power curve is a read-out: a retune never fails over it
+            log.warning("no multi-load table for %s: %s", rid, exc)
+            return
+        if table is None:
+            log.info("no multi-load table for %s (no fitted model, or not in context mode)", rid)
+            return
+        self.store.save_load_table(rid, table_dict(table))
+        with self._lock:
+            self._load_table = table
+        log.info(
+            "multi-load table of %s: %d loads x %d of %d points kept, %.2f s CPU in the worker",
+            rid,
+            len(table.loads_qps),
+            len(table.points),
+            len(data["points"]),
+            float(data.get("cpu_s", math.nan)),
+        )

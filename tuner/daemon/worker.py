@@ -7,7 +7,8 @@ to it through `OptimizerProxy`, which has the same methods and returns plain rec
 worker exits and its memory goes back to the OS. The daemon itself never imports Ax. A stop request kills a
 worker stuck in a model fit, so SIGTERM is prompt.
 
-The learning methods (`add_history`, `begin_retune`, `retune_trials`, `should_stop`) are proxied when the
+The learning methods (`add_history`, `begin_retune`, `retune_trials`, `should_stop`) and the multi-load
+table (`predict_loads`) are proxied when the
 optimiser has them (`OptimizerProxy.supports`), and the `TuningConfig` fields of `tuner.config.SETTINGS_FIELDS`
 become `TunerSettings` fields of the same names.
 """
@@ -78,7 +79,7 @@ def _rec(r: Any) -> tuple:
 
 
 #: Optimiser methods for learning across retunes the daemon uses when the optimiser has them (`OptimizerProxy.supports`).
-OPTIONAL_METHODS = ("add_history", "begin_retune", "retune_trials", "should_stop")
+OPTIONAL_METHODS = ("add_history", "begin_retune", "retune_trials", "should_stop", "predict_loads")
 
 
 def _capabilities(opt: Any) -> list[str]:
@@ -181,6 +182,8 @@ def _serve(conn: Any, module: str) -> None:  # pragma: no cover - runs in the ch
                     )
                     for p in opt.predict(args[0])
                 ]
+            elif op == "predict_loads":
+                result = opt.predict_loads()  # plain data (lists) or None
             elif op == "to_json":
                 result = opt.to_json()
             elif op == "close":
@@ -262,6 +265,10 @@ class OptimizerProxy:
 
     def predict(self, points: list[OperatingPoint]) -> list[Forecast]:
         return [Forecast(*row) for row in self._call("predict", list(points))]
+
+    def predict_loads(self) -> dict[str, Any] | None:
+        """The model's table over a grid of loads (`tuner.optimize.loadtable.predict_loads`), None without one."""
+        return self._call("predict_loads")
 
     def to_json(self) -> str:
         return self._call("to_json")

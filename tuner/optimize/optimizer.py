@@ -389,6 +389,13 @@ class Optimizer(StoppingRule):
                 out.append(Prediction(math.nan, math.nan, math.nan, math.nan, False))
         return out
 
+    def predict_loads(self) -> dict[str, Any] | None:
+        """Context mode: the model's predictions over every grid point at a grid of loads up to `context_max_qps`
+        (`tuner.optimize.loadtable`), for the daemon's power curve; None before the GP is fitted."""
+        from tuner.optimize.loadtable import predict_loads
+
+        return predict_loads(self)
+
     # -- persistence
     def to_json(self) -> str:
         """Full state as JSON: objective, settings, knob space, trial records and the Ax experiment."""
