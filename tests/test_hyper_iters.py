@@ -1,6 +1,6 @@
 """`TunerSettings.hyper_iters`: the GP's hyperparameters re-optimised on every new trial, warm-started from the
-last fit and stopped after a few L-BFGS iterations, with Ax's own fit from its defaults once per retune load;
-the option is validated, caps the iterations it says, and stays close to Ax's full fit."""
+last fit and stopped after a few L-BFGS iterations; the option is validated, caps the iterations it says, and
+stays close to Ax's own full fit on smooth data."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from tests.test_contextual import OBJ, SMALL, ctx, history
 from tuner.optimize.axsetup import no_warnings
 from tuner.optimize.optimizer import Optimizer
 from tuner.optimize.settings import TunerSettings
-from tuner.optimize.surrogate import GridPredictor, botorch_adapter, refit
+from tuner.optimize.surrogate import GridPredictor, botorch_adapter
 
 QPS = 120_000
 
@@ -53,7 +53,7 @@ def test_hyper_iters_is_validated() -> None:
     assert TunerSettings().hyper_iters == 0
 
 
-def test_capped_warm_refits_every_trial_and_axs_own_fit_once_per_retune_load(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_capped_warm_refits_every_trial_instead_of_axs_fit_from_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     seen = _fits(monkeypatch)
     host = FakeHost(qps=QPS, knobs=SMALL)
     opt = Optimizer(SMALL, OBJ, ctx(trials=20, hyper_iters=3))
@@ -61,7 +61,7 @@ def test_capped_warm_refits_every_trial_and_axs_own_fit_once_per_retune_load(mon
     opt.begin_retune(QPS)
     with no_warnings(1):
         opt.fit_model()
-    assert len(seen["ax"]) == 1 and not seen["capped"]  # Ax's own fit first
+    assert len(seen["ax"]) == 1 and not seen["capped"]  # Ax's own fit first (no model to start from)
     for k in range(3):  # each new trial: hyperparameters warm-started and re-optimised, at most 3 iterations
         _trial(opt, host, (3 + 5 * k, k))
         with no_warnings(1):
@@ -70,14 +70,9 @@ def test_capped_warm_refits_every_trial_and_axs_own_fit_once_per_retune_load(mon
         assert seen["capped"][-1] == {"options": {"maxiter": 3}}
         assert opt._hyper_fit is not None and opt._hyper_fit[1] == 15 + k
     with no_warnings(1):
-        opt.fit_model()  # no new data, same retune: nothing
+        opt.fit_model()  # no new data: nothing
     assert len(seen["ax"]) == 1 and len(seen["capped"]) == 3
-    opt.begin_retune(2 * QPS)  # a new load: Ax's own fit from its defaults before its first suggestion, same data
-    with no_warnings(1):
-        opt.fit_model()
-    assert len(seen["ax"]) == 2 and len(seen["capped"]) == 3
-    # off (the default): Ax's own fit on every new trial, no capped fit
-    seen["ax"].clear()
+    # off (the default): Ax's own fit from its defaults on every new trial, no capped fit
     plain = Optimizer(SMALL, OBJ, ctx(trials=20))
     plain.add_history(history(14))
     plain.begin_retune(QPS)
@@ -85,30 +80,49 @@ def test_capped_warm_refits_every_trial_and_axs_own_fit_once_per_retune_load(mon
         _trial(plain, host, (3 + 5 * k, k))
         with no_warnings(1):
             plain.fit_model()
-    assert len(seen["ax"]) == 2 and len(seen["capped"]) == 3
+    assert len(seen["ax"]) == 3 and len(seen["capped"]) == 3
 
 
-def test_capped_refits_stay_close_to_axs_full_fit() -> None:
-    """Three more trials, each refitted with 3 warm-started iterations, against Ax's own fit from its defaults on
-    the same data: the grid's means within 0.5 of Ax's SD and the SDs within 25 % (the fake host's surface is
-    smooth; where new data move the likelihood's optimum far, the capped fit catches up over a few trials)."""
+def _capped(iters: int) -> Optimizer:
+    """14 trials of history, then three more, each refitted (`hyper_iters` = `iters`, 0 = Ax's own fit)."""
     host = FakeHost(qps=QPS, knobs=SMALL)
-    capped = Optimizer(SMALL, OBJ, ctx(trials=20, hyper_iters=3))
-    capped.add_history(history(14))
-    capped.begin_retune(QPS)
+    opt = Optimizer(SMALL, OBJ, ctx(trials=20, hyper_iters=iters))
+    opt.add_history(history(14))
+    opt.begin_retune(QPS)
     with no_warnings(1):
-        capped.fit_model()
-    gs, exp = capped._client._generation_strategy, capped._client._experiment
+        opt.fit_model()
     for cell in ((3, 4), (10, 2), (18, 3)):
-        _trial(capped, host, cell)
+        _trial(opt, host, cell)
         with no_warnings(1):
-            capped.fit_model()
-    assert capped._hyper_fit is not None and capped._hyper_fit[1] == 17
-    params = [capped._cell_params(c, capped._load) for c in capped._grid()]
-    ours = GridPredictor().predict(botorch_adapter(gs), params)
-    with no_warnings(1):
-        assert refit(gs, exp, hyper=True, warm=False, fresh=True) == "cold"  # Ax's own fit, same data
-    full = GridPredictor().predict(botorch_adapter(gs), params)
-    for metric, (mu, sd) in full.items():
-        assert np.max(np.abs(ours[metric][0] - mu) / sd) < 0.5, metric
-        assert np.max(np.abs(np.log(ours[metric][1] / sd))) < np.log(1.25), metric
+            opt.fit_model()
+    assert opt._hyper_fit is not None and opt._hyper_fit[1] == 17
+    return opt
+
+
+def test_capped_refits_approach_axs_own_fit_as_the_cap_grows() -> None:
+    """Against Ax's own fit from its defaults on the same data: with 3 iterations the latency model (what the
+    safety gate reads) is within 0.25 of Ax's SD everywhere on the grid, its SDs within 15 %; the power model lags
+    (its hyperparameters move far with each of these trials; docs/optimizer.md); uncapped both are Ax's."""
+    full = _capped(0)
+    params = [full._cell_params(c, full._load) for c in full._grid()]
+
+    def grid(opt: Optimizer) -> dict:
+        return GridPredictor().predict(botorch_adapter(opt._client._generation_strategy), params)
+
+    ref = grid(full)
+    three, converged = grid(_capped(3)), grid(_capped(100))
+    mu, sd = ref["log_latency"]
+    assert np.max(np.abs(three["log_latency"][0] - mu) / sd) < 0.25
+    assert np.max(np.abs(np.log(three["log_latency"][1] / sd))) < np.log(1.15)
+    for metric, (mu, sd) in ref.items():
+        assert np.max(np.abs(converged[metric][0] - mu) / sd) < 0.05, metric
+
+
+def test_daemon_config_takes_hyper_iters_and_names_a_bad_value(tmp_path) -> None:
+    from core.errors import InputError
+    from tuner.config import parse_config
+
+    assert parse_config("", tmp_path / "c.toml").tuning.hyper_iters == 0  # off by default, as in `tuner replay`
+    assert parse_config("[tuning]\nhyper_iters = 3\n", tmp_path / "c.toml").tuning.hyper_iters == 3
+    with pytest.raises(InputError, match=r"c.toml:2: tuning.hyper_iters: .*0..1000 L-BFGS iterations"):
+        parse_config("[tuning]\nhyper_iters = -2\n", tmp_path / "c.toml")

@@ -35,8 +35,6 @@ REFIT_GROWTH = 0.2
 #: predictive SD and the measurement's SEM in quadrature) from what the model predicted for it before the refit.
 #: The GP is least right next to the latency cliff, where its old length-scales must give way at once.
 SURPRISE_Z = 2.0
-COLD_AT_RETUNE = True
-COLD_ON_SURPRISE = True
 
 
 class ExperimentModel:
@@ -60,7 +58,6 @@ class ExperimentModel:
         self._refine: Pending | None = None  # the refining trial the stopping rule asked for (`refine_step`)
         self._evidence_cache: tuple[Any, tuple[Any, Any, Any, Any], tuple[int, ...]] | None = None
         self._hyper_fit: tuple[int, int] | None = None  # (client id, trials) at the last hyperparameter fit
-        self._fresh_load: tuple[int, float | None] | None = None  # (client id, load) of the last fit from defaults
         self._fitted_on: tuple[int, tuple[int, ...]] | None = None  # (client id, completed trials) of the last fit
         self._predictor = GridPredictor()  # batched grid predictions of the fitted adapter (`_grid_model`)
         self._reported: dict[int, dict[str, Any]] = {}  # Ax trial -> its metrics, until the next fit (`_surprised`)
@@ -229,31 +226,18 @@ class ExperimentModel:
         `settings.refit_every` = 1 the hyperparameters are re-optimised by Ax's own fit on every new trial (Ax's
         behaviour); with N > 1 they are warm-started from the last fit and re-optimised every N new trials,
         once the data grew by `REFIT_GROWTH` since, when a new trial surprised the model (`SURPRISE_Z`) and after
-        a rebuilt experiment; in between conditioned on all data with the last ones. The next `get_next_trials`
-        finds the data unchanged and reuses that model as it is.
+        a rebuilt experiment; in between conditioned on all data with the last ones. With `settings.hyper_iters`
+        = N > 0 every re-optimisation is warm-started and stopped after N L-BFGS iterations (with refit_every 1:
+        on every new trial). The next `get_next_trials` finds the data unchanged and reuses that model as it is.
         """
         gs = self._client._generation_strategy
         exp = self._client._experiment
         observed = self._observed()
         n = len(observed)
         key = (id(self._client), tuple(observed))
-        iters = self.settings.hyper_iters
-        # with hyper_iters: Ax's own fit from its defaults once per retune load, before its first suggestion
-        fresh = iters > 0 and COLD_AT_RETUNE and self._fresh_load != (id(self._client), self._load)
-        if key == self._fitted_on and botorch_adapter(gs) is not None and not fresh:
+        if key == self._fitted_on and botorch_adapter(gs) is not None:
             return  # nothing new since the last fit (Ax's own check costs a pass over the experiment's data)
         last = self._hyper_fit
-        if iters > 0:
-            fresh = fresh or last is None or last[0] != id(self._client)
-            fresh = fresh or (COLD_ON_SURPRISE and self._surprised(observed))
-            self._reported = {}
-            how = refit(gs, exp, hyper=True, warm=not fresh, max_iters=iters, fresh=fresh)
-            if how in ("cold", "warm"):
-                self._hyper_fit = (id(self._client), n)
-            if how == "cold":
-                self._fresh_load = (id(self._client), self._load)
-            self._fitted_on = key if botorch_adapter(gs) is not None else None
-            return
         due = (
             last is None
             or last[0] != id(self._client)
@@ -263,8 +247,10 @@ class ExperimentModel:
         )
         self._reported = {}  # judged (or not needed) for this fit
         # refit_every = 1 is Ax's own behaviour, cold hyperparameters every trial (the replay's numbers were chosen
-        # with it; warm-started ones every trial moved the trajectory, docs/optimizer.md); past that, warm-started
-        how = refit(gs, exp, hyper=due, warm=self.settings.refit_every > 1)
+        # with it; warm-started ones every trial moved the trajectory, docs/optimizer.md); past that, or with
+        # hyper_iters (then at most that many L-BFGS iterations), warm-started
+        iters = self.settings.hyper_iters
+        how = refit(gs, exp, hyper=due, warm=self.settings.refit_every > 1 or iters > 0, max_iters=iters)
         if how in ("cold", "warm"):
             self._hyper_fit = (id(self._client), n)
         self._fitted_on = key if botorch_adapter(gs) is not None else None

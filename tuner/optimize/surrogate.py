@@ -43,7 +43,7 @@ def botorch_adapter(gs: Any) -> Any:
     return None
 
 
-def refit(gs: Any, experiment: Any, *, hyper: bool, warm: bool = True, max_iters: int = 0, fresh: bool = False) -> str:
+def refit(gs: Any, experiment: Any, *, hyper: bool, warm: bool = True, max_iters: int = 0) -> str:
     """Bring the generation strategy's BoTorch adapter up to date with the experiment's data.
 
     With no fitted adapter yet, or hyperparameters due (`hyper`) without `warm`, Ax's own fit
@@ -61,12 +61,6 @@ def refit(gs: Any, experiment: Any, *, hyper: bool, warm: bool = True, max_iters
             return "none"
         return "cold" if (after is not adapter or after._last_experiment_data is not seen) else "unchanged"
     data, space = adapter._process_and_transform_data(experiment=experiment)
-    if fresh:  # Ax's fit from the default hyperparameters, even on unchanged data: drop the surrogate's model
-        # cache as Ax does when the search space changed
-        surrogate = adapter.generator.surrogate
-        surrogate._submodels, surrogate._last_datasets = {}, {}
-        adapter._fit(search_space=space, experiment_data=data, state_dict=None, refit=True)
-        return "cold"
     if data == adapter._last_experiment_data:
         return "unchanged"
     state = adapter.generator.surrogate.model.state_dict()
