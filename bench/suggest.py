@@ -120,7 +120,9 @@ def run(n: int, suggestions: int, seed: int, **over: object) -> dict:
         model_mod.refit = real_refit
     return {
         "trials_in_model": used,
-        "settings": {k: getattr(settings, k) for k in ("acquisition", "refit_every", "hyper_iters", "safe_delta", "stop_ei_pct")},
+        "settings": {
+            k: getattr(settings, k) for k in ("acquisition", "refit_every", "hyper_iters", "safe_delta", "stop_ei_pct")
+        },
         "suggestions": len(cpu),
         "median_suggest_cpu_s": statistics.median(cpu),
         "median_suggest_s": statistics.median(wall),
