@@ -280,6 +280,14 @@ def parse_config(text: str, path: Path) -> Config:
         refit_every=c.get(
             t, "tuning", "refit_every", d.refit_every, "int", lambda v: None if 1 <= v <= 1000 else "1..1000 trials"
         ),
+        hyper_iters=c.get(
+            t,
+            "tuning",
+            "hyper_iters",
+            d.hyper_iters,
+            "int",
+            lambda v: None if 0 <= v <= 1000 else "0..1000 L-BFGS iterations (0 = off)",
+        ),
         idle_qps=c.get(t, "tuning", "idle_qps", d.idle_qps, "float", non_negative),
         baseline_every_s=c.get(
             t,

@@ -81,6 +81,7 @@ class TuningConfig:
     window_min_s: float = 2.0
     window_guard: bool = True
     refit_every: int = 1
+    hyper_iters: int = 0
     peak_step: bool = True
     acquisition: str = "cei"
     # the daemon's own (not the optimiser's)
@@ -115,6 +116,7 @@ SETTINGS_FIELDS: tuple[str, ...] = (
     "window_min_s",
     "window_guard",
     "refit_every",
+    "hyper_iters",
     "peak_step",
     "acquisition",
 )

@@ -226,8 +226,9 @@ class ExperimentModel:
         `settings.refit_every` = 1 the hyperparameters are re-optimised by Ax's own fit on every new trial (Ax's
         behaviour); with N > 1 they are warm-started from the last fit and re-optimised every N new trials,
         once the data grew by `REFIT_GROWTH` since, when a new trial surprised the model (`SURPRISE_Z`) and after
-        a rebuilt experiment; in between conditioned on all data with the last ones. The next `get_next_trials`
-        finds the data unchanged and reuses that model as it is.
+        a rebuilt experiment; in between conditioned on all data with the last ones. With `settings.hyper_iters`
+        = N > 0 every re-optimisation is warm-started and stopped after N L-BFGS iterations (with refit_every 1:
+        on every new trial). The next `get_next_trials` finds the data unchanged and reuses that model as it is.
         """
         gs = self._client._generation_strategy
         exp = self._client._experiment
@@ -246,8 +247,10 @@ class ExperimentModel:
         )
         self._reported = {}  # judged (or not needed) for this fit
         # refit_every = 1 is Ax's own behaviour, cold hyperparameters every trial (the replay's numbers were chosen
-        # with it; warm-started ones every trial moved the trajectory, docs/optimizer.md); past that, warm-started
-        how = refit(gs, exp, hyper=due, warm=self.settings.refit_every > 1)
+        # with it; warm-started ones every trial moved the trajectory, docs/optimizer.md); past that, or with
+        # hyper_iters (then at most that many L-BFGS iterations), warm-started
+        iters = self.settings.hyper_iters
+        how = refit(gs, exp, hyper=due, warm=self.settings.refit_every > 1 or iters > 0, max_iters=iters)
         if how in ("cold", "warm"):
             self._hyper_fit = (id(self._client), n)
         self._fitted_on = key if botorch_adapter(gs) is not None else None

@@ -149,6 +149,10 @@ class TunerSettings:
     # REFIT_GROWTH); in between the model is refitted on all data with the last hyperparameters, which is what
     # dominates Ax's compute per suggestion (bench/suggest.py). 1 = every trial (Ax's own behaviour)
     refit_every: int = 1
+    # N > 0: each time the hyperparameters are due they are warm-started from the last fit and re-optimised by at
+    # most N L-BFGS iterations (BoTorch's `fit_gpytorch_mll`, `maxiter`), not by Ax's own fit from its defaults
+    # (refit_every 1) or to convergence (refit_every > 1); 0 = off
+    hyper_iters: int = 0
     # with safe_delta > 0, at a load above every load measured within the limit where no point is both modelled
     # safe and near evidence: step from the best point measured at the highest load (frequency first, then ITR,
     # `SafeExploration._peak_step`) instead of walking the safe line from the corner
@@ -178,6 +182,8 @@ class TunerSettings:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise TunerError(f"{name} must be an integer >= 1, got {v!r}")
+        if isinstance(self.hyper_iters, bool) or not isinstance(self.hyper_iters, int) or self.hyper_iters < 0:
+            raise TunerError(f"hyper_iters must be an integer >= 0 (0 = off), got {self.hyper_iters!r}")
         if not (self.settle_s >= 0 and math.isfinite(self.settle_s)):
             raise TunerError(f"settle_s must be >= 0 seconds, got {self.settle_s!r}")
         if not (self.window_s > 0 and math.isfinite(self.window_s)):

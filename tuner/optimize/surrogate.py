@@ -43,14 +43,14 @@ def botorch_adapter(gs: Any) -> Any:
     return None
 
 
-def refit(gs: Any, experiment: Any, *, hyper: bool, warm: bool = True) -> str:
+def refit(gs: Any, experiment: Any, *, hyper: bool, warm: bool = True, max_iters: int = 0) -> str:
     """Bring the generation strategy's BoTorch adapter up to date with the experiment's data.
 
     With no fitted adapter yet, or hyperparameters due (`hyper`) without `warm`, Ax's own fit
     (`GenerationStrategy.fit`: leaves the Sobol node when due, hyperparameters from their defaults). Otherwise the
     same adapter is refitted on all data, its hyperparameters warm-started from the last fit and re-optimised
-    (`hyper`) or kept. Returns what was done: "cold", "warm", "kept", "unchanged" or "none" (still no BoTorch
-    model: Ax is in its Sobol phase).
+    (`hyper`: to convergence, or by at most `max_iters` L-BFGS iterations if > 0) or kept. Returns what was
+    done: "cold", "warm", "kept", "unchanged" or "none" (still no BoTorch model: Ax is in its Sobol phase).
     """
     adapter = botorch_adapter(gs)
     if adapter is None or (hyper and not warm):
@@ -64,8 +64,28 @@ def refit(gs: Any, experiment: Any, *, hyper: bool, warm: bool = True) -> str:
     if data == adapter._last_experiment_data:
         return "unchanged"
     state = adapter.generator.surrogate.model.state_dict()
-    adapter._fit(search_space=space, experiment_data=data, state_dict=state, refit=hyper)
+    capped = hyper and max_iters > 0
+    adapter._fit(search_space=space, experiment_data=data, state_dict=state, refit=hyper and not capped)
+    if capped:  # Ax conditioned its model on all data with the last hyperparameters: a few L-BFGS steps from there
+        fit_hyperparameters(adapter.generator.surrogate, max_iters)
     return "warm" if hyper else "kept"
+
+
+def fit_hyperparameters(surrogate: Any, max_iters: int) -> None:
+    """Re-optimise the hyperparameters of Ax's fitted surrogate model in place from their current values, as Ax's
+    own fit does (BoTorch `fit_gpytorch_mll` on the model config's marginal likelihood, each sub-model of a model
+    list on its own) but with L-BFGS stopped after `max_iters` iterations."""
+    from botorch.fit import fit_gpytorch_mll
+    from botorch.models.model import ModelList
+    from gpytorch.mlls import ExactMarginalLogLikelihood
+
+    config = next(iter(surrogate.surrogate_spec.model_configs), None)  # Ax's default: one ModelConfig
+    mll_class = getattr(config, "mll_class", None) or ExactMarginalLogLikelihood
+    mll_options = getattr(config, "mll_options", None) or {}
+    model = surrogate.model
+    for m in model.models if isinstance(model, ModelList) else [model]:
+        mll = mll_class(likelihood=m.likelihood, model=m, **mll_options)
+        fit_gpytorch_mll(mll, optimizer_kwargs={"options": {"maxiter": max_iters}})
 
 
 class GridPredictor:
