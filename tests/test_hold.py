@@ -218,6 +218,13 @@ def test_a_violating_window_is_steady_inside_the_tuned_band_and_shifted_outside_
         again._shutdown()
 
 
+def _measured_at_390k(d: Daemon, *points: OperatingPoint) -> None:
+    """Completed trials at `points`, each measured within a 5000 µs SLA at 390 kQPS, in the daemon's state."""
+    for p in points:
+        md = {"offered_qps": 390_000.0, "latency_us": {"99": 300.0}, "latency_ci_us": {"99": [290.0, 310.0]}}
+        d.state.trials.append({"status": "completed", "measurement": md, "point": [p.itr_us, p.dvfs_ghz], "time": 0.0})
+
+
 def test_the_load_shift_check_holds_from_the_newest_retunes_table(tmp_path) -> None:
     host = FakeHost(qps=300_000.0)
     d = _daemon(tmp_path, host, sla_us=5000.0)
@@ -225,11 +232,7 @@ def test_the_load_shift_check_holds_from_the_newest_retunes_table(tmp_path) -> N
     try:
         space = d.space
         old_pick, new_pick = OperatingPoint(space.itr_us[0], 2.9), OperatingPoint(space.itr_us[-1], space.dvfs_ghz[0])
-        for p in (old_pick, new_pick):
-            md = {"offered_qps": 390_000.0, "latency_us": {"99": 300.0}, "latency_ci_us": {"99": [290.0, 310.0]}}
-            d.state.trials.append(
-                {"status": "completed", "measurement": md, "point": [p.itr_us, p.dvfs_ghz], "time": 0.0}
-            )
+        _measured_at_390k(d, old_pick, new_pick)
         # the first retune, tuned nearest this load, had not measured `new_pick`; a later one had, a little higher
         d._models["r000001"] = ModelTable("r000001", 390_000.0, 99.0, (old_pick,), (200.0,), (5.0,), (80.0,), (1.0,))
         d._models["r000002"] = ModelTable(
@@ -292,11 +295,7 @@ def test_the_load_shift_check_never_holds_a_point_a_window_measured_over_the_sla
     try:
         space = d.space
         safe, cheap = OperatingPoint(space.itr_us[0], 2.9), OperatingPoint(space.itr_us[-1], space.dvfs_ghz[0])
-        for p in (safe, cheap):
-            md = {"offered_qps": 390_000.0, "latency_us": {"99": 300.0}, "latency_ci_us": {"99": [290.0, 310.0]}}
-            d.state.trials.append(
-                {"status": "completed", "measurement": md, "point": [p.itr_us, p.dvfs_ghz], "time": 0.0}
-            )
+        _measured_at_390k(d, safe, cheap)
         d._models["r000001"] = ModelTable(
             "r000001", 390_000.0, 99.0, (safe, cheap), (220.0, 400.0), (5.0, 5.0), (82.0, 45.0), (1.0, 1.0)
         )
