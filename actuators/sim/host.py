@@ -62,6 +62,7 @@ from actuators.sim.longrun import (
     CHAINS,
     EXPECTED_REQUESTS,
     EXPECTED_SEED,
+    REFINED_MEMO_BYTES,
     Draws,
     compute_cells,
     draws_memo,
@@ -179,6 +180,7 @@ class SimHost:
             raise TunerError(f"sim: cache {cache!r}: expected an ExpectedCache shared in-process (not a config value)")
         self._cache = cache if cache is not None else ExpectedCache()
         self._draws: Draws | None = None  # a search's memo of first-run draws (`expected_draws_kept`)
+        self._refined: Draws | None = None  # ... and of refinement-run draws
 
     # --- Host protocol -----------------------------------------------------------------------------------
     def knobs(self) -> KnobSpace:
@@ -366,15 +368,17 @@ class SimHost:
 
     @contextmanager
     def expected_draws_kept(self) -> Iterator[None]:
-        """Within this block `expected()` keeps each (anchor, load)'s first-run draws (bounded), so asking for
-        the same anchor at other frequencies in a later call only serves them -- a search over one load does
-        (`tuner.replay.oracle_search`); the values are the same.  Dropped on exit: outside a search the draws
+        """Within this block `expected()` keeps each (anchor, load)'s first-run draws and its refinement runs'
+        (both bounded), so asking for the same anchor at other frequencies in a later call only serves them --
+        a search over one load does (`tuner.replay.oracle_search`); the values are the same.  Dropped on exit: outside a search the draws
         of a new load are not asked for again."""
-        outer, self._draws = self._draws, self._draws or draws_memo()
+        outer = self._draws, self._refined
+        self._draws = self._draws or draws_memo()
+        self._refined = self._refined or draws_memo(REFINED_MEMO_BYTES, "sim.refined_draws")
         try:
             yield
         finally:
-            self._draws = outer
+            self._draws, self._refined = outer
 
     def expected_default(self, qps: float) -> Expected:
         """Long-run values in Linux default mode (5.4 adaptive ITR + intel_pstate powersave) at `qps`."""
@@ -442,7 +446,7 @@ class SimHost:
 
     def _compute_cells(self, itr: int, qps: float, todo: list[int]) -> list[Cell]:
         """Simulate the cells (itr, qps, f) for frequency indices `todo` (see `expected`)."""
-        return compute_cells(self._p, self._cores, itr, qps, self._freqs[todo], self._draws)
+        return compute_cells(self._p, self._cores, itr, qps, self._freqs[todo], self._draws, self._refined)
 
     def _advance_counters(self, power_w: float, seconds: float) -> tuple[float, dict[str, float]]:
         """Advance each zone's wrapping counter, reading it every COUNTER_READ_S; return the energy read."""
