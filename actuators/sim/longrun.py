@@ -3,7 +3,8 @@ at the frequencies asked, and a refinement run for a cell whose p99 is still noi
 
 The first run's draws do not depend on the frequency (`actuators.sim.arrivals`): a caller that will ask for
 the same anchor and load at other frequencies in later calls (a search) passes a `draws` memo to keep them,
-so those calls only serve them (`SimHost.expected_draws_kept`).
+so those calls only serve them (`SimHost.expected_draws_kept`); a `refined` memo does the same for the
+refinement runs, whose draws depend on the request count too.
 """
 
 from __future__ import annotations
