@@ -4,7 +4,8 @@ Target: <= 1 s per window (the oracle is one of the replay's four policies; the 
 per window at 99 % < 500 µs and ~1.6 s on average at 200 µs) and the same point as `--oracle-exhaustive` on every
 window. Each window's oracle runs on an EMPTY model-cell cache (`host.expected_cache.clear()`), so its time is what
 a replay pays when nothing else has asked for those cells (in `tuner replay` the tuner's measured points warm a few
-of them). Reported per day and SLA: CPU (process) and wall seconds per window (mean, max), model cells per window.
+of them). Reported per day and SLA: CPU (process) and wall seconds per window (mean, max), model cells per window,
+and each window over the target (`over_target`: its index in the day, load, CPU s, cells).
 
 Days (the oracle depends only on each window's load, not on the host's seed):
 * `bundled`: the bundled 24 h sample trace at `--peak-qps` (217-600 kQPS hourly);
@@ -110,6 +111,12 @@ def main(argv: list[str] | None = None) -> int:
             every[key]["cpu"] += cpu
             every[key]["wall"] += wall
             row: dict = {"cpu_s": _stats(cpu), "wall_s": _stats(wall), "cells": _stats([float(c) for c in cells])}
+            # the windows over the target, with their load: which ones miss it and where they sit on the day
+            row["over_target"] = [
+                {"window": i * args.every, "qps": round(q), "cpu_s": round(c, 3), "cells": n}
+                for i, (q, c, n) in enumerate(zip(loads, cpu, cells, strict=True))
+                if c > TARGET_S
+            ]
             day["slas"][key] = row
             fast_points[key] = points
             print(json.dumps({"day": name, "sla": key, **row}), file=sys.stderr, flush=True)

@@ -1,4 +1,5 @@
-"""core.memory: the heap trim is real on glibc and rate-limited in the daemon's loop; the arena cap holds."""
+"""core.memory: the heap trim is real on glibc and rate-limited in the daemon's loop; the arena cap holds; the oracle's
+held heap sets and bounds glibc's thresholds."""
 
 from __future__ import annotations
 
@@ -10,7 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from core.memory import HeapTrimmer, limit_arenas, trim_heap
+from core.memory import (
+    M_MMAP_THRESHOLD,
+    M_TRIM_THRESHOLD,
+    MMAP_THRESHOLD_MAX,
+    TRIM_AFTER,
+    TRIM_HELD,
+    HeapTrimmer,
+    heap_held,
+    limit_arenas,
+    trim_heap,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -70,3 +81,26 @@ def test_limit_arenas_caps_the_arenas_threads_allocate_from() -> None:
 
 def test_limit_arenas_leaves_an_operators_malloc_arena_max_alone() -> None:
     assert limit_arenas(2, environ={"MALLOC_ARENA_MAX": "4"}) is False
+
+
+def test_heap_held_keeps_freed_pages_within_the_block_and_a_bounded_free_heap_after():
+    calls: list[tuple[int, int]] = []
+    with heap_held(environ={}, mallopt=lambda k, v: calls.append((k, v)) or 1) as held:
+        assert held is True
+        assert calls == [(M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX), (M_TRIM_THRESHOLD, TRIM_HELD)]
+    assert calls[-1] == (M_TRIM_THRESHOLD, TRIM_AFTER)
+    assert TRIM_AFTER < TRIM_HELD
+
+
+def test_heap_held_leaves_an_operators_malloc_thresholds_alone():
+    calls: list[tuple[int, int]] = []
+    for env in ({"MALLOC_TRIM_THRESHOLD_": "131072"}, {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=4096"}):
+        with heap_held(environ=env, mallopt=lambda k, v: calls.append((k, v)) or 1) as held:
+            assert held is False
+    assert calls == []
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc only")
+def test_heap_held_takes_on_glibc():
+    with heap_held(environ={}) as held:
+        assert held is True

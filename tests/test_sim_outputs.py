@@ -108,8 +108,25 @@ def test_a_search_keeps_draws_only_while_it_runs_and_they_change_no_value() -> N
     host = SimHost(seed=0)
     with host.expected_draws_kept():
         kept = [host.expected([pt], 560_000.0)[0] for pt in pts]
-        memo = host._draws
-        assert memo is not None and memo.stats().hits == 2 and memo.stats().misses == 1
+        assert host._draws is not None
+        memo = host._draws[0]
+        assert memo.stats().hits == 2 and memo.stats().misses == 1
+    assert host._draws is None
+    for a, b in zip(plain, kept, strict=True):
+        assert (a.power_w, a.p99_se_us, a.latency_us) == (b.power_w, b.p99_se_us, b.latency_us)
+
+
+def test_a_search_keeps_refinement_draws_and_they_change_no_value() -> None:
+    """Near saturation the lowest ITR is refined at each of these frequencies from the same request count: inside
+    `expected_draws_kept` the later ones only serve the first one's refinement draws, bit for bit."""
+    pts = [OperatingPoint(2, ghz) for ghz in (1.4, 1.5, 1.6)]
+    plain = [SimHost(seed=0).expected([pt], 456_464.0)[0] for pt in pts]
+    host = SimHost(seed=0)
+    with host.expected_draws_kept():
+        kept = [host.expected([pt], 456_464.0)[0] for pt in pts]
+        assert host._draws is not None
+        memo = host._draws[1]
+        assert memo.stats().hits == 2 and memo.stats().misses == 1
     assert host._draws is None
     for a, b in zip(plain, kept, strict=True):
         assert (a.power_w, a.p99_se_us, a.latency_us) == (b.power_w, b.p99_se_us, b.latency_us)

@@ -62,6 +62,7 @@ from actuators.sim.longrun import (
     CHAINS,
     EXPECTED_REQUESTS,
     EXPECTED_SEED,
+    REFINED_MEMO_BYTES,
     Draws,
     compute_cells,
     draws_memo,
@@ -178,7 +179,7 @@ class SimHost:
         if cache is not None and not isinstance(cache, ExpectedCache):
             raise TunerError(f"sim: cache {cache!r}: expected an ExpectedCache shared in-process (not a config value)")
         self._cache = cache if cache is not None else ExpectedCache()
-        self._draws: Draws | None = None  # a search's memo of first-run draws (`expected_draws_kept`)
+        self._draws: tuple[Draws, Draws] | None = None  # a search's first-run, refinement-run draws memos
 
     # --- Host protocol -----------------------------------------------------------------------------------
     def knobs(self) -> KnobSpace:
@@ -366,11 +367,12 @@ class SimHost:
 
     @contextmanager
     def expected_draws_kept(self) -> Iterator[None]:
-        """Within this block `expected()` keeps each (anchor, load)'s first-run draws (bounded), so asking for
-        the same anchor at other frequencies in a later call only serves them -- a search over one load does
-        (`tuner.replay.oracle_search`); the values are the same.  Dropped on exit: outside a search the draws
-        of a new load are not asked for again."""
-        outer, self._draws = self._draws, self._draws or draws_memo()
+        """Within this block `expected()` keeps each (anchor, load)'s first-run and refinement-run draws
+        (bounded), so asking for the same anchor at other frequencies in a later call only serves them -- a
+        search over one load does (`tuner.replay.oracle_search`); the values are the same.  Dropped on exit:
+        outside a search the draws of a new load are not asked for again."""
+        outer = self._draws
+        self._draws = outer or (draws_memo(), draws_memo(REFINED_MEMO_BYTES, "sim.refined_draws"))
         try:
             yield
         finally:
@@ -442,7 +444,8 @@ class SimHost:
 
     def _compute_cells(self, itr: int, qps: float, todo: list[int]) -> list[Cell]:
         """Simulate the cells (itr, qps, f) for frequency indices `todo` (see `expected`)."""
-        return compute_cells(self._p, self._cores, itr, qps, self._freqs[todo], self._draws)
+        draws, refined = self._draws or (None, None)
+        return compute_cells(self._p, self._cores, itr, qps, self._freqs[todo], draws, refined)
 
     def _advance_counters(self, power_w: float, seconds: float) -> tuple[float, dict[str, float]]:
         """Advance each zone's wrapping counter, reading it every COUNTER_READ_S; return the energy read."""

@@ -3,7 +3,8 @@ at the frequencies asked, and a refinement run for a cell whose p99 is still noi
 
 The first run's draws do not depend on the frequency (`actuators.sim.arrivals`): a caller that will ask for
 the same anchor and load at other frequencies in later calls (a search) passes a `draws` memo to keep them,
-so those calls only serve them (`SimHost.expected_draws_kept`).
+so those calls only serve them (`SimHost.expected_draws_kept`); a `refined` memo does the same for the
+refinement runs, whose draws depend on the request count too.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 from actuators.host import PERCENTILES
 from actuators.sim.arrivals import Arrivals, draw_arrivals
 from actuators.sim.cells import Cell
-from actuators.sim.model import SimResult, package_power_w, serve, simulate
+from actuators.sim.model import SimResult, package_power_w, serve
 from actuators.sim.params import SimParams
 from core.cache import BoundedCache, tuple_bytes
 
@@ -34,13 +35,18 @@ EXPECTED_SEED = 20230501
 #: Bound of a search's memo of first-run draws (`SimHost.expected_draws_kept`): ~2.5-6.5 MiB each at 40,000
 #: requests, and a search returns to an anchor mostly within the next few it visits.
 DRAWS_MEMO_BYTES = 32 * 2**20
+#: Bound of a search's memo of refinement-run draws (~20-35 MiB each near saturation): a refinement run's draws
+#: depend on its request count, which is the same (`EXPECTED_REFINED` less the first run) for every frequency
+#: of an anchor whose p99 is far from its SE target, so the search's refinement of that anchor at a neighbouring
+#: frequency (the next one it walks to) only serves them.
+REFINED_MEMO_BYTES = 96 * 2**20
 
 Draws = BoundedCache[tuple[Any, ...], Arrivals]  # (params, ITR anchor, per-core rate) -> a first run's draws
 
 
-def draws_memo(max_bytes: int = DRAWS_MEMO_BYTES) -> Draws:
-    """An empty memo of first-run draws, bounded by bytes (LRU)."""
-    return BoundedCache(max_bytes, sizeof=lambda key, value: tuple_bytes(key) + value.nbytes, name="sim.draws")
+def draws_memo(max_bytes: int = DRAWS_MEMO_BYTES, name: str = "sim.draws") -> Draws:
+    """An empty memo of a run's draws, bounded by bytes (LRU)."""
+    return BoundedCache(max_bytes, sizeof=lambda key, value: tuple_bytes(key) + value.nbytes, name=name)
 
 
 @dataclass(frozen=True)
@@ -100,9 +106,16 @@ def first_run(
 
 
 def compute_cells(
-    p: SimParams, cores: int, itr: int, qps: float, freqs: np.ndarray, draws: Draws | None = None
+    p: SimParams,
+    cores: int,
+    itr: int,
+    qps: float,
+    freqs: np.ndarray,
+    draws: Draws | None = None,
+    refined: Draws | None = None,
 ) -> list[Cell]:
-    """Simulate the cells (itr, qps, f) for `freqs` (see `SimHost.expected`)."""
+    """Simulate the cells (itr, qps, f) for `freqs` (see `SimHost.expected`); `draws` / `refined` keep the
+    first runs' / refinement runs' draws for later calls (the values are the same either way)."""
     lam = qps / cores / 1e6
     run = first_run(p, cores, itr, qps, freqs, draws)
     sim, power, quant, se, noisy = run.sim, run.power.copy(), run.quant, run.se.copy(), run.noisy
@@ -114,16 +127,15 @@ def compute_cells(
         # (SE ~ 1/sqrt(n)), at most EXPECTED_REFINED requests in all
         target = max(REFINE_TARGET_REL_SE * p99[j], REFINE_TARGET_ABS_SE_US)
         n_total = min(EXPECTED_REFINED, int(n1 * (se[j] / target) ** 2))
-        more = simulate(
-            p,
-            lam,
-            itr,
-            freqs[j : j + 1],
-            max(n_total - n1, n1),
-            CHAINS,
-            np.random.default_rng([EXPECTED_SEED, 1]),
-            cores,
-        )
+        n_more = max(n_total - n1, n1)
+
+        def draw_more(n_more: int = n_more) -> Arrivals:
+            return draw_arrivals(p, lam, itr, n_more, CHAINS, np.random.default_rng([EXPECTED_SEED, 1]))
+
+        # simulate(...) of these draws, bit for bit; with a memo the same anchor's refinement at another
+        # frequency with the same request count only serves them
+        more_draws = draw_more() if refined is None else refined.get((p, itr, lam, n_more), draw_more)
+        more = serve(p, more_draws, freqs[j : j + 1], cores)
         n2 = more.latency_us.shape[1]
         lats[j] = np.concatenate((lats[j], more.latency_us[0]))
         power[j] = (n1 * power[j] + n2 * float(package_power_w(p, more, cores, qps)[0])) / (n1 + n2)

@@ -168,7 +168,14 @@ def serve(p: SimParams, a: Arrivals, f: np.ndarray, cores: int = 16) -> SimResul
     pred = _menu_prediction(idle1, ~busy1, p.menu_history)
     targets = np.array([c.target_residency_us for c in p.cstates])
     exits = np.array([c.exit_latency_us for c in p.cstates])
-    state = np.searchsorted(targets, pred, side="right") - 1  # deepest state whose residency fits
+    # deepest state whose residency fits: searchsorted(targets, pred, "right") - 1, as a count of the (few,
+    # ascending) targets at or below the prediction (~3x faster)
+    if np.all(targets[1:] >= targets[:-1]):
+        state = np.full(pred.shape, -1, np.intp)
+        for target in targets:
+            state += pred >= target
+    else:  # not ascending: searchsorted's own answer, whatever it is
+        state = np.searchsorted(targets, pred, side="right") - 1
     wake = np.where(busy1, 0.0, exits[state])
     irq = np.where(busy1, (p.poll_cyc / f)[:, None, None], h3)  # busy: NAPI polls, no interrupt, one poll round
     goes_idle = np.ones_like(busy1)

@@ -13,6 +13,7 @@ from contextlib import nullcontext
 from typing import Any
 
 from actuators.host import OperatingPoint
+from core.memory import heap_held
 from tuner.optimize.settings import Objective
 from tuner.replay.oracle_search import CellGrid, lowest_latency, search_best
 
@@ -32,8 +33,9 @@ def oracle_point(
     total = len(grid.itrs) * len(grid.freqs)
     # the search asks for one anchor at several frequencies in separate calls: a host that can keep the
     # frequency-independent half of a cell's run for that (the simulated host) does so for this search only
+    # and the simulator's arrays of a few MB each are served from a heap that keeps its pages (core.memory)
     keep = getattr(host, "expected_draws_kept", None)
-    with keep() if callable(keep) and not exhaustive else nullcontext():
+    with heap_held(), keep() if callable(keep) and not exhaustive else nullcontext():
         if exhaustive:
             grid.evaluate([(i, f) for i in range(len(grid.itrs)) for f in grid.freqs])
             how = f"exhaustive over {len(grid.seen)} of {total} points"
