@@ -100,33 +100,28 @@ def test_expected_cells_are_unchanged_bit_for_bit() -> None:
             assert sorted(e.latency_us.items()) == [tuple(x) for x in lat], row[:2]
 
 
-def test_a_search_keeps_draws_only_while_it_runs_and_they_change_no_value() -> None:
-    """Inside `expected_draws_kept` the same anchor at other frequencies only serves the kept draws: the cells
-    equal those of a host without the memo bit for bit, and the memo is gone after the block."""
-    pts = [OperatingPoint(60, ghz) for ghz in (1.8, 1.9, 2.0)]
-    plain = [SimHost(seed=0).expected([pt], 560_000.0)[0] for pt in pts]
+@pytest.mark.parametrize(
+    "itr,ghz,qps,memo",
+    [
+        pytest.param(60, (1.8, 1.9, 2.0), 560_000.0, 0, id="first-run-draws"),
+        # near saturation the lowest ITR is refined at each frequency from the same request count
+        pytest.param(2, (1.4, 1.5, 1.6), 456_464.0, 1, id="refinement-draws"),
+    ],
+)
+def test_a_search_keeps_draws_only_while_it_runs_and_they_change_no_value(
+    itr: int, ghz: tuple[float, ...], qps: float, memo: int
+) -> None:
+    """Inside `expected_draws_kept` the same anchor at other frequencies only serves the first one's kept draws
+    (first runs, or refinement runs): the cells equal those of a host without the memo bit for bit, and the memo
+    is gone after the block."""
+    pts = [OperatingPoint(itr, f) for f in ghz]
+    plain = [SimHost(seed=0).expected([pt], qps)[0] for pt in pts]
     host = SimHost(seed=0)
     with host.expected_draws_kept():
-        kept = [host.expected([pt], 560_000.0)[0] for pt in pts]
+        kept = [host.expected([pt], qps)[0] for pt in pts]
         assert host._draws is not None
-        memo = host._draws[0]
-        assert memo.stats().hits == 2 and memo.stats().misses == 1
-    assert host._draws is None
-    for a, b in zip(plain, kept, strict=True):
-        assert (a.power_w, a.p99_se_us, a.latency_us) == (b.power_w, b.p99_se_us, b.latency_us)
-
-
-def test_a_search_keeps_refinement_draws_and_they_change_no_value() -> None:
-    """Near saturation the lowest ITR is refined at each of these frequencies from the same request count: inside
-    `expected_draws_kept` the later ones only serve the first one's refinement draws, bit for bit."""
-    pts = [OperatingPoint(2, ghz) for ghz in (1.4, 1.5, 1.6)]
-    plain = [SimHost(seed=0).expected([pt], 456_464.0)[0] for pt in pts]
-    host = SimHost(seed=0)
-    with host.expected_draws_kept():
-        kept = [host.expected([pt], 456_464.0)[0] for pt in pts]
-        assert host._draws is not None
-        memo = host._draws[1]
-        assert memo.stats().hits == 2 and memo.stats().misses == 1
+        stats = host._draws[memo].stats()
+        assert stats.hits == 2 and stats.misses == 1
     assert host._draws is None
     for a, b in zip(plain, kept, strict=True):
         assert (a.power_w, a.p99_se_us, a.latency_us) == (b.power_w, b.p99_se_us, b.latency_us)
