@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from actuators.host import KnobSpace, OperatingPoint
-from actuators.sim.arrivals import _seg_cumsum_and_sum
 from actuators.sim.host import ITR_ANCHORS, SimHost
-from actuators.sim.model import _menu_prediction
 from tuner.optimize.settings import Objective
 from tuner.replay.oracle import oracle_point
 
@@ -77,53 +74,6 @@ def test_expected_is_linear_between_anchors() -> None:
     w = (mid - lo) / (hi - lo)
     assert m.power_w == pytest.approx((1 - w) * a.power_w + w * b.power_w, rel=1e-12)
     assert m.latency_us[99.0] == pytest.approx((1 - w) * a.latency_us[99.0] + w * b.latency_us[99.0], rel=1e-12)
-
-
-def _seg_cumsum(x: np.ndarray, starts: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    c = np.cumsum(x)
-    return c - np.concatenate(([0.0], c))[starts][idx]
-
-
-def _seg_sum(x: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    c = np.concatenate((np.zeros(x.shape[:-1] + (1,)), np.cumsum(x, axis=-1)), axis=-1)
-    return c[..., starts + counts] - c[..., starts]
-
-
-def test_one_cumulative_sum_gives_the_same_segment_sums_bit_for_bit() -> None:
-    """The simulator's segmented sums (one cumulative sum for both) equal the two separate ones exactly, so the
-    model's cells and the replay's energies did not move."""
-    rng = np.random.default_rng(3)
-    counts = rng.integers(0, 5, size=200)
-    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    idx = np.repeat(np.arange(counts.size), counts)
-    for x in (rng.exponential(size=int(counts.sum())), rng.exponential(size=(3, int(counts.sum())))):
-        run, tot = _seg_cumsum_and_sum(x, starts, counts)
-        ref_run = _seg_cumsum(x, starts, idx) if x.ndim == 1 else np.stack([_seg_cumsum(r, starts, idx) for r in x])
-        assert np.array_equal(run, ref_run)
-        assert np.array_equal(tot, _seg_sum(x, starts, counts))
-
-
-def _menu_reference(gaps: np.ndarray, idled: np.ndarray, history: int) -> np.ndarray:
-    """The menu governor's prediction as first written: one gather per lag over the whole grid."""
-    k = gaps.shape[-1]
-    g2, v2 = gaps.reshape(-1, k), idled.reshape(-1, k)
-    flat = np.concatenate((g2[v2], [1e9]))
-    row_start = np.concatenate(([0], np.cumsum(v2.sum(axis=1))[:-1]))[:, None]
-    before = np.cumsum(v2, axis=1) - v2
-    pred = np.full(g2.shape, 1e9)
-    for lag in range(1, history + 1):
-        pos = before - lag
-        pred = np.minimum(pred, np.where(pos >= 0, flat[row_start + np.maximum(pos, 0)], 1e9))
-    return pred.reshape(gaps.shape)
-
-
-@pytest.mark.parametrize(
-    ("shape", "p_idle"), [((1, 4, 3000), 0.7), ((3, 4, 200), 0.2), ((2, 1, 5), 1.0), ((1, 2, 6), 0.0)]
-)
-def test_menu_prediction_is_the_shortest_of_the_last_actual_gaps_bit_for_bit(shape: tuple, p_idle: float) -> None:
-    rng = np.random.default_rng(11)
-    gaps, idled = rng.exponential(size=shape) * 50.0, rng.random(shape) < p_idle
-    assert np.array_equal(_menu_prediction(gaps, idled, 4), _menu_reference(gaps, idled, 4))
 
 
 def test_a_noisy_percentile_island_at_the_failing_frequency_is_found(sim: SimHost) -> None:

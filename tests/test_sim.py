@@ -238,10 +238,18 @@ def test_adaptive_itr_is_linux_5_4_low_latency_mode():
 def test_tx_only_interrupts_alternate_in_runs_of_empty_periods():
     import numpy as np
 
-    from actuators.sim.arrivals import tx_only_periods
+    from actuators.sim.kernel import period_events
 
-    empty = np.array([[False, True, True, True, False, True, False, True, True]])
-    assert tx_only_periods(empty).tolist() == [[False, True, False, True, False, True, False, True, False]]
+    counts = np.array([[2, 0, 0, 0, 1, 0, 3, 0, 0]])
+    empty, arrival_ends, events = period_events(counts, True)
+    assert empty.tolist() == [[False, True, True, True, False, True, False, True, True]]
+    # in each run of empty periods: TX-only first, then one ending on an arrival, alternating
+    assert (empty & ~arrival_ends).tolist() == [[False, True, False, True, False, True, False, True, False]]
+    assert events.tolist() == [[2, 0, 1, 0, 1, 0, 3, 0, 1]]
+    # without TX interrupts every empty period ends on the arrival that fires the next interrupt
+    empty, arrival_ends, events = period_events(counts, False)
+    assert arrival_ends.tolist() == empty.tolist()
+    assert events.tolist() == [[2, 1, 1, 1, 1, 1, 3, 1, 1]]
 
 
 def test_pstate_governor_runs_faster_under_more_load_and_idles_at_minimum():

@@ -18,6 +18,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from actuators.sim.kernel import event_positions, kept_requests, period_events, period_times
 from actuators.sim.params import SimParams
 
 
@@ -77,54 +78,6 @@ def rss_multipliers(spread: float, chains: int) -> np.ndarray:
     return 1.0 + spread * np.linspace(-1.0, 1.0, chains)
 
 
-def _seg_cumsum_and_sum(x: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per segment of `x` (last axis; segments of lengths `counts` from `starts`, back to back): the inclusive
-    running sum restarted at each segment's start, and the segment's total (0 if empty) -- from one cumulative
-    sum, each segment's base spread over its items by index."""
-    c0 = _cumsum0(x)
-    base = c0[..., starts]
-    run: np.ndarray = c0[..., 1:] - np.take(base, _segment_ids(starts, x.shape[-1]), axis=-1)
-    tot: np.ndarray = c0[..., starts + counts] - base
-    return run, tot
-
-
-def _segment_ids(starts: np.ndarray, size: int) -> np.ndarray:
-    """(size,) the segment of each item, for segments back to back from `starts` (ascending; empty segments
-    share their successor's start): `np.repeat(np.arange(len(starts)), counts)`, from a count of the segments
-    starting at or before each item."""
-    return np.cumsum(np.bincount(starts, minlength=size + 1)[:size]) - 1
-
-
-def _cumsum0(x: np.ndarray) -> np.ndarray:
-    """The running sum of `x` along its last axis with a leading 0 (one buffer, the same sequential sums)."""
-    c0 = np.empty(x.shape[:-1] + (x.shape[-1] + 1,))
-    c0[..., 0] = 0.0
-    np.cumsum(x, axis=-1, out=c0[..., 1:])
-    return c0
-
-
-def tx_only_periods(empty: np.ndarray) -> np.ndarray:
-    """Which empty interrupt periods end with a TX-completion-only interrupt, per chain (last axis).
-
-    Part of why Linux default costs "over 2X in energy" at 400K (ch. 5.2.2, seed text line ~1154): at its
-    16 µs adaptive ITR the cores wake for nearly every request and again for its reply's completion.
-
-    ixgbe's queue vector serves the RX and TX rings of its core and one throttle (EITR) gates both causes:
-    the replies sent after a batch complete on the wire and raise a TX cause, so an interrupt fires at
-    T + ITR even when no request arrived (it only cleans TX descriptors, `ixgbe_poll` -> `ixgbe_clean_tx_irq`).
-    The period after it has nothing pending, so an empty one ends at the next arrival.  In a run of
-    consecutive empty periods they therefore alternate TX-only, arrival, TX-only, ... starting with TX-only
-    (the period before the run produced replies).
-    """
-    k = empty.shape[-1]
-    pos = np.arange(k, dtype=np.int32 if k < 2**31 - 1 else np.int64)
-    # index of the last non-empty period at or before each position (-1 if none)
-    last_full = np.maximum.accumulate(np.where(empty, np.array(-1, dtype=pos.dtype), pos), axis=-1)
-    since: np.ndarray = pos - last_full  # periods since the last non-empty one (0 at it)
-    out: np.ndarray = empty & (np.bitwise_and(since, 1) == 1)  # odd: an even count of empty ones before this one
-    return out
-
-
 def warmup_periods(p: SimParams, itr_us: float, run_periods: int) -> int:
     """Interrupt periods simulated and discarded before measuring: `warmup_us` of simulated time, at least
     32 periods and at most an eighth of the measured run (short ITRs: many near-empty periods, cost bound)."""
@@ -158,51 +111,34 @@ def draw_arrivals(
     ev = np.empty((chains, k), np.int64)
     for c in range(chains):
         ev[c] = rng.poisson(m[c, 0], size=k)
-    empty = ev == 0
-    tx_only = tx_only_periods(empty) if p.tx_irq else np.zeros_like(empty)
-    ev = np.where(empty, 1, ev)  # an empty period ends with the event that fires the next interrupt
-    ev = np.where(tx_only, 0, ev)  # ... unless a TX completion fires it at T + ITR (no request)
-    exp_gap = rng.exponential(size=(chains, k)) / ev_rate
-    gaps = itr + np.where(empty & ~tx_only, exp_gap, 0.0)
-    t = np.cumsum(gaps, axis=1)
+    # the bookkeeping between the draws is compiled (`actuators.sim.kernel`): the same values as numpy's
+    # (cumulative sums left to right, the same expressions), in one pass each instead of a dozen
+    empty, gap_on, ev = period_events(ev, bool(p.tx_irq))
+    expo = rng.exponential(size=(chains, k))
+    gaps, t = period_times(expo, np.ascontiguousarray(ev_rate[:, 0]), gap_on, itr)
     evf = ev.ravel()
     kk = evf.size
-    ev_ends = np.cumsum(evf)
-    n_ev = int(ev_ends[-1])
-    ev_starts = ev_ends - evf
-    ev_idx = _segment_ids(ev_starts, n_ev)  # the period of each event
+    n_ev = int(evf.sum())
     # sorted uniform event positions per period via normalised exponential spacings
     e = rng.exponential(size=n_ev)
     extra = rng.exponential(size=kk)
-    ce0 = _cumsum0(e)
-    base = ce0[ev_starts]
-    tot = ce0[ev_ends] - base
-    tot = tot + extra
-    u_ev = (ce0[1:] - base[ev_idx]) / tot[ev_idx]
+    ev_idx, u_ev = event_positions(evf, e, extra)
     if burst > 1.0:
         size = rng.geometric(1.0 / burst, size=n_ev)
         n = np.bincount(ev_idx, weights=size, minlength=kk).astype(np.int64).reshape(chains, k)
         idx, u = np.repeat(ev_idx, size), np.repeat(u_ev, size)
     else:  # one request per event
-        n, idx, u = evf.reshape(chains, k), ev_idx, u_ev
+        n, idx, u = ev, ev_idx, u_ev
     nf = n.ravel()
-    ends = np.cumsum(nf)
-    r = int(ends[-1])
-    starts = ends - nf
+    r = int(nf.sum())
     x = rng.gamma(p.app_shape, 1.0 / p.app_shape, size=r)
     coin = rng.random(r)
     lock_e = rng.exponential(size=r)
     # the measured requests only (each chain's periods from w0 on, one contiguous range of requests per chain):
     # their values, formed as for all
-    ranges = [(int(starts[c * k + w0]), int(ends[c * k + k - 1])) for c in range(chains)]
-    kept_period = np.concatenate([idx[lo:hi] for lo, hi in ranges])
-    kept_start = starts[kept_period]
-    u = np.concatenate([u[lo:hi] for lo, hi in ranges])
-    wait = np.where(empty.ravel()[kept_period], 0.0, itr * (1.0 - u))
-    c0 = _cumsum0(x)
-    cx = np.concatenate([c0[lo + 1 : hi + 1] for lo, hi in ranges]) - c0[kept_start]
-    sx = (c0[ends] - c0[starts]).reshape(chains, k)
-    pos = kept_period % k - w0
+    starts, ends, ranges, kept_period, kept_start, wait, cx, pos, sx = kept_requests(
+        idx, u, nf, empty.ravel(), x, k, w0, itr
+    )
     return Arrivals(
         lam=float(lam),
         itr=itr,
@@ -219,7 +155,7 @@ def draw_arrivals(
         ends=ends,
         coin=coin,
         lock_e=lock_e,
-        kept_ranges=tuple(ranges),
+        kept_ranges=tuple((int(lo), int(hi)) for lo, hi in ranges),
         kept_period=kept_period,
         kept_start=kept_start,
         wait=wait,

@@ -80,7 +80,9 @@ def _p99_se(sim: SimResult) -> np.ndarray:
         return np.full(sim.latency_us.shape[0], np.inf)
     # np.percentile(s, 99.0, axis=1, method="lower") per block: the order statistic floor((n - 1) * 0.99)
     kth = [int(math.floor((s.shape[1] - 1) * (99.0 / 100.0))) for s in parts]
-    per_block = np.stack([np.partition(s, k, axis=1)[:, k] for s, k in zip(parts, kth, strict=True)], axis=1)
+    for s, k in zip(parts, kth, strict=True):
+        s.partition(k, axis=1)  # in place: each block is a fresh array (`_blocks` concatenates)
+    per_block = np.stack([s[:, k] for s, k in zip(parts, kth, strict=True)], axis=1)
     se: np.ndarray = per_block.std(axis=1, ddof=1) / math.sqrt(len(parts))
     return se
 

@@ -11,12 +11,12 @@ batch (n * s_stack(f)), then memcached serves the requests run-to-completion in 
 distributed app work + a global critical section whose hold time is cache-line traffic plus cycles under
 the lock, whose M/M/1 wait caps the server near 1 / hold and -- as the hold grows when f falls -- makes
 high load strongly DVFS-dependent; waiters block in C1).  Every work item is cycles / f + a memory-bound part.
-Batches queue FIFO per core (Lindley recursion, vectorised with a running maximum).  An idle gap puts the
+Batches queue FIFO per core (Lindley recursion; the walk over the periods is compiled, `actuators.sim.kernel`).  An idle gap puts the
 core in the C-state the menu governor picks (deepest state whose target residency fits the predicted idle
 = the shortest of the last few gaps it really slept); its exit latency delays the waking batch, and entering
 idle costs OS bookkeeping (energy only: a pending interrupt aborts it).  The replies' TX completions
 share the queue vector's throttle, so a batch is followed by an interrupt ITR later even if nothing
-arrived (`tx_only_periods`).  Every run discards a warm-up (`warmup_periods`): queues start empty.  Power = static + uncore + per core (busy:
+arrived (`actuators.sim.kernel.period_events`).  Every run discards a warm-up (`warmup_periods`): queues start empty.  Power = static + uncore + per core (busy:
 C f V(f)^2 + leakage V; idle: C-state power) + per-request package energy.
 
 Over ~500 lines on purpose: one simulation kernel (`simulate`) with the closed forms it is calibrated and
@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from actuators.sim.arrivals import Arrivals, _cumsum0, draw_arrivals
+from actuators.sim.arrivals import Arrivals, draw_arrivals
+from actuators.sim.kernel import lock_segments, serve_periods
 from actuators.sim.params import SimParams
 
 
@@ -60,57 +61,19 @@ def lock_utilisation(p: SimParams, total_per_us: float, f: np.ndarray | float | 
     return total_per_us * lock_hold_us(p, p.f_max if f is None else f)
 
 
-def lock_time_us(
-    p: SimParams, total_per_us: float, f: np.ndarray, coin: np.ndarray, e: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """(F, R) hold + wait, and the wait alone, per request at the global critical section, from the
-    requests' (R,) uniform `coin` and Exp(1) `e` draws.
+def lock_wait_params(p: SimParams, total_per_us: float, f: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(F,) hold time and utilisation U(f) of the global critical section at `total_per_us` requests/µs over all
+    cores; a request's time there is the hold plus its M/M/1 wait (0 w.p. 1-U, else Exp(hold / (1 - U))),
+    drawn per request with common random numbers across `f` (`actuators.sim.kernel.lock_segments`).
 
     memcached's shared LRU/stats cache lines: the hold is coherence traffic plus the cycles executed under
-    the lock, so it grows as f falls; the wait is the M/M/1 waiting time at utilisation U(f) (0 w.p. 1-U,
-    else Exp(hold / (1 - U))), drawn with common random numbers across `f`.  A waiter blocks (futex) rather
-    than spins, so the wait delays its core's queue but is spent in C1, not executing.  It caps the whole
-    server's throughput at 1 / hold (Linux's ~800K QPS peak at f_max, sec. 5.3.1.1) and, because U rises as
-    the clock slows, makes high load strongly DVFS-dependent (table 6.1: alpha 1.34 at 600K QPS).
+    the lock, so it grows as f falls.  A waiter blocks (futex) rather than spins, so the wait delays its core's
+    queue but is spent in C1, not executing.  It caps the whole server's throughput at 1 / hold (Linux's ~800K
+    QPS peak at f_max, sec. 5.3.1.1) and, because U rises as the clock slows, makes high load strongly
+    DVFS-dependent (table 6.1: alpha 1.34 at 600K QPS).
     """
-    hold = np.atleast_1d(lock_hold_us(p, f))[:, None]  # (F, 1)
-    u = np.minimum(total_per_us * hold, 0.999)
-    wait = np.where(coin[None, :] < u, e[None, :] * hold / (1.0 - u), 0.0)
-    return hold + wait, wait
-
-
-def _menu_prediction(gaps: np.ndarray, idled: np.ndarray, history: int) -> np.ndarray:
-    """Predicted idle before each batch: the shortest of the last `history` *actual* idle gaps before it.
-
-    The menu governor records an interval only when the core really idled (its history is updated on idle
-    exit), so batches that found the core busy leave the history untouched rather than counting as long
-    gaps.  `gaps`, `idled`: (..., K); 1e9 (deepest state) until any history exists.
-    """
-    k = gaps.shape[-1]
-    g2, v2 = gaps.reshape(-1, k), idled.reshape(-1, k)
-    rows = g2.shape[0]
-    # each row's actual gaps after `history` placeholders (1e9), rows back to back: the window before a batch
-    # that follows b actual gaps of its row starts at the row's offset + b and spans `history` slots
-    keep = np.concatenate((np.ones((rows, history), bool), v2), axis=1)
-    padded = np.concatenate((np.full((rows, history), 1e9), g2), axis=1)[keep]
-    row_off = np.concatenate(([0], np.cumsum(v2.sum(axis=1) + history)[:-1]))
-    span = padded.size - history + 1
-    window = padded[:span].copy()
-    for lag in range(1, history):
-        np.minimum(window, padded[lag : span + lag], out=window)
-    before = np.cumsum(v2, axis=1) - v2  # actual gaps strictly before batch k
-    pred: np.ndarray = window[row_off[:, None] + before]
-    return pred.reshape(gaps.shape)
-
-
-def _lindley(t: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Start times of FIFO work items arriving at `t` (ascending, last axis) with durations `w`."""
-    prev = np.cumsum(w, axis=-1)
-    prev -= w
-    out: np.ndarray = np.subtract(t, prev)
-    np.maximum.accumulate(out, axis=-1, out=out)
-    out += prev
-    return out
+    hold = np.atleast_1d(lock_hold_us(p, f)).astype(float)
+    return hold, np.minimum(total_per_us * hold, 0.999)
 
 
 def simulate(
@@ -140,55 +103,26 @@ def serve(p: SimParams, a: Arrivals, f: np.ndarray, cores: int = 16) -> SimResul
     f = np.atleast_1d(np.asarray(f, float))
     chains, k, w0, kk = a.chains, a.k, a.w0, a.n.size
     n, t, gaps = a.n, a.t, a.gaps
-    lock, lock_wait = lock_time_us(p, a.lam * cores, f, a.coin, a.lock_e)  # (F, R) per request, in its app work
-    c0 = _cumsum0(lock)
-    slock = (c0[:, a.ends] - c0[:, a.starts]).reshape(f.size, chains, k)
-    clock = a.kept(c0[:, 1:])
-    clock -= c0[:, a.kept_start]
-    del c0, lock
+    hold, util = lock_wait_params(p, a.lam * cores, f)
+    ranges = np.array(a.kept_ranges, np.int64).reshape(-1, 2)
+    slock, clock, kept_wait = lock_segments(hold, util, a.coin, a.lock_e, a.starts, a.ends, ranges, a.kept_start)
+    slock = slock.reshape(f.size, chains, k)
     # summed column by column, as numpy sums the (F, R) array a gather by column index makes (F-ordered)
-    blocked = np.asfortranarray(a.kept(lock_wait)).sum(axis=1)  # (F,) blocked on the lock: C1, not executing
-    del lock_wait
+    blocked = np.asfortranarray(kept_wait).sum(axis=1)  # (F,) blocked on the lock: C1, not executing
+    del kept_wait
 
     h, ss, sa = p.work_us(f)
-    h3, ss3, sa3 = h[:, None, None], ss[:, None, None], sa[:, None, None]
-    base = n[None] * ss3  # (F, C, K): stack + app + lock work per batch (summed in this order)
-    base += sa3 * a.sx[None]
-    base += slock
-    w1 = base + h3
-    st1 = _lindley(t[None], w1)
-    fin1 = st1 + w1
-    busy1 = st1 > t[None] + 1e-9
-    idle1 = np.empty_like(st1)
-    idle1[..., 0] = 1e9
-    np.subtract(t[None, :, 1:], fin1[..., :-1], out=idle1[..., 1:])
-    np.maximum(idle1, 0.0, out=idle1)
-    # menu governor: predicted idle = the shortest of the last `menu_history` idle gaps (its typical-interval
-    # detection discards the long outliers of irregular traffic); regular (ITR-paced) gaps predict well
-    pred = _menu_prediction(idle1, ~busy1, p.menu_history)
     targets = np.array([c.target_residency_us for c in p.cstates])
     exits = np.array([c.exit_latency_us for c in p.cstates])
-    # deepest state whose residency fits: searchsorted(targets, pred, "right") - 1, as a count of the (few,
-    # ascending) targets at or below the prediction (~3x faster)
-    if np.all(targets[1:] >= targets[:-1]):
-        state = np.full(pred.shape, -1, np.intp)
-        for target in targets:
-            state += pred >= target
-    else:  # not ascending: searchsorted's own answer, whatever it is
-        state = np.searchsorted(targets, pred, side="right") - 1
-    wake = np.where(busy1, 0.0, exits[state])
-    irq = np.where(busy1, (p.poll_cyc / f)[:, None, None], h3)  # busy: NAPI polls, no interrupt, one poll round
-    goes_idle = np.ones_like(busy1)
-    goes_idle[..., :-1] = ~busy1[..., 1:]  # the core goes idle after batch k unless batch k+1 found it busy
-    # idle entry bookkeeping is aborted by a pending interrupt, so it costs energy but never delays a batch
-    post = np.where(goes_idle, (p.idle_cyc / f)[:, None, None], 0.0)
-    w2 = base + irq + wake
-    st2 = _lindley(t[None], w2)
-    fin2 = st2 + w2
-    offset = st2 - t[None]  # (F, C, K): time from interrupt to app start (summed in this order)
-    offset += wake
-    offset += irq
-    offset += n[None] * ss3
+    # the periods in order, compiled (`actuators.sim.kernel`): batch work (stack + app + lock), a first FIFO
+    # pass (Lindley) telling which batches find the core busy (NAPI polls: one poll round, no interrupt), the
+    # menu governor's C-state from the last `menu_history` actual idle gaps (its typical-interval detection
+    # discards the long outliers of irregular traffic; regular ITR-paced gaps predict well), the second pass
+    # with the interrupt or poll and the wake-up latency, and the idle gaps less the idle-entry bookkeeping
+    # (aborted by a pending interrupt, so it costs energy but never delays a batch)
+    offset, w2, bookkeeping, res, not_busy = serve_periods(
+        n, t, gaps, a.sx, slock, (h, ss, sa), p.poll_cyc / f, p.idle_cyc / f, targets, exits, p.menu_history, w0
+    )
     # the measured requests' latencies: ((wait + offset) + app work) + lock, as one expression over all would
     lat = np.take(offset.reshape(f.size, kk), a.kept_period, axis=1)
     lat += a.wait
@@ -196,30 +130,17 @@ def serve(p: SimParams, a: Arrivals, f: np.ndarray, cores: int = 16) -> SimResul
     lat += clock
     lat += p.net_us
 
-    idle2 = np.zeros_like(st2)
-    np.subtract(t[None, :, 1:], fin2[..., :-1], out=idle2[..., 1:])
-    np.maximum(idle2[..., 1:], 0.0, out=idle2[..., 1:])
-    idle2[..., 0] = np.where(busy1[..., 0], 0.0, gaps[None, :, 0])
-    bookkeeping = np.minimum(post[..., :-1], idle2[..., 1:])  # taken out of the idle gap that follows
-    idle2[..., 1:] -= bookkeeping
     # drop the warm-up periods from the time accounting
-    idle2, w2, state, busy1, gaps = idle2[..., w0:], w2[..., w0:], state[..., w0:], busy1[..., w0:], gaps[:, w0:]
-    bookkeeping = bookkeeping[..., w0:]
+    w2, bookkeeping, gaps = w2[..., w0:], bookkeeping[..., w0:], gaps[:, w0:]
     total_time = gaps.sum(axis=1)  # (C,)
     span = total_time.sum()
-    nstates = len(p.cstates)
-    res = np.zeros((f.size, nstates))
-    flat_state = state.reshape(f.size, -1)
-    flat_idle = idle2.reshape(f.size, -1)
-    for fi in range(f.size):
-        res[fi] = np.bincount(flat_state[fi], weights=flat_idle[fi], minlength=nstates)[:nstates]
     res[:, [c.name for c in p.cstates].index("C1")] += blocked
     work_time = w2.sum(axis=(1, 2)) + bookkeeping.sum(axis=(1, 2)) - blocked
     idle_time = res.sum(axis=1)
     span_f = np.maximum(span, work_time + idle_time)
     busy = work_time / span_f
     res = res / span_f[:, None]
-    intr = (~busy1).sum(axis=(1, 2)) / span_f
+    intr = not_busy / span_f
     # share of the offered requests a saturated core can serve (work demanded per unit time > 1)
     demand = w2.sum(axis=2) / total_time[None, :]  # (F, C)
     rates = a.lam_c
@@ -287,7 +208,7 @@ def analytic_busy(p: SimParams, lam: float, itr_us: float, f: np.ndarray) -> np.
     """Fast C0-fraction estimate (the P-state governor's view): work rate per µs, capped at 1.
 
     Interrupts per µs: one per ITR period (period count lam / (m + e^-m)), plus the TX-completion-only
-    interrupts that alternate with arrival-fired ones in runs of empty periods (`tx_only_periods`).
+    interrupts that alternate with arrival-fired ones in runs of empty periods (`actuators.sim.kernel.period_events`).
     """
     f = np.asarray(f, float)
     h, ss, sa = p.work_us(f)

@@ -67,7 +67,7 @@ class SimParams:
     lock_us: float = 0.55  # global critical section per request: cache-line bound part (not f-scaled), all cores
     lock_cyc: float = 0.95  # and the cycles executed while holding it (µs*GHz): the hold, so the wait, grows at low f
     rss_spread: float = 0.142  # RSS imbalance: simulated cores carry (1 -/+ spread) x the mean load
-    tx_irq: bool = True  # TX completions raise an interrupt ITR after a batch (see `tx_only_periods`)
+    tx_irq: bool = True  # TX completions raise an interrupt ITR after a batch (`actuators.sim.kernel.period_events`)
     warmup_us: float = 20_000.0  # simulated time discarded at the start of every run (queues start empty)
 
     def volt(self, f: np.ndarray | float) -> np.ndarray:
