@@ -132,7 +132,7 @@ def test_kept_requests_are_the_measured_periods_requests() -> None:
     r = int(nf.sum())
     idx = np.repeat(np.arange(nf.size), nf)
     u, x, empty = rng.random(r), rng.gamma(1.57, size=r), rng.random(nf.size) < 0.3
-    starts, ends, ranges, period, start, wait, cx, pos, sx = kept_requests(idx, u, nf, empty, x, k, w0, itr)
+    starts, ends, ranges, period, start, wait, cx, pos, sx = kept_requests(u, nf, empty, x, k, w0, itr)
     assert np.array_equal(ends, np.cumsum(nf)) and np.array_equal(starts, ends - nf)
     c0 = np.concatenate(([0.0], np.cumsum(x)))
     keep = np.concatenate([np.arange(lo, hi) for lo, hi in ranges])

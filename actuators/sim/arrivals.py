@@ -126,9 +126,9 @@ def draw_arrivals(
     if burst > 1.0:
         size = rng.geometric(1.0 / burst, size=n_ev)
         n = np.bincount(ev_idx, weights=size, minlength=kk).astype(np.int64).reshape(chains, k)
-        idx, u = np.repeat(ev_idx, size), np.repeat(u_ev, size)
+        u = np.repeat(u_ev, size)
     else:  # one request per event
-        n, idx, u = ev, ev_idx, u_ev
+        n, u = ev, u_ev
     nf = n.ravel()
     r = int(nf.sum())
     x = rng.gamma(p.app_shape, 1.0 / p.app_shape, size=r)
@@ -137,7 +137,7 @@ def draw_arrivals(
     # the measured requests only (each chain's periods from w0 on, one contiguous range of requests per chain):
     # their values, formed as for all
     starts, ends, ranges, kept_period, kept_start, wait, cx, pos, sx = kept_requests(
-        idx, u, nf, empty.ravel(), x, k, w0, itr
+        u, nf, empty.ravel(), x, k, w0, itr
     )
     return Arrivals(
         lam=float(lam),

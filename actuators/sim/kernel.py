@@ -284,7 +284,6 @@ def event_positions(evf: np.ndarray, e: np.ndarray, extra: np.ndarray) -> tuple[
 
 @_compiled
 def kept_requests(
-    idx: np.ndarray,
     u: np.ndarray,
     nf: np.ndarray,
     empty: np.ndarray,  # (KK,)
@@ -327,15 +326,17 @@ def kept_requests(
     o = 0
     for c in range(nc):
         first = c * k + w0  # the chain's first measured period: its requests' positions count from it
-        for q in range(ranges[c, 0], ranges[c, 1]):
-            per = idx[q]
+        for per in range(first, c * k + k):
             s = starts[per]
-            kept_period[o] = per
-            kept_start[o] = s
-            wait[o] = 0.0 if empty[per] else itr * (1.0 - u[q])
-            cx[o] = c0[q + 1] - c0[s]
-            pos[o] = per - first
-            o += 1
+            base = c0[s]
+            idle = empty[per]
+            for q in range(s, ends[per]):  # the period's requests (`idx[q] == per`)
+                kept_period[o] = per
+                kept_start[o] = s
+                wait[o] = 0.0 if idle else itr * (1.0 - u[q])
+                cx[o] = c0[q + 1] - base
+                pos[o] = per - first
+                o += 1
     sx = np.empty(kk)
     for i in range(kk):
         sx[i] = c0[ends[i]] - c0[starts[i]]
