@@ -3,6 +3,7 @@
     python bench/sim.py                 # speeds + calibration values (JSON)
     python bench/sim.py --calibration   # also print the simulator-vs-dissertation table (markdown) to stderr
     python bench/sim.py --quick         # speeds only
+    python bench/sim.py --cells         # CPU per run of the oracle's cells (first runs, refinements), nothing else
 
 Targets (so a 24 h replay with hundreds of trials runs in seconds): a 20 s window at 600K QPS <= 100 ms (static and Linux default mode); a 3600 s hold
 window <= 100 ms; expected() over a full ITR x DVFS grid.  `window_20s_*` are medians of repeated windows
@@ -72,6 +73,51 @@ def speeds(repeat: int = 5) -> dict:
     return out
 
 
+def _cpu_ms(fn, repeat: int) -> float:
+    """Least CPU (process) time of `repeat` calls after one warm-up call, in ms: the run's own cost on a
+    shared machine."""
+    fn()
+    times = []
+    for _ in range(repeat):
+        c = time.process_time()
+        fn()
+        times.append((time.process_time() - c) * 1000)
+    return round(min(times), 1)
+
+
+def cells(repeat: int = 5) -> dict:
+    """CPU per run of the kind the oracle's cells are made of, at 456 kQPS (the bundled day's busiest hours at
+    99 % < 200 µs), on the held heap the oracle's search runs on: a first run's draws (40,000 requests), serving
+    them at 1 and at 18 frequencies, a 200,000-request refinement run at one frequency (draws + serving) at 2 µs
+    and 64 µs, and the first run's p99 batch-means standard errors."""
+    import numpy as np
+
+    from actuators.sim.arrivals import draw_arrivals
+    from actuators.sim.longrun import _p99_se
+    from actuators.sim.model import serve
+    from actuators.sim.params import SimParams
+    from core.memory import heap_held
+
+    p, lam, one, grid = SimParams(), 456_000 / 16 / 1e6, np.array([1.5]), np.round(np.arange(1.2, 2.95, 0.1), 1)
+
+    def refine(itr: int) -> None:
+        serve(p, draw_arrivals(p, lam, itr, 200_000, 4, np.random.default_rng([1, 1])), one, 16)
+
+    with heap_held():
+        first = draw_arrivals(p, lam, 64, 40_000, 4, np.random.default_rng(1))
+        run = serve(p, first, grid, 16)
+        return {
+            "first_run_draws_64us_ms": _cpu_ms(
+                lambda: draw_arrivals(p, lam, 64, 40_000, 4, np.random.default_rng(1)), repeat
+            ),
+            "first_run_serve_1f_ms": _cpu_ms(lambda: serve(p, first, one, 16), repeat),
+            "first_run_serve_18f_ms": _cpu_ms(lambda: serve(p, first, grid, 16), repeat),
+            "refinement_2us_ms": _cpu_ms(lambda: refine(2), repeat),
+            "refinement_64us_ms": _cpu_ms(lambda: refine(64), repeat),
+            "p99_se_18f_ms": _cpu_ms(lambda: _p99_se(run), repeat),
+        }
+
+
 def noise(seeds: int = 8) -> dict:
     """p99 over `seeds` seeded windows per length at 600K QPS, (246, 1.6)."""
     out = {}
@@ -98,7 +144,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--calibration", action="store_true", help="print the calibration table (markdown) to stderr")
     ap.add_argument("--quick", action="store_true", help="speeds only")
+    ap.add_argument("--cells", action="store_true", help="CPU per run of the oracle's cells only")
     args = ap.parse_args(argv)
+    if args.cells:
+        print(json.dumps({"cells_cpu_ms_min_of_5": cells()}, indent=1))
+        return 0
     result = {"speed": speeds()}
     if not args.quick:
         from actuators.sim.calibration import calibration, format_table

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from actuators.sim import kernel
-from actuators.sim.kernel import event_positions, kept_requests, lock_segments, serve_periods
+from actuators.sim.kernel import event_positions, kept_requests, latencies, lock_segments, serve_periods
 
 TARGETS = np.array([0.0, 2.0, 20.0, 211.0, 345.0])
 EXITS = np.array([0.0, 2.0, 10.0, 80.0, 104.0])
@@ -161,6 +161,20 @@ def test_lock_time_is_the_hold_plus_an_mm1_wait_summed_per_batch() -> None:
     assert np.array_equal(slock, c0[:, ends] - c0[:, starts])
     assert np.array_equal(clock, c0[:, keep + 1] - c0[:, kept_start])
     assert np.array_equal(kept_wait, wait[:, keep])
+
+
+def test_latency_is_wait_offset_app_work_lock_and_network_added_in_that_order() -> None:
+    rng = np.random.default_rng(10)
+    offset, clock = rng.exponential(size=(2, 30)) * 50, rng.exponential(size=(2, 200))
+    period = np.sort(rng.integers(0, 30, size=200))
+    wait, cx, sa = rng.random(200) * 20, rng.gamma(1.57, size=200), np.array([3.0, 1.7])
+    lat = latencies(offset, period, wait, sa, cx, clock, 25.0)
+    want = np.take(offset, period, axis=1)
+    want += wait
+    want += sa[:, None] * cx[None]
+    want += clock
+    want += 25.0
+    assert np.array_equal(lat, want)
 
 
 def test_kernels_compile_without_a_writable_cache(monkeypatch: pytest.MonkeyPatch) -> None:

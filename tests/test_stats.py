@@ -5,7 +5,13 @@ import math
 import numpy as np
 import pytest
 
-from core.stats import quantile_ci_achievable, quantile_ci_ranks, quantile_with_ci, relative_half_width
+from core.stats import (
+    percentiles_inplace,
+    quantile_ci_achievable,
+    quantile_ci_ranks,
+    quantile_with_ci,
+    relative_half_width,
+)
 
 
 @pytest.mark.parametrize("q,n", [(0.99, 2000), (0.5, 200), (0.9, 500)])
@@ -61,3 +67,19 @@ def test_bad_arguments():
         quantile_ci_ranks(10, 1.0)
     assert relative_half_width(0.0, 1, 2) == math.inf
     assert relative_half_width(100.0, 90, 110) == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 100, 101, 1001, 40_000, 240_001])
+@pytest.mark.parametrize("qs", [(50.0, 90.0, 95.0, 99.0, 99.9), (0.0, 100.0, 37.5), (99.99,)])
+def test_percentiles_inplace_equal_numpys_bit_for_bit(n: int, qs: tuple[float, ...]) -> None:
+    rng = np.random.default_rng(n)
+    for x in (rng.exponential(size=n) * 100.0, np.round(rng.exponential(size=n) * 3.0)):  # ties too
+        want = np.percentile(x, qs)
+        work = x.copy()
+        assert np.array_equal(percentiles_inplace(work, qs), want)
+        assert np.array_equal(np.sort(work), np.sort(x))  # reordered, nothing lost
+
+
+def test_percentiles_inplace_refuses_an_empty_sample() -> None:
+    with pytest.raises(ValueError, match="empty"):
+        percentiles_inplace(np.array([]), (99.0,))

@@ -387,3 +387,29 @@ def lock_segments(
                 kept_wait[fi, o] = wait[q]
                 o += 1
     return slock, clock, kept_wait
+
+
+@_compiled
+def latencies(
+    offset: np.ndarray,
+    kept_period: np.ndarray,
+    wait: np.ndarray,
+    sa: np.ndarray,
+    cx: np.ndarray,
+    clock: np.ndarray,
+    net: float,
+) -> np.ndarray:
+    """(F, Rk) the measured requests' latencies: ((((wait + the batch's offset to app start) + app work up to
+    and including the request) + its lock time) + the network), summed in that order as numpy's in-place adds
+    did (`offset` (F, KK) per period, the rest per measured request)."""
+    nf = offset.shape[0]
+    rk = kept_period.size
+    lat = np.empty((nf, rk))
+    for fi in range(nf):
+        saf = sa[fi]
+        for o in range(rk):
+            v = offset[fi, kept_period[o]] + wait[o]
+            v = v + saf * cx[o]
+            v = v + clock[fi, o]
+            lat[fi, o] = v + net
+    return lat

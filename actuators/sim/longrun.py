@@ -21,6 +21,7 @@ from actuators.sim.cells import Cell
 from actuators.sim.model import SimResult, package_power_w, serve
 from actuators.sim.params import SimParams
 from core.cache import BoundedCache, tuple_bytes
+from core.stats import percentiles_inplace
 
 CHAINS = 4  # independent cores simulated per run
 EXPECTED_REQUESTS = 40_000  # first sample behind expected() per (ITR anchor, load) (common random numbers)
@@ -100,7 +101,9 @@ def first_run(
     arrivals = draw() if draws is None else draws.get((p, itr, lam), draw)
     sim = serve(p, arrivals, freqs, cores)
     power = package_power_w(p, sim, cores, qps)
-    quant = np.percentile(sim.latency_us, PERCENTILES, axis=1).T  # (F, P)
+    # np.percentile(sim.latency_us, PERCENTILES, axis=1).T, bit for bit, on a copy of each row (the latencies
+    # keep their order for the batch-means SE and the refinement)
+    quant = np.stack([percentiles_inplace(row.copy(), PERCENTILES) for row in sim.latency_us])  # (F, P)
     p99 = quant[:, list(PERCENTILES).index(99.0)]
     se = _p99_se(sim)
     noisy = (p99 < REFINE_MAX_US) & (se > np.maximum(REFINE_REL_SE * p99, REFINE_ABS_SE_US))
@@ -144,5 +147,5 @@ def compute_cells(
         # pooled SE: the larger run's batch-means SE scaled to the pooled count
         se[j] = float(_p99_se(more)[0]) * math.sqrt(n2 / (n1 + n2))
     for j in np.flatnonzero(noisy).tolist():
-        quant[j] = np.percentile(lats[j], PERCENTILES)
+        quant[j] = percentiles_inplace(lats[j], PERCENTILES)  # lats[j] is the pooled copy: reordered, not needed after
     return [(quant[j], float(power[j]), float(se[j])) for j in range(freqs.size)]

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from actuators.sim.arrivals import Arrivals, draw_arrivals
-from actuators.sim.kernel import lock_segments, serve_periods
+from actuators.sim.kernel import latencies, lock_segments, serve_periods
 from actuators.sim.params import SimParams
 
 
@@ -124,11 +124,7 @@ def serve(p: SimParams, a: Arrivals, f: np.ndarray, cores: int = 16) -> SimResul
         n, t, gaps, a.sx, slock, (h, ss, sa), p.poll_cyc / f, p.idle_cyc / f, targets, exits, p.menu_history, w0
     )
     # the measured requests' latencies: ((wait + offset) + app work) + lock, as one expression over all would
-    lat = np.take(offset.reshape(f.size, kk), a.kept_period, axis=1)
-    lat += a.wait
-    lat += sa[:, None] * a.cx[None]
-    lat += clock
-    lat += p.net_us
+    lat = latencies(offset.reshape(f.size, kk), a.kept_period, a.wait, sa, a.cx, clock, float(p.net_us))
 
     # drop the warm-up periods from the time accounting
     w2, bookkeeping, gaps = w2[..., w0:], bookkeeping[..., w0:], gaps[:, w0:]
