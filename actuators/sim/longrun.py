@@ -34,13 +34,15 @@ REFINE_MAX_US = 1000.0  # ... and whose p99 is below this (2x the loosest SLA of
 SE_BLOCKS = 10  # batch-means blocks (consecutive interrupt periods) for that standard error
 EXPECTED_SEED = 20230501
 #: Bound of a search's memo of first-run draws (`SimHost.expected_draws_kept`): ~2.5-6.5 MiB each at 40,000
-#: requests, and a search returns to an anchor mostly within the next few it visits.
-DRAWS_MEMO_BYTES = 32 * 2**20
+#: requests, so every anchor of a load fits (at 32 MiB the worst 99 % < 200 µs searches drew 7-12 of them twice,
+#: evicted before the search came back).
+DRAWS_MEMO_BYTES = 128 * 2**20
 #: Bound of a search's memo of refinement-run draws (~20-35 MiB each near saturation): a refinement run's draws
 #: depend on its request count, which is the same (`EXPECTED_REFINED` less the first run) for every frequency
-#: of an anchor whose p99 is far from its SE target, so the search's refinement of that anchor at a neighbouring
-#: frequency (the next one it walks to) only serves them.
-REFINED_MEMO_BYTES = 96 * 2**20
+#: of an anchor whose p99 is far from its SE target, so the search's refinement of that anchor at another
+#: frequency only serves them.  With these bounds the oracle's search peaks at ~570 MB RSS (~355 MB at 32 / 96
+#: MiB) and repeats almost no draws: ~5 % less CPU in its worst windows (docs/replay.md, "Oracle").
+REFINED_MEMO_BYTES = 256 * 2**20
 
 Draws = BoundedCache[tuple[Any, ...], Arrivals]  # (params, ITR anchor, per-core rate) -> a first run's draws
 
