@@ -11,16 +11,16 @@ batch (n * s_stack(f)), then memcached serves the requests run-to-completion in 
 distributed app work + a global critical section whose hold time is cache-line traffic plus cycles under
 the lock, whose M/M/1 wait caps the server near 1 / hold and -- as the hold grows when f falls -- makes
 high load strongly DVFS-dependent; waiters block in C1).  Every work item is cycles / f + a memory-bound part.
-Batches queue FIFO per core (Lindley recursion; the walk over the periods is compiled, `actuators.sim.kernel`).  An idle gap puts the
-core in the C-state the menu governor picks (deepest state whose target residency fits the predicted idle
-= the shortest of the last few gaps it really slept); its exit latency delays the waking batch, and entering
-idle costs OS bookkeeping (energy only: a pending interrupt aborts it).  The replies' TX completions
-share the queue vector's throttle, so a batch is followed by an interrupt ITR later even if nothing
-arrived (`actuators.sim.kernel.period_events`).  Every run discards a warm-up (`warmup_periods`): queues start empty.  Power = static + uncore + per core (busy:
-C f V(f)^2 + leakage V; idle: C-state power) + per-request package energy.
-
-Over ~500 lines on purpose: one simulation kernel (`simulate`) with the closed forms it is calibrated and
-checked against (eq. 6.3, adaptive ITR, P-state occupancy); splitting would scatter one model.
+Batches queue FIFO per core (Lindley recursion).  An idle gap puts the core in the C-state the menu governor
+picks (deepest state whose target residency fits the predicted idle = the shortest of the last few gaps it
+really slept: it records an interval only on idle exit, so a batch that found the core busy leaves its history
+untouched); its exit latency delays the waking batch, and entering idle costs OS bookkeeping (energy only: a
+pending interrupt aborts it).  The replies' TX completions share the queue vector's throttle, so a batch is
+followed by an interrupt ITR later even if nothing arrived (`actuators.sim.kernel.period_events`).  Every run
+discards a warm-up (`warmup_periods`): queues start empty.  Power = static + uncore + per core (busy:
+C f V(f)^2 + leakage V; idle: C-state power) + per-request package energy.  The walk over the periods is
+compiled (`actuators.sim.kernel`); this module keeps the model's parameters per frequency, the sums and the
+closed forms the simulation is calibrated and checked against (eq. 6.3, adaptive ITR, P-state occupancy).
 """
 
 from __future__ import annotations
