@@ -21,6 +21,17 @@ def _np_max(a: float, b: float) -> float:
     return a if a >= b else b  # np.maximum(a, b) without NaNs
 
 
+def _fifo_starts(w: list[float], t: np.ndarray) -> list[float]:
+    """A FIFO pass (Lindley): start = max over j <= k of (t_j - work before j) + work before k."""
+    cum, top, starts = 0.0, 0.0, []
+    for k, wk in enumerate(w):
+        cum += wk
+        before = cum - wk
+        top = t[k] - before if k == 0 else _np_max(top, t[k] - before)
+        starts.append(top + before)
+    return starts
+
+
 def _reference_walk(n, t, gaps, sx, slock, work, poll, idle_cost, history, w0):
     """The period walk as the model states it, one period at a time, in plain Python floats."""
     h, ss, sa = work
@@ -31,14 +42,9 @@ def _reference_walk(n, t, gaps, sx, slock, work, poll, idle_cost, history, w0):
     for fi in range(nf):
         for c in range(nc):
             base = [float(n[c, k]) * ss[fi] + sa[fi] * sx[c, k] + slock[fi, c, k] for k in range(nk)]
-            # first FIFO pass (Lindley): start = max over j <= k of (t_j - work before j) + work before k
+            # first FIFO pass: interrupt work on every batch
             w1 = [b + h[fi] for b in base]
-            cum, top, st1 = 0.0, 0.0, []
-            for k in range(nk):
-                cum += w1[k]
-                before = cum - w1[k]
-                top = t[c, k] - before if k == 0 else _np_max(top, t[c, k] - before)
-                st1.append(top + before)
+            st1 = _fifo_starts(w1, t[c])
             busy = [st1[k] > t[c, k] + 1e-9 for k in range(nk)]
             idle1 = [1e9] + [_np_max(t[c, k] - (st1[k - 1] + w1[k - 1]), 0.0) for k in range(1, nk)]
             # menu governor: the shortest of the last `history` gaps the core really idled (1e9 before any)
@@ -52,12 +58,7 @@ def _reference_walk(n, t, gaps, sx, slock, work, poll, idle_cost, history, w0):
             wake = [0.0 if busy[k] else EXITS[state[k]] for k in range(nk)]
             irq = [poll[fi] if busy[k] else h[fi] for k in range(nk)]
             w2 = [base[k] + irq[k] + wake[k] for k in range(nk)]
-            cum, top, st2 = 0.0, 0.0, []
-            for k in range(nk):
-                cum += w2[k]
-                before = cum - w2[k]
-                top = t[c, k] - before if k == 0 else _np_max(top, t[c, k] - before)
-                st2.append(top + before)
+            st2 = _fifo_starts(w2, t[c])
             idle2 = [0.0 if busy[0] else gaps[c, 0]]
             for k in range(1, nk):
                 gap = _np_max(t[c, k] - (st2[k - 1] + w2[k - 1]), 0.0)
@@ -114,11 +115,11 @@ def test_event_positions_are_normalised_exponential_spacings_per_period() -> Non
     rng = np.random.default_rng(5)
     evf = rng.integers(0, 4, size=300)
     e, extra = rng.exponential(size=int(evf.sum())), rng.exponential(size=evf.size)
-    idx, u = event_positions(evf, e, extra)
+    u = event_positions(evf, e, extra)
     ce = np.concatenate(([0.0], np.cumsum(e)))
     ends = np.cumsum(evf)
     starts = ends - evf
-    assert np.array_equal(idx, np.repeat(np.arange(evf.size), evf))
+    idx = np.repeat(np.arange(evf.size), evf)  # each event's period
     tot = (ce[ends] - ce[starts]) + extra
     assert np.array_equal(u, (ce[1:] - ce[starts][idx]) / tot[idx])
     assert np.all((u > 0) & (u < 1))
