@@ -122,9 +122,10 @@ def draw_arrivals(
     # sorted uniform event positions per period via normalised exponential spacings
     e = rng.exponential(size=n_ev)
     extra = rng.exponential(size=kk)
-    ev_idx, u_ev = event_positions(evf, e, extra)
+    u_ev = event_positions(evf, e, extra)
     if burst > 1.0:
         size = rng.geometric(1.0 / burst, size=n_ev)
+        ev_idx = np.repeat(np.arange(kk), evf)  # the period of each event
         n = np.bincount(ev_idx, weights=size, minlength=kk).astype(np.int64).reshape(chains, k)
         u = np.repeat(u_ev, size)
     else:  # one request per event

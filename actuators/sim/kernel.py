@@ -34,6 +34,25 @@ def _compiled(fn: Callable[..., Any]) -> Any:
         return njit(cache=False, nogil=True)(fn)
 
 
+@njit(inline="always")
+def _fifo_start(run: float, top: float, w: float, tk: float, first: bool) -> tuple[float, float, float]:
+    """One step of a FIFO pass (Lindley) as numpy formed it over a row: the running sum of the work (np.cumsum),
+    the running maximum of t - (work before) (np.maximum.accumulate) and the start, max + work before."""
+    run = run + w
+    before = run - w
+    x = tk - before
+    if first or not top >= x:
+        top = x
+    return run, top, top + before
+
+
+@njit(inline="always")
+def _idle_gap(tk: float, fin: float) -> float:
+    """The idle gap before a batch at `tk` after the previous one finished at `fin`: np.maximum(tk - fin, 0.0)."""
+    gap = tk - fin
+    return 0.0 if gap < 0.0 else gap
+
+
 @_compiled
 def _serve_periods(
     n: np.ndarray,
@@ -64,10 +83,8 @@ def _serve_periods(
         for c in range(nc):
             ring[:] = 1e9  # the menu governor's history before any idle gap: the deepest state
             slot = 0
-            run1 = 0.0  # running sums of the two passes' work (np.cumsum: left to right)
-            run2 = 0.0
-            top1 = 0.0  # running maxima of t - (work before) (np.maximum.accumulate)
-            top2 = 0.0
+            run1 = run2 = 0.0  # the two FIFO passes' running sums and maxima (`_fifo_start`)
+            top1 = top2 = 0.0
             fin1 = 0.0
             fin2 = 0.0
             for k in range(nk):
@@ -77,19 +94,9 @@ def _serve_periods(
                 base = base + slock[fi, c, k]
                 # first pass: interrupt work on every batch, which batches find the core busy
                 w1 = base + hf
-                run1 = run1 + w1
-                before1 = run1 - w1
-                x = tk - before1
-                if k == 0 or not top1 >= x:
-                    top1 = x
-                st1 = top1 + before1
+                run1, top1, st1 = _fifo_start(run1, top1, w1, tk, k == 0)
                 busy = st1 > tk + 1e-9
-                if k == 0:
-                    idle1 = 1e9
-                else:
-                    idle1 = tk - fin1
-                    if idle1 < 0.0:  # np.maximum(x, 0.0)
-                        idle1 = 0.0
+                idle1 = 1e9 if k == 0 else _idle_gap(tk, fin1)
                 fin1 = st1 + w1
                 # menu governor: the shortest of the last `history` actual idle gaps before this batch
                 pred = ring[0]
@@ -114,12 +121,7 @@ def _serve_periods(
                 # second pass: the batch as it is served
                 w2 = base + irq
                 w2 = w2 + wake
-                run2 = run2 + w2
-                before2 = run2 - w2
-                x = tk - before2
-                if k == 0 or not top2 >= x:
-                    top2 = x
-                st2 = top2 + before2
+                run2, top2, st2 = _fifo_start(run2, top2, w2, tk, k == 0)
                 off = st2 - tk
                 off = off + wake
                 off = off + irq
@@ -129,9 +131,7 @@ def _serve_periods(
                 if k == 0:
                     idle2 = 0.0 if busy else gaps[c, 0]
                 else:
-                    idle2 = tk - fin2
-                    if idle2 < 0.0:
-                        idle2 = 0.0
+                    idle2 = _idle_gap(tk, fin2)
                     # idle-entry bookkeeping after the previous batch (unless this one found the core busy)
                     post = 0.0 if busy else idlef
                     book = post if post <= idle2 else idle2
@@ -255,19 +255,25 @@ def period_times(expo: np.ndarray, rate: np.ndarray, gap_on: np.ndarray, itr: fl
     return gaps, t
 
 
-@_compiled
-def event_positions(evf: np.ndarray, e: np.ndarray, extra: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each event's period and its position in it (0..1, sorted within the period): normalised exponential
-    spacings -- the running sum of `e` within the period over its total plus the period's `extra` draw."""
-    n_ev = e.size
-    ce0 = np.empty(n_ev + 1)
-    ce0[0] = 0.0
+@njit(inline="always")
+def _cumsum0(x: np.ndarray) -> np.ndarray:
+    """The running sum of `x` with a leading 0, added left to right as np.cumsum does."""
+    out = np.empty(x.size + 1)
+    out[0] = 0.0
     run = 0.0
-    for j in range(n_ev):
-        run = e[j] if j == 0 else run + e[j]
-        ce0[j + 1] = run
-    idx = np.empty(n_ev, np.int64)
-    u = np.empty(n_ev)
+    for j in range(x.size):
+        run = x[j] if j == 0 else run + x[j]
+        out[j + 1] = run
+    return out
+
+
+@_compiled
+def event_positions(evf: np.ndarray, e: np.ndarray, extra: np.ndarray) -> np.ndarray:
+    """Each event's position in its period (0..1, sorted within the period; events in period order, `evf` per
+    period): normalised exponential spacings -- the running sum of `e` within the period over its total plus
+    the period's `extra` draw."""
+    ce0 = _cumsum0(e)
+    u = np.empty(e.size)
     j = 0
     for i in range(evf.size):
         lo = j
@@ -276,10 +282,9 @@ def event_positions(evf: np.ndarray, e: np.ndarray, extra: np.ndarray) -> tuple[
         tot = ce0[hi] - base
         tot = tot + extra[i]
         for q in range(lo, hi):
-            idx[q] = i
             u[q] = (ce0[q + 1] - base) / tot
         j = hi
-    return idx, u
+    return u
 
 
 @_compiled
@@ -305,13 +310,7 @@ def kept_requests(
         run += nf[i]
         ends[i] = run
         starts[i] = run - nf[i]
-    r = x.size
-    c0 = np.empty(r + 1)
-    c0[0] = 0.0
-    acc = 0.0
-    for j in range(r):
-        acc = x[j] if j == 0 else acc + x[j]
-        c0[j + 1] = acc
+    c0 = _cumsum0(x)
     ranges = np.empty((nc, 2), np.int64)
     total = 0
     for c in range(nc):
