@@ -138,8 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.pg:
             url = args.pg
             if url == "auto":
-                sys.path.insert(0, str(REPO / "tests"))
-                from pg_server import start_pg
+                from tests.pg_server import start_pg
 
                 server = start_pg()
                 url = server.create_db()

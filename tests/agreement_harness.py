@@ -28,10 +28,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from memcached_server import start_memcached
-
 from actuators.latency.agreement import compare, effective_samples
 from actuators.latency.hlog import LAG_TAG, RESPONSE_TAG, SERVICE_TAG, read_log
+from tests.memcached_server import start_memcached
 
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable

@@ -27,11 +27,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from memcached_server import start_memcached
-
 from actuators.fakehw import FileNic, create
 from actuators.fakehw.kit import IFACE
 from actuators.latency.dist import histogram_quantiles
+from tests.memcached_server import start_memcached
 from tuner.daemon.state import StateStore
 from tuner.load.hist import new_histogram
 from tuner.load.hlog import read_log

@@ -205,3 +205,16 @@ def make_bad_factory(**_: Any) -> FakeHost:
 def make_broken_host(**_: Any) -> FakeHost:
     """Fails with a two-line message (the CLI must still print one line)."""
     raise RuntimeError("cannot open device\nsecond line")
+
+
+class FlakyHost(FakeHost):
+    """Every knob write fails until `heal()`."""
+
+    def __init__(self) -> None:
+        super().__init__(qps=50_000.0)
+        self.broken = True
+
+    def set_itr(self, itr_us: int) -> None:
+        if self.broken:
+            raise HostError("NIC eth1: EBUSY (transient)")
+        super().set_itr(itr_us)

@@ -1,8 +1,6 @@
 """Start the Debian `memcached` binary for tests: 127.0.0.1 on a free port, or a unix socket.
 
-Reusable by any test module::
-
-    from memcached_server import memcached, memcached_unix  # noqa: F401  (pytest puts tests/ on sys.path)
+Test modules take the fixtures `memcached` and `memcached_unix` (tests/conftest.py) as arguments::
 
     def test_x(memcached):            # MemcachedServer, answering on memcached.address
         ...
@@ -18,11 +16,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
-
-import pytest
 
 START_DEADLINE_S = 10.0
 
@@ -100,30 +94,3 @@ def start_memcached(socket_path: str | None = None, extra_args: tuple[str, ...] 
                 f"memcached did not answer within {START_DEADLINE_S} s: {err.decode(errors='replace').strip()}"
             )
     raise RuntimeError("memcached could not bind a free port after 3 attempts")
-
-
-def _skip_without_binary() -> None:
-    if memcached_binary() is None:
-        pytest.skip("memcached binary not installed (Debian package `memcached`)")
-
-
-@pytest.fixture
-def memcached() -> Iterator[MemcachedServer]:
-    """A fresh memcached on 127.0.0.1 and a free port, killed at teardown."""
-    _skip_without_binary()
-    server = start_memcached()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def memcached_unix(tmp_path: Path) -> Iterator[MemcachedServer]:
-    """A fresh memcached on a unix socket in the test's temp dir, killed at teardown."""
-    _skip_without_binary()
-    server = start_memcached(socket_path=str(tmp_path / "memcached.sock"))
-    try:
-        yield server
-    finally:
-        server.stop()

@@ -1,8 +1,6 @@
 """A throwaway PostgreSQL for tests: Debian's postgresql binaries, a cluster in a temp dir, a unix socket only.
 
-    from pg_server import pg_server, pg_url  # noqa: F401  (fixtures; pytest puts tests/ on sys.path)
-
-    def test_x(pg_url):      # a fresh, empty database on the session's server
+    def test_x(pg_url):      # a fresh, empty database on the session's server (fixture of tests/conftest.py)
         ...
 
 `initdb` refuses to run as root, so when the tests run as root the cluster belongs to the `postgres`
@@ -22,7 +20,6 @@ import socket
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -121,22 +118,3 @@ def start_pg() -> PgServer:
     server.init()
     server.start()
     return server
-
-
-@pytest.fixture(scope="session")
-def pg_server() -> Iterator[PgServer]:
-    server = start_pg()
-    try:
-        yield server
-    finally:
-        try:
-            server.stop("immediate")
-        except RuntimeError:
-            pass  # already stopped (a test's restart failed half-way)
-        shutil.rmtree(server.root, ignore_errors=True)
-
-
-@pytest.fixture
-def pg_url(pg_server: PgServer) -> str:
-    """A fresh database on the session's server."""
-    return pg_server.create_db()

@@ -6,7 +6,6 @@ import sys
 import time
 
 import pytest
-from memcached_server import memcached  # noqa: F401  (fixture)
 
 from actuators.loadctl import CommandLoad, LoadedHost
 from actuators.qps import qps_source_from_spec

@@ -7,7 +7,6 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from memcached_server import memcached, memcached_unix, start_memcached  # noqa: F401  (fixtures)
 
 from actuators.latency.memcached import MemcachedAddress, MemcachedClient
 from actuators.qps import (
@@ -22,6 +21,7 @@ from actuators.qps import (
 )
 from actuators.sensors import QpsSource
 from core.errors import HostError
+from tests.memcached_server import start_memcached
 
 
 # -- pure rate math ---------------------------------------------------------------------------------

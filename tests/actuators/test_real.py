@@ -7,7 +7,6 @@ import threading
 import time
 
 import pytest
-from memcached_server import memcached  # noqa: F401  (fixture)
 
 from actuators.host import Host, OperatingPoint, apply_point
 from actuators.linux.dvfs import IA32_PERF_CTL

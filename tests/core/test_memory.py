@@ -23,7 +23,7 @@ from core.memory import (
     trim_heap,
 )
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_trim_heap_calls_glibc_malloc_trim_where_there_is_one():

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CONTAINERFILE = REPO / "deploy" / "Containerfile"
 DAEMONSET = REPO / "deploy" / "kubernetes" / "daemonset.yaml"
 

@@ -12,7 +12,7 @@ import pytest
 
 from tuner.config import Config, load_config
 
-DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 
 
 def _unit() -> str:

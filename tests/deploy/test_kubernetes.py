@@ -18,8 +18,8 @@ jsonschema = pytest.importorskip("jsonschema")
 from core.errors import InputError  # noqa: E402
 from tuner.config import is_loopback, load_config  # noqa: E402
 
-KUBE = Path(__file__).resolve().parent.parent / "deploy" / "kubernetes"
-SM_SCHEMA = Path(__file__).resolve().parent / "data" / "servicemonitor-v1.schema.json"
+KUBE = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
+SM_SCHEMA = Path(__file__).resolve().parents[1] / "data" / "servicemonitor-v1.schema.json"
 #: Oldest Kubernetes the manifests target (native gRPC probes are GA since 1.27) and the newest schemas shipped.
 K8S_VERSIONS = ("1.30.0", "1.37.0")
 KUBECTL = shutil.which("kubectl")

@@ -87,7 +87,7 @@ def test_observe_on_a_vm_like_host_with_a_real_memcached(tmp_path, tree, caplog)
     said in the log, in GetStatus and as a metric."""
     import shutil
 
-    from memcached_server import start_memcached
+    from tests.memcached_server import start_memcached
 
     root, nic = tree
     shutil.rmtree(root / "sys/class/powercap")

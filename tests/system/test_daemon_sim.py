@@ -17,7 +17,7 @@ pytest.importorskip("tuner.optimize.optimizer")
 from tests.daemon_fakes import Running, read_knobs, read_state, wait_for, write_config
 from tuner.daemon.worker import ProcessOptimizers
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SIM = {"seed": 1, "cores": 4, "qps": 100000}
 
 

@@ -12,11 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from agreement_harness import AgreementConfig, run_agreement
-from e2e_harness import E2EConfig, run_e2e
-from memcached_server import memcached_binary, start_memcached
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.agreement_harness import AgreementConfig, run_agreement
+from tests.e2e_harness import E2EConfig, run_e2e
+from tests.memcached_server import memcached_binary, start_memcached
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _env() -> dict[str, str]:

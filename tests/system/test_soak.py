@@ -29,7 +29,7 @@ import pytest
 
 from actuators.sim.cells import ExpectedCache
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 TINY_CELL_BYTES = 20 * 550  # about 20 cells: a window's oracle grid alone needs hundreds
 
 
@@ -44,7 +44,7 @@ def test_replay_in_fine_windows_survives_a_cache_that_evicts_constantly(tmp_path
     from tuner.cli.app import main
 
     out = tmp_path / "out"
-    argv = ["replay", "--host", "tests.test_soak:tiny_cache_sim", "--hours", "1", "--bin", "300", "--quiet"]
+    argv = ["replay", "--host", "tests.system.test_soak:tiny_cache_sim", "--hours", "1", "--bin", "300", "--quiet"]
     # the per-window oracle too (fine windows default to the hourly one): its grids stress the cache most
     argv += ["--policies", "tuner,linux-default,static-performance,oracle"]
     assert main([*argv, "--trials", "4", "--out", str(out)]) == 0
@@ -155,7 +155,7 @@ def test_daemon_python_heap_is_bounded_over_repeated_retunes(tmp_path):
     objects of each type stop growing once the caps are reached -- across 20 retunes in alternating load
     bands, each followed by a WatchDecisions stream opened and dropped and a status read.  In a fresh
     interpreter, so that nothing but the daemon allocates (other tests' leftovers, pytest's log capture)."""
-    code = f"from tests.test_soak import heap_probe; heap_probe({str(tmp_path)!r})"
+    code = f"from tests.system.test_soak import heap_probe; heap_probe({str(tmp_path)!r})"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]

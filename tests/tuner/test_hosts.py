@@ -16,7 +16,7 @@ from core.errors import TunerError
 from tuner.cli.app import COMMANDS
 from tuner.hosts import make_host
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # `tests.fakes` as a host spec
 
 HEAVY = ("ax", "torch", "botorch", "matplotlib", "scipy", "grpc", "pyroute2")

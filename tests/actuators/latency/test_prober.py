@@ -15,7 +15,6 @@ from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 import pytest
-from memcached_server import memcached  # noqa: F401  (fixture)
 
 from actuators.host import PERCENTILES
 from actuators.latency.prober import (

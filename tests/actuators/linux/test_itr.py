@@ -197,7 +197,7 @@ def test_real_ioctl_path_in_a_private_network_namespace():
 
     if shutil.which("unshare") is None:
         pytest.skip("unshare not installed")
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[3]
     proc = subprocess.run(
         ["unshare", "-n", sys.executable, "-c", NETNS_SCRIPT], cwd=repo, capture_output=True, text=True, timeout=30
     )

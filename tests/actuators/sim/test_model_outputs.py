@@ -25,7 +25,7 @@ from actuators.sim.host import EXPECTED_SEED, SimHost
 from actuators.sim.model import package_power_w, serve, simulate
 from actuators.sim.params import SimParams
 
-PINNED = json.loads((Path(__file__).parent / "data" / "sim_outputs.json").read_text())
+PINNED = json.loads((Path(__file__).resolve().parents[2] / "data" / "sim_outputs.json").read_text())
 FREQS = np.round(np.arange(1.2, 2.95, 0.1), 1)
 VARIANTS = {
     "default": SimParams(),

@@ -9,18 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_replay import _tiny_trace
+from tests.replay_fakes import tiny_trace
 from tuner.cli.app import main
 from tuner.cli.output import PIPE_WIDTH, is_terminal, table_console
 
 
 def _replay_argv(tmp_path: Path, *extra: str) -> list[str]:
-    trace = _tiny_trace(tmp_path / "t.csv", 180)
+    trace = tiny_trace(tmp_path / "t.csv", 180)
     return [
         "replay",
         str(trace),
         "--host",
-        "tests.test_replay:make_model_host",
+        "tests.replay_fakes:make_model_host",
         "--hours",
         "0.05",
         "--bin",

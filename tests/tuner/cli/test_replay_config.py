@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import tuner.cli.replay as replay_cli
-from tests.test_replay import _tiny_trace
+from tests.replay_fakes import tiny_trace
 from tuner.cli.app import main
 from tuner.replay.run import TUNER_PRESETS, WARM_ABLATIONS
 
@@ -28,7 +28,7 @@ def captured(monkeypatch):
 
 
 def _trace(tmp_path: Path) -> str:
-    return str(_tiny_trace(tmp_path / "t.csv", 180))
+    return str(tiny_trace(tmp_path / "t.csv", 180))
 
 
 def _run(tmp_path: Path, *argv: str) -> int:

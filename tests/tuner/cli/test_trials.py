@@ -19,7 +19,7 @@ from tuner.optimize.settings import Objective
 from tuner.store.history import read_entries, write_trials
 from tuner.store.sqlite import SqliteStore
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 POLICY = {"reward": "constrained", "sla_us": 500.0, "percentile": 99.0}
 
 

@@ -8,9 +8,8 @@ import time
 import pytest
 
 from actuators.host import OperatingPoint
-from core.errors import HostError
 from tests.daemon_fakes import FakeOptimizers, write_config
-from tests.fakes import FakeHost
+from tests.fakes import FakeHost, FlakyHost
 from tuner.config import load_config
 from tuner.daemon.loop import Daemon
 from tuner.daemon.plain import safe_corner
@@ -68,19 +67,6 @@ def test_near_idle_load_holds_the_idle_point_and_starts_no_retune(tmp_path):
     d._hold_window()
     assert d._load_trigger
     d._shutdown()
-
-
-class FlakyHost(FakeHost):
-    """Every knob write fails until `heal()`."""
-
-    def __init__(self) -> None:
-        super().__init__(qps=50_000.0)
-        self.broken = True
-
-    def set_itr(self, itr_us: int) -> None:
-        if self.broken:
-            raise HostError("NIC eth1: EBUSY (transient)")
-        super().set_itr(itr_us)
 
 
 def test_failing_retune_backs_off_exponentially_without_a_new_worker(tmp_path):

@@ -148,7 +148,7 @@ def test_a_permanent_measurement_fault_while_holding_is_logged_once_and_not_retr
 
 def test_a_transient_fault_is_not_permanent_and_keeps_the_backoff(tmp_path):
     """EBUSY from the NIC (another tool holds it) is retried with the capped back-off, never degraded."""
-    from tests.test_daemon_safety import FlakyHost
+    from tests.fakes import FlakyHost
 
     host = FlakyHost()
     d = _daemon(tmp_path, host, trials=2, window_s=2.0, tuning="retry_max_s = 4")

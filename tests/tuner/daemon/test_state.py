@@ -20,13 +20,13 @@ from tests.daemon_fakes import wait_for
 from tuner.daemon import state as S
 from tuner.daemon.state import DaemonState, StateStore
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _bench() -> Any:
     """bench/state_save.py as a module: its rows are the ones the bench measures."""
     spec = importlib.util.spec_from_file_location(
-        "state_save_bench", Path(__file__).resolve().parent.parent / "bench" / "state_save.py"
+        "state_save_bench", Path(__file__).resolve().parents[3] / "bench" / "state_save.py"
     )
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)

@@ -10,7 +10,6 @@ import threading
 import numpy as np
 import pytest
 from hdrh.log import HistogramLogReader
-from memcached_server import memcached  # noqa: F401  (fixture)
 
 from core.errors import HostError, InputError, TunerError
 from tuner.cli.app import main

@@ -9,7 +9,7 @@ import pytest
 from actuators.host import OperatingPoint
 from tests.daemon_fakes import FakeOptimizers, write_config
 from tests.fakes import FakeHost
-from tests.test_replay import KNOBS, make_model_host
+from tests.replay_fakes import KNOBS, make_model_host
 from tuner.config import load_config
 from tuner.daemon.loop import Daemon
 from tuner.daemon.plain import ModelTable

@@ -12,8 +12,7 @@ from scipy.stats import norm
 
 from actuators.host import OperatingPoint
 from core.errors import TunerError
-from tests.test_contextual import OBJ, SMALL, ctx, meas
-from tests.test_safe_evidence import seeded
+from tests.optimize_fakes import OBJ, SMALL, ctx, meas, seeded
 from tuner.optimize.latscale import HEADROOM_FLOOR, LOG_CAP_SEM, LOG_CAP_X, LatencyScale
 from tuner.optimize.optimizer import Optimizer
 from tuner.optimize.settings import TunerSettings

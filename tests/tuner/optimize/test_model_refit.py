@@ -9,7 +9,7 @@ import pytest
 
 from actuators.host import OperatingPoint
 from core.errors import TunerError
-from tests.test_contextual import OBJ, SMALL, ctx, history, meas
+from tests.optimize_fakes import OBJ, SMALL, ctx, history, meas
 from tuner.optimize.optimizer import Optimizer
 from tuner.optimize.settings import TunerSettings
 

@@ -10,7 +10,7 @@ import pytest
 from actuators.host import OperatingPoint, apply_point
 from core.errors import TunerError
 from tests.fakes import FakeHost
-from tests.test_contextual import OBJ, SMALL, ctx, history, meas
+from tests.optimize_fakes import OBJ, SMALL, ctx, meas, seeded
 from tuner.optimize import acquisition
 from tuner.optimize.acquisition import LINE_AIM
 from tuner.optimize.optimizer import Optimizer
@@ -18,14 +18,6 @@ from tuner.optimize.safety import SAFE_ITR_DOWN_WEIGHT, SAFE_LOAD_TOL
 from tuner.optimize.settings import TunerSettings
 
 CORNER = OperatingPoint(SMALL.itr_us[0], SMALL.dvfs_ghz[-1])
-
-
-def seeded(**kw) -> tuple[Optimizer, TunerSettings]:
-    """A safe contextual optimiser (16 µs grid) seeded with 30 fake-host trials at 80-160 kQPS; `kw` overrides."""
-    s = ctx(**{"trials": 8, "safe_delta": 0.05, "itr_resolution_us": 16, **kw})
-    opt = Optimizer(SMALL, OBJ, s)
-    assert opt.add_history(history(30, qps_range=(80_000, 160_000))) == 30
-    return opt, s
 
 
 # ------------------------------------------------------------------------------------------- pure math

@@ -4,7 +4,7 @@ measured at the highest load and moves it toward safety (frequency first, then I
 from __future__ import annotations
 
 from actuators.host import OperatingPoint
-from tests.test_contextual import OBJ, SMALL, ctx, meas
+from tests.optimize_fakes import OBJ, SMALL, ctx, meas
 from tuner.optimize.optimizer import Optimizer
 from tuner.optimize.records import Pending
 

@@ -6,8 +6,7 @@ the SLA at a new peak load that sends the retune far up in frequency, where it s
 from __future__ import annotations
 
 from actuators.host import OperatingPoint
-from tests.test_contextual import meas
-from tests.test_safe_evidence import seeded
+from tests.optimize_fakes import meas, seeded
 from tuner.optimize.records import Pending
 
 QPS = 120_000.0

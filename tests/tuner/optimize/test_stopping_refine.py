@@ -6,8 +6,7 @@ improves on stays the one of the margin it aims within."""
 from __future__ import annotations
 
 from tests.fakes import FakeHost
-from tests.test_contextual import OBJ, SMALL
-from tests.test_safe_evidence import seeded
+from tests.optimize_fakes import OBJ, SMALL, seeded
 from tuner.optimize.retune import run_trial
 from tuner.optimize.settings import final_limit_us
 
@@ -59,7 +58,7 @@ def test_without_the_flag_or_with_no_room_under_the_limit_the_retune_stops_as_be
 def test_exploration_keeps_its_own_incumbent_when_the_final_choice_is_looser() -> None:
     """A trial within the final choice's limit (1 % + 2 x CI) but not exploration's (5 %) is what `best` holds,
     yet the stopping rule's incumbent is still the point exploration's rule takes."""
-    from tests.test_contextual import meas
+    from tests.optimize_fakes import meas
     from tuner.optimize.decision import best_decision, exploration_settings
 
     opt, s = seeded(stop_ei_pct=1.0, min_trials=1, final_margin_pct=1.0, final_margin_ci=1.0, refine_step=True)
@@ -84,7 +83,7 @@ def test_a_point_met_by_its_estimate_only_is_not_where_a_refining_retune_stops()
     """With `refine_step` a retune whose held point met the SLA by its estimate only (no trial passed the CI rule)
     goes on; the same trials without it stop as before (a replay held such a point at 496 µs and measured 502 µs
     over the hour)."""
-    from tests.test_contextual import meas
+    from tests.optimize_fakes import meas
 
     def after(**kw):
         opt, _ = seeded(stop_ei_pct=99.0, min_trials=1, final_margin_pct=1.0, final_margin_ci=1.0, **kw)

@@ -12,7 +12,7 @@ import pytest
 from actuators.host import OperatingPoint, apply_point
 from core.errors import TunerError
 from tests.fakes import FakeHost
-from tests.test_contextual import OBJ, SMALL, ctx, history, meas
+from tests.optimize_fakes import OBJ, SMALL, ctx, history, meas
 from tuner.optimize.axsetup import no_warnings
 from tuner.optimize.optimizer import Optimizer
 from tuner.optimize.settings import TunerSettings

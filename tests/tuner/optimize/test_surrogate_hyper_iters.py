@@ -10,7 +10,7 @@ import pytest
 from actuators.host import apply_point
 from core.errors import TunerError
 from tests.fakes import FakeHost
-from tests.test_contextual import OBJ, SMALL, ctx, history
+from tests.optimize_fakes import OBJ, SMALL, ctx, history
 from tuner.optimize.axsetup import no_warnings
 from tuner.optimize.optimizer import Optimizer
 from tuner.optimize.settings import TunerSettings

@@ -4,47 +4,23 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from actuators.host import KnobSpace, OperatingPoint
 from core.errors import TunerError
-from tests.fakes import FailingHost, FakeHost
+from tests.fakes import FailingHost
+from tests.replay_fakes import KNOBS, ModelHost, make_model_host, tiny_trace
 from tuner.cli.app import main
 from tuner.optimize.settings import Objective, TunerSettings
 from tuner.replay.oracle import oracle_point
 from tuner.replay.run import ReplayWindow, parse_policies, replay
 from tuner.replay.summary import policy_summary
 
-KNOBS = KnobSpace(tuple(range(20, 401, 20)), (1.2, 1.6, 2.0, 2.4, 2.9))
 SETTINGS = TunerSettings(trials=4, sobol_trials=2, settle_s=1.0, window_s=10.0, seed=5)
 WINDOWS = (ReplayWindow(0, 0.0, 300.0, 150_000.0), ReplayWindow(1, 300.0, 300.0, 250_000.0))
-
-
-@dataclass(frozen=True)
-class Expected:
-    latency_us: dict
-    power_w: float
-
-
-class ModelHost(FakeHost):
-    """FakeHost with a noise-free `expected()` (as the simulated host has), so the oracle is available."""
-
-    def expected(self, points: list[OperatingPoint], qps: float) -> list[Expected]:
-        out = []
-        for p in points:
-            lat, util, _ = self.model(p.itr_us, p.dvfs_ghz, qps)
-            power = 10.0 + self.cores * (
-                min(util, 1.0) * 0.6 * p.dvfs_ghz**3 + max(1.0 - util, 0.0) * self.idle_w(p.itr_us)
-            )
-            out.append(Expected(lat, power))
-        return out
-
-
-def make_model_host(seed: int | None = None) -> ModelHost:
-    return ModelHost(seed=seed, knobs=KNOBS)
 
 
 def make_small_failing_host(seed: int | None = None) -> FailingHost:
@@ -105,24 +81,15 @@ def test_oracle_point_falls_back_to_lowest_latency() -> None:
     assert lat[p] == min(lat.values())
 
 
-def _tiny_trace(path: Path, seconds: int) -> Path:
-    lines = []
-    for t in range(seconds):
-        for k in range(3 + (t // 60)):
-            lines.append(f"{t},key{k},4,100,1,get,0")
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
 def test_cli_short_replay_writes_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    trace = _tiny_trace(tmp_path / "t.csv", 180)
+    trace = tiny_trace(tmp_path / "t.csv", 180)
     out = tmp_path / "out"
     rc = main(
         [
             "replay",
             str(trace),
             "--host",
-            "tests.test_replay:make_model_host",
+            "tests.replay_fakes:make_model_host",
             "--hours",
             "0.05",
             "--bin",
@@ -200,12 +167,12 @@ def test_cli_short_replay_writes_report(tmp_path: Path, capsys: pytest.CaptureFi
 def test_cli_bad_input_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
 ) -> None:
-    trace = _tiny_trace(tmp_path / "t.csv", 180)
+    trace = tiny_trace(tmp_path / "t.csv", 180)
     argv = [
         "replay",
         str(trace),
         "--host",
-        "tests.test_replay:make_model_host",
+        "tests.replay_fakes:make_model_host",
         "--hours",
         "0.05",
         "--bin",
@@ -350,14 +317,14 @@ def test_presets() -> None:
 
 
 def test_cli_multi_day_replay_and_save_trials(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    trace = _tiny_trace(tmp_path / "t.csv", 180)
+    trace = tiny_trace(tmp_path / "t.csv", 180)
     out = tmp_path / "out"
     rc = main(
         [
             "replay",
             str(trace),
             "--host",
-            "tests.test_replay:make_model_host",
+            "tests.replay_fakes:make_model_host",
             "--hours",
             str(2 / 60),
             "--bin",
@@ -475,14 +442,14 @@ def test_adaptive_window_time_saved_is_accounted(monkeypatch: pytest.MonkeyPatch
 
 
 def test_cli_warm_preset_with_overrides(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    trace = _tiny_trace(tmp_path / "t.csv", 180)
+    trace = tiny_trace(tmp_path / "t.csv", 180)
     out = tmp_path / "out"
     rc = main(
         [
             "replay",
             str(trace),
             "--host",
-            "tests.test_replay:make_model_host",
+            "tests.replay_fakes:make_model_host",
             "--hours",
             str(2 / 60),
             "--bin",

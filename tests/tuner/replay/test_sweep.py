@@ -29,7 +29,7 @@ from tuner.replay.sweep import (
     sweep_pareto,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO))  # so `tests.fakes` resolves as a `--host module:factory` spec
 from tests import fakes  # noqa: E402
 from tests.fakes import DVFS_GHZ, FakeHost  # noqa: E402

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from store_fakes import entry
 
+from tests.store_fakes import entry
 from tuner.cli.app import main
 from tuner.store.fleet import band_of, fleet_view
 from tuner.store.sqlite import SqliteStore

@@ -12,17 +12,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from pg_server import PgServer, pg_server, pg_url  # noqa: F401  (fixtures)
-from store_fakes import entry
 
 from core.errors import TunerError
+from tests.pg_server import PgServer
+from tests.store_fakes import entry
 from tuner.store.base import TrialStore
 from tuner.store.history import write_entries
 from tuner.store.open import SPOOL_FILE, import_legacy, open_store
 from tuner.store.postgres import PostgresStore
 from tuner.store.sqlite import SqliteStore
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(params=["sqlite", "pg"])
@@ -104,9 +104,9 @@ def test_legacy_jsonl_imported_once(tmp_path: Path) -> None:
 
 def _kill_writer_mid_write(kind: str, target: str, state_dir: Path, acks_wanted: int) -> int:
     """Start a writer process, SIGKILL it after `acks_wanted` acknowledged adds; returns the last acked index."""
-    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests'}"}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
-        [sys.executable, str(REPO / "tests/store_fakes.py"), kind, target, str(state_dir), "victim"],
+        [sys.executable, "-m", "tests.store_fakes", kind, target, str(state_dir), "victim"],
         stdout=subprocess.PIPE,
         text=True,
         env=env,

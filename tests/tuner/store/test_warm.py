@@ -8,12 +8,10 @@ import os
 import random
 from pathlib import Path
 
-from memcached_server import memcached  # noqa: F401  (fixture)
-from store_fakes import entry
-
 from actuators import hwclass
 from actuators.sim.host import SimHost
 from actuators.sim.model import SimParams
+from tests.store_fakes import entry
 from tuner.store.drift import DriftSettings, drift_test
 from tuner.store.sqlite import SqliteStore
 from tuner.store.warm import class_history

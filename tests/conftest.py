@@ -1,0 +1,62 @@
+"""Fixtures shared by test modules in every directory: throwaway memcached and PostgreSQL servers.
+
+The servers themselves are started by the helper modules (`tests.memcached_server`, `tests.pg_server`), which
+bench/ scripts use too; a test asks for a server by naming the fixture as an argument."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.memcached_server import MemcachedServer, memcached_binary, start_memcached
+from tests.pg_server import PgServer, start_pg
+
+
+def _skip_without_memcached() -> None:
+    if memcached_binary() is None:
+        pytest.skip("memcached binary not installed (Debian package `memcached`)")
+
+
+@pytest.fixture
+def memcached() -> Iterator[MemcachedServer]:
+    """A fresh memcached on 127.0.0.1 and a free port, killed at teardown."""
+    _skip_without_memcached()
+    server = start_memcached()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def memcached_unix(tmp_path: Path) -> Iterator[MemcachedServer]:
+    """A fresh memcached on a unix socket in the test's temp dir, killed at teardown."""
+    _skip_without_memcached()
+    server = start_memcached(socket_path=str(tmp_path / "memcached.sock"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    """One throwaway PostgreSQL cluster for the session (skips when PostgreSQL is not installed)."""
+    server = start_pg()
+    try:
+        yield server
+    finally:
+        try:
+            server.stop("immediate")
+        except RuntimeError:
+            pass  # already stopped (a test's restart failed half-way)
+        shutil.rmtree(server.root, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_url(pg_server: PgServer) -> str:
+    """A fresh database on the session's server."""
+    return pg_server.create_db()

@@ -1,0 +1,58 @@
+"""Shared builders of the optimiser's tests (tests/tuner/optimize/): a small knob space and objective, made-up
+measurements, fake-host trial histories, contextual settings and a seeded safe optimiser."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from actuators.host import PERCENTILES, KnobSpace, Measurement, OperatingPoint, apply_point
+from tests.fakes import FakeHost
+from tuner.optimize.optimizer import Optimizer
+from tuner.optimize.records import TrialRecord
+from tuner.optimize.settings import Objective, TunerSettings
+
+SMALL = KnobSpace(tuple(range(2, 403, 16)), (1.2, 1.6, 2.0, 2.4, 2.9))  # 26 ITR x 5 DVFS
+OBJ = Objective("constrained", 99, 500)
+MAXQ = 1e6
+
+
+def meas(p99: float, power: float, qps: float = 1e5, seconds: float = 5.0) -> Measurement:
+    lat = {p: p99 * p / 99.0 for p in PERCENTILES}
+    return Measurement(
+        seconds=seconds,
+        offered_qps=qps,
+        achieved_qps=qps,
+        requests=int(qps * seconds),
+        latency_us=lat,
+        latency_ci_us={p: (v * 0.98, v * 1.02) for p, v in lat.items()},
+        energy_j=power * seconds,
+        point=None,
+    )
+
+
+def history(n: int, seed: int = 0, qps_range: tuple[float, float] = (80_000, 160_000)) -> list[TrialRecord]:
+    """`n` completed trials of the fake host at random points of SMALL and random loads."""
+    rng = np.random.default_rng(seed)
+    host = FakeHost(knobs=SMALL)
+    out = []
+    for i in range(n):
+        qps = float(rng.uniform(*qps_range))
+        host.set_offered_qps(qps)
+        p = OperatingPoint(int(rng.choice(SMALL.itr_us)), float(rng.choice(SMALL.dvfs_ghz)))
+        apply_point(host, p)
+        out.append(TrialRecord(i, p, qps, "completed", host.measure(5.0), None, None))
+    return out
+
+
+def ctx(**kw) -> TunerSettings:
+    base = dict(trials=6, sobol_trials=4, settle_s=0.0, window_s=5.0, seed=3, context=True, context_max_qps=MAXQ)
+    base.update(kw)
+    return TunerSettings(**base)
+
+
+def seeded(**kw) -> tuple[Optimizer, TunerSettings]:
+    """A safe contextual optimiser (16 µs grid) seeded with 30 fake-host trials at 80-160 kQPS; `kw` overrides."""
+    s = ctx(**{"trials": 8, "safe_delta": 0.05, "itr_resolution_us": 16, **kw})
+    opt = Optimizer(SMALL, OBJ, s)
+    assert opt.add_history(history(30, qps_range=(80_000, 160_000))) == 30
+    return opt, s
