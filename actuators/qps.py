@@ -9,7 +9,7 @@ continues from the new value, so `total_requests()` never decreases. The request
 read before the restart and the restart are lost -- the rate over that one interval is a lower bound
 (`Rate.reset` says so).
 
-Which memcached counters count requests (verified against memcached 1.6.18, see tests/test_qps.py):
+Which memcached counters count requests (verified against memcached 1.6.18, see tests/actuators/test_qps.py):
 
 * `cmd_get`  -- one per *key* of `get`/`gets`/`mg` (a multi-get `get a b c` adds 3). `get_hits +
   get_misses` counts the same keys again, so adding them would double count.

@@ -1,6 +1,6 @@
 """Larger mutation fuzz of the config loader and the trace parser than the test suite runs; prints JSON.
 
-Same engine and checks as `tests/test_fuzz_mutation.py` (`tests/fuzzkit.py`): a valid input (the example config,
+Same engine and checks as `tests/system/test_fuzz_mutation.py` (`tests/fuzzkit.py`): a valid input (the example config,
 the head of the bundled sample trace) is mutated and fed to `tuner daemon --check` / `tuner trace stats`; each
 run must succeed or exit 2 with one line per problem naming the file, never a traceback. Reports, per target,
 the examples and CLI runs, how many inputs were accepted / refused, the wall time, and the first

@@ -3,7 +3,7 @@ and the trace parser (`tuner trace stats`), through the CLI as a user runs them.
 
 A valid input (the example config, the head of the bundled sample trace) is mutated -- bytes deleted, inserted,
 replaced, lines duplicated, a value swapped for a hostile one -- and the command must either succeed or exit 2
-with one line per problem that names the file, and never raise. Used by `tests/test_fuzz_mutation.py` (a few
+with one line per problem that names the file, and never raise. Used by `tests/system/test_fuzz_mutation.py` (a few
 hundred examples) and `bench/fuzz.py` (a larger run).
 """
 

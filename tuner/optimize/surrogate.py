@@ -19,7 +19,7 @@ and:
   model-space inputs made once per adapter and load by Ax's own transforms, and maps the outcomes back
   through Ax's outcome transforms vectorised (`StandardizeY`, `BilogY` with Ax's own `match_ci_width`);
   a transform it does not know falls back to Ax's own per-point untransform. The result equals
-  `Client.predict` (tests/test_surrogate.py).
+  `Client.predict` (tests/tuner/optimize/test_surrogate.py).
 
 BLAS (scipy's L-BFGS, numpy) runs on the same thread count as torch meanwhile (`axsetup.no_warnings`).
 """

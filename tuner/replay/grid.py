@@ -271,7 +271,7 @@ def local_ray(num_cpus: int = 2, env_vars: dict[str, str] | None = None) -> Iter
     address back to the host's routable one (`services.resolve_ip_for_localhost`), and its GCS, raylet and
     workers then listen on all interfaces (`::`), its runtime-env agent on the host's address. In Ray's
     single-machine mode (`RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`, what it does on macOS and Windows) the node
-    address stays 127.0.0.1 and every one of its servers binds to it (tests/test_replay_grid.py checks the
+    address stays 127.0.0.1 and every one of its servers binds to it (tests/tuner/replay/test_grid.py checks the
     listening sockets). The mode is set for this process (Ray's constant) and for the processes `ray.init`
     starts (the environment, inherited by the workers the raylet starts later), then put back. Usage
     statistics are off (they would go over the network); no dashboard."""

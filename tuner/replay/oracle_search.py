@@ -2,7 +2,7 @@
 
 `search_best` returns the points it evaluated; `tuner.replay.oracle.oracle_point` picks the lowest-power one
 that meets the SLA, exactly as the exhaustive grid does. The shape it relies on (checked on every window of
-`bench/oracle.py` against the exhaustive grid, and in tests/test_oracle.py):
+`bench/oracle.py` against the exhaustive grid, and in tests/tuner/replay/test_oracle.py):
 
 * the model is computed at anchor ITRs and interpolated linearly between them (`host.expected_itr_anchors()`;
   a host without it has every ITR as an anchor), so within an anchor interval latency and power are linear
