@@ -7,7 +7,8 @@ choice from the idle gaps before each batch, the second FIFO pass with the inter
 latency, the idle gaps with the idle-entry bookkeeping taken out, and the residency per C-state over the measured
 periods.  Every value is formed by the same IEEE operations in the same order as the numpy expressions it
 replaces (running sums added left to right, `np.maximum`/`np.minimum` as numpy defines them, the residency summed
-in `np.bincount`'s order), so every model value is unchanged bit for bit (tests/actuators/sim/test_model_outputs.py pins them);
+in `np.bincount`'s order), so every model value is unchanged bit for bit
+(tests/actuators/sim/test_model_outputs.py pins them);
 the whole-array sums numpy forms pairwise stay in numpy, on the arrays this returns.  No fast-math: that would
 let LLVM reorder or fuse the arithmetic.
 

@@ -3,8 +3,8 @@
 `oracle_point` asks `host.expected(points, qps)` (the simulated host has it) for as few model cells as the knobs'
 shape allows (`tuner.replay.oracle_search`: from the slowest frequency that meets the SLA up, each frequency's
 largest passing ITR, stopping a frequency as soon as a power bound shows it cannot win; docs/replay.md,
-"Oracle"). `exhaustive=True` evaluates the full grid; tests/tuner/replay/test_oracle.py and `bench/oracle.py` show both give
-the same point.
+"Oracle"). `exhaustive=True` evaluates the full grid; tests/tuner/replay/test_oracle.py and `bench/oracle.py` show
+both give the same point.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The simulator's compiled period walk equals a plain, line-by-line Python reading of the model bit for bit.
 
-tests/actuators/sim/test_model_outputs.py pins the whole simulator's outputs on real runs; these check the kernels on small random
-inputs that reach every branch (busy and idle batches, warm-up, several frequencies and cores, every C-state) and
+tests/actuators/sim/test_model_outputs.py pins the whole simulator's outputs on real runs; these check the kernels on
+small random inputs that reach every branch (busy and idle batches, warm-up, several frequencies and cores, every C-state) and
 say what each one computes, in the order the model defines it.
 """
 
