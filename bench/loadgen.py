@@ -32,7 +32,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from memcached_server import start_memcached  # noqa: E402
+from tests.memcached_server import start_memcached  # noqa: E402
 
 import tuner.load.engine as engine  # noqa: E402
 from tuner.load.plan import poisson_plan, warm_requests  # noqa: E402
@@ -107,9 +107,9 @@ def profile_worker(address: str, qps: float, seconds: float, conns: int) -> dict
             orig(*a, **k)
         finally:
             prof.disable()
-            stats = pstats.Stats(prof)
-            total = sum(v[2] for v in stats.stats.values()) or 1.0
-            rows = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)[:10]
+            table = pstats.Stats(prof).stats  # type: ignore[attr-defined]  # (documented, not in typeshed)
+            total = sum(v[2] for v in table.values()) or 1.0
+            rows = sorted(table.items(), key=lambda kv: kv[1][2], reverse=True)[:10]
             path.write_text(
                 json.dumps(
                     [

@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from memcached_server import start_memcached  # noqa: E402
+from tests.memcached_server import start_memcached  # noqa: E402
 
 from actuators.latency.memcached import MemcachedClient  # noqa: E402
 from actuators.latency.prober import Prober, read_client_settings  # noqa: E402
@@ -50,7 +50,7 @@ def _closed_loop(address: str, n: int, gap_s: float) -> dict[str, float]:
     return _pcts(out)
 
 
-def _window(prober: Prober, seconds: float, busy_main: bool) -> dict[str, float]:
+def _window(prober: Prober, seconds: float, busy_main: bool) -> dict[str, object]:
     prober.begin()
     end = time.monotonic() + seconds
     if busy_main:

@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -61,7 +62,7 @@ def _entries(n: int, hosts: int, classes: int, seed: int = 0) -> list:
     return out
 
 
-def bench_store(open_fn, entries: list, limits: list[int], hosts: int, classes: int) -> dict:  # type: ignore[no-untyped-def]
+def bench_store(open_fn: Any, entries: list, limits: list[int], hosts: int, classes: int) -> dict:
     res: dict = {}
     s = open_fn()
     res["load_average_at_start"] = [round(x, 1) for x in os.getloadavg()]
@@ -139,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             url = args.pg
             if url == "auto":
                 sys.path.insert(0, str(REPO / "tests"))
-                from pg_server import start_pg
+                from tests.pg_server import start_pg
 
                 server = start_pg()
                 url = server.create_db()
