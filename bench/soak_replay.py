@@ -61,7 +61,7 @@ class _Recorder:
 sim_host = _Recorder.make  # `--host bench.soak_replay:sim_host`
 
 
-def main() -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--days", type=int, default=3)
     ap.add_argument("--bin", type=float, default=300.0, help="window length, s (default 300: 5 minutes)")
@@ -69,11 +69,30 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None, help="replay output directory (default: a temp dir)")
     ap.add_argument("--json-out", type=Path, default=None, help="also write the JSON here (replaced atomically)")
-    args = ap.parse_args()
+    return ap
 
+
+def cache_stats(hosts: list[Any]) -> dict[str, dict]:
+    """The counters of every distinct model-cell cache the simulated hosts used, and of the CI ranks' cache."""
+    from actuators.latency import dist
+    from actuators.sim.host import SimHost
+
+    caches: dict[str, dict] = {}
+    seen: set[int] = set()
+    for host in hosts:
+        if not isinstance(host, SimHost) or id(host.expected_cache) in seen:
+            continue
+        seen.add(id(host.expected_cache))
+        for st in host.expected_cache.stats():
+            caches[f"{st.name}#{len(seen)}"] = st.as_dict()
+    caches["latency.ci_ranks"] = dist.RANKS_CACHE.stats().as_dict()
+    return caches
+
+
+def main() -> int:
+    args = parser().parse_args()
     # the module as `make_host` imports it (by name), so the recorder seen here is the one that records
     import bench.soak_replay as me
-    from actuators.latency import dist
     from core.fsutil import atomic_write
     from tuner.cli.app import build_parser
 
@@ -98,16 +117,7 @@ def main() -> int:
     cpu = time.process_time() - cpu0
     summary_path = out_dir / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
-    caches: dict[str, dict] = {}
-    seen: set[int] = set()
-    for host in me._Recorder.hosts:
-        cache = getattr(host, "expected_cache", None)
-        if cache is None or id(cache) in seen:
-            continue
-        seen.add(id(cache))
-        for st in cache.stats():
-            caches[f"{st.name}#{len(seen)}"] = st.as_dict()
-    caches["latency.ci_ranks"] = dist.RANKS_CACHE.stats().as_dict()
+    caches = cache_stats(me._Recorder.hosts)
     policies = summary.get("policies", {})
     result = {
         "bench": "soak_replay",
