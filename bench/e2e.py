@@ -28,8 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from tests.agreement_harness import AgreementConfig, run_agreement  # noqa: E402
-from tests.e2e_harness import E2EConfig, run_e2e  # noqa: E402
+from agreement_harness import AgreementConfig, run_agreement  # noqa: E402
+from e2e_harness import E2EConfig, run_e2e  # noqa: E402
 
 MEASURES = ("latency", "response", "service", "send_lag")
 

@@ -32,8 +32,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
+from memcached_server import start_memcached  # noqa: E402
+
 import tuner.load.engine as engine  # noqa: E402
-from tests.memcached_server import start_memcached  # noqa: E402
 from tuner.load.plan import poisson_plan, warm_requests  # noqa: E402
 from tuner.load.run import LoadSettings, address_of, run_load, warm  # noqa: E402
 

@@ -25,9 +25,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
+from memcached_server import start_memcached  # noqa: E402
+
 from actuators.latency.memcached import MemcachedClient  # noqa: E402
 from actuators.latency.prober import Prober, read_client_settings  # noqa: E402
-from tests.memcached_server import start_memcached  # noqa: E402
 
 
 def _pcts(samples_ns: list[int]) -> dict[str, float]:

@@ -72,27 +72,12 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def cache_stats(hosts: list[Any]) -> dict[str, dict]:
-    """The counters of every distinct model-cell cache the simulated hosts used, and of the CI ranks' cache."""
-    from actuators.latency import dist
-    from actuators.sim.host import SimHost
-
-    caches: dict[str, dict] = {}
-    seen: set[int] = set()
-    for host in hosts:
-        if not isinstance(host, SimHost) or id(host.expected_cache) in seen:
-            continue
-        seen.add(id(host.expected_cache))
-        for st in host.expected_cache.stats():
-            caches[f"{st.name}#{len(seen)}"] = st.as_dict()
-    caches["latency.ci_ranks"] = dist.RANKS_CACHE.stats().as_dict()
-    return caches
-
-
 def main() -> int:
     args = parser().parse_args()
+
     # the module as `make_host` imports it (by name), so the recorder seen here is the one that records
     import bench.soak_replay as me
+    from actuators.latency import dist
     from core.fsutil import atomic_write
     from tuner.cli.app import build_parser
 
@@ -117,7 +102,39 @@ def main() -> int:
     cpu = time.process_time() - cpu0
     summary_path = out_dir / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
-    caches = cache_stats(me._Recorder.hosts)
+    caches: dict[str, dict] = {}
+    seen: set[int] = set()
+    for host in me._Recorder.hosts:
+        cache = getattr(host, "expected_cache", None)
+        if cache is None or id(cache) in seen:
+            continue
+        seen.add(id(cache))
+        for st in cache.stats():
+            caches[f"{st.name}#{len(seen)}"] = st.as_dict()
+    caches["latency.ci_ranks"] = dist.RANKS_CACHE.stats().as_dict()
+    result = report(args, argv, summary, rc, error, wall, cpu, tee.tracebacks, caches, out_dir)
+    text = json.dumps(result, indent=1)
+    if args.json_out is not None:
+        atomic_write(args.json_out, (text + "\n").encode(), mode=0o644)
+    print(text)
+    return 0 if result["pass"] else 1
+
+
+def report(
+    args: argparse.Namespace,
+    argv: list[str],
+    summary: dict,
+    rc: int | None,
+    error: str | None,
+    wall: float,
+    cpu: float,
+    tracebacks: int,
+    caches: dict[str, dict],
+    out_dir: Path,
+) -> dict[str, Any]:
+    """The soak's JSON: the replay's outcome, its cost, the caches' counters, each policy's summary, a verdict."""
+    import bench.soak_replay as me
+
     policies = summary.get("policies", {})
     result = {
         "bench": "soak_replay",
@@ -129,7 +146,7 @@ def main() -> int:
         "error": error,
         "wall_s": round(wall, 1),
         "cpu_s": round(cpu, 1),
-        "tracebacks": tee.tracebacks,
+        "tracebacks": tracebacks,
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "hosts_built": len(me._Recorder.hosts),
         "caches": caches,
@@ -152,15 +169,11 @@ def main() -> int:
     result["pass"] = bool(
         error is None
         and rc == 0
-        and not tee.tracebacks
+        and not tracebacks
         and policies
         and all(not p.get("failed_windows") for p in policies.values())
     )
-    text = json.dumps(result, indent=1)
-    if args.json_out is not None:
-        atomic_write(args.json_out, (text + "\n").encode(), mode=0o644)
-    print(text)
-    return 0 if result["pass"] else 1
+    return result
 
 
 if __name__ == "__main__":

@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             url = args.pg
             if url == "auto":
                 sys.path.insert(0, str(REPO / "tests"))
-                from tests.pg_server import start_pg
+                from pg_server import start_pg
 
                 server = start_pg()
                 url = server.create_db()
