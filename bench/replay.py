@@ -12,9 +12,9 @@ replay), <= 1.10 x oracle, <= 0.5 s median per suggestion, full 24-window replay
     .venv/bin/python bench/replay.py --every 3    # windows 0, 3, ..., 21 of the day
     .venv/bin/python bench/replay.py --every 6 --tuner warm   # `tuner replay`'s default tuner (cold: dissertation)
 
-The oracle's point per (window load, SLA) does not depend on the seed and is computed once (the largest feasible
-ITR per frequency, `tuner.replay.oracle.oracle_point`), each from an empty cell cache so its time per window is what a
-replay pays (JSON "oracle"; target <= 1 s per window); `--check-oracle` (either mode) also runs the exhaustive grid
+The oracle's point per (window load, SLA) does not depend on the seed and is computed once by the replay grid
+(`tuner.replay.grid.oracle_memo_for`, cold: each from an empty cell cache, so its time per window is what a
+replay pays) (JSON "oracle"; target <= 1 s per window); `--check-oracle` (either mode) also runs the exhaustive grid
 search on every window and SLA and counts the agreements.
 
 Multi-day (does a tuner that remembers need fewer trials after day 0?), `--days N` (N >= 2): the day (after --start-hour/--hours) is repeated N times with seeded
@@ -74,7 +74,7 @@ SINGLE_DAY_KEYS = (
 )
 
 
-def oracle_memo(loads: list[float], slas: list[tuple[float, float]], *, check: bool) -> tuple[dict, dict]:
+def cold_oracle_memo(loads: list[float], slas: list[tuple[float, float]], *, check: bool) -> tuple[dict, dict]:
     """The oracle's point per (load, percentile, SLA) (`replay(oracle_memo=...)`) and its cost and check.
 
     Each point is computed cold (`tuner.replay.grid.oracle_memo_for`), so its time is what one `tuner replay`
@@ -203,7 +203,7 @@ def single_day(args: argparse.Namespace) -> int:
         "runs": [],
         "aggregate": {},
     }
-    memo, out["oracle"] = oracle_memo([w.qps for w in windows], slas, check=args.check_oracle)
+    memo, out["oracle"] = cold_oracle_memo([w.qps for w in windows], slas, check=args.check_oracle)
     margins = [float(x) for x in args.sla_margins.split(",")] if args.sla_margins else [TunerSettings().sla_margin_pct]
     for reward, margin in ((r, m) for r in args.rewards.split(",") for m in margins):
         for pct, sla in slas:
@@ -354,7 +354,7 @@ def multi_day(args: argparse.Namespace) -> int:
         "runs": [],
         "aggregate": {},
     }
-    memo, out["oracle"] = oracle_memo([w.qps for w in windows], [(pct, sla)], check=args.check_oracle)
+    memo, out["oracle"] = cold_oracle_memo([w.qps for w in windows], [(pct, sla)], check=args.check_oracle)
     base_settings = TunerSettings(trials=args.trials, sobol_trials=args.sobol_trials)
     for name in names:
         st = preset_settings(VARIANTS[name][0], base_settings, **variant_fields(args, name))
