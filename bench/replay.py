@@ -14,7 +14,7 @@ replay), <= 1.10 x oracle, <= 0.5 s median per suggestion, full 24-window replay
 
 The oracle's point per (window load, SLA) does not depend on the seed and is computed once by the replay grid
 (`tuner.replay.grid.oracle_memo_for`, cold: each from an empty cell cache, so its time per window is what a
-replay pays) (JSON "oracle"; target <= 1 s per window); `--check-oracle` (either mode) also runs the exhaustive grid
+replay pays; JSON "oracle", target <= 1 s per window); `--check-oracle` (either mode) also runs the exhaustive grid
 search on every window and SLA and counts the agreements.
 
 Multi-day (does a tuner that remembers need fewer trials after day 0?), `--days N` (N >= 2): the day (after --start-hour/--hours) is repeated N times with seeded
