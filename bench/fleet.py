@@ -25,10 +25,15 @@ import json
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+if TYPE_CHECKING:
+    from actuators.sim.host import SimHost
 
 TARGETS = {"trials_per_retune": 3.0, "ratio_to_oracle": 1.02, "explore_above_sla_pct_of_time": 1.0}
 KEYS = (
@@ -40,7 +45,7 @@ KEYS = (
 )
 
 
-def bounds(host: object, windows: list, pct: float, sla: float) -> dict:
+def bounds(host: SimHost, windows: list, pct: float, sla: float) -> dict:
     """What the decision rule allows at best, from the host's noise-free model: the day's energy (window
     seconds x expected power) if every window held the lowest-power point whose expected percentile is within
     a tighter limit, over the oracle's (within the SLA), with no exploration. `margin`: the limit `best`
@@ -60,7 +65,7 @@ def bounds(host: object, windows: list, pct: float, sla: float) -> dict:
         total = 0.0
         for w in windows:
             p, _ = oracle_point(host, Objective("constrained", pct, limit), w.qps)
-            total += w.seconds * host.expected([p], w.qps)[0].power_w  # type: ignore[attr-defined]
+            total += w.seconds * host.expected([p], w.qps)[0].power_w
         return total
 
     base = energy(sla)
@@ -98,8 +103,8 @@ def per_window(res: object, obj: object) -> list[dict]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--every", type=int, default=3, help="replay every N-th hourly window of the day")
     ap.add_argument("--seed-a", type=int, default=0)
     ap.add_argument("--seeds-b", default="1", help="comma list of seeds for the second host")
@@ -118,21 +123,13 @@ def main(argv: list[str] | None = None) -> int:
         help="override a TunerSettings field of the warm tuner on every host; repeatable, e.g. "
         "--warm-set itr_resolution_us=8",
     )
-    args = ap.parse_args(argv)
-    from bench.replay import warm_overrides
+    return ap
 
-    over = warm_overrides(args)
 
+def day_windows(args: argparse.Namespace) -> list:
+    """Every --every-th hourly window of the bundled day from --offset (reversed with --reverse)."""
     from traces.schedule import load_schedule, sample_trace_path
-    from tuner.hosts import make_host
-    from tuner.optimize.optimizer import Objective, TunerSettings
-    from tuner.replay.oracle import oracle_point
-    from tuner.replay.report import trial_times
-    from tuner.replay.run import ReplayWindow, preset_settings, replay
-    from tuner.replay.summary import policy_summary
-    from tuner.store.history import entries_from_records
-    from tuner.store.open import open_store
-    from tuner.store.warm import class_history
+    from tuner.replay.run import ReplayWindow
 
     sched = load_schedule(sample_trace_path(), peak_qps=args.peak_qps)
     picked = list(sched.windows)[args.offset :: args.every]
@@ -140,98 +137,139 @@ def main(argv: list[str] | None = None) -> int:
         picked = [
             type(w)(index=i, start_s=i * w.seconds, seconds=w.seconds, qps=w.qps) for i, w in enumerate(picked[::-1])
         ]
-    windows = [ReplayWindow(w.index, w.start_s, w.seconds, w.qps) for w in picked]
+    return [ReplayWindow(w.index, w.start_s, w.seconds, w.qps) for w in picked]
+
+
+@dataclass
+class Fleet:
+    """The day every host replays, the warm tuner's overrides, and the hardware class the hosts share."""
+
+    args: argparse.Namespace
+    windows: list
+    over: dict
+    cls: Any
+
+    def save(self, res: Any, label: str, obj: Any) -> list:
+        """The tuner's trials of a replay as store entries of this host under the class."""
+        from tuner.replay.report import trial_times
+        from tuner.store.history import entries_from_records
+
+        pr = res.policies["tuner"]
+        entries = entries_from_records(pr.trials, host=label, objective=obj, times=trial_times(res, 1.7e9))
+        return [type(e)(e.record, e.host, e.time, e.objective, self.cls.id) for e in entries]
+
+    def run(
+        self, seed: int, history: list, obj: Any, memo: dict, borrowed: list | None = None
+    ) -> tuple[dict, Any, float]:
+        """A host of `seed` replays the day with the warm tuner from `history` (own) and `borrowed` (class)."""
+        from tuner.hosts import make_host
+        from tuner.optimize.optimizer import TunerSettings
+        from tuner.replay.run import preset_settings, replay
+        from tuner.replay.summary import policy_summary
+
+        st = preset_settings("warm", TunerSettings(seed=seed), **self.over)
+        t0 = time.perf_counter()
+        res = replay(
+            lambda: make_host("sim", seed=seed),
+            self.windows,
+            obj,
+            st,
+            policies=("tuner", "linux-default", "oracle"),
+            host_label=f"sim-{seed}",
+            oracle_memo=memo,
+            history=history,
+            borrowed_history=borrowed or (),
+        )
+        s = policy_summary(res, "tuner")
+        row = {k: s[k] for k in KEYS}
+        if self.args.per_window:
+            row["per_window"] = per_window(res, obj)
+        return row, res, time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    from actuators.sim.host import SimHost
+    from bench.replay import warm_overrides
+    from tuner.optimize.optimizer import Objective
+    from tuner.replay.grid import oracle_memo_for
+
+    windows = day_windows(args)
     slas = [(float(a), float(b)) for a, b in (x.split(":") for x in args.slas.split(","))]
-    seeds_b = [int(s) for s in args.seeds_b.split(",")]
-    cls = make_host("sim", seed=args.seed_a).hardware_class()  # type: ignore[attr-defined]  # the simulated host has one
+    fleet = Fleet(args, windows, warm_overrides(args), SimHost(seed=args.seed_a).hardware_class())
     out: dict = {
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
-        "warm_set": over,
+        "warm_set": fleet.over,
         "note": "simulated hosts; timings from a shared 2-core machine",
         "windows": len(windows),
         "qps": [round(w.qps) for w in windows],
-        "hw_class": cls.to_dict(),
+        "hw_class": fleet.cls.to_dict(),
         "store": "sqlite (a fresh file per second host)",
         "targets": TARGETS,
         "runs": [],
     }
-    oracle_host = make_host("sim", seed=0)
+    oracle_host = SimHost(seed=0)
     for pct, sla in slas:
         obj = Objective("constrained", pct, sla)
-        memo = {(round(w.qps, 6), pct, sla): oracle_point(oracle_host, obj, w.qps) for w in windows}
+        memo = oracle_memo_for([w.qps for w in windows], pct, sla)[0]
         out.setdefault("bounds", {})[f"p{pct:g} < {sla:g} us"] = bounds(oracle_host, windows, pct, sla)
-
-        def save(res: object, label: str, obj: Objective = obj) -> list:
-            pr = res.policies["tuner"]  # type: ignore[attr-defined]
-            entries = entries_from_records(pr.trials, host=label, objective=obj, times=trial_times(res, 1.7e9))  # type: ignore[arg-type]
-            return [type(e)(e.record, e.host, e.time, e.objective, cls.id) for e in entries]
-
-        def run(
-            seed: int, history: list, borrowed: list | None = None, obj: Objective = obj, memo: dict = memo
-        ) -> tuple[dict, object, float]:
-            st = preset_settings("warm", TunerSettings(seed=seed), **over)
-            t0 = time.perf_counter()
-            res = replay(
-                lambda: make_host("sim", seed=seed),
-                windows,
-                obj,
-                st,
-                policies=("tuner", "linux-default", "oracle"),
-                host_label=f"sim-{seed}",
-                oracle_memo=memo,
-                history=history,
-                borrowed_history=borrowed or (),
-            )
-            s = policy_summary(res, "tuner")
-            row = {k: s[k] for k in KEYS}
-            if args.per_window:
-                row["per_window"] = per_window(res, obj)
-            return row, res, time.perf_counter() - t0
-
-        a, res_a, wall_a = run(args.seed_a, [])
-        entries_a = save(res_a, "sim-a")
-        for seed in seeds_b:
-            # a store per second host: A's day in it, nothing else (no other second host's trials)
-            with tempfile.TemporaryDirectory() as tmp:
-                store = open_store("", tmp)
-                store.add(entries_a)
-                host_b = f"sim-b{seed}"
-                t0 = time.perf_counter()
-                got = class_history(store, host_b, cls.id, limit=args.limit, space=make_host("sim").knobs())
-                query_s = time.perf_counter() - t0
-                recs = got.records()  # own first (none yet), then the class's: those never a reason to hold untried
-                b, res_b, wall_b = run(seed, recs[: got.own], recs[got.own :])
-                # after its day, B's own trials are tested against the class (A's): the same model, no drift
-                store.add(save(res_b, host_b))
-                after = class_history(store, host_b, cls.id, limit=args.limit)
-                store.close()
-            row: dict = {
-                "sla": f"p{pct:g} < {sla:g} us",
-                "seed_a": args.seed_a,
-                "seed_b": seed,
-                "host_a": {**a, "wall_s": round(wall_a, 1)},
-                "host_b_from_class": {
-                    **b,
-                    "wall_s": round(wall_b, 1),
-                    "history_trials": len(got.entries),
-                    "drift_at_start": {"drifting": got.drift.drifting, "t": got.drift.t, "n": got.drift.n},
-                    "warm_start_query_s": round(query_s, 4),
-                    "drift_after_day": {
-                        "drifting": after.drift.drifting,
-                        "t": after.drift.t,
-                        "n": after.drift.n,
-                        "metrics": after.drift.metrics,
-                    },
-                },
-            }
-            if not args.no_fresh:
-                f, _, wall_f = run(seed, [])
-                row["host_b_fresh"] = {**f, "wall_s": round(wall_f, 1)}
-            row["met"] = {k: b[k] is not None and b[k] <= v for k, v in TARGETS.items()}
+        a, res_a, wall_a = fleet.run(args.seed_a, [], obj, memo)
+        entries_a = fleet.save(res_a, "sim-a", obj)
+        for seed in [int(s) for s in args.seeds_b.split(",")]:
+            row = second_host(fleet, seed, obj, memo, entries_a)
+            row["host_a"] = {**a, "wall_s": round(wall_a, 1)}
             out["runs"].append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
     print(json.dumps(out, indent=2))
     return 0
+
+
+def second_host(fleet: Fleet, seed: int, obj: Any, memo: dict, entries_a: list) -> dict:
+    """Host B of `seed` from a store holding host A's day only: its day, its drift test before and after, and
+    (unless --no-fresh) a fresh host B's day for the comparison."""
+    from tuner.hosts import make_host
+    from tuner.store.open import open_store
+    from tuner.store.warm import class_history
+
+    args, cls = fleet.args, fleet.cls
+    # a store per second host: A's day in it, nothing else (no other second host's trials)
+    with tempfile.TemporaryDirectory() as tmp:
+        store = open_store("", tmp)
+        store.add(entries_a)
+        host_b = f"sim-b{seed}"
+        t0 = time.perf_counter()
+        got = class_history(store, host_b, cls.id, limit=args.limit, space=make_host("sim").knobs())
+        query_s = time.perf_counter() - t0
+        recs = got.records()  # own first (none yet), then the class's: those never a reason to hold untried
+        b, res_b, wall_b = fleet.run(seed, recs[: got.own], obj, memo, recs[got.own :])
+        # after its day, B's own trials are tested against the class (A's): the same model, no drift
+        store.add(fleet.save(res_b, host_b, obj))
+        after = class_history(store, host_b, cls.id, limit=args.limit)
+        store.close()
+    row: dict = {
+        "sla": f"p{obj.percentile:g} < {obj.sla_us:g} us",
+        "seed_a": args.seed_a,
+        "seed_b": seed,
+        "host_a": None,
+        "host_b_from_class": {
+            **b,
+            "wall_s": round(wall_b, 1),
+            "history_trials": len(got.entries),
+            "drift_at_start": {"drifting": got.drift.drifting, "t": got.drift.t, "n": got.drift.n},
+            "warm_start_query_s": round(query_s, 4),
+            "drift_after_day": {
+                "drifting": after.drift.drifting,
+                "t": after.drift.t,
+                "n": after.drift.n,
+                "metrics": after.drift.metrics,
+            },
+        },
+    }
+    if not args.no_fresh:
+        f, _, wall_f = fleet.run(seed, [], obj, memo)
+        row["host_b_fresh"] = {**f, "wall_s": round(wall_f, 1)}
+    row["met"] = {k: b[k] is not None and b[k] <= v for k, v in TARGETS.items()}
+    return row
 
 
 if __name__ == "__main__":

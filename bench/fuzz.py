@@ -33,7 +33,7 @@ def run_target(name: str, examples: int, seed: int) -> dict:
     outcomes: Counter = Counter()
     failure: dict | None = None
 
-    def one(mutations) -> None:  # type: ignore[no-untyped-def]
+    def one(mutations: list) -> None:
         data = mutate(base, mutations)
         with tempfile.TemporaryDirectory() as tmp:
             runs = (

@@ -30,14 +30,14 @@ def main() -> int:
     args = ap.parse_args()
 
     from actuators.host import OperatingPoint
-    from tuner.hosts import make_host
+    from actuators.sim.host import make_sim_host
     from tuner.optimize.optimizer import Optimizer
     from tuner.optimize.records import TrialRecord
     from tuner.optimize.settings import Objective, TunerSettings
     from tuner.store.history import read_trials, write_trials
 
     context = not args.no_context
-    host = make_host("sim", seed=1, cores=4, qps=100_000)
+    host = make_sim_host(seed=1, cores=4, qps=100_000)  # the sim host itself: its load is set per trial
     space = host.knobs()
     rng = random.Random(0)
     recs = []

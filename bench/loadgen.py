@@ -106,9 +106,9 @@ def profile_worker(address: str, qps: float, seconds: float, conns: int) -> dict
             orig(*a, **k)
         finally:
             prof.disable()
-            stats = pstats.Stats(prof)
-            total = sum(v[2] for v in stats.stats.values()) or 1.0
-            rows = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)[:10]
+            table = pstats.Stats(prof).stats  # type: ignore[attr-defined]  # (documented, not in typeshed)
+            total = sum(v[2] for v in table.values()) or 1.0
+            rows = sorted(table.items(), key=lambda kv: kv[1][2], reverse=True)[:10]
             path.write_text(
                 json.dumps(
                     [
@@ -173,8 +173,8 @@ def projection(gen_us: float, mc_us: float | None, qps: float = 50_000) -> dict:
     }
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--rates", default="10000,20000,30000,40000,50000")
     ap.add_argument(
@@ -184,14 +184,24 @@ def main() -> int:
     )
     ap.add_argument("--memcached-threads", type=int, default=2)
     ap.add_argument("--profile-connections", type=int, default=4, help="connections of the profiled worker")
-    args = ap.parse_args()
-    rates = [float(r) for r in args.rates.split(",")]
+    return ap
+
+
+def layouts_of(text: str) -> list[tuple[int, int, float, float]]:
+    """`--layouts` as (processes, connections, batch µs, spin µs) tuples."""
     layouts = []
-    for lay in args.layouts.split(","):
+    for lay in text.split(","):
         lay, _, spin = lay.partition("s")
         shape, _, batch = lay.partition("b")
         procs, conns = (int(x) for x in shape.split("x"))
         layouts.append((procs, conns, float(batch or 0), float(spin or 200)))
+    return layouts
+
+
+def main() -> int:
+    args = parser().parse_args()
+    rates = [float(r) for r in args.rates.split(",")]
+    layouts = layouts_of(args.layouts)
     load_before = os.getloadavg()
     server = start_memcached(extra_args=("-m", "64", "-c", "1024", "-t", str(args.memcached_threads)))
     runs = []
@@ -217,6 +227,13 @@ def main() -> int:
         profile = profile_worker(server.address, max(rates), args.seconds, args.profile_connections)
     finally:
         server.stop()
+    print(json.dumps(report(runs, profile, load_before), indent=1))
+    return 0
+
+
+def report(runs: list[dict], profile: dict, load_before: tuple[float, float, float]) -> dict:
+    """The bench's JSON: the best layout that held its schedule, the highest achieved, the CPU cost per request
+    and the projection to 50 kQPS, every run, the profile, and the machine."""
     held = [r for r in runs if r["holds"]]
     best = max(held, key=lambda r: r["scheduled_qps"], default=None)
     top = max(runs, key=lambda r: r["achieved_qps"])
@@ -226,55 +243,49 @@ def main() -> int:
     pool = sorted(kept or runs, key=lambda r: r["generator_cpu_us_per_request"])
     cost = pool[len(pool) // 2]
     gen_us = [r["generator_cpu_us_per_request"] for r in runs]
-    print(
-        json.dumps(
-            {
-                "what": "tuner load: open-loop Poisson gets (3 % sets) against memcached on loopback",
-                "loopback": True,
-                "note": "loopback: no NIC between client and server; memcached, the generator and other users' work share "
-                "this machine's 2 cores (shared machine: see loadavg), so these are lower bounds for a dedicated client",
-                "target": {"qps": 50_000, "achieved_within": ACHIEVED_LIMIT, "send_lag_p99_us": LAG_P99_LIMIT_US},
-                "target_met": bool(best and best["scheduled_qps"] >= 50_000 * 0.99),
-                "best_held": best,
-                "highest_achieved": {
-                    k: top[k]
-                    for k in (
-                        "processes",
-                        "connections_per_process",
-                        "scheduled_qps",
-                        "achieved_qps",
-                        "send_lag_us",
-                        "worst_second_achieved_error",
-                    )
-                },
-                "cpu_cost": {
-                    "layout": f"{cost['processes']}x{cost['connections_per_process']} batch {cost['batch_us']:g} µs"
-                    f" spin {cost['spin_us']:g} µs",
-                    "at_qps": cost["scheduled_qps"],
-                    "generator_cpu_us_per_request": cost["generator_cpu_us_per_request"],
-                    "memcached_cpu_us_per_request": cost["memcached_cpu_us_per_request"],
-                    "generator_qps_per_free_core": round(1e6 / cost["generator_cpu_us_per_request"]),
-                    "from": "median of the runs within 5 % every second"
-                    if kept
-                    else "median of all runs (none kept its schedule: those behind batch, so this flatters)",
-                    "generator_cpu_us_per_request_range": [min(gen_us), max(gen_us)],
-                },
-                "where_the_time_goes": where_time_goes(profile.get("top_own_time", [])),
-                "to_reach_50k": projection(cost["generator_cpu_us_per_request"], cost["memcached_cpu_us_per_request"]),
-                "runs": runs,
-                "profile_one_worker": profile,
-                "machine": {
-                    "cpus": os.cpu_count(),
-                    "python": platform.python_version(),
-                    "loadavg_before": load_before,
-                    "loadavg_after": os.getloadavg(),
-                },
-                "command": "nice -n 10 .venv/bin/python bench/loadgen.py " + " ".join(sys.argv[1:]),
-            },
-            indent=1,
-        )
-    )
-    return 0
+    return {
+        "what": "tuner load: open-loop Poisson gets (3 % sets) against memcached on loopback",
+        "loopback": True,
+        "note": "loopback: no NIC between client and server; memcached, the generator and other users' work share "
+        "this machine's 2 cores (shared machine: see loadavg), so these are lower bounds for a dedicated client",
+        "target": {"qps": 50_000, "achieved_within": ACHIEVED_LIMIT, "send_lag_p99_us": LAG_P99_LIMIT_US},
+        "target_met": bool(best and best["scheduled_qps"] >= 50_000 * 0.99),
+        "best_held": best,
+        "highest_achieved": {
+            k: top[k]
+            for k in (
+                "processes",
+                "connections_per_process",
+                "scheduled_qps",
+                "achieved_qps",
+                "send_lag_us",
+                "worst_second_achieved_error",
+            )
+        },
+        "cpu_cost": {
+            "layout": f"{cost['processes']}x{cost['connections_per_process']} batch {cost['batch_us']:g} µs"
+            f" spin {cost['spin_us']:g} µs",
+            "at_qps": cost["scheduled_qps"],
+            "generator_cpu_us_per_request": cost["generator_cpu_us_per_request"],
+            "memcached_cpu_us_per_request": cost["memcached_cpu_us_per_request"],
+            "generator_qps_per_free_core": round(1e6 / cost["generator_cpu_us_per_request"]),
+            "from": "median of the runs within 5 % every second"
+            if kept
+            else "median of all runs (none kept its schedule: those behind batch, so this flatters)",
+            "generator_cpu_us_per_request_range": [min(gen_us), max(gen_us)],
+        },
+        "where_the_time_goes": where_time_goes(profile.get("top_own_time", [])),
+        "to_reach_50k": projection(cost["generator_cpu_us_per_request"], cost["memcached_cpu_us_per_request"]),
+        "runs": runs,
+        "profile_one_worker": profile,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "loadavg_before": load_before,
+            "loadavg_after": os.getloadavg(),
+        },
+        "command": "nice -n 10 .venv/bin/python bench/loadgen.py " + " ".join(sys.argv[1:]),
+    }
 
 
 if __name__ == "__main__":

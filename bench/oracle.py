@@ -26,9 +26,18 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from core.stats import describe  # noqa: E402
+
+if TYPE_CHECKING:
+    from actuators.sim.host import SimHost
 
 TARGET_S = 1.0
 
@@ -67,11 +76,13 @@ def days(args: argparse.Namespace) -> dict[str, list[float]]:
 
 
 def _stats(values: list[float]) -> dict[str, float]:
-    return {"mean": round(statistics.fmean(values), 3), "max": round(max(values), 3), "n": len(values)}
+    d = describe(values)
+    assert d is not None
+    return {"mean": round(d["mean"], 3), "max": round(d["max"], 3), "n": d["n"]}
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--days", default="bundled,noisy,twopeak", help="comma list of bundled, noisy, twopeak")
     ap.add_argument("--schedule-seeds", default="0", help="seeds of the noisy days (comma list)")
     ap.add_argument("--trace", default=None, help="also a day from this trace file")
@@ -80,24 +91,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--every", type=int, default=1, help="every N-th window of each day only")
     ap.add_argument("--check", action="store_true", help="also the exhaustive search on every window")
     ap.add_argument("--seed-check", type=int, default=7, help="another host seed: its oracle must give the same point")
-    args = ap.parse_args(argv)
+    return ap
 
-    from actuators.host import OperatingPoint
-    from tuner.hosts import make_host
-    from tuner.optimize.settings import Objective
-    from tuner.replay.oracle import oracle_point
 
-    slas = [tuple(float(v) for v in x.split(":")) for x in args.slas.split(",")]
-    host = make_host("sim", seed=0)
-    cache = host.expected_cache  # type: ignore[attr-defined]
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    from actuators.sim.host import SimHost
+
+    slas = [(float(p), float(s)) for p, s in (x.split(":") for x in args.slas.split(","))]
+    host = SimHost(seed=0)
     out: dict = {"command": " ".join(sys.argv), "target_s_per_window": TARGET_S, "days": {}, "by_sla": {}}
-    # the simulator's compiled kernels load (or, on a fresh installation, compile) at their first call: a cost per
-    # process, not per window -- paid here, reported apart
-    c0 = time.process_time()
-    knobs = host.knobs()
-    host.expected([OperatingPoint(knobs.itr_us[-1], knobs.dvfs_ghz[-1])], 100_000.0)  # type: ignore[attr-defined]
-    cache.clear()
-    out["kernel_load_cpu_s"] = round(time.process_time() - c0, 3)
+    out["kernel_load_cpu_s"] = load_kernels(host)
     every: dict[str, dict[str, list[float]]] = {f"{p:g}:{s:g}": {"cpu": [], "wall": []} for p, s in slas}
     agree_all = total_all = 0
     for name, loads in days(args).items():
@@ -106,56 +110,18 @@ def main(argv: list[str] | None = None) -> int:
         fast_points: dict[str, list] = {}
         for pct, sla in slas:
             key = f"{pct:g}:{sla:g}"
-            obj = Objective("constrained", pct, sla)
-            cpu, wall, cells, points = [], [], [], []
-            for q in loads:
-                cache.clear()
-                t0, c0 = time.perf_counter(), time.process_time()
-                point, how = oracle_point(host, obj, q)
-                wall.append(time.perf_counter() - t0)
-                cpu.append(time.process_time() - c0)
-                cells.append(cache.cells.stats().entries)
-                points.append(point)
+            row, fast_points[key], cpu, wall = cold_day(host, loads, pct, sla, args.every)
             every[key]["cpu"] += cpu
             every[key]["wall"] += wall
-            row: dict = {"cpu_s": _stats(cpu), "wall_s": _stats(wall), "cells": _stats([float(c) for c in cells])}
-            # the windows over the target, with their load: which ones miss it and where they sit on the day
-            row["over_target"] = [
-                {"window": i * args.every, "qps": round(q), "cpu_s": round(c, 3), "cells": n}
-                for i, (q, c, n) in enumerate(zip(loads, cpu, cells, strict=True))
-                if c > TARGET_S
-            ]
             day["slas"][key] = row
-            fast_points[key] = points
             print(json.dumps({"day": name, "sla": key, **row}), file=sys.stderr, flush=True)
         if args.check:
-            for i, q in enumerate(loads):
-                cache.clear()  # the full grid once per load serves every SLA's exhaustive search
-                for pct, sla in slas:
-                    key = f"{pct:g}:{sla:g}"
-                    obj = Objective("constrained", pct, sla)
-                    full, _ = oracle_point(host, obj, q, exhaustive=True)
-                    fast = fast_points[key][i]  # the cold search's point
-                    agree = fast == full
-                    misses = day["slas"][key].setdefault("mismatches", [])
-                    if not agree:
-                        misses.append({"qps": round(q), "fast": str(fast), "exhaustive": str(full)})
-                    day["slas"][key]["equal"] = day["slas"][key].get("equal", 0) + int(agree)
-                    agree_all += int(agree)
-                    total_all += 1
-                print(json.dumps({"day": name, "checked_window": i}), file=sys.stderr, flush=True)
+            agree, total = check_day(host, name, loads, slas, fast_points, day)
+            agree_all, total_all = agree_all + agree, total_all + total
         out["days"][name] = day
     for key, v in every.items():
         out["by_sla"][key] = {"cpu_s": _stats(v["cpu"]), "wall_s": _stats(v["wall"])}
-    # the host's seed moves its measurements' noise, not its model: another seed's oracle gives the same point
-    other = make_host("sim", seed=args.seed_check)
-    pct, sla = slas[0]
-    q = max(q for loads in days(args).values() for q in loads)
-    same = (
-        oracle_point(host, Objective("constrained", pct, sla), q)[0]
-        == oracle_point(other, Objective("constrained", pct, sla), q)[0]
-    )
-    out["host_seed_check"] = {"seeds": [0, args.seed_check], "qps": round(q), "same_point": same}
+    out["host_seed_check"] = host_seed_check(host, args, slas[0])
     worst = max(v["cpu_s"]["max"] for v in out["by_sla"].values())
     out["max_cpu_s_per_window"] = worst
     out["target_met"] = worst <= TARGET_S
@@ -163,6 +129,87 @@ def main(argv: list[str] | None = None) -> int:
         out["equals_exhaustive"] = f"{agree_all}/{total_all} windows x SLAs"
     print(json.dumps(out, indent=1))
     return 0
+
+
+def load_kernels(host: SimHost) -> float:
+    """The simulator's compiled kernels load (or, on a fresh installation, compile) at their first call: a cost
+    per process, not per window -- paid here, reported apart (CPU seconds)."""
+    from actuators.host import OperatingPoint
+
+    c0 = time.process_time()
+    knobs = host.knobs()
+    host.expected([OperatingPoint(knobs.itr_us[-1], knobs.dvfs_ghz[-1])], 100_000.0)
+    host.expected_cache.clear()
+    return round(time.process_time() - c0, 3)
+
+
+def cold_day(
+    host: SimHost, loads: list[float], pct: float, sla: float, every: int
+) -> tuple[dict, list, list[float], list[float]]:
+    """The oracle at each load of a day from an empty cell cache: the day's row, its points, CPU and wall s."""
+    from tuner.optimize.settings import Objective
+    from tuner.replay.oracle import oracle_point
+
+    obj = Objective("constrained", pct, sla)
+    cpu: list[float] = []
+    wall: list[float] = []
+    cells: list[int] = []
+    points = []
+    for q in loads:
+        host.expected_cache.clear()
+        t0, c0 = time.perf_counter(), time.process_time()
+        point, _ = oracle_point(host, obj, q)
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+        cells.append(host.expected_cache.cells.stats().entries)
+        points.append(point)
+    row: dict = {"cpu_s": _stats(cpu), "wall_s": _stats(wall), "cells": _stats([float(c) for c in cells])}
+    # the windows over the target, with their load: which ones miss it and where they sit on the day
+    row["over_target"] = [
+        {"window": i * every, "qps": round(q), "cpu_s": round(c, 3), "cells": n}
+        for i, (q, c, n) in enumerate(zip(loads, cpu, cells, strict=True))
+        if c > TARGET_S
+    ]
+    return row, points, cpu, wall
+
+
+def check_day(
+    host: SimHost, name: str, loads: list[float], slas: list[tuple[float, float]], fast_points: dict, day: dict
+) -> tuple[int, int]:
+    """The exhaustive search at every load and SLA of a day against the cold search's points (recorded in
+    `day`): how many agree, of how many."""
+    from tuner.optimize.settings import Objective
+    from tuner.replay.oracle import oracle_point
+
+    agree_all = total_all = 0
+    for i, q in enumerate(loads):
+        host.expected_cache.clear()  # the full grid once per load serves every SLA's exhaustive search
+        for pct, sla in slas:
+            key = f"{pct:g}:{sla:g}"
+            full, _ = oracle_point(host, Objective("constrained", pct, sla), q, exhaustive=True)
+            fast = fast_points[key][i]  # the cold search's point
+            agree = fast == full
+            misses = day["slas"][key].setdefault("mismatches", [])
+            if not agree:
+                misses.append({"qps": round(q), "fast": str(fast), "exhaustive": str(full)})
+            day["slas"][key]["equal"] = day["slas"][key].get("equal", 0) + int(agree)
+            agree_all += int(agree)
+            total_all += 1
+        print(json.dumps({"day": name, "checked_window": i}), file=sys.stderr, flush=True)
+    return agree_all, total_all
+
+
+def host_seed_check(host: SimHost, args: argparse.Namespace, sla: tuple[float, float]) -> dict:
+    """The host's seed moves its measurements' noise, not its model: another seed's oracle gives the same point."""
+    from actuators.sim.host import SimHost
+    from tuner.optimize.settings import Objective
+    from tuner.replay.oracle import oracle_point
+
+    other = SimHost(seed=args.seed_check)
+    obj = Objective("constrained", *sla)
+    q = max(q for loads in days(args).values() for q in loads)
+    same = oracle_point(host, obj, q)[0] == oracle_point(other, obj, q)[0]
+    return {"seeds": [0, args.seed_check], "qps": round(q), "same_point": same}
 
 
 if __name__ == "__main__":

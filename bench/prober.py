@@ -49,7 +49,7 @@ def _closed_loop(address: str, n: int, gap_s: float) -> dict[str, float]:
     return _pcts(out)
 
 
-def _window(prober: Prober, seconds: float, busy_main: bool) -> dict[str, float]:
+def _window(prober: Prober, seconds: float, busy_main: bool) -> dict[str, object]:
     prober.begin()
     end = time.monotonic() + seconds
     if busy_main:

@@ -12,9 +12,9 @@ replay), <= 1.10 x oracle, <= 0.5 s median per suggestion, full 24-window replay
     .venv/bin/python bench/replay.py --every 3    # windows 0, 3, ..., 21 of the day
     .venv/bin/python bench/replay.py --every 6 --tuner warm   # `tuner replay`'s default tuner (cold: dissertation)
 
-The oracle's point per (window load, SLA) does not depend on the seed and is computed once (the largest feasible
-ITR per frequency, `tuner.replay.oracle.oracle_point`), each from an empty cell cache so its time per window is what a
-replay pays (JSON "oracle"; target <= 1 s per window); `--check-oracle` (either mode) also runs the exhaustive grid
+The oracle's point per (window load, SLA) does not depend on the seed and is computed once by the replay grid
+(`tuner.replay.grid.oracle_memo_for`, cold: each from an empty cell cache, so its time per window is what a
+replay pays; JSON "oracle", target <= 1 s per window); `--check-oracle` (either mode) also runs the exhaustive grid
 search on every window and SLA and counts the agreements.
 
 Multi-day (does a tuner that remembers need fewer trials after day 0?), `--days N` (N >= 2): the day (after --start-hour/--hours) is repeated N times with seeded
@@ -39,14 +39,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from core.stats import describe  # noqa: E402
+from tuner.replay.grid import oracle_key, oracle_memo_for  # noqa: E402
 from tuner.replay.run import WARM_ABLATIONS  # noqa: E402  (light: no Ax, no torch)
 
 TARGETS = {
@@ -56,65 +58,68 @@ TARGETS = {
     "median_suggest_s": 0.5,
     "replay_wall_s": 300.0,
 }
+#: Per-run metrics of the single-day mode aggregated over seeds (keys of its rows).
+SINGLE_DAY_KEYS = (
+    "saved_vs_linux_default_pct",
+    "ratio_to_oracle",
+    "oracle_saved_vs_linux_default_pct",
+    "sla_violating_windows",
+    "sla_violating_windows_significant",
+    "oracle_sla_violating_windows",
+    "oracle_sla_violating_windows_significant",
+    "explore_above_sla_s",
+    "median_suggest_s",
+    "tuner_wall_s",
+    "replay_wall_s",
+)
 
 
-def _stats(values: list[float]) -> dict[str, float] | None:
-    vals = [v for v in values if v is not None]
-    if not vals:
-        return None
-    return {"mean": statistics.fmean(vals), "min": min(vals), "max": max(vals), "n": len(vals)}
-
-
-def oracle_memo(loads: list[float], slas: list[tuple[float, float]], *, check: bool) -> tuple[dict, dict]:
+def cold_oracle_memo(loads: list[float], slas: list[tuple[float, float]], *, check: bool) -> tuple[dict, dict]:
     """The oracle's point per (load, percentile, SLA) (`replay(oracle_memo=...)`) and its cost and check.
 
-    Each point is computed from an empty model-cell cache, so its time is what one `tuner replay` window pays
-    (wall and process CPU, per window: mean and max). `check`: the exhaustive grid search on every load and
-    SLA too, and how many agree (the oracle claims equality, not an approximation).
+    Each point is computed cold (`tuner.replay.grid.oracle_memo_for`), so its time is what one `tuner replay`
+    window pays (wall and process CPU, per window: mean and max). `check`: the exhaustive grid search on every
+    load and SLA too, and how many agree (the oracle claims equality, not an approximation).
     """
+    memo: dict = {}
+    costs = []
+    for pct, sla in slas:
+        points, cost = oracle_memo_for(sorted(set(loads)), pct, sla, cold=True)
+        memo.update(points)
+        costs += cost
+    info: dict = {
+        "windows": len(costs),
+        "wall_s_per_window": describe(c.wall_s for c in costs),
+        "cpu_s_per_window": describe(c.cpu_s for c in costs),
+        "points_per_window": describe(float(c.points) for c in costs),
+        "target_s_per_window": 1.0,
+    }
+    if check:
+        info.update(_check_oracle(memo, loads, slas))
+    return memo, info
+
+
+def _check_oracle(memo: dict, loads: list[float], slas: list[tuple[float, float]]) -> dict:
+    """The exhaustive search at every load and SLA against the memo's points: how many agree, the misses."""
     from tuner.hosts import make_host
     from tuner.optimize.settings import Objective
     from tuner.replay.oracle import oracle_point
 
     host = make_host("sim", seed=0)
-    memo: dict = {}
-    wall: list[float] = []
-    cpu: list[float] = []
-    cells: list[int] = []
+    agree, misses = 0, []
     for pct, sla in slas:
         for q in sorted(set(loads)):
-            host.expected_cache.clear()  # type: ignore[attr-defined]
-            t0, c0 = time.perf_counter(), time.process_time()
-            point, how = oracle_point(host, Objective("constrained", pct, sla), q)
-            wall.append(time.perf_counter() - t0)
-            cpu.append(time.process_time() - c0)
-            cells.append(int(how.split(" over ")[1].split(" of ")[0]) if " of " in how else -1)
-            memo[(round(q, 6), pct, sla)] = (point, how)
-    info: dict = {
-        "windows": len(wall),
-        "wall_s_per_window": _stats(wall),
-        "cpu_s_per_window": _stats(cpu),
-        "points_per_window": _stats([float(c) for c in cells]),
-        "target_s_per_window": 1.0,
-    }
-    if check:
-        agree, misses = 0, []
-        for pct, sla in slas:
-            for q in sorted(set(loads)):
-                full, _ = oracle_point(host, Objective("constrained", pct, sla), q, exhaustive=True)
-                fast = memo[(round(q, 6), pct, sla)][0]
-                agree += full == fast
-                if full != fast:
-                    misses.append(
-                        {"qps": round(q), "slo": f"{pct:g}:{sla:g}", "fast": str(fast), "exhaustive": str(full)}
-                    )
-        info["equals_exhaustive"] = f"{agree}/{len(wall)} windows"
-        info["mismatches"] = misses
-    return memo, info
+            full, _ = oracle_point(host, Objective("constrained", pct, sla), q, exhaustive=True)
+            fast = memo[oracle_key(q, pct, sla)][0]
+            agree += full == fast
+            if full != fast:
+                misses.append({"qps": round(q), "slo": f"{pct:g}:{sla:g}", "fast": str(fast), "exhaustive": str(full)})
+    return {"equals_exhaustive": f"{agree}/{len(slas) * len(set(loads))} windows", "mismatches": misses}
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parser() -> argparse.ArgumentParser:
+    """The bench's options (both modes; see the module docstring)."""
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--seed0", type=int, default=0)
     ap.add_argument("--hours", type=float, default=24.0)
@@ -165,20 +170,26 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="multi-day: add warm-no-safety, warm-no-evidence, warm-no-adaptive, warm-no-stop, warm-no-context",
     )
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     if args.days >= 2:
         return multi_day(args)
+    return single_day(args)
+
+
+def single_day(args: argparse.Namespace) -> int:
+    """The single-day benchmark: the tuner, linux-default and the oracle per reward, margin, SLA and seed."""
+    from traces.schedule import load_schedule, sample_trace_path
+    from tuner.optimize.settings import TunerSettings
+    from tuner.replay.run import ReplayWindow
+
     if args.slas is None:
         args.slas = "99:500,90:500,99:200"
     if args.quick:
         args.hours, args.start_hour, args.seeds = 6.0, 12, min(args.seeds, 2)
-
-    from traces.schedule import load_schedule, sample_trace_path
-    from tuner.hosts import make_host
-    from tuner.optimize.settings import Objective, TunerSettings
-    from tuner.replay.run import ReplayWindow, preset_settings, replay
-    from tuner.replay.summary import policy_summary
-
     sched = load_schedule(sample_trace_path(), peak_qps=args.peak_qps)
     windows = [ReplayWindow(w.index, w.start_s, w.seconds, w.qps) for w in sched.windows]
     windows = windows[args.start_hour : args.start_hour + int(args.hours)][:: args.every]
@@ -192,89 +203,84 @@ def main(argv: list[str] | None = None) -> int:
         "runs": [],
         "aggregate": {},
     }
-
-    memo, out["oracle"] = oracle_memo([w.qps for w in windows], slas, check=args.check_oracle)
-
-    from tuner.optimize.settings import TunerSettings as _TS
-
-    margins = [float(x) for x in args.sla_margins.split(",")] if args.sla_margins else [_TS().sla_margin_pct]
+    memo, out["oracle"] = cold_oracle_memo([w.qps for w in windows], slas, check=args.check_oracle)
+    margins = [float(x) for x in args.sla_margins.split(",")] if args.sla_margins else [TunerSettings().sla_margin_pct]
     for reward, margin in ((r, m) for r in args.rewards.split(",") for m in margins):
         for pct, sla in slas:
             key = f"{reward} p{pct:g}<{sla:g}" + (f" margin {margin:g}%" if args.sla_margins else "")
             rows = []
             for seed in range(args.seed0, args.seed0 + args.seeds):
-                obj = Objective(reward, pct, sla)
-                # --sla-margins moves both margins: the one exploration aims within and the final choice's
-                margins_kw = {"final_margin_pct": margin} if args.sla_margins else {}
-                base = TunerSettings(
-                    trials=args.trials, sobol_trials=args.sobol_trials, seed=seed, sla_margin_pct=margin, **margins_kw
-                )
-                settings = preset_settings(
-                    args.tuner,
-                    base,
-                    trials=args.trials,
-                    **({"itr_resolution_us": args.itr_resolution} if args.itr_resolution else {}),
-                    **(warm_overrides(args) if args.tuner == "warm" else {}),
-                )
-                t0 = time.perf_counter()
-                res = replay(
-                    lambda seed=seed: make_host("sim", seed=seed),
-                    windows,
-                    obj,
-                    settings,
-                    policies=("tuner", "linux-default", "oracle"),
-                    host_label="sim",
-                    oracle_memo=memo,
-                )
-                wall = time.perf_counter() - t0
-                s = policy_summary(res, "tuner")
-                row = {
-                    "reward": reward,
-                    "sla_margin_pct": margin,
-                    "percentile": pct,
-                    "sla_us": sla,
-                    "seed": seed,
-                    "saved_vs_linux_default_pct": s["saved_vs_linux_default_pct"],
-                    "ratio_to_oracle": s["ratio_to_oracle"],
-                    "oracle_saved_vs_linux_default_pct": policy_summary(res, "oracle")["saved_vs_linux_default_pct"],
-                    "sla_violating_windows": s["sla_violating_windows"],
-                    "sla_violating_windows_significant": s["sla_violating_windows_significant"],
-                    "oracle_sla_violating_windows": policy_summary(res, "oracle")["sla_violating_windows"],
-                    "oracle_sla_violating_windows_significant": policy_summary(res, "oracle")[
-                        "sla_violating_windows_significant"
-                    ],
-                    "linux_default_sla_violating_windows": policy_summary(res, "linux-default")[
-                        "sla_violating_windows"
-                    ],
-                    "explore_above_sla_s": s["explore_above_sla_s"],
-                    "explore_s": s["explore_s"],
-                    "trials": s["trials"],
-                    "failed_trials": s["failed_trials"],
-                    "median_suggest_s": s["median_suggest_s"],
-                    "tuner_wall_s": s["wall_s"],
-                    "replay_wall_s": wall,
-                }
+                row = single_day_row(args, windows, memo, reward, margin, pct, sla, seed)
                 rows.append(row)
                 out["runs"].append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)
-            out["aggregate"][key] = {
-                k: _stats([r[k] for r in rows])
-                for k in (
-                    "saved_vs_linux_default_pct",
-                    "ratio_to_oracle",
-                    "oracle_saved_vs_linux_default_pct",
-                    "sla_violating_windows",
-                    "sla_violating_windows_significant",
-                    "oracle_sla_violating_windows",
-                    "oracle_sla_violating_windows_significant",
-                    "explore_above_sla_s",
-                    "median_suggest_s",
-                    "tuner_wall_s",
-                    "replay_wall_s",
-                )
-            }
+            out["aggregate"][key] = {k: describe(r[k] for r in rows) for k in SINGLE_DAY_KEYS}
     print(json.dumps(out, indent=2))
     return 0
+
+
+def single_day_row(
+    args: argparse.Namespace,
+    windows: list,
+    memo: dict,
+    reward: str,
+    margin: float,
+    pct: float,
+    sla: float,
+    seed: int,
+) -> dict:
+    """One seed's replay under the tuner, linux-default and the oracle: the row of the single-day JSON."""
+    from tuner.hosts import make_host
+    from tuner.optimize.settings import Objective, TunerSettings
+    from tuner.replay.run import preset_settings, replay
+    from tuner.replay.summary import policy_summary
+
+    # --sla-margins moves both margins: the one exploration aims within and the final choice's
+    margins_kw: dict[str, Any] = {"final_margin_pct": margin} if args.sla_margins else {}
+    base = TunerSettings(
+        trials=args.trials, sobol_trials=args.sobol_trials, seed=seed, sla_margin_pct=margin, **margins_kw
+    )
+    settings = preset_settings(
+        args.tuner,
+        base,
+        trials=args.trials,
+        **({"itr_resolution_us": args.itr_resolution} if args.itr_resolution else {}),
+        **(warm_overrides(args) if args.tuner == "warm" else {}),
+    )
+    t0 = time.perf_counter()
+    res = replay(
+        lambda: make_host("sim", seed=seed),
+        windows,
+        Objective(reward, pct, sla),
+        settings,
+        policies=("tuner", "linux-default", "oracle"),
+        host_label="sim",
+        oracle_memo=memo,
+    )
+    wall = time.perf_counter() - t0
+    s, oracle = policy_summary(res, "tuner"), policy_summary(res, "oracle")
+    return {
+        "reward": reward,
+        "sla_margin_pct": margin,
+        "percentile": pct,
+        "sla_us": sla,
+        "seed": seed,
+        "saved_vs_linux_default_pct": s["saved_vs_linux_default_pct"],
+        "ratio_to_oracle": s["ratio_to_oracle"],
+        "oracle_saved_vs_linux_default_pct": oracle["saved_vs_linux_default_pct"],
+        "sla_violating_windows": s["sla_violating_windows"],
+        "sla_violating_windows_significant": s["sla_violating_windows_significant"],
+        "oracle_sla_violating_windows": oracle["sla_violating_windows"],
+        "oracle_sla_violating_windows_significant": oracle["sla_violating_windows_significant"],
+        "linux_default_sla_violating_windows": policy_summary(res, "linux-default")["sla_violating_windows"],
+        "explore_above_sla_s": s["explore_above_sla_s"],
+        "explore_s": s["explore_s"],
+        "trials": s["trials"],
+        "failed_trials": s["failed_trials"],
+        "median_suggest_s": s["median_suggest_s"],
+        "tuner_wall_s": s["wall_s"],
+        "replay_wall_s": wall,
+    }
 
 
 #: Multi-day variants: a preset of `tuner.replay.run.TUNER_PRESETS` plus field overrides (the ablations).
@@ -319,11 +325,8 @@ def multi_day(args: argparse.Namespace) -> int:
     """The multi-day benchmark: cold vs warm tuner (and ablations) over a multi-day noisy schedule."""
     from dataclasses import asdict
 
-    from traces.schedule import DEFAULT_DAY_NOISE, load_schedule, repeat_days, sample_trace_path
-    from tuner.hosts import make_host
     from tuner.optimize.settings import Objective, TunerSettings
-    from tuner.replay.run import PolicyResult, ReplayWindow, preset_settings, replay
-    from tuner.replay.summary import day_summaries
+    from tuner.replay.run import preset_settings
 
     if args.quick:
         args.every, args.seeds = max(args.every, 6), min(args.seeds, 1)
@@ -336,21 +339,9 @@ def multi_day(args: argparse.Namespace) -> int:
             f"bench/replay.py: unknown variant(s) {', '.join(unknown)}: expected {', '.join(VARIANTS)}", file=sys.stderr
         )
         return 2
-    warm_over = warm_overrides(args)
     pct, sla = (float(x) for x in (args.slas or "99:500").split(",")[0].split(":"))
     obj = Objective("constrained", pct, sla)
-    day = load_schedule(sample_trace_path(), peak_qps=args.peak_qps, hours=args.start_hour + args.hours)
-    day = type(day)(
-        windows=day.windows[args.start_hour :], source=day.source, scale=day.scale, raw_peak_qps=day.raw_peak_qps
-    )
-    noise = DEFAULT_DAY_NOISE if args.day_noise is None else args.day_noise
-    full = repeat_days(day, args.days, noise=noise, seed=args.schedule_seed)
-    per_day = len(day.windows)
-    windows = [
-        ReplayWindow(w.index, w.start_s, w.seconds, w.qps, w.day)
-        for w in full.windows
-        if (w.index % per_day) % args.every == 0
-    ]
+    windows, noise = multi_day_windows(args)
     out: dict = {
         "command": " ".join(sys.argv),
         "days": args.days,
@@ -363,82 +354,104 @@ def multi_day(args: argparse.Namespace) -> int:
         "runs": [],
         "aggregate": {},
     }
-    memo, out["oracle"] = oracle_memo([w.qps for w in windows], [(pct, sla)], check=args.check_oracle)
+    memo, out["oracle"] = cold_oracle_memo([w.qps for w in windows], [(pct, sla)], check=args.check_oracle)
     base_settings = TunerSettings(trials=args.trials, sobol_trials=args.sobol_trials)
-    explicit = {"itr_resolution_us": args.itr_resolution} if args.itr_resolution else {}
-
-    def variant_fields(name: str) -> tuple[str, dict]:
-        preset, over = VARIANTS[name]
-        return preset, {"trials": args.trials, **explicit, **(warm_over if preset == "warm" else {}), **over}
-
     for name in names:
-        preset, over = variant_fields(name)
-        st = preset_settings(preset, base_settings, **over)
+        st = preset_settings(VARIANTS[name][0], base_settings, **variant_fields(args, name))
         out["variants"][name] = {k: v for k, v in asdict(st).items() if k != "seed"}
     rows: dict[str, list[dict]] = {n: [] for n in names}
     for seed in range(args.seed0, args.seed0 + args.seeds):
-        t0 = time.perf_counter()
-        base = replay(
-            lambda seed=seed: make_host("sim", seed=seed),
-            windows,
-            obj,
-            replace_seed(base_settings, seed),
-            policies=("linux-default", "oracle"),
-            host_label="sim",
-            oracle_memo=memo,
-        )
-        print(
-            json.dumps({"seed": seed, "baselines_wall_s": round(time.perf_counter() - t0, 1)}),
-            file=sys.stderr,
-            flush=True,
-        )
-        for name in names:
-            preset, over = variant_fields(name)
-            st = preset_settings(preset, replace_seed(base_settings, seed), **over)
-            t0 = time.perf_counter()
-            res = replay(
-                lambda seed=seed: make_host("sim", seed=seed),
-                windows,
-                obj,
-                st,
-                policies=("tuner",),
-                host_label="sim",
-                progress=_window_progress(name, seed, t0) if args.verbose else None,
-            )
-            wall = time.perf_counter() - t0
-            res.policies = {"tuner": res.policies["tuner"], **{p: base.policies[p] for p in base.policies}}
-            assert all(isinstance(p, PolicyResult) for p in res.policies.values())
-            days = [{"day": d["day"], **{k: d["policies"]["tuner"][k] for k in DAY_KEYS}} for d in day_summaries(res)]
-            total = policy_summary_keys(res)
-            row = {"variant": name, "seed": seed, "wall_s": wall, "per_day": days, "total": total}
-            rows[name].append(row)
+        for row in multi_day_seed(args, names, windows, obj, memo, base_settings, seed):
+            rows[row["variant"]].append(row)
             out["runs"].append(row)
-            print(
-                json.dumps(
-                    {
-                        "variant": name,
-                        "seed": seed,
-                        "wall_s": round(wall, 1),
-                        "per_day": [
-                            {k: (round(v, 3) if isinstance(v, float) else v) for k, v in d.items()} for d in days
-                        ],
-                    }
-                ),
-                file=sys.stderr,
-                flush=True,
-            )
     for name in names:
         out["aggregate"][name] = {
             "per_day": [
-                {"day": d, **{k: _stats([r["per_day"][d][k] for r in rows[name]]) for k in DAY_KEYS}}
+                {"day": d, **{k: describe(r["per_day"][d][k] for r in rows[name]) for k in DAY_KEYS}}
                 for d in range(args.days)
             ],
-            "total": {k: _stats([r["total"][k] for r in rows[name]]) for k in DAY_KEYS},
-            "wall_s": _stats([r["wall_s"] for r in rows[name]]),
+            "total": {k: describe(r["total"][k] for r in rows[name]) for k in DAY_KEYS},
+            "wall_s": describe(r["wall_s"] for r in rows[name]),
         }
     print(json.dumps(out, indent=2))
     print(markdown_table(out), file=sys.stderr)
     return 0
+
+
+def multi_day_windows(args: argparse.Namespace) -> tuple[list, float]:
+    """The replayed windows: the day (after --start-hour/--hours) repeated --days times with seeded noise,
+    every --every-th window of each day; and the noise's sigma."""
+    from traces.schedule import DEFAULT_DAY_NOISE, load_schedule, repeat_days, sample_trace_path
+    from tuner.replay.run import ReplayWindow
+
+    day = load_schedule(sample_trace_path(), peak_qps=args.peak_qps, hours=args.start_hour + args.hours)
+    day = type(day)(
+        windows=day.windows[args.start_hour :], source=day.source, scale=day.scale, raw_peak_qps=day.raw_peak_qps
+    )
+    noise = DEFAULT_DAY_NOISE if args.day_noise is None else args.day_noise
+    full = repeat_days(day, args.days, noise=noise, seed=args.schedule_seed)
+    per_day = len(day.windows)
+    windows = [
+        ReplayWindow(w.index, w.start_s, w.seconds, w.qps, w.day)
+        for w in full.windows
+        if (w.index % per_day) % args.every == 0
+    ]
+    return windows, noise
+
+
+def variant_fields(args: argparse.Namespace, name: str) -> dict:
+    """The TunerSettings overrides of a variant: trials, --itr-resolution, --warm-set (warm ones), its own."""
+    preset, over = VARIANTS[name]
+    explicit = {"itr_resolution_us": args.itr_resolution} if args.itr_resolution else {}
+    return {"trials": args.trials, **explicit, **(warm_overrides(args) if preset == "warm" else {}), **over}
+
+
+def multi_day_seed(
+    args: argparse.Namespace, names: list[str], windows: list, obj: Any, memo: dict, base_settings: Any, seed: int
+) -> list[dict]:
+    """One seed: linux-default and the oracle once, then each variant on its own host; a row per variant."""
+    from tuner.hosts import make_host
+    from tuner.replay.run import PolicyResult, preset_settings, replay
+    from tuner.replay.summary import day_summaries
+
+    t0 = time.perf_counter()
+    base = replay(
+        lambda: make_host("sim", seed=seed),
+        windows,
+        obj,
+        replace_seed(base_settings, seed),
+        policies=("linux-default", "oracle"),
+        host_label="sim",
+        oracle_memo=memo,
+    )
+    print(
+        json.dumps({"seed": seed, "baselines_wall_s": round(time.perf_counter() - t0, 1)}), file=sys.stderr, flush=True
+    )
+    rows = []
+    for name in names:
+        st = preset_settings(VARIANTS[name][0], replace_seed(base_settings, seed), **variant_fields(args, name))
+        t0 = time.perf_counter()
+        res = replay(
+            lambda: make_host("sim", seed=seed),
+            windows,
+            obj,
+            st,
+            policies=("tuner",),
+            host_label="sim",
+            progress=_window_progress(name, seed, t0) if args.verbose else None,
+        )
+        wall = time.perf_counter() - t0
+        res.policies = {"tuner": res.policies["tuner"], **{p: base.policies[p] for p in base.policies}}
+        assert all(isinstance(p, PolicyResult) for p in res.policies.values())
+        days = [{"day": d["day"], **{k: d["policies"]["tuner"][k] for k in DAY_KEYS}} for d in day_summaries(res)]
+        rows.append({"variant": name, "seed": seed, "wall_s": wall, "per_day": days, "total": policy_summary_keys(res)})
+        brief = [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in d.items()} for d in days]
+        print(
+            json.dumps({"variant": name, "seed": seed, "wall_s": round(wall, 1), "per_day": brief}),
+            file=sys.stderr,
+            flush=True,
+        )
+    return rows
 
 
 def warm_overrides(args: argparse.Namespace) -> dict:
@@ -453,7 +466,7 @@ def warm_overrides(args: argparse.Namespace) -> dict:
     return over
 
 
-def _window_progress(name: str, seed: int, t0: float):  # type: ignore[no-untyped-def]
+def _window_progress(name: str, seed: int, t0: float) -> Any:
     """Progress callback: one stderr line per finished window (its trials and the wall time so far)."""
     count = {"trials": 0}
 
@@ -479,13 +492,13 @@ def _window_progress(name: str, seed: int, t0: float):  # type: ignore[no-untype
     return progress
 
 
-def replace_seed(settings, seed: int):  # type: ignore[no-untyped-def]
+def replace_seed(settings: Any, seed: int) -> Any:
     from dataclasses import replace
 
     return replace(settings, seed=seed)
 
 
-def policy_summary_keys(res) -> dict:  # type: ignore[no-untyped-def]
+def policy_summary_keys(res: Any) -> dict:
     from tuner.replay.summary import policy_summary
 
     s = policy_summary(res, "tuner")

@@ -21,6 +21,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -49,21 +50,21 @@ def speeds(repeat: int = 5) -> dict:
         out["window_20s_ms"][str(qps)] = _ms(lambda: host.measure(20.0), repeat)
     host.set_offered_qps(600_000)
     out["hold_3600s_ms"] = _ms(lambda: host.measure(3600.0), 3)
-    cold = []
+    cold: list[float] = []
     host.expected_cache.clear()
     for k in range(5):
         apply_point(host, OperatingPoint(150 + 50 * k, round(1.5 + 0.2 * k, 1)))
         cold.append(_ms(lambda: host.measure(20.0), 1))
     out["window_20s_cold_ms"] = {"600000": round(statistics.median(cold), 1), "600000_max": max(cold)}
     grid = [OperatingPoint(i, f) for i in host.knobs().itr_us for f in host.knobs().dvfs_ghz]
-    cold = SimHost(seed=1)
+    fresh = SimHost(seed=1)
     t = time.perf_counter()
-    cold.expected(grid, 400_000)
+    fresh.expected(grid, 400_000)
     dt = time.perf_counter() - t
     out["expected_full_grid_points"] = len(grid)
     out["expected_points_per_s_cold"] = round(len(grid) / dt)
     t = time.perf_counter()
-    cold.expected(grid, 400_000)
+    fresh.expected(grid, 400_000)
     out["expected_points_per_s_cached"] = round(len(grid) / (time.perf_counter() - t))
 
     def default_cold() -> None:
@@ -120,7 +121,7 @@ def cells(repeat: int = 5) -> dict:
 
 def noise(seeds: int = 8) -> dict:
     """p99 over `seeds` seeded windows per length at 600K QPS, (246, 1.6)."""
-    out = {}
+    out: dict[str, Any] = {}
     point = OperatingPoint(246, 1.6)
     for seconds in (20.0, 300.0, 3600.0):
         p99, width = [], []
@@ -149,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cells:
         print(json.dumps({"cells_cpu_ms_min_of_5": cells()}, indent=1))
         return 0
-    result = {"speed": speeds()}
+    result: dict[str, Any] = {"speed": speeds()}
     if not args.quick:
         from actuators.sim.calibration import calibration, format_table
 

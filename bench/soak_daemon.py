@@ -245,7 +245,7 @@ listen = "127.0.0.1:0"
 """
 
 
-def main() -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minutes", type=float, default=35.0)
     ap.add_argument(
@@ -271,16 +271,15 @@ def main() -> int:
     ap.add_argument("--sla-us", type=float, default=500.0)
     ap.add_argument("--json-out", type=Path, default=None, help="also write the JSON here (replaced atomically)")
     ap.add_argument("--analyse", type=Path, default=None, help="recompute the summary of an earlier run's JSON")
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> int:
+    args = parser().parse_args()
     if args.analyse is not None:
         return analyse(args.analyse, args.warmup_min * 60, args.warmup_retunes, args.json_out)
-
-    import grpc
     import psutil
 
-    from tuner.daemon.service import protos
-
-    pb, services = protos()
     # a SIGTERM to the bench stops the soak early: the `finally` below still stops the daemon it started
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     tmp = Path(tempfile.mkdtemp(prefix="tuner-soak-"))
@@ -292,11 +291,6 @@ def main() -> int:
     cmd = [sys.executable, "-m", "tuner.cli", "daemon", "--config", str(cfg)]
     t0, t0_unix = time.monotonic(), time.time()
     proc = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=log, stderr=log)
-    ps = psutil.Process(proc.pid)
-    samples: list[dict] = []
-    windows: dict[float, dict] = {}  # holding windows seen, by measurement end time
-    violations: list[dict] = []
-    last_viol = last_steady = 0
     out: dict = {
         "bench": "soak_daemon",
         "host": "sim (steps load schedule, wall clock)",
@@ -308,88 +302,13 @@ def main() -> int:
         "log": str(logf),
         "machine": "shared 2-core VM (8 engineers at work): timings are indicative",
     }
-
-    def worker_procs() -> list:
-        try:
-            kids = ps.children(recursive=True)
-        except psutil.Error:
-            return []
-        return [k for k in kids if "resource_tracker" not in " ".join(_cmdline(k))]
-
-    def _cmdline(p) -> list[str]:
-        try:
-            return p.cmdline()
-        except psutil.Error:
-            return []
-
+    soak = Soak(psutil.Process(proc.pid), t0, out)
     try:
         while not sock.exists():
             if proc.poll() is not None or time.monotonic() - t0 > 120:
                 raise SystemExit(f"daemon did not start; see {logf}")
             time.sleep(0.2)
-        channel = grpc.insecure_channel(f"unix://{sock}")
-        stub = services.TunerStub(channel)
-        next_sample = time.monotonic()
-        end = t0 + args.minutes * 60
-        while time.monotonic() < end:
-            if proc.poll() is not None:
-                out["died"] = f"daemon exited early with {proc.returncode}"
-                break
-            now = time.monotonic()
-            try:
-                s = stub.GetStatus(pb.GetStatusRequest(), timeout=5)
-            except grpc.RpcError as exc:
-                s = None
-                out.setdefault("status_errors", 0)
-                out["status_errors"] += 1
-                out["last_status_error"] = str(exc.code())
-            if s is not None:
-                m = s.last_measurement
-                lat = dict(m.latency_us)
-                key = round(m.time, 3)
-                if s.state == "holding" and key not in windows and s.tuned_qps > 0:
-                    in_band = s.band_low_qps <= s.offered_qps <= s.band_high_qps
-                    windows[key] = {"qps": s.offered_qps, "tuned_qps": s.tuned_qps, "in_band": in_band}
-                if s.sla_violations_total > last_viol:
-                    # the daemon tells the windows apart as it counts them (the load against the band the held
-                    # point was tuned for, before the band moves); a poll would see the band already moved
-                    steady = int(s.sla_violations_steady_total) - last_steady
-                    violations.append(
-                        {
-                            "t_s": round(now - t0, 1),
-                            "count": int(s.sla_violations_total - last_viol),
-                            "steady": steady,
-                            "qps": round(s.offered_qps),
-                            "tuned_qps": round(s.tuned_qps),
-                            "steady_state": steady > 0,
-                            "p99_us": lat.get("99"),
-                        }
-                    )
-                    last_viol = int(s.sla_violations_total)
-                    last_steady = int(s.sla_violations_steady_total)
-            if now >= next_sample:
-                next_sample += args.sample_s
-                try:
-                    workers = worker_procs()
-                    row = {
-                        "t_s": round(now - t0, 1),
-                        "rss_mb": round(ps.memory_info().rss / 2**20, 2),
-                        **rss_parts(ps),
-                        "worker_rss_mb": round(sum(w.memory_info().rss for w in workers) / 2**20, 1),
-                        "workers": len(workers),
-                        "fds": ps.num_fds(),
-                        "threads": ps.num_threads(),
-                        "state": s.state if s is not None else "?",
-                        "qps": round(s.offered_qps) if s is not None else None,
-                        "trials": int(s.trials_total) if s is not None else None,
-                        "reverts": int(s.guardrail_reverts_total) if s is not None else None,
-                    }
-                except psutil.Error as exc:
-                    row = {"t_s": round(now - t0, 1), "error": str(exc)}
-                samples.append(row)
-                print(json.dumps(row), file=sys.stderr, flush=True)
-            time.sleep(1.0)
-        channel.close()
+        soak.run(proc, sock, args)
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -404,12 +323,124 @@ def main() -> int:
 
     out["t0_unix"] = t0_unix
     out["wall_s"] = round(time.monotonic() - t0, 1)
-    out["violations"] = violations
-    out["holding_windows_seen"] = len(windows)
+    out["violations"] = soak.violations
+    out["holding_windows_seen"] = len(soak.windows)
     summarise(
-        out, samples, logf.read_text(errors="replace"), warmup_for(out, args.warmup_min * 60, args.warmup_retunes)
+        out, soak.samples, logf.read_text(errors="replace"), warmup_for(out, args.warmup_min * 60, args.warmup_retunes)
     )
     return finish(out, args.json_out)
+
+
+class Soak:
+    """The daemon's status polled every second: holding windows seen, SLA violations as they are counted, and
+    a resource sample (RSS, workers, fds, threads) every --sample-s seconds."""
+
+    def __init__(self, ps: Any, t0: float, out: dict) -> None:
+        self.ps, self.t0, self.out = ps, t0, out
+        self.samples: list[dict] = []
+        self.windows: dict[float, dict] = {}  # holding windows seen, by measurement end time
+        self.violations: list[dict] = []
+        self.last_viol = self.last_steady = 0
+
+    def run(self, proc: subprocess.Popen, sock: Path, args: argparse.Namespace) -> None:
+        import grpc
+
+        from tuner.daemon.service import protos
+
+        pb, services = protos()
+        channel = grpc.insecure_channel(f"unix://{sock}")
+        stub = services.TunerStub(channel)
+        next_sample = time.monotonic()
+        end = self.t0 + args.minutes * 60
+        while time.monotonic() < end:
+            if proc.poll() is not None:
+                self.out["died"] = f"daemon exited early with {proc.returncode}"
+                break
+            now = time.monotonic()
+            try:
+                s = stub.GetStatus(pb.GetStatusRequest(), timeout=5)
+            except grpc.RpcError as exc:
+                s = None
+                self.out.setdefault("status_errors", 0)
+                self.out["status_errors"] += 1
+                self.out["last_status_error"] = str(exc.code())
+            if s is not None:
+                self.status(s, now)
+            if now >= next_sample:
+                next_sample += args.sample_s
+                self.sample(s, now)
+            time.sleep(1.0)
+        channel.close()
+
+    def status(self, s: Any, now: float) -> None:
+        """A new holding window, and SLA violations counted since the last status."""
+        m = s.last_measurement
+        lat = dict(m.latency_us)
+        key = round(m.time, 3)
+        if s.state == "holding" and key not in self.windows and s.tuned_qps > 0:
+            in_band = s.band_low_qps <= s.offered_qps <= s.band_high_qps
+            self.windows[key] = {"qps": s.offered_qps, "tuned_qps": s.tuned_qps, "in_band": in_band}
+        if s.sla_violations_total > self.last_viol:
+            # the daemon tells the windows apart as it counts them (the load against the band the held
+            # point was tuned for, before the band moves); a poll would see the band already moved
+            steady = int(s.sla_violations_steady_total) - self.last_steady
+            self.violations.append(
+                {
+                    "t_s": round(now - self.t0, 1),
+                    "count": int(s.sla_violations_total - self.last_viol),
+                    "steady": steady,
+                    "qps": round(s.offered_qps),
+                    "tuned_qps": round(s.tuned_qps),
+                    "steady_state": steady > 0,
+                    "p99_us": lat.get("99"),
+                }
+            )
+            self.last_viol = int(s.sla_violations_total)
+            self.last_steady = int(s.sla_violations_steady_total)
+
+    def sample(self, s: Any, now: float) -> None:
+        """One resource sample of the daemon and its optimiser workers (one stderr line)."""
+        import psutil
+
+        ps = self.ps
+        try:
+            workers = self.workers()
+            row = {
+                "t_s": round(now - self.t0, 1),
+                "rss_mb": round(ps.memory_info().rss / 2**20, 2),
+                **rss_parts(ps),
+                "worker_rss_mb": round(sum(w.memory_info().rss for w in workers) / 2**20, 1),
+                "workers": len(workers),
+                "fds": ps.num_fds(),
+                "threads": ps.num_threads(),
+                "state": s.state if s is not None else "?",
+                "qps": round(s.offered_qps) if s is not None else None,
+                "trials": int(s.trials_total) if s is not None else None,
+                "reverts": int(s.guardrail_reverts_total) if s is not None else None,
+            }
+        except psutil.Error as exc:
+            row = {"t_s": round(now - self.t0, 1), "error": str(exc)}
+        self.samples.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+
+    def workers(self) -> list:
+        """The daemon's child processes but multiprocessing's resource tracker."""
+        import psutil
+
+        try:
+            kids = self.ps.children(recursive=True)
+        except psutil.Error:
+            return []
+        return [k for k in kids if "resource_tracker" not in " ".join(_cmdline(k))]
+
+
+def _cmdline(p: Any) -> list[str]:
+    import psutil
+
+    try:
+        return p.cmdline()
+    except psutil.Error:
+        return []
 
 
 def summarise(out: dict, samples: list[dict], text: str, warmup: Warmup) -> None:
@@ -487,6 +518,11 @@ def summarise(out: dict, samples: list[dict], text: str, warmup: Warmup) -> None
             "sample_rows": good,
         }
     )
+    verdict(out, good, slope)
+
+
+def verdict(out: dict, good: list[dict], slope: dict) -> None:
+    """The soak's targets and whether it met them."""
     out["targets"] = {
         "rss_slope_mb_per_h_max": 1.0,
         "rss_slope_basis": "Theil-Sen over the post-warm-up load steps' RSS troughs; met when its 95 % CI <= 1",

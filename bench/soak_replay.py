@@ -61,7 +61,7 @@ class _Recorder:
 sim_host = _Recorder.make  # `--host bench.soak_replay:sim_host`
 
 
-def main() -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--days", type=int, default=3)
     ap.add_argument("--bin", type=float, default=300.0, help="window length, s (default 300: 5 minutes)")
@@ -69,7 +69,11 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None, help="replay output directory (default: a temp dir)")
     ap.add_argument("--json-out", type=Path, default=None, help="also write the JSON here (replaced atomically)")
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> int:
+    args = parser().parse_args()
 
     # the module as `make_host` imports it (by name), so the recorder seen here is the one that records
     import bench.soak_replay as me
@@ -108,6 +112,29 @@ def main() -> int:
         for st in cache.stats():
             caches[f"{st.name}#{len(seen)}"] = st.as_dict()
     caches["latency.ci_ranks"] = dist.RANKS_CACHE.stats().as_dict()
+    result = report(args, argv, summary, rc, error, wall, cpu, tee.tracebacks, caches, out_dir)
+    text = json.dumps(result, indent=1)
+    if args.json_out is not None:
+        atomic_write(args.json_out, (text + "\n").encode(), mode=0o644)
+    print(text)
+    return 0 if result["pass"] else 1
+
+
+def report(
+    args: argparse.Namespace,
+    argv: list[str],
+    summary: dict,
+    rc: int | None,
+    error: str | None,
+    wall: float,
+    cpu: float,
+    tracebacks: int,
+    caches: dict[str, dict],
+    out_dir: Path,
+) -> dict[str, Any]:
+    """The soak's JSON: the replay's outcome, its cost, the caches' counters, each policy's summary, a verdict."""
+    import bench.soak_replay as me
+
     policies = summary.get("policies", {})
     result = {
         "bench": "soak_replay",
@@ -119,7 +146,7 @@ def main() -> int:
         "error": error,
         "wall_s": round(wall, 1),
         "cpu_s": round(cpu, 1),
-        "tracebacks": tee.tracebacks,
+        "tracebacks": tracebacks,
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "hosts_built": len(me._Recorder.hosts),
         "caches": caches,
@@ -142,15 +169,11 @@ def main() -> int:
     result["pass"] = bool(
         error is None
         and rc == 0
-        and not tee.tracebacks
+        and not tracebacks
         and policies
         and all(not p.get("failed_windows") for p in policies.values())
     )
-    text = json.dumps(result, indent=1)
-    if args.json_out is not None:
-        atomic_write(args.json_out, (text + "\n").encode(), mode=0o644)
-    print(text)
-    return 0 if result["pass"] else 1
+    return result
 
 
 if __name__ == "__main__":

@@ -94,7 +94,8 @@ def decision_row(i: int) -> dict[str, Any]:
 
 def optimizer_blob(kb: int) -> str:
     """A JSON text of about `kb` KB shaped like an experiment snapshot (quoted keys to escape inside state.json)."""
-    trials, i = [], 0
+    trials: list[dict[str, Any]] = []
+    i = 0
     while len(json.dumps(trials)) < kb * 1024:
         trials.append({"index": i, "arm": {"itr_us": 2 + i, "dvfs_ghz": 2.0}, "data": trial_row(i)["measurement"]})
         i += 1

@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -61,7 +62,7 @@ def _entries(n: int, hosts: int, classes: int, seed: int = 0) -> list:
     return out
 
 
-def bench_store(open_fn, entries: list, limits: list[int], hosts: int, classes: int) -> dict:  # type: ignore[no-untyped-def]
+def bench_store(open_fn: Any, entries: list, limits: list[int], hosts: int, classes: int) -> dict:
     res: dict = {}
     s = open_fn()
     res["load_average_at_start"] = [round(x, 1) for x in os.getloadavg()]

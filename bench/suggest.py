@@ -35,6 +35,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -69,7 +70,7 @@ def _history(n: int, seed: int, max_qps: float) -> list:
     return out
 
 
-def run(n: int, suggestions: int, seed: int, **over: object) -> dict:
+def run(n: int, suggestions: int, seed: int, **over: Any) -> dict:
     """The tuner's settings (preset "warm", with `over`) at `n` trials in the model: CPU and wall per suggestion."""
     from tests.fakes import FakeHost
     from tuner.optimize import model as model_mod
@@ -99,7 +100,7 @@ def run(n: int, suggestions: int, seed: int, **over: object) -> dict:
     hyper = [0]
     real_refit = model_mod.refit
 
-    def counted(*a, **k):  # type: ignore[no-untyped-def]
+    def counted(*a, **k):
         how = real_refit(*a, **k)
         hyper[0] += how in ("cold", "warm")
         return how

@@ -132,7 +132,9 @@ def main() -> int:
     ap.add_argument("--max-s", type=float, default=20.0)
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
-    loads, points, reps = LOADS, POINTS, args.reps
+    loads: tuple[int, ...] = LOADS
+    points: tuple[OperatingPoint, ...] = POINTS
+    reps = args.reps
     if args.quick:
         loads, points, reps = (100_000, 400_000, 700_000), POINTS[:2], 3
     t = time.perf_counter()

@@ -9,9 +9,18 @@ thm. 2.1; used by CONFIRM, Maricq et al. 2018).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import statistics
+from collections.abc import Iterable, Sequence
 
 import numpy as np
+
+
+def describe(values: Iterable[float | None]) -> dict[str, float] | None:
+    """Mean, count, minimum and maximum of `values` (None values dropped); None when nothing is left."""
+    vals = [float(v) for v in values if v is not None]
+    if not vals:
+        return None
+    return {"mean": statistics.fmean(vals), "n": len(vals), "min": min(vals), "max": max(vals)}
 
 
 def quantile_ci_ranks(n: int, q: float, confidence: float = 0.95) -> tuple[int, int]:

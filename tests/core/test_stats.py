@@ -83,3 +83,11 @@ def test_percentiles_inplace_equal_numpys_bit_for_bit(n: int, qs: tuple[float, .
 def test_percentiles_inplace_refuses_an_empty_sample() -> None:
     with pytest.raises(ValueError, match="empty"):
         percentiles_inplace(np.array([]), (99.0,))
+
+
+def test_describe_is_mean_count_and_range_without_nones() -> None:
+    from core.stats import describe
+
+    assert describe([3.0, None, 1.0, 2.0]) == {"mean": 2.0, "n": 3, "min": 1.0, "max": 3.0}
+    assert describe(iter([5])) == {"mean": 5.0, "n": 1, "min": 5.0, "max": 5.0}  # any iterable, ints taken
+    assert describe([None]) is None and describe([]) is None

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import TunerError
+from core.stats import describe
 
 ENGINES = ("auto", "serial", "ray")
 #: Per-run metrics aggregated over seeds (keys of `tuner.replay.summary.policy_summary`).
@@ -141,15 +142,49 @@ def _windows(trace: TraceSpec) -> list[Any]:
     return [ReplayWindow(w.index, w.start_s, w.seconds, w.qps) for w in sel]
 
 
-def oracle_memo(trace: TraceSpec, percentile: float, sla_us: float) -> dict[tuple, Any]:
-    """The oracle's point for each window of `trace` at this SLA (seed-independent: the host's model)."""
+def oracle_key(qps: float, percentile: float, sla_us: float) -> tuple[float, float, float]:
+    """The key of the oracle's point in a replay's memo (`replay(oracle_memo=...)`)."""
+    return (round(qps, 6), percentile, sla_us)
+
+
+@dataclass(frozen=True)
+class OracleCost:
+    """What the oracle's point at one load cost: wall and process-CPU seconds, grid points it evaluated."""
+
+    qps: float
+    wall_s: float
+    cpu_s: float
+    points: int
+
+
+def oracle_memo_for(
+    loads: Sequence[float], percentile: float, sla_us: float, *, cold: bool = False
+) -> tuple[dict[tuple, Any], list[OracleCost]]:
+    """The oracle's point at each distinct load (seed-independent: the host's model) and what each cost.
+
+    `cold`: each load on a fresh host, i.e. an empty model-cell cache, so its cost is what one replay window
+    pays when nothing else asked for those cells (benchmarks); otherwise one host serves every load."""
     from tuner.hosts import make_host
     from tuner.optimize.optimizer import Objective
-    from tuner.replay.oracle import oracle_point
+    from tuner.replay.oracle import oracle_answer
 
-    host = make_host("sim", seed=0)
     obj = Objective("constrained", percentile, sla_us)
-    return {(round(w.qps, 6), percentile, sla_us): oracle_point(host, obj, w.qps) for w in _windows(trace)}
+    host = make_host("sim", seed=0)
+    memo: dict[tuple, Any] = {}
+    costs: list[OracleCost] = []
+    for q in dict.fromkeys(loads):
+        if cold:
+            host = make_host("sim", seed=0)
+        t0, c0 = time.perf_counter(), time.process_time()
+        answer = oracle_answer(host, obj, q)
+        costs.append(OracleCost(q, time.perf_counter() - t0, time.process_time() - c0, answer.points))
+        memo[oracle_key(q, percentile, sla_us)] = (answer.point, answer.how)
+    return memo, costs
+
+
+def oracle_memo(trace: TraceSpec, percentile: float, sla_us: float) -> dict[tuple, Any]:
+    """The oracle's point for each window of `trace` at this SLA (seed-independent: the host's model)."""
+    return oracle_memo_for([w.qps for w in _windows(trace)], percentile, sla_us)[0]
 
 
 def run_one(spec: RunSpec, memo: dict[tuple, Any] | None = None) -> dict[str, Any]:
@@ -350,15 +385,15 @@ def _ray_tasks(specs: Sequence[RunSpec], sla_keys: list[tuple]) -> tuple[list[di
 
 def mean_ci(values: Sequence[float | None], confidence: float = 0.95) -> dict[str, float | None] | None:
     """Mean and Student-t confidence interval over `values` (None values dropped); n = 1 has no interval."""
-    vals = [float(v) for v in values if v is not None]
-    if not vals:
+    described = describe(values)
+    if described is None:
         return None
-    m = statistics.fmean(vals)
-    out: dict[str, float | None] = {"mean": m, "n": len(vals), "min": min(vals), "max": max(vals)}
-    out["ci_low"] = out["ci_high"] = None  # JSON null: one seed has no interval
+    out: dict[str, float | None] = {**described, "ci_low": None, "ci_high": None}  # JSON null: one seed, no interval
+    vals = [float(v) for v in values if v is not None]
     if len(vals) >= 2:
         from scipy.stats import t
 
+        m = described["mean"]
         half = float(t.ppf(0.5 + confidence / 2, len(vals) - 1)) * statistics.stdev(vals) / math.sqrt(len(vals))
         out["ci_low"], out["ci_high"] = m - half, m + half
     return out

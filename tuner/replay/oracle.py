@@ -10,6 +10,7 @@ both give the same point.
 from __future__ import annotations
 
 from contextlib import nullcontext
+from dataclasses import dataclass
 from typing import Any
 
 from actuators.host import OperatingPoint
@@ -18,9 +19,25 @@ from tuner.optimize.settings import Objective
 from tuner.replay.oracle_search import CellGrid, lowest_latency, search_best
 
 
+@dataclass(frozen=True)
+class OracleAnswer:
+    """The oracle's point at one load, how it was found, and how many of the grid's `total` points it evaluated."""
+
+    point: OperatingPoint
+    how: str
+    points: int
+    total: int
+
+
 def oracle_point(
     host: Any, objective: Objective, qps: float, *, exhaustive: bool = False
 ) -> tuple[OperatingPoint, str]:
+    """`oracle_answer`'s point and how it was found (what a replay's oracle window records)."""
+    answer = oracle_answer(host, objective, qps, exhaustive=exhaustive)
+    return answer.point, answer.how
+
+
+def oracle_answer(host: Any, objective: Objective, qps: float, *, exhaustive: bool = False) -> OracleAnswer:
     """The lowest-power point whose expected percentile meets the SLA at `qps` (host.expected, noise-free).
 
     `exhaustive=True` evaluates every (ITR, frequency) of the host. Otherwise `search_best` evaluates only the
@@ -47,6 +64,7 @@ def oracle_point(
     feas = sorted((pw, i, f) for (i, f), (lat, pw) in grid.seen.items() if lat <= objective.sla_us)
     if feas:
         _, i, f = feas[0]
-        return OperatingPoint(grid.itrs[i], f), how
+        return OracleAnswer(OperatingPoint(grid.itrs[i], f), how, len(grid.seen), total)
     _, _, i, f = min((lat, pw, i, f) for (i, f), (lat, pw) in grid.seen.items())
-    return OperatingPoint(grid.itrs[i], f), f"no point meets the SLA ({how}); lowest expected latency"
+    how = f"no point meets the SLA ({how}); lowest expected latency"
+    return OracleAnswer(OperatingPoint(grid.itrs[i], f), how, len(grid.seen), total)

@@ -147,3 +147,22 @@ def test_cli_flags_build_the_grid_or_refuse_in_one_line(capsys):
         assert main(["replay-grid", *bad]) == 2
         err = capsys.readouterr().err
         assert what in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_oracle_memo_for_gives_the_oracles_points_and_what_each_cost() -> None:
+    """One entry per distinct load, under the replay's key, equal to `oracle_point`'s answer; cold, each load's
+    cost (wall, CPU, grid points evaluated) is measured from an empty cell cache."""
+    from actuators.sim.host import SimHost
+    from tuner.optimize.settings import Objective
+    from tuner.replay.oracle import oracle_answer, oracle_point
+
+    loads = [300_000.0, 450_000.0, 300_000.0]
+    memo, costs = g.oracle_memo_for(loads, 99.0, 500.0, cold=True)
+    assert list(memo) == [g.oracle_key(300_000.0, 99.0, 500.0), g.oracle_key(450_000.0, 99.0, 500.0)]
+    assert [c.qps for c in costs] == [300_000.0, 450_000.0]
+    obj = Objective("constrained", 99.0, 500.0)
+    for q, cost in zip((300_000.0, 450_000.0), costs, strict=True):
+        answer = oracle_answer(SimHost(seed=0), obj, q)
+        assert memo[g.oracle_key(q, 99.0, 500.0)] == (answer.point, answer.how) == oracle_point(SimHost(seed=0), obj, q)
+        assert cost.points == answer.points and 0 < answer.points < answer.total == 511 * 18
+        assert cost.wall_s > 0 and cost.cpu_s > 0
