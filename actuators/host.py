@@ -3,7 +3,8 @@
 A host exposes two knobs -- NIC interrupt throttling (ITR, microseconds) and CPU frequency (DVFS, GHz) --
 and measures a window: achieved load, latency percentiles and energy. The tuner never knows whether it
 drives `actuators.sim.host.SimHost` or `actuators.real.RealHost`; anyone can plug in their own host with
-`--host module:factory` where `factory(**options) -> Host`.
+`--host module:factory` where `factory(**options) -> Host`. Abilities a host may have beyond these (a noise-free
+model for the oracle, closing, a hardware class, ...) are Protocols of their own in `actuators.abilities`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
+from actuators.abilities import AtomicApply
 from actuators.latency.dist import PERCENTILES
 from core.errors import KnobRangeError, TunerError
 
@@ -302,13 +304,12 @@ class LoadControl(Protocol):
 def apply_point(host: Host, point: OperatingPoint) -> OperatingPoint:
     """Validate `point` against the host's knobs, then set ITR and DVFS.
 
-    A host that offers `apply(itr_us=, dvfs_ghz=)` gets both knobs in one call, so it can make the pair
+    A host with the `AtomicApply` ability (`apply(itr_us=, dvfs_ghz=)`) gets both knobs in one call, so it can make the pair
     all-or-nothing (`RealHost` rolls DVFS back if the ITR write fails).
     """
     checked = host.knobs().check(point)
-    apply = getattr(host, "apply", None)
-    if callable(apply):
-        apply(itr_us=checked.itr_us, dvfs_ghz=checked.dvfs_ghz)
+    if isinstance(host, AtomicApply):
+        host.apply(itr_us=checked.itr_us, dvfs_ghz=checked.dvfs_ghz)
         return checked
     host.set_itr(checked.itr_us)
     host.set_dvfs(checked.dvfs_ghz)

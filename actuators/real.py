@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from actuators.host import KnobSpace, Measurement, OperatingPoint
+from actuators.abilities import AtomicApply, Closable, HardwareClassified, Interruptible, Warns
+from actuators.host import Host, KnobSpace, Measurement, OperatingPoint
 from actuators.hwclass import HardwareClass
 from actuators.latency.memcached import same_server
 from actuators.linux.dvfs import DvfsBackend, choose_backend, parse_cpu_list
@@ -24,16 +25,17 @@ from actuators.linux.hwio import HardwareIO, NicIoctl, Transaction, UnavailableN
 from actuators.linux.itr import NicItr, physical_interfaces
 from actuators.linux.originals import OriginalsStore, RestoreReport, default_state_dir, restore_originals
 from actuators.linux.rapl import EnergyMeter, discover_meter
-from actuators.sensors import LatencySource, QpsSource
+from actuators.sensors import LatencySource, QpsSource, ServerStats, WarningSource
 from core.errors import HostError, HostPartsError
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class RealHost:
-    """A real machine. Components may be None (e.g. `tuner set --itr` needs no DVFS or meters);
-    calls that need a missing component raise `HostError` saying which."""
+class RealHost(Host, AtomicApply, Closable, HardwareClassified, Interruptible, Warns):
+    """A real machine: `actuators.host.Host` and the abilities `AtomicApply`, `Closable`, `HardwareClassified`,
+    `Interruptible` and `Warns` (`actuators.abilities`). Components may be None (e.g. `tuner set --itr` needs no
+    DVFS or meters); calls that need a missing component raise `HostError` saying which."""
 
     io: HardwareIO
     store: OriginalsStore
@@ -176,15 +178,25 @@ class RealHost:
             energy_known=reading is not None,
         )
 
+    def warnings_by_source(self) -> dict[str, list[str]]:
+        """What limits this host's measurements, by source: "energy" -- parts that could not be built (e.g. no
+        RAPL: energy unknown), "latency" -- the latency source's warnings (a same-host prober cannot see ITR
+        delay; a failing source says so instead of raising), "dvfs" -- read-back warnings of the last `apply`."""
+        latency: list[str] = []
+        if isinstance(self.latency, WarningSource):
+            try:
+                latency = [str(w) for w in self.latency.warnings()]
+            except Exception as exc:  # noqa: BLE001 - a warning source must not stop its reader
+                latency = [f"latency source warnings unavailable: {exc}"]
+        return {
+            "energy": [f"{part} unavailable: {why}" for part, why in self.absent.items()],
+            "latency": latency,
+            "dvfs": [str(w) for w in self.warnings],
+        }
+
     def notices(self) -> list[str]:
-        """What limits this host's measurements, for the log, `GetStatus` and metrics: parts that could not
-        be built (e.g. no RAPL: energy unknown), the latency source's warnings (a same-host prober cannot
-        see ITR delay) and the DVFS read-back warnings of the last `apply`."""
-        out = [f"{part} unavailable: {why}" for part, why in self.absent.items()]
-        source_warnings = getattr(self.latency, "warnings", None)
-        if callable(source_warnings):
-            out += list(source_warnings())
-        return out + list(self.warnings)
+        """`warnings_by_source` in one list (energy, latency, DVFS), for the log, `GetStatus` and metrics."""
+        return [line for lines in self.warnings_by_source().values() for line in lines]
 
     def hardware_class(self) -> HardwareClass:
         """This machine's class: /proc/cpuinfo's model, online cores, the tuned NIC's driver (sysfs link),
@@ -193,10 +205,9 @@ class RealHost:
 
         root = self.io.root
         version = hwclass.UNKNOWN
-        snapshot = getattr(self.qps, "snapshot", None)
-        if callable(snapshot):
+        if isinstance(self.qps, ServerStats):
             try:
-                version = str(getattr(snapshot(), "version", "") or hwclass.UNKNOWN)
+                version = str(self.qps.snapshot().version or hwclass.UNKNOWN)
             except HostError:
                 version = hwclass.UNKNOWN
         return HardwareClass(
@@ -210,9 +221,8 @@ class RealHost:
     def close(self) -> None:
         """Release sockets and the ethtool layer (does not restore: call `restore()` for that)."""
         for part in (self.latency, self.qps, self.io.nic):
-            closer = getattr(part, "close", None)
-            if callable(closer):
-                closer()
+            if isinstance(part, Closable):
+                part.close()
 
 
 def default_nic(root: Path) -> NicIoctl:

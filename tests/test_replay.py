@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from actuators.abilities import ExpectedModel
 from actuators.host import KnobSpace, OperatingPoint
 from core.errors import TunerError
 from tests.fakes import FailingHost, FakeHost
@@ -29,7 +30,7 @@ class Expected:
     power_w: float
 
 
-class ModelHost(FakeHost):
+class ModelHost(FakeHost, ExpectedModel):
     """FakeHost with a noise-free `expected()` (as the simulated host has), so the oracle is available."""
 
     def expected(self, points: list[OperatingPoint], qps: float) -> list[Expected]:
@@ -248,7 +249,7 @@ def test_boundary_oracle_matches_exhaustive(qps: float) -> None:
     assert fast == full
 
 
-class _SubGrid:
+class _SubGrid(ExpectedModel):
     """The simulated host's model on a smaller knob grid (so the exhaustive oracle stays cheap in a test)."""
 
     def __init__(self, host: object, knobs: KnobSpace) -> None:

@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from actuators.abilities import ExpectedModel
 from actuators.host import Host, LoadControl, Measurement, OperatingPoint, apply_point
 from core.errors import TunerError
 from tuner.optimize.optimizer import Optimizer
@@ -239,7 +240,7 @@ def _above_sla_s(objective: Objective, m: Measurement | None) -> float:
 def _set_load(host: Host, qps: float) -> None:
     if not isinstance(host, LoadControl):
         raise TunerError(
-            f"host {getattr(host, 'name', '?')!r} cannot set its offered load (no set_offered_qps): "
+            f"host {host.name!r} cannot set its offered load (no set_offered_qps): "
             "replay needs a host with load control, e.g. --host sim"
         )
     host.set_offered_qps(qps)
@@ -454,9 +455,9 @@ def replay(
         host = make_host()
         pr = PolicyResult(policy)
         result.policies[policy] = pr
-        if policy in ("oracle", "oracle-hourly") and not callable(getattr(host, "expected", None)):
+        if policy in ("oracle", "oracle-hourly") and not isinstance(host, ExpectedModel):
             pr.available = False
-            pr.note = f"oracle unavailable: host {getattr(host, 'name', '?')!r} has no noise-free model (expected())"
+            pr.note = f"oracle unavailable: host {host.name!r} has no noise-free model (expected())"
             for w in result.windows:
                 if progress is not None:
                     progress(policy, w.index, None)
