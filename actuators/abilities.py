@@ -14,8 +14,10 @@ member up by name. Which host has which:
 | `HardwareClassified` | `hardware_class()`: what makes hosts interchangeable for tuning | yes | yes |
 | `Interruptible` | `interrupt()`: stop a running `measure` early, from another thread | no | yes |
 | `Warns` | `warnings_by_source()`: what limits the host's measurements and writes | no | yes |
+| `LoadControl` | `set_offered_qps(qps)`: the host's offered load can be set (replay needs it) | yes | no |
 
-`actuators.host.LoadControl` (`set_offered_qps`) is the one more ability, kept beside `Host`.
+`AtomicApply` and `LoadControl` (`set_offered_qps`, an ability too) are declared beside `Host` in `actuators.host`,
+`HardwareClassified` beside `HardwareClass` in `actuators.hwclass`; this module names them all.
 `actuators.loadctl.LoadedHost` has the abilities of the host it wraps (and its own `close` and load control).
 """
 
@@ -25,9 +27,10 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from actuators.host import AtomicApply, LoadControl, OperatingPoint
+from actuators.hwclass import HardwareClassified
+
 if TYPE_CHECKING:
-    from actuators.host import OperatingPoint
-    from actuators.hwclass import HardwareClass
     from core.cache import CacheStats
 
 __all__ = [
@@ -41,6 +44,7 @@ __all__ = [
     "ExpectedPoint",
     "HardwareClassified",
     "Interruptible",
+    "LoadControl",
     "ModelCache",
     "Warns",
     "abilities_of",
@@ -109,26 +113,10 @@ class ExpectedCacheShared(Protocol):
 
 
 @runtime_checkable
-class AtomicApply(Protocol):
-    """A host that sets both knobs in one call, all or nothing (`RealHost` rolls DVFS back if ITR fails)."""
-
-    def apply(self, itr_us: int | None = None, dvfs_ghz: float | None = None) -> list[str]:
-        """Set the given knobs in one transaction; returns read-back warnings."""
-        ...
-
-
-@runtime_checkable
 class Closable(Protocol):
     """Something holding sockets, files or processes that `close()` releases (a host: without restoring)."""
 
     def close(self) -> None: ...
-
-
-@runtime_checkable
-class HardwareClassified(Protocol):
-    """A host that can name its hardware class (hosts of one class may start from each other's trials)."""
-
-    def hardware_class(self) -> HardwareClass: ...
 
 
 @runtime_checkable

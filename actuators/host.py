@@ -16,14 +16,22 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
-from actuators.abilities import AtomicApply
 from actuators.latency.dist import PERCENTILES
 from core.errors import KnobRangeError, TunerError
 
 if TYPE_CHECKING:
     from actuators.latency.dist import LatencyDist
 
-__all__ = ["PERCENTILES", "Host", "KnobSpace", "LoadControl", "Measurement", "OperatingPoint", "apply_point"]
+__all__ = [
+    "PERCENTILES",
+    "AtomicApply",
+    "Host",
+    "KnobSpace",
+    "LoadControl",
+    "Measurement",
+    "OperatingPoint",
+    "apply_point",
+]
 
 
 @dataclass(frozen=True)
@@ -298,6 +306,15 @@ class LoadControl(Protocol):
 
     def set_offered_qps(self, qps: float) -> None:
         """Drive the host at `qps` requests/s from now on."""
+        ...
+
+
+@runtime_checkable
+class AtomicApply(Protocol):
+    """A host that sets both knobs in one call, all or nothing (`RealHost` rolls DVFS back if ITR fails)."""
+
+    def apply(self, itr_us: int | None = None, dvfs_ghz: float | None = None) -> list[str]:
+        """Set the given knobs in one transaction; returns read-back warnings."""
         ...
 
 

@@ -19,8 +19,7 @@ import re
 import socket
 from dataclasses import asdict, dataclass
 from pathlib import Path
-
-from actuators.abilities import HardwareClassified
+from typing import Protocol, runtime_checkable
 
 UNKNOWN = "unknown"
 
@@ -50,6 +49,13 @@ class HardwareClass:
 
     def to_dict(self) -> dict[str, object]:
         return {**asdict(self), "id": self.id}
+
+
+@runtime_checkable
+class HardwareClassified(Protocol):
+    """A host that can name its hardware class (hosts of one class may start from each other's trials)."""
+
+    def hardware_class(self) -> HardwareClass: ...
 
 
 def host_class(host: object) -> HardwareClass | None:
@@ -136,6 +142,7 @@ def detect(root: str | Path = "/", iface: str | None = None, memcached: tuple[st
 __all__ = [
     "UNKNOWN",
     "HardwareClass",
+    "HardwareClassified",
     "host_class",
     "cpu_model",
     "detect",
