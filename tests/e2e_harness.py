@@ -32,9 +32,9 @@ from memcached_server import start_memcached
 from actuators.fakehw import FileNic, create
 from actuators.fakehw.kit import IFACE
 from actuators.latency.dist import histogram_quantiles
+from actuators.latency.hlog import read_log
 from tuner.daemon.state import StateStore
 from tuner.load.hist import new_histogram
-from tuner.load.hlog import read_log
 
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable

@@ -101,7 +101,7 @@ def _number(text: str, flag: str, *, positive: bool = True, at_most: float | Non
 def load_points(path: Path, repair: bool) -> list[Any]:
     """Records of an existing `points.jsonl`. A torn last line (killed mid-write) is dropped and, with
     `repair`, cut off the file so appends start on a fresh line; any other bad line is an `InputError`."""
-    from tuner.replay.sweep import SweepPoint
+    from tuner.replay.static_sweep import SweepPoint
 
     data = path.read_bytes()
     points = []
@@ -155,7 +155,7 @@ def write_summaries(
 ) -> dict[str, Any]:
     """Write best.json, pareto.json and heatmap.png for `points`; return best.json's content."""
     from tuner.replay.plots import sweep_heatmap
-    from tuner.replay.sweep import best_under_sla, summarize_best, sweep_pareto
+    from tuner.replay.static_sweep import best_under_sla, summarize_best, sweep_pareto
 
     best = summarize_best(points, sla_us, pct, min_load)
     _write_json(out / "best.json", best)
@@ -278,7 +278,7 @@ def _progress(total: int, done: int, every_s: float = 60.0) -> Iterator[Callable
 def run(args: argparse.Namespace) -> int:
     from actuators.host import LoadControl
     from tuner.hosts import make_host, parse_load_option
-    from tuner.replay.sweep import (
+    from tuner.replay.static_sweep import (
         SweepConfig,
         grid,
         parse_dvfs_spec,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tuner.replay.sweep import SweepPoint
+from tuner.replay.static_sweep import SweepPoint
 
 
 def _edges(values: Sequence[float], pad: float) -> np.ndarray:
