@@ -311,42 +311,53 @@ def make_real_host(
             else:
                 problems.append(f"{part}: {exc}")
 
-    def make_itr() -> NicItr:
-        ifaces = _as_tuple(iface) or physical_interfaces(root)
-        if len(ifaces) > 1 and not iface:
-            raise HostError(f"several NICs ({', '.join(ifaces)}): choose with --iface / host.options.iface")
-        itr = NicItr(io, ifaces, force=force)
-        itr.preflight()  # coalescing readable, driver verified or forced: permanent faults found now
-        return itr
-
-    def make_qps() -> Any:
-        if isinstance(qps, str):
-            from actuators.qps import qps_source_from_spec
-
-            return qps_source_from_spec(qps)
-        return qps
-
-    build("itr", make_itr)
+    build("itr", lambda: _make_itr(io, root, iface, force))
     build("dvfs", lambda: choose_backend(io, _cores(cores), backend))
     build("energy", lambda: discover_meter(io, energy, max_power_w))
-    build("qps", make_qps)
-    qps_spec = qps
+    build("qps", lambda: _make_qps(qps))
     if problems:
         raise HostPartsError(problems + _restore_dead_run(io, store))
     if "latency" in parts:
-        if latency is None or isinstance(latency, dict):
-            opts = dict(latency or {})
-            kind = opts.pop("kind", "prober")
-            qps_server = _memcached_of(qps_spec)
-            if kind == "prober" and "target" not in opts and qps_server:
-                opts["target"] = qps_server  # probe the server whose load is counted
-            latency = _latency_source(kind, opts, root)
-            target = getattr(getattr(latency, "config", None), "target", None)
-            host.probe_counts_in_qps = (
-                kind == "prober" and qps_server is not None and target is not None and same_server(qps_server, target)
-            )
-        host.latency = latency
+        _attach_latency(host, latency, qps, root)
     return host
+
+
+def _make_itr(io: HardwareIO, root: Path, iface: str | list[str] | None, force: bool) -> NicItr:
+    ifaces = _as_tuple(iface) or physical_interfaces(root)
+    if len(ifaces) > 1 and not iface:
+        raise HostError(f"several NICs ({', '.join(ifaces)}): choose with --iface / host.options.iface")
+    itr = NicItr(io, ifaces, force=force)
+    itr.preflight()  # coalescing readable, driver verified or forced: permanent faults found now
+    return itr
+
+
+def _make_qps(qps: str | QpsSource | None) -> Any:
+    if isinstance(qps, str):
+        from actuators.qps import qps_source_from_spec
+
+        return qps_source_from_spec(qps)
+    return qps
+
+
+def _attach_latency(host: RealHost, latency: dict[str, Any] | LatencySource | None, qps_spec: Any, root: Path) -> None:
+    """Give `host` its latency source: the one given, or one built from a `[host.options.latency]` table. A prober
+    targets the memcached of `qps_spec` unless told otherwise; when both name the same server, its own requests are
+    subtracted from the QPS count (`probe_counts_in_qps`)."""
+    if latency is not None and not isinstance(latency, dict):
+        host.latency = latency
+        return
+    opts = dict(latency or {})
+    kind = opts.pop("kind", "prober")
+    qps_server = _memcached_of(qps_spec)
+    if kind == "prober" and "target" not in opts and qps_server:
+        opts["target"] = qps_server  # probe the server whose load is counted
+    source = _latency_source(kind, opts, root)
+    if kind == "prober" and qps_server is not None:
+        from actuators.latency.prober import Prober
+
+        target = source.config.target if isinstance(source, Prober) else None
+        host.probe_counts_in_qps = target is not None and same_server(qps_server, target)
+    host.latency = source
 
 
 def _restore_dead_run(io: HardwareIO, store: OriginalsStore) -> list[str]:
