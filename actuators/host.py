@@ -3,7 +3,8 @@
 A host exposes two knobs -- NIC interrupt throttling (ITR, microseconds) and CPU frequency (DVFS, GHz) --
 and measures a window: achieved load, latency percentiles and energy. The tuner never knows whether it
 drives `actuators.sim.host.SimHost` or `actuators.real.RealHost`; anyone can plug in their own host with
-`--host module:factory` where `factory(**options) -> Host`.
+`--host module:factory` where `factory(**options) -> Host`. Abilities a host may have beyond these (a noise-free
+model for the oracle, closing, a hardware class, ...) are Protocols of their own in `actuators.abilities`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,16 @@ from core.errors import KnobRangeError, TunerError
 if TYPE_CHECKING:
     from actuators.latency.dist import LatencyDist
 
-__all__ = ["PERCENTILES", "Host", "KnobSpace", "LoadControl", "Measurement", "OperatingPoint", "apply_point"]
+__all__ = [
+    "PERCENTILES",
+    "AtomicApply",
+    "Host",
+    "KnobSpace",
+    "LoadControl",
+    "Measurement",
+    "OperatingPoint",
+    "apply_point",
+]
 
 
 @dataclass(frozen=True)
@@ -299,16 +309,24 @@ class LoadControl(Protocol):
         ...
 
 
+@runtime_checkable
+class AtomicApply(Protocol):
+    """A host that sets both knobs in one call, all or nothing (`RealHost` rolls DVFS back if ITR fails)."""
+
+    def apply(self, itr_us: int | None = None, dvfs_ghz: float | None = None) -> list[str]:
+        """Set the given knobs in one transaction; returns read-back warnings."""
+        ...
+
+
 def apply_point(host: Host, point: OperatingPoint) -> OperatingPoint:
     """Validate `point` against the host's knobs, then set ITR and DVFS.
 
-    A host that offers `apply(itr_us=, dvfs_ghz=)` gets both knobs in one call, so it can make the pair
+    A host with the `AtomicApply` ability (`apply(itr_us=, dvfs_ghz=)`) gets both knobs in one call, so it can make the pair
     all-or-nothing (`RealHost` rolls DVFS back if the ITR write fails).
     """
     checked = host.knobs().check(point)
-    apply = getattr(host, "apply", None)
-    if callable(apply):
-        apply(itr_us=checked.itr_us, dvfs_ghz=checked.dvfs_ghz)
+    if isinstance(host, AtomicApply):
+        host.apply(itr_us=checked.itr_us, dvfs_ghz=checked.dvfs_ghz)
         return checked
     host.set_itr(checked.itr_us)
     host.set_dvfs(checked.dvfs_ghz)

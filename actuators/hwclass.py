@@ -2,8 +2,9 @@
 
 Two hosts with the same CPU model, core count, NIC driver, memcached version and kernel respond alike to
 the same ITR x DVFS point, so a new host may start from the trials of its class. The host finds its class
-itself (`Host.hardware_class()`, optional): the real host reads `/proc/cpuinfo`, the NIC's sysfs driver
-link, memcached's `stats` (`version`) and `uname`; the simulated host reports its model parameters.
+itself (`hardware_class()`, the optional ability `actuators.abilities.HardwareClassified`): the real host
+reads `/proc/cpuinfo`, the NIC's sysfs driver link, memcached's `stats` (`version`) and `uname`; the simulated
+host reports its model parameters.
 
 `HardwareClass.id` is a short stable digest of the five fields (what the trial store indexes);
 `label` is the readable form. A field the host cannot read is "unknown", never guessed.
@@ -51,15 +52,15 @@ class HardwareClass:
 
 
 @runtime_checkable
-class Classified(Protocol):
-    """A host that can name its hardware class (optional beside `actuators.host.Host`)."""
+class HardwareClassified(Protocol):
+    """A host that can name its hardware class (hosts of one class may start from each other's trials)."""
 
     def hardware_class(self) -> HardwareClass: ...
 
 
 def host_class(host: object) -> HardwareClass | None:
-    """`host.hardware_class()`, or None for a host without the method."""
-    return host.hardware_class() if isinstance(host, Classified) else None
+    """`host.hardware_class()`, or None for a host without the `HardwareClassified` ability."""
+    return host.hardware_class() if isinstance(host, HardwareClassified) else None
 
 
 def cpu_model(root: Path) -> str:
@@ -140,8 +141,8 @@ def detect(root: str | Path = "/", iface: str | None = None, memcached: tuple[st
 
 __all__ = [
     "UNKNOWN",
-    "Classified",
     "HardwareClass",
+    "HardwareClassified",
     "host_class",
     "cpu_model",
     "detect",

@@ -23,7 +23,8 @@ import tempfile
 import time
 from typing import Any
 
-from actuators.host import Host, KnobSpace, Measurement, OperatingPoint
+from actuators.abilities import Closable, abilities_of
+from actuators.host import Host, KnobSpace, LoadControl, Measurement, OperatingPoint
 from core.errors import HostError
 
 FIELDS = ("qps", "seconds", "server")
@@ -131,8 +132,12 @@ class CommandLoad:
     close = stop
 
 
-class LoadedHost:
+class LoadedHost(Host, LoadControl, Closable):
     """A `Host` plus a load controller: `set_offered_qps` drives the generator, everything else is the host's.
+
+    It has the optional abilities of the host it wraps (`actuators.abilities`: `apply`, `hardware_class`,
+    `expected`, ...) as that host's own bound members, set per instance, so `isinstance(loaded, Ability)` answers
+    as for the wrapped host; `close` stops the generator, then closes the wrapped host if it can be.
 
     A generator needs time to start (an interpreter, a schedule, its key set, connections: a second or more for
     `tuner load`), and a window measured before it sends would be measured at the wrong load. So `set_offered_qps`
@@ -158,6 +163,10 @@ class LoadedHost:
         self.ready_share = ready_share
         self.ready_poll_s = ready_poll_s
         self.ready_timeout_s = ready_timeout_s
+        for ability, members in abilities_of(host).items():
+            if ability is not Closable:
+                for member in members:
+                    self.__dict__[member] = getattr(host, member)  # bound to the wrapped host
 
     def knobs(self) -> KnobSpace:
         return self.host.knobs()
@@ -186,7 +195,7 @@ class LoadedHost:
 
     def set_offered_qps(self, qps: float) -> None:
         self.load.set_offered_qps(qps)
-        if qps > 0 and self.ready_timeout_s > 0 and not callable(getattr(self.host, "set_offered_qps", None)):
+        if qps > 0 and self.ready_timeout_s > 0 and not isinstance(self.host, LoadControl):
             self._await_load(qps)
 
     def _await_load(self, qps: float) -> None:
@@ -208,9 +217,5 @@ class LoadedHost:
 
     def close(self) -> None:
         self.load.stop()
-        closer = getattr(self.host, "close", None)
-        if callable(closer):
-            closer()
-
-    def __getattr__(self, name: str) -> Any:  # apply(), warnings, hardware class, ... of the wrapped host
-        return getattr(self.host, name)
+        if isinstance(self.host, Closable):
+            self.host.close()

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from actuators.host import KnobSpace, Measurement, OperatingPoint
+from actuators.abilities import AtomicApply, Closable, HardwareClassified, Interruptible, Warns
+from actuators.host import Host, KnobSpace, Measurement, OperatingPoint
 from actuators.hwclass import HardwareClass
 from actuators.latency.memcached import same_server
 from actuators.linux.dvfs import DvfsBackend, choose_backend, parse_cpu_list
@@ -24,16 +25,17 @@ from actuators.linux.hwio import HardwareIO, NicIoctl, Transaction, UnavailableN
 from actuators.linux.itr import NicItr, physical_interfaces
 from actuators.linux.originals import OriginalsStore, RestoreReport, default_state_dir, restore_originals
 from actuators.linux.rapl import EnergyMeter, discover_meter
-from actuators.sensors import LatencySource, QpsSource
+from actuators.sensors import LatencySource, QpsSource, ServerStats, WarningSource
 from core.errors import HostError, HostPartsError
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class RealHost:
-    """A real machine. Components may be None (e.g. `tuner set --itr` needs no DVFS or meters);
-    calls that need a missing component raise `HostError` saying which."""
+class RealHost(Host, AtomicApply, Closable, HardwareClassified, Interruptible, Warns):
+    """A real machine: `actuators.host.Host` and the abilities `AtomicApply`, `Closable`, `HardwareClassified`,
+    `Interruptible` and `Warns` (`actuators.abilities`). Components may be None (e.g. `tuner set --itr` needs no
+    DVFS or meters); calls that need a missing component raise `HostError` saying which."""
 
     io: HardwareIO
     store: OriginalsStore
@@ -176,15 +178,25 @@ class RealHost:
             energy_known=reading is not None,
         )
 
+    def warnings_by_source(self) -> dict[str, list[str]]:
+        """What limits this host's measurements, by source: "energy" -- parts that could not be built (e.g. no
+        RAPL: energy unknown), "latency" -- the latency source's warnings (a same-host prober cannot see ITR
+        delay; a failing source says so instead of raising), "dvfs" -- read-back warnings of the last `apply`."""
+        latency: list[str] = []
+        if isinstance(self.latency, WarningSource):
+            try:
+                latency = [str(w) for w in self.latency.warnings()]
+            except Exception as exc:  # noqa: BLE001 - a warning source must not stop its reader
+                latency = [f"latency source warnings unavailable: {exc}"]
+        return {
+            "energy": [f"{part} unavailable: {why}" for part, why in self.absent.items()],
+            "latency": latency,
+            "dvfs": [str(w) for w in self.warnings],
+        }
+
     def notices(self) -> list[str]:
-        """What limits this host's measurements, for the log, `GetStatus` and metrics: parts that could not
-        be built (e.g. no RAPL: energy unknown), the latency source's warnings (a same-host prober cannot
-        see ITR delay) and the DVFS read-back warnings of the last `apply`."""
-        out = [f"{part} unavailable: {why}" for part, why in self.absent.items()]
-        source_warnings = getattr(self.latency, "warnings", None)
-        if callable(source_warnings):
-            out += list(source_warnings())
-        return out + list(self.warnings)
+        """`warnings_by_source` in one list (energy, latency, DVFS), for the log, `GetStatus` and metrics."""
+        return [line for lines in self.warnings_by_source().values() for line in lines]
 
     def hardware_class(self) -> HardwareClass:
         """This machine's class: /proc/cpuinfo's model, online cores, the tuned NIC's driver (sysfs link),
@@ -193,10 +205,9 @@ class RealHost:
 
         root = self.io.root
         version = hwclass.UNKNOWN
-        snapshot = getattr(self.qps, "snapshot", None)
-        if callable(snapshot):
+        if isinstance(self.qps, ServerStats):
             try:
-                version = str(getattr(snapshot(), "version", "") or hwclass.UNKNOWN)
+                version = str(self.qps.snapshot().version or hwclass.UNKNOWN)
             except HostError:
                 version = hwclass.UNKNOWN
         return HardwareClass(
@@ -210,9 +221,8 @@ class RealHost:
     def close(self) -> None:
         """Release sockets and the ethtool layer (does not restore: call `restore()` for that)."""
         for part in (self.latency, self.qps, self.io.nic):
-            closer = getattr(part, "close", None)
-            if callable(closer):
-                closer()
+            if isinstance(part, Closable):
+                part.close()
 
 
 def default_nic(root: Path) -> NicIoctl:
@@ -301,42 +311,53 @@ def make_real_host(
             else:
                 problems.append(f"{part}: {exc}")
 
-    def make_itr() -> NicItr:
-        ifaces = _as_tuple(iface) or physical_interfaces(root)
-        if len(ifaces) > 1 and not iface:
-            raise HostError(f"several NICs ({', '.join(ifaces)}): choose with --iface / host.options.iface")
-        itr = NicItr(io, ifaces, force=force)
-        itr.preflight()  # coalescing readable, driver verified or forced: permanent faults found now
-        return itr
-
-    def make_qps() -> Any:
-        if isinstance(qps, str):
-            from actuators.qps import qps_source_from_spec
-
-            return qps_source_from_spec(qps)
-        return qps
-
-    build("itr", make_itr)
+    build("itr", lambda: _make_itr(io, root, iface, force))
     build("dvfs", lambda: choose_backend(io, _cores(cores), backend))
     build("energy", lambda: discover_meter(io, energy, max_power_w))
-    build("qps", make_qps)
-    qps_spec = qps
+    build("qps", lambda: _make_qps(qps))
     if problems:
         raise HostPartsError(problems + _restore_dead_run(io, store))
     if "latency" in parts:
-        if latency is None or isinstance(latency, dict):
-            opts = dict(latency or {})
-            kind = opts.pop("kind", "prober")
-            qps_server = _memcached_of(qps_spec)
-            if kind == "prober" and "target" not in opts and qps_server:
-                opts["target"] = qps_server  # probe the server whose load is counted
-            latency = _latency_source(kind, opts, root)
-            target = getattr(getattr(latency, "config", None), "target", None)
-            host.probe_counts_in_qps = (
-                kind == "prober" and qps_server is not None and target is not None and same_server(qps_server, target)
-            )
-        host.latency = latency
+        _attach_latency(host, latency, qps, root)
     return host
+
+
+def _make_itr(io: HardwareIO, root: Path, iface: str | list[str] | None, force: bool) -> NicItr:
+    ifaces = _as_tuple(iface) or physical_interfaces(root)
+    if len(ifaces) > 1 and not iface:
+        raise HostError(f"several NICs ({', '.join(ifaces)}): choose with --iface / host.options.iface")
+    itr = NicItr(io, ifaces, force=force)
+    itr.preflight()  # coalescing readable, driver verified or forced: permanent faults found now
+    return itr
+
+
+def _make_qps(qps: str | QpsSource | None) -> Any:
+    if isinstance(qps, str):
+        from actuators.qps import qps_source_from_spec
+
+        return qps_source_from_spec(qps)
+    return qps
+
+
+def _attach_latency(host: RealHost, latency: dict[str, Any] | LatencySource | None, qps_spec: Any, root: Path) -> None:
+    """Give `host` its latency source: the one given, or one built from a `[host.options.latency]` table. A prober
+    targets the memcached of `qps_spec` unless told otherwise; when both name the same server, its own requests are
+    subtracted from the QPS count (`probe_counts_in_qps`)."""
+    if latency is not None and not isinstance(latency, dict):
+        host.latency = latency
+        return
+    opts = dict(latency or {})
+    kind = opts.pop("kind", "prober")
+    qps_server = _memcached_of(qps_spec)
+    if kind == "prober" and "target" not in opts and qps_server:
+        opts["target"] = qps_server  # probe the server whose load is counted
+    source = _latency_source(kind, opts, root)
+    if kind == "prober" and qps_server is not None:
+        from actuators.latency.prober import Prober
+
+        target = source.config.target if isinstance(source, Prober) else None
+        host.probe_counts_in_qps = target is not None and same_server(qps_server, target)
+    host.latency = source
 
 
 def _restore_dead_run(io: HardwareIO, store: OriginalsStore) -> list[str]:

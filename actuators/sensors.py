@@ -43,3 +43,24 @@ class QpsSource(Protocol):
     def total_requests(self) -> float:
         """Requests seen so far; the rate is the difference of two reads over their time apart."""
         ...
+
+
+@runtime_checkable
+class WarningSource(Protocol):
+    """A sensor that can say what limits its view (a same-host prober cannot see ITR delay)."""
+
+    def warnings(self) -> list[str]: ...
+
+
+@runtime_checkable
+class ServerStats(Protocol):
+    """A QPS source that reads its server's own statistics (memcached `stats`, with the server's `version`)."""
+
+    def snapshot(self) -> ServerSnapshot: ...
+
+
+class ServerSnapshot(Protocol):
+    """The part of a server's statistics a host's hardware class uses."""
+
+    @property
+    def version(self) -> str: ...

@@ -32,10 +32,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import tuner.load.engine as engine  # noqa: E402
+import tuner.load.sender as engine  # noqa: E402
 from tests.memcached_server import start_memcached  # noqa: E402
+from tuner.load.coordinator import LoadSettings, address_of, run_load, warm  # noqa: E402
 from tuner.load.plan import poisson_plan, warm_requests  # noqa: E402
-from tuner.load.run import LoadSettings, address_of, run_load, warm  # noqa: E402
 
 LAG_P99_LIMIT_US = 100.0
 ACHIEVED_LIMIT = 0.01

@@ -77,6 +77,7 @@ def main() -> int:
 
     # the module as `make_host` imports it (by name), so the recorder seen here is the one that records
     import bench.soak_replay as me
+    from actuators.abilities import ExpectedCacheShared
     from actuators.latency import dist
     from core.fsutil import atomic_write
     from tuner.cli.app import build_parser
@@ -105,9 +106,9 @@ def main() -> int:
     caches: dict[str, dict] = {}
     seen: set[int] = set()
     for host in me._Recorder.hosts:
-        cache = getattr(host, "expected_cache", None)
-        if cache is None or id(cache) in seen:
+        if not isinstance(host, ExpectedCacheShared) or id(host.expected_cache) in seen:
             continue
+        cache = host.expected_cache
         seen.add(id(cache))
         for st in cache.stats():
             caches[f"{st.name}#{len(seen)}"] = st.as_dict()

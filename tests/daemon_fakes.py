@@ -20,6 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from actuators.abilities import Interruptible
 from actuators.host import KnobSpace, Measurement, OperatingPoint
 from tests.fakes import FakeHost
 from tuner.daemon.state import StateStore
@@ -94,7 +95,7 @@ class FileHost(FakeHost):
         return super().measure(seconds)
 
 
-class BlockingHost(FakeHost):
+class BlockingHost(FakeHost, Interruptible):
     """From its `block_from`-th measurement on, `measure` blocks (like a real window) until `interrupt()`."""
 
     def __init__(self, block_from: int = 3, **kw: Any) -> None:

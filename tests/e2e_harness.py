@@ -30,10 +30,10 @@ from typing import Any
 from actuators.fakehw import FileNic, create
 from actuators.fakehw.kit import IFACE
 from actuators.latency.dist import histogram_quantiles
+from actuators.latency.hlog import read_log
 from tests.memcached_server import start_memcached
 from tuner.daemon.state import StateStore
 from tuner.load.hist import new_histogram
-from tuner.load.hlog import read_log
 
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -330,10 +330,8 @@ def _windows(state: dict, observed: dict | None = None) -> list[dict]:
     return sorted(rows, key=lambda r: r["start"])
 
 
-def analyse(
-    tmp: Path, cfg: E2EConfig, daemon_rc: int, t_step: float | None, observed: dict | None = None
-) -> dict[str, Any]:
-    state = _state(tmp)
+def _compare_windows(tmp: Path, state: dict, t_step: float | None, observed: dict | None) -> list[dict[str, Any]]:
+    """Each daemon window the generators' logs cover, beside the generators' rate and pooled p99 over it."""
     hists, counts = _gen_logs(tmp)
     rows = []
     for w in _windows(state, observed):
@@ -363,11 +361,11 @@ def analyse(
                 "p99_cis_overlap": agree,
             }
         )
-    steady = [r for r in rows if not r["straddles_step"] and r["qps_error"] is not None]
-    logs = {p.name: p.read_text(errors="replace") for p in tmp.glob("*.log")} | {
-        p.name: p.read_text(errors="replace") for p in tmp.glob("*.err")
-    }
-    gens = {n: json.loads((tmp / f"{n}.json").read_text()) for n in ("gen_a", "gen_b") if (tmp / f"{n}.json").exists()}
+    return rows
+
+
+def _phases(steady: list[dict[str, Any]], t_step: float | None) -> dict[str, dict[str, Any]]:
+    """The daemon's and the generators' mean QPS before and after the load step, over the steady windows."""
     phases = {}
     for name, part in (
         ("before_step", [r for r in steady if t_step is None or r["end"] < t_step]),
@@ -384,6 +382,29 @@ def analyse(
                 "generator_qps": round(gen_q, 1),
                 "error": round(daemon_q / gen_q - 1, 5),
             }
+    return phases
+
+
+def _knobs_after_sigterm(tmp: Path) -> dict[str, Any]:
+    hw = tmp / "hw"
+    cpus = sorted((hw / "sys/devices/system/cpu").glob("cpu[0-9]*"))
+    return {
+        "governors": [(c / "cpufreq/scaling_governor").read_text().strip() for c in cpus],
+        "nic": FileNic(hw).get_coalesce(IFACE),
+    }
+
+
+def analyse(
+    tmp: Path, cfg: E2EConfig, daemon_rc: int, t_step: float | None, observed: dict | None = None
+) -> dict[str, Any]:
+    state = _state(tmp)
+    rows = _compare_windows(tmp, state, t_step, observed)
+    steady = [r for r in rows if not r["straddles_step"] and r["qps_error"] is not None]
+    logs = {p.name: p.read_text(errors="replace") for p in tmp.glob("*.log")} | {
+        p.name: p.read_text(errors="replace") for p in tmp.glob("*.err")
+    }
+    gens = {n: json.loads((tmp / f"{n}.json").read_text()) for n in ("gen_a", "gen_b") if (tmp / f"{n}.json").exists()}
+    phases = _phases(steady, t_step)
     report: dict[str, Any] = {
         "config": asdict(cfg),
         "loopback": True,
@@ -422,12 +443,7 @@ def analyse(
         "windows": rows,
     }
     if cfg.mode == "tune":
-        hw = tmp / "hw"
-        cpus = sorted((hw / "sys/devices/system/cpu").glob("cpu[0-9]*"))
-        report["knobs_after_sigterm"] = {
-            "governors": [(c / "cpufreq/scaling_governor").read_text().strip() for c in cpus],
-            "nic": FileNic(hw).get_coalesce(IFACE),
-        }
+        report["knobs_after_sigterm"] = _knobs_after_sigterm(tmp)
         report["knobs_restored"] = all(g == "ondemand" for g in report["knobs_after_sigterm"]["governors"]) and (
             report["knobs_after_sigterm"]["nic"]["use_adaptive_rx_coalesce"] == 1
             and report["knobs_after_sigterm"]["nic"]["rx_coalesce_usecs"] == 1

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from actuators.host import PERCENTILES, KnobSpace, Measurement, OperatingPoint
+from actuators.host import PERCENTILES, KnobSpace, LoadControl, Measurement, OperatingPoint
 from core.errors import HostError
 
 DVFS_GHZ = tuple(round(1.2 + 0.1 * i, 1) for i in range(18))  # 1.2 .. 2.9 GHz, like the E5-2690
@@ -108,7 +108,7 @@ class FixedLoadHost:
         return 0.3 + 1.7 * math.exp(-itr / 150)
 
 
-class FakeHost(FixedLoadHost):
+class FakeHost(FixedLoadHost, LoadControl):
     """`FixedLoadHost` plus `LoadControl`: the offered load can be set."""
 
     def set_offered_qps(self, qps: float) -> None:

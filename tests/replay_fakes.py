@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from actuators.abilities import ExpectedModel
 from actuators.host import KnobSpace, OperatingPoint
 from tests.fakes import FakeHost
 
@@ -18,7 +19,7 @@ class Expected:
     power_w: float
 
 
-class ModelHost(FakeHost):
+class ModelHost(FakeHost, ExpectedModel):
     """FakeHost with a noise-free `expected()` (as the simulated host has), so the oracle is available."""
 
     def expected(self, points: list[OperatingPoint], qps: float) -> list[Expected]:

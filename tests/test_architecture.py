@@ -70,3 +70,108 @@ def test_no_issue_numbers_in_the_product():
             continue
         hits += [f"{name}:{i}" for i, line in enumerate(text.splitlines(), 1) if pattern.search(line)]
     assert not hits, hits[:20]
+
+
+def _python_files(*top: str) -> list[str]:
+    """Tracked Python files under `top` (all when none), generated protobuf code left out."""
+    out = subprocess.run(["git", "ls-files", "*.py"], cwd=REPO, capture_output=True, text=True).stdout.split()
+    if not out:
+        pytest.skip("not a git checkout")
+    return [
+        n
+        for n in out
+        if (not top or n.split("/", 1)[0] in top) and not n.startswith("tuner/proto/") and "_pb2" not in n
+    ]
+
+
+#: The members of the optional host abilities (`actuators.abilities`, `actuators.host.LoadControl`).
+ABILITY_MEMBERS = {
+    "expected",
+    "expected_cache",
+    "expected_itr_anchors",
+    "expected_draws_kept",
+    "apply",
+    "close",
+    "hardware_class",
+    "interrupt",
+    "warnings",
+    "warnings_by_source",
+    "absent",
+    "set_offered_qps",
+}
+
+#: Probes in code other engineers are restructuring at the same time; the lead converts them to the Protocols of
+#: `actuators.abilities` after merging and empties this list.
+PROBES_ALLOWED = {
+    ("tuner/daemon/loop.py", "apply"),
+    ("tuner/daemon/loop.py", "interrupt"),
+    ("tuner/daemon/loop.py", "close"),
+    ("tuner/daemon/observe.py", "absent"),
+    ("tuner/daemon/observe.py", "warnings"),
+    ("tuner/daemon/startup.py", "close"),
+    ("tuner/daemon/trials.py", "close"),
+}
+
+
+def test_optional_host_abilities_are_declared_not_probed():
+    """An optional ability is asked for with `isinstance(host, Ability)` (`actuators.abilities`), never looked up
+    by name with getattr/hasattr: a Protocol says what a host may offer and mypy checks who offers it."""
+    import ast
+
+    probes = set()
+    for name in _python_files("tuner", "actuators", "traces", "reward", "core", "bench"):
+        tree = ast.parse((REPO / name).read_text(), name)
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "hasattr")
+                and len(node.args) >= 2
+                and isinstance(node.args[1], ast.Constant)
+                and node.args[1].value in ABILITY_MEMBERS
+            ):
+                probes.add((name, node.args[1].value, node.lineno))
+    found = sorted(p for p in probes if p[:2] not in PROBES_ALLOWED)
+    assert not found, [f"{n}:{line}: {fn!r}" for n, fn, line in found]
+
+
+#: Longest a function may be, in lines (decorators and docstring included).
+MAX_FUNCTION_LINES = 80
+
+#: Functions over the limit in code other engineers are restructuring at the same time; the lead empties this list
+#: after merging their branches.
+LONG_FUNCTIONS_ALLOWED = {
+    ("bench/daemon.py", "main"),
+    ("bench/fleet.py", "main"),
+    ("bench/loadgen.py", "main"),
+    ("bench/oracle.py", "main"),
+    ("bench/replay.py", "main"),
+    ("bench/replay.py", "multi_day"),
+    ("bench/soak_daemon.py", "main"),
+    ("bench/soak_daemon.py", "summarise"),
+    ("bench/soak_replay.py", "main"),
+    ("tuner/cli/replay.py", "register"),
+    ("tuner/cli/replay.py", "execute"),
+    ("tuner/config/parse.py", "parse_config"),
+    ("tuner/daemon/metrics.py", "create"),
+    ("tuner/daemon/service.py", "make_servicer"),
+    ("tuner/daemon/status.py", "operating_point"),
+    ("tuner/daemon/trials.py", "_retune_with"),
+    ("tuner/daemon/worker.py", "_serve"),
+    ("tuner/optimize/safety.py", "_safety_filter"),
+}
+
+
+def test_no_function_is_over_80_lines():
+    """A function a reader takes in at once: the product, the benches and the tests (generated code aside)."""
+    import ast
+
+    long = []
+    for name in _python_files():
+        for node in ast.walk(ast.parse((REPO / name).read_text(), name)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                lines = (node.end_lineno or node.lineno) - start + 1
+                if lines > MAX_FUNCTION_LINES and (name, node.name) not in LONG_FUNCTIONS_ALLOWED:
+                    long.append(f"{name}:{node.lineno}: {node.name} ({lines} lines)")
+    assert not long, long

@@ -91,6 +91,78 @@ def _check_bin(bin_s: float) -> int:
     return int(bin_s)
 
 
+class _Counts:
+    """The per-second request counts and per-bin operation counts and key/value size sums, minima and maxima."""
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+        self.per_sec = _Grow(None, np.int64, 0)
+        self.ops = _Grow(_NOPS, np.int64, 0)
+        self.ksum, self.vsum = _Grow(None, np.float64, 0.0), _Grow(None, np.float64, 0.0)
+        big = np.iinfo(np.int64).max
+        self.kmin, self.vmin = _Grow(None, np.int64, big), _Grow(None, np.int64, big)
+        self.kmax, self.vmax = _Grow(None, np.int64, -1), _Grow(None, np.int64, -1)
+
+    def add(self, rel: np.ndarray, op: np.ndarray, ks: np.ndarray, vs: np.ndarray) -> None:
+        """Count rows at `rel` seconds (>= 0) with these operations and key/value sizes."""
+        lo, hi = int(rel.min()), int(rel.max())
+        self.per_sec.ensure(hi + 1)[lo : hi + 1] += np.bincount(rel - lo, minlength=hi - lo + 1)
+        b = rel // self.width
+        nb = int(b.max()) + 1
+        np.add.at(self.ops.ensure(nb), (b, op), 1)
+        self.ksum.ensure(nb)
+        self.ksum.a[:nb] += np.bincount(b, weights=ks, minlength=nb)
+        self.vsum.ensure(nb)
+        self.vsum.a[:nb] += np.bincount(b, weights=vs, minlength=nb)
+        np.minimum.at(self.kmin.ensure(nb), b, ks)
+        np.maximum.at(self.kmax.ensure(nb), b, ks)
+        np.minimum.at(self.vmin.ensure(nb), b, vs)
+        np.maximum.at(self.vmax.ensure(nb), b, vs)
+
+    def bins(self, series: np.ndarray) -> tuple[BinStats, ...]:
+        """The bins of the first `series.size` seconds (`series`: their request counts)."""
+        width, seconds = self.width, int(series.size)
+        out = []
+        for i in range(-(-seconds // width)):
+            n_req = int(series[i * width : (i + 1) * width].sum())
+            length = min(width, seconds - i * width)
+            counts = {OPS[j]: int(c) for j, c in enumerate(self.ops.a[i]) if i < self.ops.a.shape[0] and c}
+            has = n_req > 0
+            k = SizeStats(float(self.ksum.a[i] / n_req), int(self.kmin.a[i]), int(self.kmax.a[i])) if has else None
+            v = SizeStats(float(self.vsum.a[i] / n_req), int(self.vmin.a[i]), int(self.vmax.a[i])) if has else None
+            out.append(
+                BinStats(
+                    index=i,
+                    start_s=i * width,
+                    seconds=length,
+                    requests=n_req,
+                    qps=n_req / length,
+                    ops=counts,
+                    key_size=k,
+                    value_size=v,
+                )
+            )
+        return tuple(out)
+
+
+def _no_rows(parser: TraceParser, start: int) -> InputError:
+    """Why a trace gave no request to count: all before `start`, all rows bad, or no rows at all."""
+    if parser.rows:
+        return InputError(
+            f"{parser.name}: no requests {start} s or more after the first row "
+            f"(the trace has {parser.rows} rows before that)"
+        )
+    if parser.skipped:
+        detail = ", ".join(f"{n} {r}" for r, n in sorted(parser.skipped.items()))
+        return InputError(
+            f"{parser.name}: empty trace: no valid rows ({sum(parser.skipped.values())} skipped: {detail})"
+        )
+    return InputError(
+        f"{parser.name}: empty trace: no request rows; expected CSV rows "
+        "'timestamp,key,key size,value size,client id,operation,TTL'"
+    )
+
+
 def trace_stats(
     path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     *,
@@ -113,11 +185,7 @@ def trace_stats(
     if max_seconds is not None and not (max_seconds > 0 and np.isfinite(max_seconds)):
         raise InputError(f"length must be finite and > 0 seconds, got {max_seconds!r}")
     limit = None if max_seconds is None else int(np.ceil(max_seconds))
-    per_sec = _Grow(None, np.int64, 0)
-    ops = _Grow(_NOPS, np.int64, 0)
-    ksum, vsum = _Grow(None, np.float64, 0.0), _Grow(None, np.float64, 0.0)
-    kmin, vmin = _Grow(None, np.int64, np.iinfo(np.int64).max), _Grow(None, np.int64, np.iinfo(np.int64).max)
-    kmax, vmax = _Grow(None, np.int64, -1), _Grow(None, np.int64, -1)
+    counts = _Counts(width)
     origin: int | None = None
     rows = 0
     stopped = False
@@ -137,66 +205,22 @@ def trace_stats(
             block_op, ks, vs = block.op[keep], block.key_size[keep], block.value_size[keep]
         if rel.size:
             rows += int(rel.size)
-            lo, hi = int(rel.min()), int(rel.max())
-            per_sec.ensure(hi + 1)[lo : hi + 1] += np.bincount(rel - lo, minlength=hi - lo + 1)
-            b = rel // width
-            nb = int(b.max()) + 1
-            np.add.at(ops.ensure(nb), (b, block_op), 1)
-            ksum.ensure(nb)
-            ksum.a[:nb] += np.bincount(b, weights=ks, minlength=nb)
-            vsum.ensure(nb)
-            vsum.a[:nb] += np.bincount(b, weights=vs, minlength=nb)
-            np.minimum.at(kmin.ensure(nb), b, ks)
-            np.maximum.at(kmax.ensure(nb), b, ks)
-            np.minimum.at(vmin.ensure(nb), b, vs)
-            np.maximum.at(vmax.ensure(nb), b, vs)
+            counts.add(rel, block_op, ks, vs)
         if stopped:
             break
     if rows == 0:
-        if parser.rows:
-            raise InputError(
-                f"{parser.name}: no requests {start} s or more after the first row "
-                f"(the trace has {parser.rows} rows before that)"
-            )
-        if parser.skipped:
-            detail = ", ".join(f"{n} {r}" for r, n in sorted(parser.skipped.items()))
-            raise InputError(
-                f"{parser.name}: empty trace: no valid rows ({sum(parser.skipped.values())} skipped: {detail})"
-            )
-        raise InputError(
-            f"{parser.name}: empty trace: no request rows; expected CSV rows "
-            "'timestamp,key,key size,value size,client id,operation,TTL'"
-        )
-    series = per_sec.a
+        raise _no_rows(parser, start)
+    series = counts.per_sec.a
     seconds = int(np.flatnonzero(series)[-1]) + 1
     if limit is not None:
         seconds = min(seconds, limit)
     series = series[:seconds].copy()
-    nbins = -(-seconds // width)
-    bins = []
-    for i in range(nbins):
-        n_req = int(series[i * width : (i + 1) * width].sum())
-        length = min(width, seconds - i * width)
-        counts = {OPS[j]: int(c) for j, c in enumerate(ops.a[i]) if i < ops.a.shape[0] and c}
-        has = n_req > 0
-        bins.append(
-            BinStats(
-                index=i,
-                start_s=i * width,
-                seconds=length,
-                requests=n_req,
-                qps=n_req / length,
-                ops=counts,
-                key_size=SizeStats(float(ksum.a[i] / n_req), int(kmin.a[i]), int(kmax.a[i])) if has else None,
-                value_size=SizeStats(float(vsum.a[i] / n_req), int(vmin.a[i]), int(vmax.a[i])) if has else None,
-            )
-        )
     return TraceStats(
         path=parser.name,
         origin=origin if origin is not None else 0,
         bin_s=width,
         per_second=series,
-        bins=tuple(bins),
+        bins=counts.bins(series),
         lines=parser.lines,
         rows=rows,
         skipped=dict(parser.skipped),

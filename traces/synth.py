@@ -109,17 +109,10 @@ def _open_out(path: pathlib.Path, suffix: str, level: int) -> tuple[io.BufferedW
     return raw, None
 
 
-def synthesize(
-    stats: ClusterStats,
-    out: str | os.PathLike[str],
-    *,
-    hours: float = 24,
-    seed: int = 0,
-    mean_qps: float | None = None,
-    keys: int = 100_000,
-    zstd_level: int = 12,
-) -> SynthResult:
-    """Write a synthetic trace of `hours` for `stats` to `out` (.zst, .gz or plain by suffix), atomically."""
+def _check(
+    stats: ClusterStats, hours: float, mean_qps: float | None, keys: int, zstd_level: int, seed: int
+) -> tuple[int, float]:
+    """`synthesize`'s arguments checked: (seconds, mean QPS)."""
     if not (hours > 0 and math.isfinite(hours)):
         raise InputError(f"hours must be finite and > 0, got {hours}")
     seconds = int(round(hours * 3600))
@@ -134,27 +127,68 @@ def synthesize(
         raise InputError(f"key population must be in 1..{MAX_KEYS}, got {keys}")
     if seed < 0:
         raise InputError(f"seed must be >= 0, got {seed}")
+    return seconds, qps
+
+
+class _Population:
+    """The keys (Zipf popularity, sizes, TTLs) and the operation and client mixes requests are drawn from."""
+
+    def __init__(self, stats: ClusterStats, keys: int, seed: int, rng: np.random.Generator) -> None:
+        self.stats, self.keys = stats, keys
+        ranks = np.arange(1, keys + 1, dtype=np.float64)
+        self.cdf = np.cumsum(ranks**-stats.zipf_alpha)
+        self.cdf /= self.cdf[-1]
+        key_bytes = _keys(keys, stats.cluster, seed)
+        key_size = _sizes(keys, stats.key_size, KEY_SIZE_SIGMA, rng)
+        self.value_size = _sizes(keys, stats.value_size, VALUE_SIZE_SIGMA, rng)
+        ttl_values = np.array([t for t, _ in stats.ttls])
+        key_ttl = np.rint(ttl_values[rng.choice(len(ttl_values), keys, p=[s for _, s in stats.ttls])])
+        self.key_ttl = key_ttl.astype(np.int64)
+        self.op_ids = np.array([OP_INDEX[op] for op in stats.ops])
+        self.op_p = np.array(list(stats.ops.values()))
+        self.is_write = np.array([op in WRITE_OPS for op in OPS])
+        self.reads = np.array([OP_INDEX["get"], OP_INDEX["gets"]])
+        self.op_names = [op.encode() for op in OPS]
+        self.client_p = 1 / np.arange(1, N_CLIENTS + 1)
+        self.client_p /= self.client_p.sum()
+        self.prefix = [b"%s,%d," % (k, s) for k, s in zip(key_bytes, key_size.tolist())]
+
+    def rows(self, lo: int, counts: np.ndarray, rng: np.random.Generator) -> bytes:
+        """The CSV rows of `counts[i]` requests in second `lo + i`."""
+        n = int(counts.sum())
+        ts = np.repeat(np.arange(lo, lo + counts.size), counts)
+        idx = np.minimum(np.searchsorted(self.cdf, rng.random(n), side="right"), self.keys - 1)
+        op = self.op_ids[rng.choice(self.op_ids.size, n, p=self.op_p)]
+        client = rng.choice(N_CLIENTS, n, p=self.client_p)
+        miss = np.isin(op, self.reads) & (rng.random(n) < self.stats.miss_ratio)
+        vsize = np.where((op == OP_INDEX["delete"]) | miss, 0, self.value_size[idx])
+        ttl = np.where(self.is_write[op], self.key_ttl[idx], 0)
+        prefix, names = self.prefix, self.op_names
+        return b"".join(
+            [
+                b"%d,%s%d,%d,%s,%d\n" % (t, prefix[k], v, c, names[o], tt)
+                for t, k, v, c, o, tt in zip(
+                    ts.tolist(), idx.tolist(), vsize.tolist(), client.tolist(), op.tolist(), ttl.tolist()
+                )
+            ]
+        )
+
+
+def synthesize(
+    stats: ClusterStats,
+    out: str | os.PathLike[str],
+    *,
+    hours: float = 24,
+    seed: int = 0,
+    mean_qps: float | None = None,
+    keys: int = 100_000,
+    zstd_level: int = 12,
+) -> SynthResult:
+    """Write a synthetic trace of `hours` for `stats` to `out` (.zst, .gz or plain by suffix), atomically."""
+    seconds, qps = _check(stats, hours, mean_qps, keys, zstd_level, seed)
     ss = np.random.SeedSequence([seed, stats.cluster])
     rng_rate, rng_keys, rng_req = (np.random.default_rng(s) for s in ss.spawn(3))
-    # the key population
-    ranks = np.arange(1, keys + 1, dtype=np.float64)
-    cdf = np.cumsum(ranks**-stats.zipf_alpha)
-    cdf /= cdf[-1]
-    key_bytes = _keys(keys, stats.cluster, seed)
-    key_size = _sizes(keys, stats.key_size, KEY_SIZE_SIGMA, rng_keys)
-    value_size = _sizes(keys, stats.value_size, VALUE_SIZE_SIGMA, rng_keys)
-    ttl_values = np.array([t for t, _ in stats.ttls])
-    key_ttl = np.rint(ttl_values[rng_keys.choice(len(ttl_values), keys, p=[s for _, s in stats.ttls])])
-    key_ttl = key_ttl.astype(np.int64)
-    op_ids = np.array([OP_INDEX[op] for op in stats.ops])
-    op_p = np.array(list(stats.ops.values()))
-    is_write = np.array([op in WRITE_OPS for op in OPS])
-    reads = np.array([OP_INDEX["get"], OP_INDEX["gets"]])
-    op_names = [op.encode() for op in OPS]
-    client_p = 1 / np.arange(1, N_CLIENTS + 1)
-    client_p /= client_p.sum()
-    prefix = [b"%s,%d," % (k, s) for k, s in zip(key_bytes, key_size.tolist())]
-
+    population = _Population(stats, keys, seed, rng_keys)
     expected = rate_series(seconds, qps, rng_rate)
     out = pathlib.Path(out)
     tmp = out.with_name(out.name + ".tmp")
@@ -173,23 +207,7 @@ def synthesize(
                 n = int(counts.sum())
                 if n == 0:
                     continue
-                ts = np.repeat(np.arange(lo, lo + counts.size), counts)
-                idx = np.minimum(np.searchsorted(cdf, rng_req.random(n), side="right"), keys - 1)
-                op = op_ids[rng_req.choice(op_ids.size, n, p=op_p)]
-                client = rng_req.choice(N_CLIENTS, n, p=client_p)
-                miss = np.isin(op, reads) & (rng_req.random(n) < stats.miss_ratio)
-                vsize = np.where((op == OP_INDEX["delete"]) | miss, 0, value_size[idx])
-                ttl = np.where(is_write[op], key_ttl[idx], 0)
-                sink.write(
-                    b"".join(
-                        [
-                            b"%d,%s%d,%d,%s,%d\n" % (t, prefix[k], v, c, op_names[o], tt)
-                            for t, k, v, c, o, tt in zip(
-                                ts.tolist(), idx.tolist(), vsize.tolist(), client.tolist(), op.tolist(), ttl.tolist()
-                            )
-                        ]
-                    )
-                )
+                sink.write(population.rows(lo, counts, rng_req))
                 rows += n
             if writer is not None:
                 writer.close()

@@ -39,6 +39,7 @@ from actuators.latency.probe_env import ClientSettings, local_path_reason, read_
 from core.errors import HostError
 
 if TYPE_CHECKING:
+    import argparse
     from multiprocessing.connection import Connection
 
 # names callers import from here (the prober's public face)
@@ -256,17 +257,11 @@ def _serve() -> None:
 
 
 # -- standalone: run the prober anywhere (e.g. a client machine) and print the hook JSON ----------
-def main(argv: list[str] | None = None) -> int:
-    """`python -m actuators.latency.prober`: probe a memcached for a window and print hook JSON on stdout.
-
-    With `--until-eof` it probes until its stdin closes, which is how `CommandLatency(mode="span")`
-    drives it, locally or over ssh from the tuner host.
-    """
+def _parser(description: str) -> argparse.ArgumentParser:
+    """The standalone prober's command line."""
     import argparse
 
-    ap = argparse.ArgumentParser(
-        prog="python -m actuators.latency.prober", description=(main.__doc__ or "").splitlines()[0]
-    )
+    ap = argparse.ArgumentParser(prog="python -m actuators.latency.prober", description=description)
     ap.add_argument("--target", required=True, help="memcached HOST:PORT or unix:/path (the server's NIC address)")
     # flags are ProberConfig's field names ([host.options.latency] keys) with dashes: one name per option
     ap.add_argument("--rate-hz", type=float, default=200.0, help="probes per second (default 200)")
@@ -291,6 +286,16 @@ def main(argv: list[str] | None = None) -> int:
     when = ap.add_mutually_exclusive_group(required=True)
     when.add_argument("--seconds", type=float, help="probe for this long")
     when.add_argument("--until-eof", action="store_true", help="probe until stdin is closed")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m actuators.latency.prober`: probe a memcached for a window and print hook JSON on stdout.
+
+    With `--until-eof` it probes until its stdin closes, which is how `CommandLatency(mode="span")`
+    drives it, locally or over ssh from the tuner host.
+    """
+    ap = _parser((main.__doc__ or "").splitlines()[0])
     args = ap.parse_args(argv)
     try:
         cpus = tuple(int(c) for c in args.cpus.split(",") if c.strip())

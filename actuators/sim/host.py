@@ -53,8 +53,15 @@ from typing import Any
 
 import numpy as np
 
+from actuators.abilities import (
+    ExpectedAnchors,
+    ExpectedCacheShared,
+    ExpectedDrawsKept,
+    ExpectedModel,
+    HardwareClassified,
+)
 from actuators.energy import counter_delta
-from actuators.host import PERCENTILES, KnobSpace, Measurement, OperatingPoint
+from actuators.host import PERCENTILES, Host, KnobSpace, LoadControl, Measurement, OperatingPoint
 from actuators.hwclass import HardwareClass
 from actuators.sim.cells import Cell, Expected, ExpectedCache
 from actuators.sim.load import LoadSchedule, parse_load
@@ -144,8 +151,18 @@ def dvfs_steps(lo: float = 1.2, hi: float = 2.9, step: float = 0.1) -> tuple[flo
     return tuple(round(lo + i * step, 1) for i in range(n))
 
 
-class SimHost:
-    """A simulated memcached host implementing `actuators.host.Host` and `LoadControl`."""
+class SimHost(
+    Host,
+    LoadControl,
+    ExpectedModel,
+    ExpectedAnchors,
+    ExpectedDrawsKept,
+    ExpectedCacheShared,
+    HardwareClassified,
+):
+    """A simulated memcached host: `actuators.host.Host`, `LoadControl`, the noise-free model's abilities
+    (`actuators.abilities`: `ExpectedModel`, `ExpectedAnchors`, `ExpectedDrawsKept`, `ExpectedCacheShared`) and
+    `HardwareClassified`."""
 
     name = "sim"
 

@@ -54,6 +54,38 @@ def _idle_gap(tk: float, fin: float) -> float:
     return 0.0 if gap < 0.0 else gap
 
 
+@njit(inline="always")
+def _menu_state(ring: np.ndarray, history: int, targets: np.ndarray) -> int:
+    """The menu governor's C-state: the last of `targets` (ascending target residencies) that the shortest of the
+    last `history` idle gaps reaches, -1 for none."""
+    pred = ring[0]
+    for i in range(1, history):
+        if not pred <= ring[i]:
+            pred = ring[i]
+    state = -1
+    for i in range(targets.size):
+        if pred >= targets[i]:
+            state += 1
+    return state
+
+
+@njit(inline="always")
+def _remember_gap(ring: np.ndarray, slot: int, gap: float) -> int:
+    """Write an idle gap into the governor's history ring at `slot`; returns the next slot."""
+    ring[slot] = gap
+    slot += 1
+    return 0 if slot == ring.size else slot
+
+
+@njit(inline="always")
+def _entry_bookkeeping(idle: float, busy: bool, cost: float) -> tuple[float, float]:
+    """The idle-entry bookkeeping after the previous batch (none if this one found the core busy), at most the
+    idle gap, and the gap left."""
+    post = 0.0 if busy else cost
+    book = post if post <= idle else idle
+    return book, idle - book
+
+
 @_compiled
 def _serve_periods(
     n: np.ndarray,
@@ -77,7 +109,6 @@ def _serve_periods(
     interrupts: np.ndarray,
 ) -> None:
     nf, nc, nk = slock.shape
-    ns = targets.size
     ring = np.empty(history)
     for fi in range(nf):
         hf, ssf, saf, pollf, idlef = h[fi], ss[fi], sa[fi], poll[fi], idle_cost[fi]
@@ -100,19 +131,9 @@ def _serve_periods(
                 idle1 = 1e9 if k == 0 else _idle_gap(tk, fin1)
                 fin1 = st1 + w1
                 # menu governor: the shortest of the last `history` actual idle gaps before this batch
-                pred = ring[0]
-                for i in range(1, history):
-                    if not pred <= ring[i]:
-                        pred = ring[i]
+                state = _menu_state(ring, history, targets)
                 if not busy:
-                    ring[slot] = idle1
-                    slot += 1
-                    if slot == history:
-                        slot = 0
-                state = -1
-                for i in range(ns):
-                    if pred >= targets[i]:
-                        state += 1
+                    slot = _remember_gap(ring, slot, idle1)
                 if busy:
                     wake = 0.0
                     irq = pollf
@@ -133,11 +154,8 @@ def _serve_periods(
                     idle2 = 0.0 if busy else gaps[c, 0]
                 else:
                     idle2 = _idle_gap(tk, fin2)
-                    # idle-entry bookkeeping after the previous batch (unless this one found the core busy)
-                    post = 0.0 if busy else idlef
-                    book = post if post <= idle2 else idle2
+                    book, idle2 = _entry_bookkeeping(idle2, busy, idlef)
                     bookkeeping[fi, c, k - 1] = book
-                    idle2 = idle2 - book
                 fin2 = st2 + w2
                 if k >= w0:
                     residency[fi, state] += idle2

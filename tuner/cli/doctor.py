@@ -50,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
+    from actuators.abilities import Closable
     from actuators.latency.memcached import MemcachedAddress
     from actuators.linux.doctor import format_report, run_checks
     from actuators.linux.hwio import HardwareIO
@@ -71,9 +72,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = run_checks(io, _as_tuple(args.iface), args.memcached, cores)
     finally:
-        closer = getattr(nic, "close", None)
-        if callable(closer):
-            closer()
+        if isinstance(nic, Closable):
+            nic.close()
     problems: list[str] = []
     if config is not None:
         from tuner.daemon.startup import check_config

@@ -88,8 +88,8 @@ def _line(sec: Any) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from core.errors import TunerError
+    from tuner.load.coordinator import LoadSettings, address_of, run_load, warm
     from tuner.load.plan import Shard, poisson_plan, trace_plan, warm_requests
-    from tuner.load.run import LoadSettings, address_of, run_load, warm
 
     if args.server is None or args.duration is None or (args.qps is None and args.trace is None):
         raise TunerError("tuner load: give --server HOST:PORT, --qps Q or --trace FILE, and --duration S")
@@ -196,8 +196,9 @@ def _print_summary(s: dict[str, Any]) -> None:
 
 
 def run_merge(args: argparse.Namespace) -> int:
+    from actuators.latency.hlog import LAG_TAG
     from tuner.load.hist import percentiles_us
-    from tuner.load.hlog import LAG_TAG, merge_logs
+    from tuner.load.hlog_merge import merge_logs
 
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     try:

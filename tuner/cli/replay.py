@@ -365,6 +365,7 @@ def execute(
     """Run the replay with a progress bar, print the report and write the files (and `save_trials`)."""
     from rich.console import Console
 
+    from actuators.abilities import ExpectedCacheShared
     from actuators.host import LoadControl
     from tuner.cli.output import print_json, table_console
     from tuner.hosts import make_host
@@ -386,8 +387,7 @@ def execute(
         history = read_trials(history_path, space=first.knobs())
 
     # hosts with a long-run memo (the simulator) share it: the oracle and the tuner ask for the same cells
-    cache = getattr(first, "expected_cache", None)
-    share = {"cache": cache} if cache is not None else {}
+    share = {"cache": first.expected_cache} if isinstance(first, ExpectedCacheShared) else {}
 
     def factory() -> Host:
         return spare.pop() if spare else make_host(host_spec, seed=seed, **share, **(host_options or {}))

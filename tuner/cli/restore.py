@@ -21,6 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from actuators.abilities import Closable
     from actuators.linux.hwio import COALESCE, HardwareIO, describe
     from actuators.linux.originals import OriginalsStore, default_state_dir, restore_originals
     from actuators.real import default_nic
@@ -36,9 +37,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = restore_originals(io, store)
     finally:
-        closer = getattr(nic, "close", None)
-        if callable(closer):
-            closer()
+        if isinstance(nic, Closable):
+            nic.close()
     for setting in report.restored:
         print(f"{'would ' if args.dry_run else 'restored: '}{describe(setting, root)}")
     if args.dry_run:

@@ -2,30 +2,26 @@
 
 Writes to `--out DIR`: `points.jsonl` (one record per point, appended and flushed as measured),
 `sweep.json` (what was asked), `best.json`, `pareto.json` and `heatmap.png`. The host is restored on
-every exit path (normal, error, Ctrl-C, SIGTERM).
+every exit path (normal, error, Ctrl-C, SIGTERM). This module parses and prints; the sweep run itself is
+`tuner.replay.sweep_session`.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import os
-import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import TYPE_CHECKING, Any
 
-from core.errors import HostError, InputError, TunerError
+from core.errors import HostError, TunerError
 from tuner.cli.load import add_load_arguments, host_options_from_args, load_from_args
 
-POINTS = "points.jsonl"
-META = "sweep.json"
-#: Fields of `sweep.json` that must match for `--resume` to append to an existing sweep.
-RESUME_KEYS = ("host", "qps", "load_schedule", "seconds", "settle", "seed")
+if TYPE_CHECKING:
+    from tuner.replay.sweep_session import SweepOutcome, SweepPlan
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -95,136 +91,6 @@ def _number(text: str, flag: str, *, positive: bool = True, at_most: float | Non
     return value
 
 
-# --------------------------------------------------------------------------- files
-
-
-def load_points(path: Path, repair: bool) -> list[Any]:
-    """Records of an existing `points.jsonl`. A torn last line (killed mid-write) is dropped and, with
-    `repair`, cut off the file so appends start on a fresh line; any other bad line is an `InputError`."""
-    from tuner.replay.sweep import SweepPoint
-
-    data = path.read_bytes()
-    points = []
-    end_of_good = 0
-    lines = data.split(b"\n")
-    for lineno, raw in enumerate(lines, start=1):
-        last = lineno == len(lines)
-        if last and raw.strip() == b"":
-            break
-        try:
-            points.append(SweepPoint.from_json(json.loads(raw)))
-        except (ValueError, KeyError, TypeError) as exc:
-            if last:  # no trailing newline: a write that never finished
-                print(f"tuner: warning: {path}:{lineno}: dropping an incomplete last record", file=sys.stderr)
-                if repair:
-                    with path.open("r+b") as f:
-                        f.truncate(end_of_good)
-                break
-            raise InputError(
-                f"{path}:{lineno}: expected a sweep record (JSON object with itr_us, dvfs_ghz, ...): "
-                f"{type(exc).__name__}: {exc}"
-            ) from None
-        end_of_good += len(raw) + 1
-    return points
-
-
-def _write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, allow_nan=False) + "\n")
-    os.replace(tmp, path)
-
-
-class PointWriter:
-    """Appends one JSON line per point and flushes it, so an interrupted sweep keeps what it measured."""
-
-    def __init__(self, path: Path) -> None:
-        self._f: IO[str] = path.open("a", encoding="utf-8")
-
-    def __call__(self, record: Any) -> None:
-        self._f.write(json.dumps(record.to_json(), allow_nan=False) + "\n")
-        self._f.flush()
-
-    def close(self) -> None:
-        self._f.flush()
-        os.fsync(self._f.fileno())
-        self._f.close()
-
-
-def write_summaries(
-    out: Path, points: list[Any], sla_us: float, pct: float, min_load: float, title: str
-) -> dict[str, Any]:
-    """Write best.json, pareto.json and heatmap.png for `points`; return best.json's content."""
-    from tuner.replay.plots import sweep_heatmap
-    from tuner.replay.sweep import best_under_sla, summarize_best, sweep_pareto
-
-    best = summarize_best(points, sla_us, pct, min_load)
-    _write_json(out / "best.json", best)
-    front = sweep_pareto(points, pct, min_load)
-    _write_json(
-        out / "pareto.json",
-        {
-            "percentile": pct,
-            "objectives": [f"p{pct:g} latency (µs), minimise", "energy_j, minimise"],
-            "min_load_ratio": min_load,
-            "points_considered": sum(1 for p in points if p.keeps_up(min_load)),
-            "points_measured": len(points),
-            "front": [p.to_json() for p in front],
-        },
-    )
-    sweep_heatmap(
-        points,
-        out / "heatmap.png",
-        sla_us,
-        pct,
-        title=title,
-        best=best_under_sla(points, sla_us, pct, min_load),
-        pareto=front,
-    )
-    return best
-
-
-# --------------------------------------------------------------------------- signals / restore
-
-
-@contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """Treat SIGTERM like Ctrl-C while sweeping, so `finally` blocks (restore) run."""
-
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    try:
-        old = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
-
-
-def restore_host(host: Any) -> tuple[BaseException | None, bool]:
-    """`host.restore()` with SIGINT/SIGTERM deferred so a second Ctrl-C cannot cut it short.
-    Returns (the exception restore raised or None, whether a signal arrived meanwhile)."""
-    got: list[int] = []
-    saved: dict[int, Any] = {}
-    for sig in (signal.SIGINT.value, signal.SIGTERM.value):
-        try:
-            saved[sig] = signal.signal(sig, lambda s, f: got.append(s))
-        except ValueError:
-            pass
-    try:
-        host.restore()
-        error: BaseException | None = None
-    except Exception as exc:  # noqa: BLE001 - reported to the user, never swallowed silently
-        error = exc
-    finally:
-        for sig, old in saved.items():
-            signal.signal(sig, old)
-    return error, bool(got)
-
-
 # --------------------------------------------------------------------------- progress
 
 
@@ -275,20 +141,11 @@ def _progress(total: int, done: int, every_s: float = 60.0) -> Iterator[Callable
 # --------------------------------------------------------------------------- run
 
 
-def run(args: argparse.Namespace) -> int:
-    from actuators.host import LoadControl
-    from tuner.hosts import make_host, parse_load_option
-    from tuner.replay.sweep import (
-        SweepConfig,
-        grid,
-        parse_dvfs_spec,
-        parse_itr_spec,
-        parse_percentile,
-        percentile_key,
-        run_sweep,
-    )
+def _plan(args: argparse.Namespace) -> SweepPlan:
+    """The arguments checked, before any host is built or touched."""
+    from tuner.replay.static_sweep import SweepConfig, parse_percentile
+    from tuner.replay.sweep_session import SweepPlan
 
-    # Everything about the arguments is checked before the host is built or touched.
     config = SweepConfig(
         seconds=_number(args.seconds, "--seconds"), settle=_number(args.settle, "--settle", positive=False)
     )
@@ -296,13 +153,6 @@ def run(args: argparse.Namespace) -> int:
     pct = parse_percentile(args.percentile)
     min_load = _number(args.min_load, "--min-load", at_most=1.0)
     qps = None if args.qps is None else _number(args.qps, "--qps")
-    schedule = None if args.load_schedule is None else parse_load_option(args.load_schedule, "--load-schedule")
-    if schedule is not None and qps is not None:
-        raise TunerError("--load-schedule and --qps: give one (a moving load or a fixed one)")
-    out: Path = args.out
-    if out.exists() and not out.is_dir():
-        raise TunerError(f"--out {str(out)!r} exists and is not a directory")
-    points_path, meta_path = out / POINTS, out / META
     meta = {
         "host": args.host,
         "qps": qps,
@@ -316,23 +166,18 @@ def run(args: argparse.Namespace) -> int:
         "percentile": pct,
         "min_load_ratio": min_load,
     }
-    previous: list[Any] = []
-    if args.resume and points_path.exists():
-        try:
-            old_meta = json.loads(meta_path.read_text())
-        except (OSError, ValueError) as exc:
-            raise InputError(f"{meta_path}: cannot resume: {exc}") from None
-        diff = [k for k in RESUME_KEYS if old_meta.get(k) != meta[k]]
-        if diff:
-            k = diff[0]
-            raise TunerError(
-                f"--resume: {k} {meta[k]!r} differs from {old_meta.get(k)!r} in {meta_path}; "
-                f"points would not be comparable (use another --out)"
-            )
-        previous = load_points(points_path, repair=True)
-    elif points_path.exists() and points_path.stat().st_size > 0:
-        raise TunerError(f"{points_path} already holds a sweep: pass --resume to continue it, or choose another --out")
+    return SweepPlan(args.out, meta, config, args.itr, args.dvfs, qps, sla_us, pct, min_load)
 
+
+def run(args: argparse.Namespace) -> int:
+    from tuner.hosts import make_host, parse_load_option
+    from tuner.replay.sweep_session import run_session
+
+    plan = _plan(args)
+    schedule = None if args.load_schedule is None else parse_load_option(args.load_schedule, "--load-schedule")
+    if schedule is not None and plan.qps is not None:
+        raise TunerError("--load-schedule and --qps: give one (a moving load or a fixed one)")
+    previous = plan.previous_points(args.resume)
     host_options: dict[str, Any] = host_options_from_args(args)
     if args.seed is not None:
         host_options["seed"] = args.seed
@@ -342,80 +187,27 @@ def run(args: argparse.Namespace) -> int:
     if load is not None:
         host_options["load"] = load
     host = make_host(args.host, **host_options)
-    failure: BaseException | None = None
-    measured = list(previous)
-    todo_count = 0
-    started = time.monotonic()
-    try:
-        with _sigterm_as_interrupt():
-            knobs = host.knobs()
-            itrs = parse_itr_spec(args.itr, knobs)
-            freqs = parse_dvfs_spec(args.dvfs, knobs)
-            if qps is not None and not isinstance(host, LoadControl):
-                raise TunerError(
-                    f"--qps: host {host.name!r} cannot set its offered load (no set_offered_qps); "
-                    f"omit --qps to record the host's own load"
-                )
-            done = {(p.itr_us, round(p.dvfs_ghz, 3)) for p in previous}
-            full = grid(itrs, freqs)
-            todo = [p for p in full if (p.itr_us, round(p.dvfs_ghz, 3)) not in done]
-            todo_count = len(todo)
-            out.mkdir(parents=True, exist_ok=True)
-            if not previous:
-                points_path.write_text("")
-            _write_json(
-                meta_path,
-                {**meta, "host_name": host.name, "points": len(full), "itr_us": list(itrs), "dvfs_ghz": list(freqs)},
-            )
-            if qps is not None and isinstance(host, LoadControl):  # checked above: --qps needs it
-                host.set_offered_qps(qps)
-            writer = PointWriter(points_path)
-            key = percentile_key(pct)
-            try:
-                with _progress(len(full), len(full) - len(todo)) as update:
+    outcome = run_session(host, plan, previous, load=load, progress=_progress)
+    return _report(args, plan, host.name, outcome)
 
-                    def sink(record: Any) -> None:
-                        writer(record)
-                        measured.append(record)
-                        update(
-                            f"last {record.itr_us} µs @ {record.dvfs_ghz:g} GHz: "
-                            f"{key[:-3]} {record.latency(pct):.0f} µs, {record.energy_j:.0f} J",
-                            advance=1,
-                        )
 
-                    run_sweep(host, todo, config, sink, on_start=lambda i, p: update(f"measuring {p}"))
-            finally:
-                writer.close()
-    except BaseException as exc:  # noqa: BLE001 - re-raised below once the host is restored
-        failure = exc
-    if load is not None:
-        load.stop()
-    restore_error, signalled = restore_host(host)
-    if signalled and failure is None:
-        failure = KeyboardInterrupt()
-    new = len(measured) - len(previous)
-    best = None
-    if measured:
-        title = (
-            f"{host.name}"
-            + (f" @ {qps / 1000:g}K QPS" if qps else "")
-            + f": energy per point, SLA p{pct:g} <= {sla_us:g} µs"
-        )
-        try:
-            best = write_summaries(out, measured, sla_us, pct, min_load, title)
-        except Exception as exc:
-            if failure is None:
-                raise
-            print(f"tuner: warning: could not write summaries: {exc}", file=sys.stderr)
-    elapsed = time.monotonic() - started
-    if restore_error is not None:
-        msg = f"host {host.name!r}: restore failed: {type(restore_error).__name__}: {restore_error}"
+def _report(args: argparse.Namespace, plan: SweepPlan, host_name: str, outcome: SweepOutcome) -> int:
+    """Say how the sweep ended (exit status 130 when interrupted; a failure re-raised once reported)."""
+    from tuner.replay.static_sweep import percentile_key
+    from tuner.replay.sweep_session import POINTS
+
+    for warning in outcome.warnings:
+        print(f"tuner: warning: {warning}", file=sys.stderr)
+    out, measured, new, failure = plan.out, outcome.measured, outcome.new, outcome.failure
+    if outcome.restore_error is not None:
+        err = outcome.restore_error
+        msg = f"host {host_name!r}: restore failed: {type(err).__name__}: {err}"
         if failure is None:
             raise HostError(msg)
         print(f"tuner: error: {msg}", file=sys.stderr)
     if isinstance(failure, KeyboardInterrupt):
         print(
-            f"tuner: interrupted after {new} of {todo_count} points; host restored; {out}/{POINTS} keeps "
+            f"tuner: interrupted after {new} of {outcome.todo} points; host restored; {out}/{POINTS} keeps "
             f"{len(measured)} points (rerun with --resume to continue)",
             file=sys.stderr,
         )
@@ -423,12 +215,12 @@ def run(args: argparse.Namespace) -> int:
     if failure is not None:
         if measured:
             print(
-                f"tuner: sweep stopped after {new} of {todo_count} points; host restored; "
+                f"tuner: sweep stopped after {new} of {outcome.todo} points; host restored; "
                 f"{len(measured)} points kept in {out}/{POINTS}",
                 file=sys.stderr,
             )
         raise failure
-
+    best, elapsed, pct, sla_us = outcome.best, outcome.elapsed_s, plan.percentile, plan.sla_us
     if args.json:
         from tuner.cli.output import print_json
 

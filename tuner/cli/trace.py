@@ -41,7 +41,11 @@ def register(subparsers) -> None:
         "TTL'; plain, .gz or .zst).",
     )
     sub = parser.add_subparsers(dest="trace_command", metavar="SUBCOMMAND", required=True)
+    _register_stats(sub)
+    _register_synth(sub)
 
+
+def _register_stats(sub) -> None:
     stats = sub.add_parser(
         "stats",
         help="per-bin QPS, op mix and key/value sizes of a trace",
@@ -105,6 +109,8 @@ def register(subparsers) -> None:
     )
     stats.set_defaults(func=run_stats)
 
+
+def _register_synth(sub) -> None:
     synth = sub.add_parser(
         "synth",
         help="generate a synthetic trace for a Twitter cluster",

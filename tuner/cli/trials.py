@@ -231,6 +231,7 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def run_import(args: argparse.Namespace) -> int:
+    from actuators.abilities import Closable
     from tuner.hosts import make_host
     from tuner.store.history import read_entries
 
@@ -243,9 +244,8 @@ def run_import(args: argparse.Namespace) -> int:
     try:
         space = host.knobs()
     finally:
-        close = getattr(host, "close", None)
-        if callable(close):
-            close()
+        if isinstance(host, Closable):
+            host.close()
     if cfg is not None:
         from tuner.daemon.plain import bounded_space
 

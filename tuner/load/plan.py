@@ -22,13 +22,14 @@ from __future__ import annotations
 import math
 import os
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
 from core.errors import InputError, TunerError
 from traces.compression import open_chunks
-from traces.format import OPS, RowError, parse_row
+from traces.format import OPS, Row, RowError, parse_row
 
 #: The reply terminator every request ends with (`mn` -> `MN\r\n`).
 MN = b"MN\r\n"
@@ -172,6 +173,57 @@ def trace_key(anonymized: bytes, key_size: int) -> bytes:
     return key[:250]
 
 
+def _trace_rows(name: str) -> Iterator[tuple[int, Row]]:
+    """The rows of a trace file with their line numbers (blank lines skipped; a last line without a newline is not
+    read); a malformed row is a one-line `InputError` naming FILE:LINE."""
+    line_no = 0
+    rest = b""
+    for chunk in open_chunks(name):
+        lines = (rest + chunk).split(b"\n")
+        rest = lines.pop()
+        for line in lines:
+            line_no += 1
+            if not line.strip():
+                continue
+            try:
+                row = parse_row(line)
+            except RowError as exc:
+                raise InputError(f"{name}:{line_no}: {exc.message}") from None
+            yield line_no, row
+
+
+class _Requests:
+    """A plan's requests as they are read: trace second and template per request, the distinct request templates
+    and the count per kind."""
+
+    def __init__(self, max_value_bytes: int) -> None:
+        self.max_value_bytes = max_value_bytes
+        self.stamps: list[int] = []
+        self.tpl: list[int] = []
+        self.index: dict[bytes, int] = {}
+        self.templates: list[bytes] = []
+        self.ops = {"get": 0, "set": 0, "delete": 0}
+
+    def add(self, stamp: int, row: Row) -> None:
+        op = OPS[row.op]
+        key = trace_key(row.key, row.key_size)
+        if op in _READS:
+            kind, req = "get", encode_get(key)
+        elif op == _DELETE:
+            kind, req = "delete", encode_delete(key)
+        else:
+            kind, req = "set", encode_set(key, min(row.value_size, self.max_value_bytes))
+        j = self.index.get(req)
+        if j is None:
+            j = self.index[req] = len(self.templates)
+            self.templates.append(req)
+        self.stamps.append(stamp)
+        self.tpl.append(j)
+        self.ops[kind] += 1
+        if len(self.stamps) > MAX_REQUESTS:
+            _check_count(len(self.stamps))
+
+
 def trace_plan(
     path: str | os.PathLike[str],
     *,
@@ -197,72 +249,37 @@ def trace_plan(
     name = os.fspath(path)
     span = duration_s * time_scale  # trace seconds the run covers
     rng = np.random.default_rng(seed)
-    stamps: list[int] = []
-    tpl: list[int] = []
-    index: dict[bytes, int] = {}
-    templates: list[bytes] = []
-    ops = {"get": 0, "set": 0, "delete": 0}
+    requests = _Requests(max_value_bytes)
     first: int | None = None
     last = -1
-    line_no = 0
-    rest = b""
-    done = False
-    for chunk in open_chunks(name):
-        lines = (rest + chunk).split(b"\n")
-        rest = lines.pop()
-        for line in lines:
-            line_no += 1
-            if not line.strip():
-                continue
-            try:
-                row = parse_row(line)
-            except RowError as exc:
-                raise InputError(f"{name}:{line_no}: {exc.message}") from None
-            if first is None:
-                first = row.timestamp
-            if row.timestamp < last:
-                raise InputError(
-                    f"{name}:{line_no}: timestamp {row.timestamp} is before the previous row's {last}: "
-                    "the generator replays a trace in time order (sort it first)"
-                )
-            last = row.timestamp
-            offset = row.timestamp - first - start_s
-            if offset < -1:
-                continue
-            if offset >= span:
-                done = True
-                break
-            if not shard.takes(row.client_id):
-                continue
-            op = OPS[row.op]
-            key = trace_key(row.key, row.key_size)
-            if op in _READS:
-                kind, req = "get", encode_get(key)
-            elif op == _DELETE:
-                kind, req = "delete", encode_delete(key)
-            else:
-                kind, req = "set", encode_set(key, min(row.value_size, max_value_bytes))
-            j = index.get(req)
-            if j is None:
-                j = index[req] = len(templates)
-                templates.append(req)
-            stamps.append(row.timestamp - first)
-            tpl.append(j)
-            ops[kind] += 1
-            if len(stamps) > MAX_REQUESTS:
-                _check_count(len(stamps))
-        if done:
+    for line_no, row in _trace_rows(name):
+        if first is None:
+            first = row.timestamp
+        if row.timestamp < last:
+            raise InputError(
+                f"{name}:{line_no}: timestamp {row.timestamp} is before the previous row's {last}: "
+                "the generator replays a trace in time order (sort it first)"
+            )
+        last = row.timestamp
+        offset = row.timestamp - first - start_s
+        if offset < -1:
+            continue
+        if offset >= span:
             break
+        if shard.takes(row.client_id):
+            requests.add(row.timestamp - first, row)
     if first is None:
         raise InputError(f"{name}: no trace rows")
-    ts = np.asarray(stamps, dtype=np.float64)
+    ts = np.asarray(requests.stamps, dtype=np.float64)
     times = (ts - start_s + rng.random(ts.size)) / time_scale * 1e9
     order = np.argsort(times, kind="stable")
-    times, template = times[order], np.asarray(tpl, dtype=np.int32)[order]
+    times, template = times[order], np.asarray(requests.tpl, dtype=np.int32)[order]
     keep = (times >= 0) & (times < duration_s * 1e9)
     if not keep.any():
         raise InputError(
             f"{name}: no rows{'' if shard.count == 1 else f' of shard {shard.index}/{shard.count}'} in the "
             f"{duration_s:g} s run from trace second {start_s:g} (trace ends at second {last - first})"
         )
-    return Plan(times[keep].astype(np.int64), template[keep], templates, ops, f"{name} x{time_scale:g}")
+    return Plan(
+        times[keep].astype(np.int64), template[keep], requests.templates, requests.ops, f"{name} x{time_scale:g}"
+    )

@@ -1,2 +1,2 @@
 """Offline evaluation: trace replay against a host with its policies and oracle (`run`), static sweeps
-(`sweep`), the report (`report`) and its plots (`plots`)."""
+(`static_sweep`), the report (`report`) and its plots (`plots`)."""

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any
 
-from actuators.host import OperatingPoint
+from actuators.abilities import ExpectedDrawsKept, ExpectedModel
+from actuators.host import Host, OperatingPoint
+from core.errors import TunerError
 from core.memory import heap_held
 from tuner.optimize.settings import Objective
 from tuner.replay.oracle_search import CellGrid, lowest_latency, search_best
@@ -30,14 +31,14 @@ class OracleAnswer:
 
 
 def oracle_point(
-    host: Any, objective: Objective, qps: float, *, exhaustive: bool = False
+    host: Host, objective: Objective, qps: float, *, exhaustive: bool = False
 ) -> tuple[OperatingPoint, str]:
     """`oracle_answer`'s point and how it was found (what a replay's oracle window records)."""
     answer = oracle_answer(host, objective, qps, exhaustive=exhaustive)
     return answer.point, answer.how
 
 
-def oracle_answer(host: Any, objective: Objective, qps: float, *, exhaustive: bool = False) -> OracleAnswer:
+def oracle_answer(host: Host, objective: Objective, qps: float, *, exhaustive: bool = False) -> OracleAnswer:
     """The lowest-power point whose expected percentile meets the SLA at `qps` (host.expected, noise-free).
 
     `exhaustive=True` evaluates every (ITR, frequency) of the host. Otherwise `search_best` evaluates only the
@@ -46,13 +47,15 @@ def oracle_answer(host: Any, objective: Objective, qps: float, *, exhaustive: bo
     ITR, then the lower frequency, as in the exhaustive search. If no point meets the SLA: the lowest expected
     latency (then lower power, ITR, frequency) over the grid.
     """
+    if not isinstance(host, ExpectedModel):
+        raise TunerError(f"oracle: host {host.name!r} has no noise-free model (the ExpectedModel ability, expected())")
     grid = CellGrid(host, objective.percentile, qps)
     total = len(grid.itrs) * len(grid.freqs)
     # the search asks for one anchor at several frequencies in separate calls: a host that can keep the
     # frequency-independent half of a cell's run for that (the simulated host) does so for this search only
     # and the simulator's arrays of a few MB each are served from a heap that keeps its pages (core.memory)
-    keep = getattr(host, "expected_draws_kept", None)
-    with heap_held(), keep() if callable(keep) and not exhaustive else nullcontext():
+    keep = host.expected_draws_kept() if isinstance(host, ExpectedDrawsKept) and not exhaustive else nullcontext()
+    with heap_held(), keep:
         if exhaustive:
             grid.evaluate([(i, f) for i in range(len(grid.itrs)) for f in grid.freqs])
             how = f"exhaustive over {len(grid.seen)} of {total} points"

@@ -29,9 +29,10 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Protocol
 
-from actuators.host import OperatingPoint
+from actuators.abilities import ExpectedAnchors, ExpectedModel
+from actuators.host import Host, OperatingPoint
 
 #: Power noise allowance (%): a bound from an anchor's power is trusted only this far below it (the model's
 #: power is monotone in ITR only to within its Monte-Carlo noise, measured up to ~0.6 % near saturation).
@@ -52,18 +53,21 @@ RESCAN_ABOVE_PCT = 99.0
 Seen = dict[tuple[int, float], tuple[float, float]]  # (ITR index, GHz) -> (percentile µs, power W)
 
 
+class OracleHost(Host, ExpectedModel, Protocol):
+    """What the oracle searches: a `Host` (its knobs) with the `ExpectedModel` ability."""
+
+
 class CellGrid:
     """The (anchor, frequency) cells of one load, evaluated on demand through `host.expected()`."""
 
-    def __init__(self, host: Any, percentile: float, qps: float) -> None:
+    def __init__(self, host: OracleHost, percentile: float, qps: float) -> None:
         knobs = host.knobs()
         self.host, self.pct, self.qps = host, percentile, qps
         self.itrs: tuple[int, ...] = tuple(knobs.itr_us)
         self.freqs: tuple[float, ...] = tuple(knobs.dvfs_ghz)
-        anchors = getattr(host, "expected_itr_anchors", None)
         pos = {v: i for i, v in enumerate(self.itrs)}
-        if callable(anchors):
-            idx = sorted({pos[a] for a in anchors() if a in pos} | {0, len(self.itrs) - 1})
+        if isinstance(host, ExpectedAnchors):
+            idx = sorted({pos[a] for a in host.expected_itr_anchors() if a in pos} | {0, len(self.itrs) - 1})
         else:
             idx = list(range(len(self.itrs)))
         self.anchors: list[int] = idx  # ITR indices of the anchors

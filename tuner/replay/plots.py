@@ -5,10 +5,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from tuner.replay.sweep import SweepPoint
+from tuner.replay.static_sweep import SweepPoint
 
 
 def _edges(values: Sequence[float], pad: float) -> np.ndarray:
@@ -18,6 +19,86 @@ def _edges(values: Sequence[float], pad: float) -> np.ndarray:
         return np.array([v[0] - pad, v[0] + pad])
     mid = (v[:-1] + v[1:]) / 2
     return np.concatenate([[v[0] - (mid[0] - v[0])], mid, [v[-1] + (v[-1] - mid[-1])]])
+
+
+def _grid(points: Sequence[SweepPoint], percentile: float) -> tuple[list[int], list[float], np.ndarray, np.ndarray]:
+    """(ITRs, frequencies, energy[freq, ITR], percentile latency[freq, ITR]); NaN where not measured."""
+    itrs = sorted({p.itr_us for p in points})
+    freqs = sorted({p.dvfs_ghz for p in points})
+    ix = {v: i for i, v in enumerate(itrs)}
+    iy = {v: i for i, v in enumerate(freqs)}
+    energy = np.full((len(freqs), len(itrs)), np.nan)
+    latency = np.full_like(energy, np.nan)
+    for p in points:
+        energy[iy[p.dvfs_ghz], ix[p.itr_us]] = p.energy_j
+        lat = p.latency(percentile)
+        latency[iy[p.dvfs_ghz], ix[p.itr_us]] = lat if math.isfinite(lat) else np.nan
+    return itrs, freqs, energy, latency
+
+
+def _runs(flags: np.ndarray) -> list[tuple[int, int, int]]:
+    """(row, first, last column) of each run of True cells in each row."""
+    out = []
+    rows, cols = flags.shape
+    for j in range(rows):
+        i = 0
+        while i < cols:
+            if flags[j, i]:
+                k = i
+                while k + 1 < cols and flags[j, k + 1]:
+                    k += 1
+                out.append((j, i, k))
+                i = k + 1
+            else:
+                i += 1
+    return out
+
+
+def _boundary(measured: np.ndarray, violates: np.ndarray, xe: np.ndarray, ye: np.ndarray) -> list[list[tuple]]:
+    """The SLA boundary: cell edges between a measured cell that meets the SLA and one that does not."""
+    segments = []
+    rows, cols = measured.shape
+    for j in range(rows):
+        for i in range(cols):
+            if not measured[j, i]:
+                continue
+            if i + 1 < cols and measured[j, i + 1] and violates[j, i] != violates[j, i + 1]:
+                segments.append([(xe[i + 1], ye[j]), (xe[i + 1], ye[j + 1])])
+            if j + 1 < rows and measured[j + 1, i] and violates[j, i] != violates[j + 1, i]:
+                segments.append([(xe[i], ye[j + 1]), (xe[i + 1], ye[j + 1])])
+    return segments
+
+
+def _mark_points(ax: Any, pareto: Sequence[SweepPoint], best: SweepPoint | None) -> list[Any]:
+    """Circle the Pareto-optimal points and star the best one; returns their legend handles."""
+    from matplotlib.lines import Line2D
+
+    handles: list[Any] = []
+    if pareto:
+        ax.scatter(
+            [p.itr_us for p in pareto],
+            [p.dvfs_ghz for p in pareto],
+            s=18,
+            facecolors="none",
+            edgecolors="white",
+            linewidths=1.2,
+        )
+        handles.append(Line2D([], [], marker="o", ls="", mfc="none", mec="grey", label="Pareto-optimal"))
+    if best is not None:
+        ax.scatter([best.itr_us], [best.dvfs_ghz], marker="*", s=260, color="gold", edgecolors="black", zorder=5)
+        handles.append(
+            Line2D(
+                [],
+                [],
+                marker="*",
+                ls="",
+                color="gold",
+                mec="black",
+                ms=14,
+                label=f"min energy under SLA: ITR {best.itr_us} µs, {best.dvfs_ghz:g} GHz, {best.energy_j:.0f} J",
+            )
+        )
+    return handles
 
 
 def sweep_heatmap(
@@ -44,17 +125,7 @@ def sweep_heatmap(
 
     if not points:
         raise ValueError("no points to plot")
-    itrs = sorted({p.itr_us for p in points})
-    freqs = sorted({p.dvfs_ghz for p in points})
-    ix = {v: i for i, v in enumerate(itrs)}
-    iy = {v: i for i, v in enumerate(freqs)}
-    energy = np.full((len(freqs), len(itrs)), np.nan)
-    latency = np.full_like(energy, np.nan)
-    for p in points:
-        energy[iy[p.dvfs_ghz], ix[p.itr_us]] = p.energy_j
-        lat = p.latency(percentile)
-        latency[iy[p.dvfs_ghz], ix[p.itr_us]] = lat if math.isfinite(lat) else np.nan
-
+    itrs, freqs, energy, latency = _grid(points, percentile)
     fig = Figure(figsize=(10, 6.0), dpi=120, layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
@@ -70,58 +141,15 @@ def sweep_heatmap(
     measured = np.isfinite(energy)
     violates = measured & ~(latency <= sla_us)  # unmeasurable latency counts as a violation
     xe, ye = _edges(itrs, 1.0), _edges(freqs, 0.05)
-    rects = []
-    for j in range(len(freqs)):  # hatch runs of violating cells, one rectangle per run
-        i = 0
-        while i < len(itrs):
-            if violates[j, i]:
-                k = i
-                while k + 1 < len(itrs) and violates[j, k + 1]:
-                    k += 1
-                rects.append(Rectangle((xe[i], ye[j]), xe[k + 1] - xe[i], ye[j + 1] - ye[j]))
-                i = k + 1
-            else:
-                i += 1
+    rects = [Rectangle((xe[i], ye[j]), xe[k + 1] - xe[i], ye[j + 1] - ye[j]) for j, i, k in _runs(violates)]
     if rects:
         ax.add_collection(PatchCollection(rects, facecolor="none", edgecolor="black", hatch="//", linewidth=0))
         handles.append(Patch(facecolor="none", edgecolor="black", hatch="//", label=f"{pname} > SLA"))
-    # The SLA boundary: cell edges between a measured cell that meets the SLA and one that does not.
-    segments = []
-    for j in range(len(freqs)):
-        for i in range(len(itrs)):
-            if not measured[j, i]:
-                continue
-            if i + 1 < len(itrs) and measured[j, i + 1] and violates[j, i] != violates[j, i + 1]:
-                segments.append([(xe[i + 1], ye[j]), (xe[i + 1], ye[j + 1])])
-            if j + 1 < len(freqs) and measured[j + 1, i] and violates[j, i] != violates[j + 1, i]:
-                segments.append([(xe[i], ye[j + 1]), (xe[i + 1], ye[j + 1])])
+    segments = _boundary(measured, violates, xe, ye)
     if segments:
         ax.add_collection(LineCollection(segments, colors="red", linewidths=2))
         handles.append(Line2D([], [], color="red", lw=2, label=f"SLA boundary: {pname} = {sla_us:g} µs"))
-    if pareto:
-        ax.scatter(
-            [p.itr_us for p in pareto],
-            [p.dvfs_ghz for p in pareto],
-            s=18,
-            facecolors="none",
-            edgecolors="white",
-            linewidths=1.2,
-        )
-        handles.append(Line2D([], [], marker="o", ls="", mfc="none", mec="grey", label="Pareto-optimal"))
-    if best is not None:
-        ax.scatter([best.itr_us], [best.dvfs_ghz], marker="*", s=260, color="gold", edgecolors="black", zorder=5)
-        handles.append(
-            Line2D(
-                [],
-                [],
-                marker="*",
-                ls="",
-                color="gold",
-                mec="black",
-                ms=14,
-                label=f"min energy under SLA: ITR {best.itr_us} µs, {best.dvfs_ghz:g} GHz, {best.energy_j:.0f} J",
-            )
-        )
+    handles += _mark_points(ax, pareto, best)
     if not any(p.latency(percentile) <= sla_us for p in points):
         ax.text(
             0.5,

@@ -154,26 +154,29 @@ def _json_default(x: Any) -> Any:
     return str(x)
 
 
-def write_plots(result: ReplayResult, out: Path) -> list[Path]:
-    """Fig. 7.6-style plots per window: power per policy (with QPS), percentile per policy with the SLA line,
-    and the chosen ITR and DVFS."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+class _Plots:
+    """The replay's figures, one per method; each saved under `out`, its path in `written`."""
 
-    pct = result.objective.percentile
-    sla = result.objective.sla_us
-    qps = [w.qps / 1000.0 for w in result.windows]
-    width = result.windows[0].seconds / 3600.0 if result.windows else 1.0
-    policies = [p for p, pr in result.policies.items() if pr.available and pr.windows]
-    written = []
+    def __init__(self, result: ReplayResult, out: Path) -> None:
+        self.result, self.out = result, out
+        self.written: list[Path] = []
+        self.width = result.windows[0].seconds / 3600.0 if result.windows else 1.0
+        self.policies = [p for p, pr in result.policies.items() if pr.available and pr.windows]
+        first_start: dict[int, float] = {}
+        for w in result.windows:
+            first_start[w.day] = min(first_start.get(w.day, math.inf), w.start_s)
+        self.day_starts = [x for d, x in sorted(first_start.items()) if d > 0]
 
-    def save(fig: Any, name: str) -> None:
+    def save(self, fig: Any, name: str) -> None:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
         FigureCanvasAgg(fig)
         fig.tight_layout()
-        path = out / name
+        path = self.out / name
         fig.savefig(path, dpi=110)
-        written.append(path)
+        self.written.append(path)
 
+    @staticmethod
     def step(ax: Any, ws: list[Any], values: list[float], **kw: Any) -> None:
         """A post-step line over the windows, the last one drawn to its end."""
         if not ws:
@@ -181,76 +184,96 @@ def write_plots(result: ReplayResult, out: Path) -> list[Path]:
         x = [w.start_s / 3600.0 for w in ws] + [(ws[-1].start_s + ws[-1].seconds) / 3600.0]
         ax.step(x, list(values) + [values[-1]], where="post", **kw)
 
-    first_start: dict[int, float] = {}
-    for w in result.windows:
-        first_start[w.day] = min(first_start.get(w.day, math.inf), w.start_s)
-    day_starts = [x for d, x in sorted(first_start.items()) if d > 0]
-
-    def day_lines(ax: Any) -> None:
+    def day_lines(self, ax: Any) -> None:
         """Dotted vertical lines where each repeated day starts (multi-day schedules)."""
-        for x in day_starts:
+        for x in self.day_starts:
             ax.axvline(x / 3600.0, color="0.75", linestyle=":", linewidth=1)
 
-    def qps_axis(ax: Any) -> None:
+    def qps_axis(self, ax: Any) -> None:
         ax2 = ax.twinx()
-        step(ax2, list(result.windows), qps, color="0.6", linestyle=":", label="offered load")
+        qps = [w.qps / 1000.0 for w in self.result.windows]
+        self.step(ax2, list(self.result.windows), qps, color="0.6", linestyle=":", label="offered load")
         ax2.set_ylabel("offered load (kQPS)", color="0.4")
         ax2.set_ylim(bottom=0)
 
-    fig = Figure(figsize=(9, 4.2))
-    ax = fig.add_subplot(1, 1, 1)
-    for p in policies:
-        ws = result.policies[p].windows
-        step(ax, ws, [w.power_w for w in ws], label=p, color=_COLOURS.get(p))
-    ax.set_xlabel(f"window start (h); windows of {width:.3g} h")
-    ax.set_ylabel("mean power incl. exploration (W)")
-    ax.set_ylim(bottom=0)
-    ax.set_title(f"Power per window -- {result.objective.describe()}")
-    ax.legend(loc="lower left", fontsize=8, framealpha=0.8)
-    day_lines(ax)
-    qps_axis(ax)
-    save(fig, "power.png")
+    def power(self) -> None:
+        from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(9, 4.2))
-    ax = fig.add_subplot(1, 1, 1)
-    for p in policies:
-        ws = result.policies[p].windows
-        step(ax, ws, [w.latency_us(pct) for w in ws], label=p, color=_COLOURS.get(p))
-    ax.axhline(sla, color="black", linestyle="--", linewidth=1, label=f"SLA {sla:g} µs")
-    ax.set_xlabel(f"window start (h); windows of {width:.3g} h")
-    ax.set_ylabel(f"steady-state p{pct:g} latency (µs)")
-    finite = [
-        w.latency_us(pct) for p in policies for w in result.policies[p].windows if math.isfinite(w.latency_us(pct))
-    ]
-    if finite and max(finite) > 4 * sla:
-        ax.set_yscale("log")
-    else:
+        result = self.result
+        fig = Figure(figsize=(9, 4.2))
+        ax = fig.add_subplot(1, 1, 1)
+        for p in self.policies:
+            ws = result.policies[p].windows
+            self.step(ax, ws, [w.power_w for w in ws], label=p, color=_COLOURS.get(p))
+        ax.set_xlabel(f"window start (h); windows of {self.width:.3g} h")
+        ax.set_ylabel("mean power incl. exploration (W)")
         ax.set_ylim(bottom=0)
-    ax.set_title(f"Steady-state p{pct:g} per window")
-    ax.legend(loc="lower left", fontsize=8, framealpha=0.8)
-    day_lines(ax)
-    qps_axis(ax)
-    save(fig, "latency.png")
+        ax.set_title(f"Power per window -- {result.objective.describe()}")
+        ax.legend(loc="lower left", fontsize=8, framealpha=0.8)
+        self.day_lines(ax)
+        self.qps_axis(ax)
+        self.save(fig, "power.png")
 
-    fig = Figure(figsize=(9, 5.5))
-    ax_itr = fig.add_subplot(2, 1, 1)
-    ax_f = fig.add_subplot(2, 1, 2, sharex=ax_itr)
-    for p in policies:
-        ws = [w for w in result.policies[p].windows if w.point is not None]
-        points = [w.point for w in ws if w.point is not None]
-        if not ws:
-            continue
-        step(ax_itr, ws, [pt.itr_us for pt in points], label=p, color=_COLOURS.get(p))
-        step(ax_f, ws, [pt.dvfs_ghz for pt in points], label=p, color=_COLOURS.get(p))
-    ax_itr.set_ylabel("ITR (µs)")
-    ax_itr.set_title("Chosen (held) ITR and DVFS per window (linux-default: OS policies, not shown)")
-    ax_itr.legend(loc="upper left", fontsize=8)
-    day_lines(ax_itr)
-    day_lines(ax_f)
-    ax_f.set_ylabel("DVFS (GHz)")
-    ax_f.set_xlabel(f"window start (h); windows of {width:.3g} h")
-    save(fig, "knobs.png")
-    return written
+    def latency(self) -> None:
+        from matplotlib.figure import Figure
+
+        result = self.result
+        pct, sla = result.objective.percentile, result.objective.sla_us
+        fig = Figure(figsize=(9, 4.2))
+        ax = fig.add_subplot(1, 1, 1)
+        for p in self.policies:
+            ws = result.policies[p].windows
+            self.step(ax, ws, [w.latency_us(pct) for w in ws], label=p, color=_COLOURS.get(p))
+        ax.axhline(sla, color="black", linestyle="--", linewidth=1, label=f"SLA {sla:g} µs")
+        ax.set_xlabel(f"window start (h); windows of {self.width:.3g} h")
+        ax.set_ylabel(f"steady-state p{pct:g} latency (µs)")
+        finite = [
+            w.latency_us(pct)
+            for p in self.policies
+            for w in result.policies[p].windows
+            if math.isfinite(w.latency_us(pct))
+        ]
+        if finite and max(finite) > 4 * sla:
+            ax.set_yscale("log")
+        else:
+            ax.set_ylim(bottom=0)
+        ax.set_title(f"Steady-state p{pct:g} per window")
+        ax.legend(loc="lower left", fontsize=8, framealpha=0.8)
+        self.day_lines(ax)
+        self.qps_axis(ax)
+        self.save(fig, "latency.png")
+
+    def knobs(self) -> None:
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=(9, 5.5))
+        ax_itr = fig.add_subplot(2, 1, 1)
+        ax_f = fig.add_subplot(2, 1, 2, sharex=ax_itr)
+        for p in self.policies:
+            ws = [w for w in self.result.policies[p].windows if w.point is not None]
+            points = [w.point for w in ws if w.point is not None]
+            if not ws:
+                continue
+            self.step(ax_itr, ws, [pt.itr_us for pt in points], label=p, color=_COLOURS.get(p))
+            self.step(ax_f, ws, [pt.dvfs_ghz for pt in points], label=p, color=_COLOURS.get(p))
+        ax_itr.set_ylabel("ITR (µs)")
+        ax_itr.set_title("Chosen (held) ITR and DVFS per window (linux-default: OS policies, not shown)")
+        ax_itr.legend(loc="upper left", fontsize=8)
+        self.day_lines(ax_itr)
+        self.day_lines(ax_f)
+        ax_f.set_ylabel("DVFS (GHz)")
+        ax_f.set_xlabel(f"window start (h); windows of {self.width:.3g} h")
+        self.save(fig, "knobs.png")
+
+
+def write_plots(result: ReplayResult, out: Path) -> list[Path]:
+    """Fig. 7.6-style plots per window: power per policy (with QPS), percentile per policy with the SLA line,
+    and the chosen ITR and DVFS."""
+    plots = _Plots(result, out)
+    plots.power()
+    plots.latency()
+    plots.knobs()
+    return plots.written
 
 
 def _fmt(x: float | None, spec: str, none: str = "-") -> str:
@@ -261,90 +284,95 @@ def _pct_cell(x: float | None) -> str:
     return "-" if x is None else f"{x:.1f}%"
 
 
-def print_report(result: ReplayResult, console: Any, *, per_window: bool = True) -> None:
-    """Rich tables: per window (one row per window, columns per policy), per day for the tuner (multi-day
-    schedules) and the per-policy summary."""
+def _window_table(result: ReplayResult, multi: bool) -> Any:
+    """One row per tuner window, with the power of the other policies beside it."""
     from rich.table import Table
 
     pct = result.objective.percentile
-    multi = len(days(result)) > 1
-    if per_window and "tuner" in result.policies:
-        t = Table(title=f"tuner per window ({result.objective.describe()})", show_lines=False)
-        for col in (("day",) if multi else ()) + (
-            "win",
-            "kQPS",
-            "ITR µs",
-            "GHz",
-            f"p{pct:g} µs",
-            "W",
-            "kJ",
-            "trials",
-            "SLA",
-        ):
-            t.add_column(col, justify="right")
-        others = [
-            p
-            for p in ("linux-default", "oracle", "oracle-hourly")
-            if p in result.policies and result.policies[p].windows
+    t = Table(title=f"tuner per window ({result.objective.describe()})", show_lines=False)
+    for col in (("day",) if multi else ()) + (
+        "win",
+        "kQPS",
+        "ITR µs",
+        "GHz",
+        f"p{pct:g} µs",
+        "W",
+        "kJ",
+        "trials",
+        "SLA",
+    ):
+        t.add_column(col, justify="right")
+    others = [
+        p for p in ("linux-default", "oracle", "oracle-hourly") if p in result.policies and result.policies[p].windows
+    ]
+    for p in others:
+        t.add_column(f"{p} W", justify="right")
+    by_idx = {p: {w.index: w for w in result.policies[p].windows} for p in others}
+    for w in result.policies["tuner"].windows:
+        met = "-" if w.met_sla is None else ("[green]yes[/]" if w.met_sla else "[red]NO[/]")
+        fails = f" ({w.failed_trials} failed)" if w.failed_trials else ""
+        row = ([str(w.day)] if multi else []) + [
+            str(w.index),
+            f"{w.qps / 1000:.0f}",
+            "-" if w.point is None else str(w.point.itr_us),
+            "-" if w.point is None else f"{w.point.dvfs_ghz:.1f}",
+            _fmt(w.latency_us(pct), ".0f"),
+            _fmt(w.power_w, ".1f"),
+            f"{w.energy_j / 1000:.1f}",
+            f"{w.trials}{fails}",
+            met,
         ]
         for p in others:
-            t.add_column(f"{p} W", justify="right")
-        by_idx = {p: {w.index: w for w in result.policies[p].windows} for p in others}
-        for w in result.policies["tuner"].windows:
-            met = "-" if w.met_sla is None else ("[green]yes[/]" if w.met_sla else "[red]NO[/]")
-            fails = f" ({w.failed_trials} failed)" if w.failed_trials else ""
-            row = ([str(w.day)] if multi else []) + [
-                str(w.index),
-                f"{w.qps / 1000:.0f}",
-                "-" if w.point is None else str(w.point.itr_us),
-                "-" if w.point is None else f"{w.point.dvfs_ghz:.1f}",
-                _fmt(w.latency_us(pct), ".0f"),
-                _fmt(w.power_w, ".1f"),
-                f"{w.energy_j / 1000:.1f}",
-                f"{w.trials}{fails}",
-                met,
-            ]
-            for p in others:
-                ow = by_idx[p].get(w.index)
-                row.append("-" if ow is None else _fmt(ow.power_w, ".1f"))
-            t.add_row(*row)
-        console.print(t)
-    if "tuner" in result.policies and result.policies["tuner"].available:
-        t = Table(
-            title="tuner per day"
-            + (
-                " (contextual, one experiment)"
-                if getattr(result.settings, "context", False)
-                else " (cold: a fresh experiment per window)"
-            )
+            ow = by_idx[p].get(w.index)
+            row.append("-" if ow is None else _fmt(ow.power_w, ".1f"))
+        t.add_row(*row)
+    return t
+
+
+def _day_table(result: ReplayResult) -> Any:
+    """The tuner's summary per day."""
+    from rich.table import Table
+
+    t = Table(
+        title="tuner per day"
+        + (
+            " (contextual, one experiment)"
+            if getattr(result.settings, "context", False)
+            else " (cold: a fresh experiment per window)"
         )
-        for col in (
-            "day",
-            "windows",
-            "trials/retune",
-            "energy kJ",
-            "x oracle",
-            "saved vs linux",
-            "SLA-violating windows (significant)",
-            "explore s > SLA (% of trial time)",
-            "trial window s saved vs fixed (%)",
-        ):
-            t.add_column(col, justify="right")
-        for d in day_summaries(result):
-            ps = d["policies"]["tuner"]
-            t.add_row(
-                str(d["day"]),
-                str(ps["windows"]),
-                _fmt(ps["trials_per_retune"], ".1f"),
-                f"{ps['energy_j'] / 1000:.1f}",
-                _fmt(ps["ratio_to_oracle"], ".3f"),
-                _pct_cell(ps["saved_vs_linux_default_pct"]),
-                f"{ps['sla_violating_windows']}/{ps['windows']} ({ps['sla_violating_windows_significant']})",
-                f"{ps['explore_above_sla_s']:.0f} ({_pct_cell(ps['explore_above_sla_pct'])})",
-                f"{ps['window_saved_s']:.0f} ({_pct_cell(ps['window_saved_pct'])})",
-            )
-        console.print(t)
-    s = summary(result)
+    )
+    for col in (
+        "day",
+        "windows",
+        "trials/retune",
+        "energy kJ",
+        "x oracle",
+        "saved vs linux",
+        "SLA-violating windows (significant)",
+        "explore s > SLA (% of trial time)",
+        "trial window s saved vs fixed (%)",
+    ):
+        t.add_column(col, justify="right")
+    for d in day_summaries(result):
+        ps = d["policies"]["tuner"]
+        t.add_row(
+            str(d["day"]),
+            str(ps["windows"]),
+            _fmt(ps["trials_per_retune"], ".1f"),
+            f"{ps['energy_j'] / 1000:.1f}",
+            _fmt(ps["ratio_to_oracle"], ".3f"),
+            _pct_cell(ps["saved_vs_linux_default_pct"]),
+            f"{ps['sla_violating_windows']}/{ps['windows']} ({ps['sla_violating_windows_significant']})",
+            f"{ps['explore_above_sla_s']:.0f} ({_pct_cell(ps['explore_above_sla_pct'])})",
+            f"{ps['window_saved_s']:.0f} ({_pct_cell(ps['window_saved_pct'])})",
+        )
+    return t
+
+
+def _summary_table(result: ReplayResult, s: dict[str, Any], multi: bool) -> Any:
+    """One row per policy: energy, savings, the oracle ratios, SLA, trials and time."""
+    from rich.table import Table
+
     t = Table(
         title=f"summary: {len(result.windows)} windows"
         + (f" over {s['days']} days" if multi else "")
@@ -384,7 +412,20 @@ def print_report(result: ReplayResult, console: Any, *, per_window: bool = True)
             _fmt(ps["median_suggest_s"], ".2f"),
             f"{ps['wall_s']:.1f}",
         )
-    console.print(t)
+    return t
+
+
+def print_report(result: ReplayResult, console: Any, *, per_window: bool = True) -> None:
+    """Rich tables: per window (one row per window, columns per policy), per day for the tuner (multi-day
+    schedules) and the per-policy summary."""
+    multi = len(days(result)) > 1
+    if per_window and "tuner" in result.policies:
+        console.print(_window_table(result, multi))
+    if "tuner" in result.policies and result.policies["tuner"].available:
+        console.print(_day_table(result))
+    s = summary(result)
+    console.print(_summary_table(result, s, multi))
+    hourly = "oracle-hourly" in s["policies"]
     if hourly:
         console.print(
             "oracle-hourly: the best static point of each hour (the oracle at the hour's highest window load), "

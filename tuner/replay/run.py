@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from actuators.abilities import ExpectedModel
 from actuators.host import Host, LoadControl, Measurement, OperatingPoint, apply_point
 from core.errors import TunerError
 from tuner.optimize.optimizer import Optimizer
@@ -239,7 +240,7 @@ def _above_sla_s(objective: Objective, m: Measurement | None) -> float:
 def _set_load(host: Host, qps: float) -> None:
     if not isinstance(host, LoadControl):
         raise TunerError(
-            f"host {getattr(host, 'name', '?')!r} cannot set its offered load (no set_offered_qps): "
+            f"host {host.name!r} cannot set its offered load (no set_offered_qps): "
             "replay needs a host with load control, e.g. --host sim"
         )
     host.set_offered_qps(qps)
@@ -448,57 +449,90 @@ def replay(
         {},
     )
     result.meta["started_unix"] = time.time()
-    hours = hour_loads(result.windows)
     memo = {} if oracle_memo is None else oracle_memo  # the hourly oracle asks once per hour, not per window
     for policy in policies:
         host = make_host()
         pr = PolicyResult(policy)
         result.policies[policy] = pr
-        if policy in ("oracle", "oracle-hourly") and not callable(getattr(host, "expected", None)):
+        if policy in ("oracle", "oracle-hourly") and not isinstance(host, ExpectedModel):
             pr.available = False
-            pr.note = f"oracle unavailable: host {getattr(host, 'name', '?')!r} has no noise-free model (expected())"
+            pr.note = f"oracle unavailable: host {host.name!r} has no noise-free model (expected())"
             for w in result.windows:
                 if progress is not None:
                     progress(policy, w.index, None)
             continue
-        t0 = time.perf_counter()
-        try:
-            persistent: Optimizer | None = None
-            if policy == "tuner" and context:
-                persistent = Optimizer(host.knobs(), objective, settings, name="replay")
-                if history:
-                    pr.history_used = persistent.add_history(history)
-                if borrowed_history:
-                    pr.history_used += persistent.add_history(borrowed_history, borrowed=True)
-                pr.note = f"contextual tuner, one experiment for {len(result.windows)} windows" + (
-                    f", seeded with {pr.history_used} of {len(history) + len(borrowed_history)} history trials"
-                    if history or borrowed_history
-                    else ""
-                )
-            for w in result.windows:
-                _set_load(host, w.qps)
-                if policy == "tuner":
-                    opt = persistent or Optimizer(
-                        host.knobs(),
-                        objective,
-                        replace(settings, seed=settings.seed + w.index),
-                        name=f"replay-w{w.index}",
-                    )
-                    wr, recs = _run_tuner_window(host, w, objective, settings, progress, opt)
-                    pr.trials.extend(recs)
-                else:
-                    at = hours[hour_of(w)] if policy == "oracle-hourly" else None
-                    wr = _run_static_window(policy, host, w, objective, oracle_exhaustive, memo, at)
-                pr.windows.append(wr)
-                if progress is not None:
-                    progress(policy, w.index, None)
-        finally:
-            try:
-                host.restore()
-            finally:
-                pr.wall_s = time.perf_counter() - t0
+        persistent = None
+        if policy == "tuner" and context:
+            persistent = _PersistentTuner(objective, settings, history, borrowed_history)
+        _replay_policy(host, pr, result.windows, objective, settings, persistent, progress, oracle_exhaustive, memo)
     result.wall_s = time.perf_counter() - t_all
     return result
+
+
+@dataclass(frozen=True)
+class _PersistentTuner:
+    """What the contextual tuner's one experiment across all windows starts from."""
+
+    objective: Objective
+    settings: TunerSettings
+    history: Sequence[TrialRecord]
+    borrowed_history: Sequence[TrialRecord]
+
+    def start(self, host: Host, pr: PolicyResult, n_windows: int) -> Optimizer:
+        """The experiment, seeded with the history trials (counted in `pr`, which also gets its note)."""
+        opt = Optimizer(host.knobs(), self.objective, self.settings, name="replay")
+        history, borrowed = self.history, self.borrowed_history
+        if history:
+            pr.history_used = opt.add_history(history)
+        if borrowed:
+            pr.history_used += opt.add_history(borrowed, borrowed=True)
+        pr.note = f"contextual tuner, one experiment for {n_windows} windows" + (
+            f", seeded with {pr.history_used} of {len(history) + len(borrowed)} history trials"
+            if history or borrowed
+            else ""
+        )
+        return opt
+
+
+def _replay_policy(
+    host: Host,
+    pr: PolicyResult,
+    windows: Sequence[ReplayWindow],
+    objective: Objective,
+    settings: TunerSettings,
+    persistent: _PersistentTuner | None,
+    progress: Progress | None,
+    oracle_exhaustive: bool,
+    memo: dict,
+) -> None:
+    """Every window under `pr.policy` on `host` (restored after, also on error); fills `pr`."""
+    policy = pr.policy
+    hours = hour_loads(windows)
+    t0 = time.perf_counter()
+    try:
+        opt: Optimizer | None = persistent.start(host, pr, len(windows)) if persistent is not None else None
+        for w in windows:
+            _set_load(host, w.qps)
+            if policy == "tuner":
+                window_opt = opt or Optimizer(
+                    host.knobs(),
+                    objective,
+                    replace(settings, seed=settings.seed + w.index),
+                    name=f"replay-w{w.index}",
+                )
+                wr, recs = _run_tuner_window(host, w, objective, settings, progress, window_opt)
+                pr.trials.extend(recs)
+            else:
+                at = hours[hour_of(w)] if policy == "oracle-hourly" else None
+                wr = _run_static_window(policy, host, w, objective, oracle_exhaustive, memo, at)
+            pr.windows.append(wr)
+            if progress is not None:
+                progress(policy, w.index, None)
+    finally:
+        try:
+            host.restore()
+        finally:
+            pr.wall_s = time.perf_counter() - t0
 
 
 # ----------------------------------------------------------------------------------------------- summary

@@ -243,9 +243,8 @@ def _openssl(*args, cwd):
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
 
 
-@pytest.mark.skipif(__import__("shutil").which("openssl") is None, reason="openssl not installed")
-def test_tls_with_client_certificates(tmp_path):
-    d = tmp_path
+def _make_certificates(d):
+    """A throwaway CA in `d` (ca.pem, ca.key) and server and client certificates it signed (NAME.pem, NAME.key)."""
     _openssl(
         "req",
         "-x509",
@@ -302,6 +301,12 @@ def test_tls_with_client_certificates(tmp_path):
             f"{name}.pem",
             cwd=d,
         )
+
+
+@pytest.mark.skipif(__import__("shutil").which("openssl") is None, reason="openssl not installed")
+def test_tls_with_client_certificates(tmp_path):
+    d = tmp_path
+    _make_certificates(d)
     text = (
         write_config(d, sla_us=900.0, listen="0.0.0.0:0", metrics="off")
         .read_text()

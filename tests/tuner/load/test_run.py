@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 from hdrh.log import HistogramLogReader
 
+from actuators.latency.hlog import LAG_TAG, read_log
 from core.errors import HostError, InputError, TunerError
 from tuner.cli.app import main
+from tuner.load.coordinator import LoadSettings, address_of, run_load
 from tuner.load.hist import new_histogram
-from tuner.load.hlog import LAG_TAG, merge_logs, read_log
+from tuner.load.hlog_merge import merge_logs
 from tuner.load.plan import Shard, poisson_plan, trace_plan
-from tuner.load.run import LoadSettings, address_of, run_load
 
 TRACE = b"".join(
     b"%d,key%d,%d,%d,client%d,%s,0\n" % (t, i, 10, 100 + i, i % 5, op)

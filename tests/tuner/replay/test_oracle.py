@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from actuators.abilities import ExpectedAnchors, ExpectedModel
 from actuators.host import KnobSpace, OperatingPoint
 from actuators.sim.host import ITR_ANCHORS, SimHost
 from tuner.optimize.settings import Objective
 from tuner.replay.oracle import oracle_point
 
 
-class _SubGrid:
+class _SubGrid(ExpectedModel, ExpectedAnchors):
     """The simulated host's model on a smaller knob grid, anchors included (the exhaustive search stays cheap)."""
 
     def __init__(self, host: SimHost, knobs: KnobSpace) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from actuators.abilities import ExpectedModel
 from actuators.host import KnobSpace, OperatingPoint
 from core.errors import TunerError
 from tests.fakes import FailingHost
@@ -215,7 +216,7 @@ def test_boundary_oracle_matches_exhaustive(qps: float) -> None:
     assert fast == full
 
 
-class _SubGrid:
+class _SubGrid(ExpectedModel):
     """The simulated host's model on a smaller knob grid (so the exhaustive oracle stays cheap in a test)."""
 
     def __init__(self, host: object, knobs: KnobSpace) -> None:

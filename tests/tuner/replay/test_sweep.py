@@ -15,7 +15,7 @@ import pytest
 
 from actuators.host import PERCENTILES, KnobSpace, OperatingPoint
 from core.errors import HostError, KnobRangeError, TunerError
-from tuner.replay.sweep import (
+from tuner.replay.static_sweep import (
     SweepConfig,
     SweepPoint,
     best_under_sla,

@@ -7,19 +7,10 @@ from typing import TextIO
 
 from hdrh.histogram import HdrHistogram
 
-from actuators.latency.hlog import LAG_TAG, ON_TIME_NS, RESPONSE_TAG, SERVICE_TAG, HlogWriter, LogIntervals, read_log
+from actuators.latency.hlog import HlogWriter, read_log
 from tuner.load.hist import new_histogram
 
-__all__ = [
-    "LAG_TAG",
-    "ON_TIME_NS",
-    "RESPONSE_TAG",
-    "SERVICE_TAG",
-    "HlogWriter",
-    "LogIntervals",
-    "merge_logs",
-    "read_log",
-]
+__all__ = ["merge_logs"]
 
 
 def merge_logs(paths: list[str], out: TextIO) -> dict[str | None, HdrHistogram]:

@@ -21,12 +21,12 @@ from typing import Any, TextIO, cast
 import numpy as np
 from hdrh.histogram import HdrHistogram
 
+from actuators.latency.hlog import LAG_TAG, ON_TIME_NS, RESPONSE_TAG, SERVICE_TAG, HlogWriter
 from actuators.latency.memcached import MemcachedAddress
 from core.errors import HostError, TunerError
-from tuner.load.engine import WorkerSpec, run_worker
 from tuner.load.hist import new_histogram, percentiles_us, record_ns
-from tuner.load.hlog import LAG_TAG, ON_TIME_NS, RESPONSE_TAG, SERVICE_TAG, HlogWriter
 from tuner.load.plan import MN, Plan
+from tuner.load.sender import WorkerSpec, run_worker
 
 NS = 1_000_000_000
 #: Longest run (s): a load run is bounded in time as well as in requests.
@@ -146,7 +146,7 @@ class LoadResult:
 
 def warm(address: MemcachedAddress, requests: list[bytes], timeout_s: float = 10.0) -> None:
     """Store the given pipelined requests (a Poisson plan's keys) before the run, waiting for every reply."""
-    from tuner.load.engine import _connect
+    from tuner.load.sender import _connect
 
     try:
         sock = _connect(address, timeout_s)

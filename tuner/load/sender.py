@@ -154,6 +154,58 @@ def _flush(conns: list[_Conn], pipe: Connection, now: int, final: bool) -> None:
     )
 
 
+_NEVER = 1 << 62  # the next send time of a connection with nothing left to send
+
+
+def _send(c: _Conn, data: bytes) -> int:
+    """Bytes of `data` the socket took (0 when its buffer is full)."""
+    try:
+        return c.sock.send(data)
+    except BlockingIOError:
+        return 0
+
+
+def _send_due(c: _Conn, now: int, t0: int) -> int:
+    """Send `c`'s requests scheduled by `now` (after what an earlier send left) and stamp them; returns the next
+    request's scheduled time, `_NEVER` when none is left."""
+    a = c.sent
+    b = int(c.times.searchsorted(now, "right"))
+    data = b"".join(c.reqs[a:b])
+    if c.pending:
+        data = c.pending + data
+        c.pending = b""
+    k = _send(c, data)
+    if k < len(data):
+        c.pending = data[k:]
+    c.send_ns[a:b] = now
+    # not alone, behind requests still in flight on the connection, or descheduled around its send
+    if b > a + 1 or c.done < a or time.monotonic_ns() - t0 - now > SEND_INTERRUPTED_NS:
+        c.rx_ns[a:b] = _CLUMPED
+    c.sent = b
+    return int(c.times[b]) if b < len(c.times) else _NEVER
+
+
+def _read_replies(c: _Conn, buf: bytearray, into: list[memoryview], got: int, real_offset: int) -> int:
+    """Read what arrived on `c` into `buf` and stamp the requests it completes at `got`; returns how many."""
+    n, anc, _, _ = c.sock.recvmsg_into(into, RX_ANCILLARY_BYTES)
+    if not n:
+        raise ConnectionResetError(104, "connection closed by the server")
+    k = buf.count(MN, 0, n)
+    if c.tail:
+        k += (c.tail + buf[: min(n, 3)]).count(MN)
+    if buf.find(_ERR, 0, n) >= 0:
+        c.errors += buf.count(_ERR, 0, n)
+    c.tail = bytes(buf[max(n - 3, 0) : n])
+    k = min(k, c.sent - c.done)  # never more replies than requests sent (a stray MN in a value)
+    if k:
+        c.done_ns[c.done : c.done + k] = got
+        last = c.done + k - 1
+        if c.rx_ns[last] != _CLUMPED and (rx := rx_timestamp_ns(anc)) is not None:
+            c.rx_ns[last] = min(rx - real_offset, got)  # the newest segment's stamp: exact for the last
+        c.done += k
+    return k
+
+
 def _loop(spec: WorkerSpec, conns: list[_Conn], t0: int, pipe: Connection, stop: dict[str, bool]) -> None:
     clock = time.monotonic_ns
     by_fd = {c.sock.fileno(): c for c in conns}
@@ -167,7 +219,7 @@ def _loop(spec: WorkerSpec, conns: list[_Conn], t0: int, pipe: Connection, stop:
     next_flush = flush_every
     spin = spec.spin_ns
     batch = spec.batch_ns
-    big = 1 << 62
+    big = _NEVER
     nexts = [int(c.times[0]) if len(c.times) else big for c in conns]
     total = sum(len(c.times) for c in conns)
     completed = 0
@@ -181,31 +233,10 @@ def _loop(spec: WorkerSpec, conns: list[_Conn], t0: int, pipe: Connection, stop:
         for i, c in enumerate(conns):
             due = nexts[i] + batch
             if due <= now:
-                a = c.sent
-                b = int(c.times.searchsorted(now, "right"))
-                data = b"".join(c.reqs[a:b])
-                if c.pending:
-                    data = c.pending + data
-                    c.pending = b""
-                try:
-                    k = c.sock.send(data)
-                except BlockingIOError:
-                    k = 0
-                if k < len(data):
-                    c.pending = data[k:]
-                c.send_ns[a:b] = now
-                # not alone, behind requests still in flight on the connection, or descheduled around its send
-                if b > a + 1 or c.done < a or clock() - t0 - now > SEND_INTERRUPTED_NS:
-                    c.rx_ns[a:b] = _CLUMPED
-                c.sent = b
-                nexts[i] = int(c.times[b]) if b < len(c.times) else big
+                nexts[i] = _send_due(c, now, t0)
                 due = nexts[i] + batch
             elif c.pending:
-                try:
-                    k = c.sock.send(c.pending)
-                except BlockingIOError:
-                    k = 0
-                c.pending = c.pending[k:]
+                c.pending = c.pending[_send(c, c.pending) :]
             if due < soonest:
                 soonest = due
         wait = soonest - now - spin
@@ -217,24 +248,7 @@ def _loop(spec: WorkerSpec, conns: list[_Conn], t0: int, pipe: Connection, stop:
         if events:
             got = clock() - t0
             for fd, _ in events:
-                c = by_fd[fd]
-                n, anc, _, _ = c.sock.recvmsg_into(into, RX_ANCILLARY_BYTES)
-                if not n:
-                    raise ConnectionResetError(104, "connection closed by the server")
-                k = buf.count(MN, 0, n)
-                if c.tail:
-                    k += (c.tail + buf[: min(n, 3)]).count(MN)
-                if buf.find(_ERR, 0, n) >= 0:
-                    c.errors += buf.count(_ERR, 0, n)
-                c.tail = bytes(buf[max(n - 3, 0) : n])
-                k = min(k, c.sent - c.done)  # never more replies than requests sent (a stray MN in a value)
-                if k:
-                    c.done_ns[c.done : c.done + k] = got
-                    last = c.done + k - 1
-                    if c.rx_ns[last] != _CLUMPED and (rx := rx_timestamp_ns(anc)) is not None:
-                        c.rx_ns[last] = min(rx - real_offset, got)  # the newest segment's stamp: exact for the last
-                    c.done += k
-                    completed += k
+                completed += _read_replies(by_fd[fd], buf, into, got, real_offset)
         if now >= next_flush:
             if stop["flag"]:
                 break
