@@ -63,6 +63,7 @@ from tuner.optimize.decision import (
     outside_measured,
 )
 from tuner.optimize.model import LOAD_TOLERANCE
+from tuner.optimize.presets import cold_values
 from tuner.optimize.records import (
     STATUS_COMPLETED,
     STATUS_FAILED,
@@ -76,7 +77,6 @@ from tuner.optimize.records import (
     record_from_dict,
     record_to_dict,
 )
-from tuner.optimize.presets import cold_values
 from tuner.optimize.safety import SAFE_LOAD_TOL
 from tuner.optimize.settings import Objective, TunerSettings, itr_candidates
 from tuner.optimize.stopping import StoppingRule
