@@ -7,11 +7,12 @@ from __future__ import annotations
 import ipaddress
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from tuner.config.schema import ALLOWED_PERCENTILES, known_rewards
+from tuner.optimize.table import Setting
 
 _TABLE_RE = re.compile(r"^\s*\[\s*([A-Za-z0-9_.\"' -]+?)\s*\]\s*(#.*)?$")
 
@@ -92,6 +93,17 @@ class Checker:
                 self.error(tname, key, f"expected {problem}, got {shown(value)}")
                 return default
         return converted
+
+
+#: A setting's type as `Checker.get` reads it.
+_KIND_OF = {bool: "bool", int: "int", float: "float", str: "str"}
+
+
+def read_rows(c: Checker, data: dict, section: str, rows: Sequence[Setting]) -> dict[str, Any]:
+    """Every row's value in `[section]` of `data` (its daemon default when absent), each problem one error line;
+    a key no row declares is an unknown key."""
+    t = c.table(data, section, {row.name for row in rows})
+    return {row.name: c.get(t, section, row.name, row.daemon_value, _KIND_OF[row.kind], row.check) for row in rows}
 
 
 _KIND_TEXT = {
