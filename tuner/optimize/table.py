@@ -173,7 +173,14 @@ TUNER_TABLE: tuple[Setting, ...] = (
         flag="window",
     ),
     Setting("settle_s", float, 1.0, "wait after a knob change", low=0, high=600, unit="seconds", flag="settle"),
-    Setting("seed", int, 0, "the optimiser's seed (the daemon's retune N uses seed + N)", low=0, shown=True),
+    Setting(
+        "seed",
+        int,
+        0,
+        "the optimiser's seed (replay: the hosts' too; the daemon's retune N uses seed + N)",
+        low=0,
+        shown=True,
+    ),
     Setting(
         "itr_resolution_us",
         int,
@@ -353,7 +360,8 @@ TUNER_TABLE: tuple[Setting, ...] = (
     _p(
         "hold_max_p",
         0.0,
-        "with context: hold the model's best point without trials at a measured load if P(over the limit) <= this",
+        "with context: at a load measured within the limit, hold the model's best point without trials if "
+        "P(over the limit) <= this (tuner replay: 0.05 in windows under an hour)",
         "a probability in [0, 0.5] (0 = always retune)",
         0.5,
         shown=True,
