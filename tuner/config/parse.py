@@ -10,21 +10,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from core.errors import InputError
-from tuner.config.checks import (
-    Checker,
-    check_grpc_address,
-    check_host_port,
-    check_host_spec,
-    check_percentile,
-    check_reward,
-    is_loopback,
-    positive,
-    read_rows,
-    shown,
-)
+from tuner.config.checks import Checker, check_host_spec, is_loopback, read_rows, shown
 from tuner.config.schema import (
-    HOST_MODES,
-    TUNING_TABLE,
     Config,
     GrpcConfig,
     HistoryConfig,
@@ -33,6 +20,7 @@ from tuner.config.schema import (
     PolicyConfig,
     TuningConfig,
 )
+from tuner.config.tables import SECTIONS, TUNING_TABLE
 from tuner.optimize.table import Setting
 
 
@@ -52,16 +40,6 @@ def _config_path(c: Checker, table: str, key: str, value: str, base: Path, *, fi
         return None
 
 
-def _check_store_url(v: str) -> str | None:
-    if v == "" or v.startswith(("postgresql://", "postgres://")) or (v.startswith("sqlite:///") and len(v) > 10):
-        return None
-    return '"" (SQLite in the state directory), "postgresql://..." or "sqlite:///absolute/path"'
-
-
-#: The config file's tables.
-TABLES = ("host", "knobs", "policy", "tuning", "state", "grpc", "metrics", "history")
-
-
 def parse_config(text: str, path: Path) -> Config:
     """Parse and validate config `text` read from `path`; raise `InputError` listing every problem."""
     try:
@@ -71,20 +49,17 @@ def parse_config(text: str, path: Path) -> Config:
         raise InputError(f"{path}:{m.group(1) if m else 1}: invalid TOML: {exc}") from None
     base = path.parent
     c = Checker(path, text)
-    for key in sorted(set(data) - set(TABLES)):
-        c.error("", key, f"unknown table: expected one of {', '.join(sorted(TABLES))}")
-    host = _host(c, data)
-    knobs = _knobs(c, data)
-    policy = _policy(c, data)
+    for key in sorted(set(data) - set(SECTIONS)):
+        c.error("", key, f"unknown table: expected one of {', '.join(sorted(SECTIONS))}")
+    host = HostConfig(**read_rows(c, data, "host", SECTIONS["host"]))
+    check_host_options(c, host)
+    knobs = KnobBounds(**read_rows(c, data, "knobs", SECTIONS["knobs"]))
+    policy = PolicyConfig(**read_rows(c, data, "policy", SECTIONS["policy"]))
     tuning = read_tuning(c, data)
-    t = c.table(data, "state", {"dir"})
-    state_dir = c.get(t, "state", "dir", "/var/lib/tuner", "str", lambda v: None if v else "a directory")
-    grpc_cfg = _grpc(c, data, base)
-    t = c.table(data, "metrics", {"listen"})
-    metrics_listen = c.get(
-        t, "metrics", "listen", "127.0.0.1:9464", "str", lambda v: None if v in ("", "off") else check_host_port(v)
-    )
-    history = _history(c, data, base)
+    state_dir = read_rows(c, data, "state", SECTIONS["state"])["dir"]
+    grpc_cfg = _grpc(c, read_rows(c, data, "grpc", SECTIONS["grpc"]), base)
+    metrics_listen = read_rows(c, data, "metrics", SECTIONS["metrics"])["listen"]
+    history = _history(c, read_rows(c, data, "history", SECTIONS["history"]), base)
     state_path = _config_path(c, "state", "dir", state_dir, base) if state_dir else None
     if c.errors:
         raise InputError("\n".join(c.errors))
@@ -99,38 +74,6 @@ def parse_config(text: str, path: Path) -> Config:
         grpc=grpc_cfg,
         metrics_listen=None if metrics_listen in ("", "off") else metrics_listen,
         history=history,
-    )
-
-
-def _host(c: Checker, data: dict) -> HostConfig:
-    t = c.table(data, "host", {"spec", "options", "mode"})
-    host = HostConfig(
-        spec=c.get(t, "host", "spec", "sim", "str", check_host_spec),
-        options=c.get(t, "host", "options", {}, "table"),
-        mode=c.get(t, "host", "mode", "tune", "str", lambda v: None if v in HOST_MODES else "one of 'tune', 'observe'"),
-    )
-    check_host_options(c, host)
-    return host
-
-
-def _knobs(c: Checker, data: dict) -> KnobBounds:
-    t = c.table(data, "knobs", {"itr_us", "dvfs_ghz"})
-
-    def low_ok(r: tuple) -> str | None:
-        return None if r[0] >= 0 else "[low, high] with low >= 0"
-
-    return KnobBounds(
-        itr_us=c.get(t, "knobs", "itr_us", KnobBounds.itr_us, "range_int", low_ok),
-        dvfs_ghz=c.get(t, "knobs", "dvfs_ghz", KnobBounds.dvfs_ghz, "range_float", low_ok),
-    )
-
-
-def _policy(c: Checker, data: dict) -> PolicyConfig:
-    t = c.table(data, "policy", {"reward", "sla_us", "percentile"})
-    return PolicyConfig(
-        reward=c.get(t, "policy", "reward", PolicyConfig.reward, "str", check_reward),
-        sla_us=c.get(t, "policy", "sla_us", PolicyConfig.sla_us, "float", positive),
-        percentile=c.get(t, "policy", "percentile", PolicyConfig.percentile, "float", check_percentile),
     )
 
 
@@ -159,16 +102,13 @@ def read_tuning(c: Checker, data: dict, table: tuple[Setting, ...] = TUNING_TABL
     return tuning
 
 
-def _grpc(c: Checker, data: dict, base: Path) -> GrpcConfig:
-    t = c.table(data, "grpc", {"listen", "tls_cert", "tls_key", "tls_client_ca", "token_file"})
-    listen = c.get(t, "grpc", "listen", GrpcConfig.listen, "str", check_grpc_address)
+def _grpc(c: Checker, values: dict, base: Path) -> GrpcConfig:
+    """`[grpc]`: the files it names must be readable; TLS needs the pair; a non-loopback address needs auth."""
+    listen = values["listen"]
     files: dict[str, Path | None] = {}
     for key in ("tls_cert", "tls_key", "tls_client_ca", "token_file"):
-        value = c.get(t, "grpc", key, "", "str")
-        if value:
-            files[key] = _config_path(c, "grpc", key, value, base, file=True) or Path(value)
-        else:
-            files[key] = None
+        value = values[key]
+        files[key] = (_config_path(c, "grpc", key, value, base, file=True) or Path(value)) if value else None
     if bool(files["tls_cert"]) != bool(files["tls_key"]):
         missing = "tls_key" if files["tls_cert"] else "tls_cert"
         c.error("grpc", missing, "expected both tls_cert and tls_key (TLS needs the pair)")
@@ -184,18 +124,9 @@ def _grpc(c: Checker, data: dict, base: Path) -> GrpcConfig:
     return GrpcConfig(listen=listen, **files)
 
 
-def _history(c: Checker, data: dict, base: Path) -> HistoryConfig:
-    t = c.table(data, "history", set(HistoryConfig.__dataclass_fields__))
-    hd = HistoryConfig()
-    history_file = c.get(t, "history", "file", "", "str")
-    return HistoryConfig(
-        warm_start=c.get(t, "history", "warm_start", hd.warm_start, "bool"),
-        file=_config_path(c, "history", "file", history_file, base) if history_file else None,
-        keep_trials=c.get(
-            t, "history", "keep_trials", hd.keep_trials, "int", lambda v: None if 1 <= v <= 1_000_000 else "1..1000000"
-        ),
-        url=c.get(t, "history", "url", hd.url, "str", _check_store_url),
-    )
+def _history(c: Checker, values: dict, base: Path) -> HistoryConfig:
+    file = _config_path(c, "history", "file", values["file"], base) if values["file"] else None
+    return HistoryConfig(**{**values, "file": file})
 
 
 def check_host_options(c: Checker, host: HostConfig) -> None:

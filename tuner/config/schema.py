@@ -1,119 +1,44 @@
-"""The daemon's configuration as dataclasses, one per TOML table, with their defaults; the percentiles and
-rewards a policy may name; the `[tuning]` fields handed to the optimiser's `TunerSettings`."""
+"""The daemon's configuration as dataclasses, one per TOML table, their defaults from the declared rows
+(`tuner.config.tables`); the `[tuning]` fields handed to the optimiser's `TunerSettings`."""
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuner.optimize.table import TUNER_TABLE, Setting, by_name
-from tuner.optimize.table import WINDOW_MODES as WINDOW_MODES  # re-exported: `tuning.window_mode` values
-
-
-#: Percentiles a policy may target (must be one of `actuators.host.PERCENTILES`).
-ALLOWED_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0, 99.9)
-#: Reward functions used when the optimiser does not publish its own list.
-DEFAULT_REWARDS: tuple[str, ...] = ("constrained", "edp", "latency", "sla-linear")
-
-
-def known_rewards() -> tuple[str, ...]:
-    """Reward names the optimiser accepts (`reward.REWARDS` if that module publishes them)."""
-    try:
-        import reward
-
-        names = getattr(reward, "REWARDS", None) or getattr(reward, "REWARD_NAMES", None)
-        if names:
-            return tuple(sorted(str(n) for n in names))
-    except Exception:  # noqa: BLE001 - fall back to the documented names
-        pass
-    return DEFAULT_REWARDS
+from tuner.config.checks import ALLOWED_PERCENTILES as ALLOWED_PERCENTILES  # re-exported
+from tuner.config.checks import DEFAULT_REWARDS as DEFAULT_REWARDS
+from tuner.config.checks import known_rewards as known_rewards
+from tuner.config.tables import HOST_MODES as HOST_MODES
+from tuner.config.tables import TUNING_TABLE, default
+from tuner.optimize.table import WINDOW_MODES as WINDOW_MODES  # `tuning.window_mode` values
+from tuner.optimize.table import by_name
 
 
 @dataclass(frozen=True)
 class HostConfig:
-    spec: str = "sim"
+    spec: str = default("host", "spec")
     options: dict[str, Any] = field(default_factory=dict)
-    mode: str = "tune"  # "observe": measure at the OS's own settings, write nothing, record no trials
-
-
-#: `[host] mode` values.
-HOST_MODES: tuple[str, ...] = ("tune", "observe")
+    mode: str = default("host", "mode")  # "observe": measure at the OS's own settings, write nothing, record no trials
 
 
 @dataclass(frozen=True)
 class KnobBounds:
     """Inclusive bounds; the host's own knob lists are filtered to them."""
 
-    itr_us: tuple[int, int] = (0, 100_000)
-    dvfs_ghz: tuple[float, float] = (0.0, 100.0)
+    itr_us: tuple[int, int] = default("knobs", "itr_us")
+    dvfs_ghz: tuple[float, float] = default("knobs", "dvfs_ghz")
 
 
 @dataclass(frozen=True)
 class PolicyConfig:
-    reward: str = "constrained"
-    sla_us: float = 500.0
-    percentile: float = 99.0
+    reward: str = default("policy", "reward")
+    sla_us: float = default("policy", "sla_us")
+    percentile: float = default("policy", "percentile")
 
 
-def _period_or_never(v: float) -> bool:
-    return v == 0 or v >= 1
-
-
-#: The daemon's own `[tuning]` keys (not the optimiser's): when it retunes and how it guards the held point.
-DAEMON_TUNING: tuple[Setting, ...] = tuple(
-    replace(row, optimizer=False, replay=False)
-    for row in (
-        Setting("retune_period_s", float, 3600.0, "scheduled retune period", low=1, expect="a period >= 1 second"),
-        Setting(
-            "load_change_pct",
-            float,
-            20.0,
-            "retune when the load leaves the tuned band by more than this %",
-            low=0,
-            high=1000,
-            low_open=True,
-            expect="a percentage in (0, 1000]",
-        ),
-        Setting(
-            "guardrail_margin_pct",
-            float,
-            10.0,
-            "revert when the percentile exceeds SLA x (1 + this %)",
-            low=0,
-            high=1000,
-            expect="a percentage in [0, 1000]",
-        ),
-        Setting(
-            "idle_qps",
-            float,
-            100.0,
-            "below this load hold the idle point (lowest ITR, lowest frequency) and never retune",
-            low=0,
-        ),
-        Setting(
-            "baseline_every_s",
-            float,
-            0.0,
-            "a baseline window at the OS's own settings this often (docs/real-hosts.md)",
-            low=0,
-            allowed=_period_or_never,
-            expect="0 (never) or a period >= 1 second",
-        ),
-        Setting(
-            "retry_max_s",
-            float,
-            600.0,
-            "a failed retune is retried after window_s, the wait doubling up to this",
-            low=1,
-            high=86_400,
-            expect="1..86400 s",
-        ),
-    )
-)
-#: Every `[tuning]` key: the optimiser's settings the daemon exposes, then its own.
-TUNING_TABLE: tuple[Setting, ...] = tuple(row for row in TUNER_TABLE if row.daemon) + DAEMON_TUNING
 _T = by_name(TUNING_TABLE)
 
 
@@ -186,14 +111,14 @@ class HistoryConfig:
     #: An older daemon's JSON-lines history, imported into the trial store once; None = `<state.dir>/history.jsonl`.
     file: Path | None = None
     #: Newest trials a warm start takes from each source (this host's own, its hardware class's).
-    keep_trials: int = 2000
+    keep_trials: int = default("history", "keep_trials")
     #: The trial store: "" = `<state.dir>/trials.sqlite`; `postgresql://...` (a fleet) or `sqlite:///path`.
     url: str = ""
 
 
 @dataclass(frozen=True)
 class GrpcConfig:
-    listen: str = "unix:///run/tuner/tuner.sock"
+    listen: str = default("grpc", "listen")
     tls_cert: Path | None = None
     tls_key: Path | None = None
     tls_client_ca: Path | None = None
@@ -207,9 +132,9 @@ class Config:
     knobs: KnobBounds = field(default_factory=KnobBounds)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     tuning: TuningConfig = field(default_factory=TuningConfig)
-    state_dir: Path = Path("/var/lib/tuner")
+    state_dir: Path = Path(default("state", "dir"))
     grpc: GrpcConfig = field(default_factory=GrpcConfig)
-    metrics_listen: str | None = "127.0.0.1:9464"
+    metrics_listen: str | None = default("metrics", "listen")
     history: HistoryConfig = field(default_factory=HistoryConfig)
 
     @property

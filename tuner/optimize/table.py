@@ -28,7 +28,12 @@ WINDOW_MODES: tuple[str, ...] = ("fixed", "adaptive")
 #: point of largest constrained EI; "grid" = Ax's qLogNEI over the allowed points only.
 ACQUISITIONS: tuple[str, ...] = ("ax", "grid", "cei")
 
-_KIND_TEXT = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+_KIND_TEXT = {bool: "true or false", int: "an integer", float: "a number", str: "a string", dict: "a table"}
+
+
+def _num(x: float) -> str:
+    """A bound as people write it: 1000000, 0.001."""
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
 @dataclass(frozen=True)
@@ -51,7 +56,9 @@ class Setting:
     choices: tuple[str, ...] = ()
     expect: str = ""
     unit: str = ""
-    allowed: Callable[[Any], bool] | None = None  # a further rule the bounds cannot say
+    allowed: Callable[[Any], str | None] | None = None  # a further rule: None, or what was expected instead
+    item: type = int  # a `tuple` setting's item type: `[low, high]` of them
+    doc_default: str = ""  # the default as the docs say it, when its value does not (a path, the host's range)
     section: str = "tuning"
     optimizer: bool = True
     daemon: bool = True
@@ -73,13 +80,13 @@ class Setting:
             return self.expect
         if self.choices:
             return "one of " + ", ".join(map(repr, self.choices))
-        if self.kind is bool or self.kind is str:
-            return _KIND_TEXT[self.kind]
+        if self.kind not in (int, float):
+            return self.kind_text
         unit = f" {self.unit}" if self.unit else ""
         if self.low is not None and self.high is not None:
-            return f"{self.low:g}..{self.high:g}{unit}"
+            return f"{_num(self.low)}..{_num(self.high)}{unit}"
         if self.low is not None:
-            return f"a value {'>' if self.low_open else '>='} {self.low:g}{unit}"
+            return f"a value {'>' if self.low_open else '>='} {_num(self.low)}{unit}"
         return _KIND_TEXT[self.kind]
 
     @property
@@ -95,8 +102,22 @@ class Setting:
         """The daemon's default (`daemon_default`, else `default`)."""
         return self.default if self.daemon_default is None else self.daemon_default
 
+    @property
+    def kind_text(self) -> str:
+        if self.kind is tuple:
+            return f"[low, high] {'integers' if self.item is int else 'numbers'}"
+        return _KIND_TEXT[self.kind]
+
     def convert(self, value: Any) -> Any:
-        """`value` in this setting's type (an int for a float setting becomes a float), or None if it is not one."""
+        """`value` in this setting's type (an int for a float setting becomes a float; a `[low, high]` list a
+        tuple), or None if it is not one."""
+        if self.kind is tuple:
+            if not isinstance(value, list | tuple) or len(value) != 2:
+                return None
+            pair = [Setting("", self.item, self.item(0), "").convert(v) for v in value]
+            return (pair[0], pair[1]) if None not in pair and pair[0] <= pair[1] else None
+        if self.kind is dict:
+            return dict(value) if isinstance(value, dict) else None
         if self.kind is bool or self.kind is str:
             return value if isinstance(value, self.kind) else None
         if isinstance(value, bool) or not isinstance(value, int | float):
@@ -114,14 +135,14 @@ class Setting:
             high_bad = self.high is not None and (value >= self.high if self.high_open else value > self.high)
             if low_bad or high_bad:
                 return self.expected
-        if self.allowed is not None and not self.allowed(value):
-            return self.expected
+        if self.allowed is not None:
+            return self.allowed(value)
         return None
 
     def problem(self, value: Any) -> str | None:
         """None if `value` is valid; else "expected ..." (the type first, then the bounds)."""
         if self.convert(value) is None:
-            return f"expected {_KIND_TEXT[self.kind]}"
+            return f"expected {self.kind_text}"
         bad = self.check(self.convert(value))
         return None if bad is None else f"expected {bad}"
 
