@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from core.errors import TunerError
 from tuner.cli.load import add_load_arguments, host_options_from_args, load_from_args
@@ -45,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "linux-default, static-performance and the oracle; write summary.json, windows.csv and PNGs to --out.",
     )
     _add_replay_arguments(p)
-    _add_tuner_arguments(p)
+    hidden = _add_tuner_arguments(p)
     p.add_argument(
         "--quiet",
         "-q",
@@ -57,7 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="print the summary as JSON (what OUT/summary.json holds) instead of the tables",
     )
-    p.set_defaults(func=run, _replay=_defer_defaults(p))
+    p.set_defaults(func=run, _replay=_defer_defaults(p, RARE | hidden))
 
 
 def _add_replay_arguments(p: argparse.ArgumentParser) -> None:
@@ -104,8 +104,9 @@ def _add_replay_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_tuner_arguments(p: argparse.ArgumentParser) -> None:
-    """The preset, the `[replay]` file, the trial files, and one flag per tuner setting (`add_setting_flags`)."""
+def _add_tuner_arguments(p: argparse.ArgumentParser) -> set[str]:
+    """The preset, the `[replay]` file, the trial files, and one flag per tuner setting (`add_setting_flags`);
+    returns the dests of the settings' flags left out of `--help`."""
     from tuner.optimize.presets import DEFAULT_PRESET, TUNER_PRESETS
 
     t = p.add_argument_group(
@@ -144,32 +145,41 @@ def _add_tuner_arguments(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="also write the tuner's trials to FILE (they always go to OUT/trials.jsonl)",
     )
-    add_setting_flags(t)
+    return add_setting_flags(t)
 
 
-def _defer_defaults(p: argparse.ArgumentParser) -> tuple[dict, dict, dict]:
+class Deferred(NamedTuple):
+    """What `run` needs to resolve the options: each dest's default, flag -> dest, dest -> action; and each
+    dest's help (also of the flags left out of `--help`, for the options reference in docs/replay.md)."""
+
+    defaults: dict[str, object]
+    flags: dict[str, str]
+    actions: dict[str, argparse.Action]
+    helps: dict[str, str]
+
+
+def _defer_defaults(p: argparse.ArgumentParser, hidden: set[str] | frozenset[str]) -> Deferred:
     """Each option's default kept aside and replaced by None, so that `run` knows what the command line set (CLI
-    over file over preset); `RARE` flags leave `--help`. Returns (defaults, flag -> dest, dest -> action)."""
-    defaults: dict[str, object] = {}
-    flags: dict[str, str] = {}
-    actions: dict[str, argparse.Action] = {}
+    over file over preset); the `hidden` flags leave `--help`."""
+    d = Deferred({}, {}, {}, {})
     for action in p._actions:
         if action.dest == "help":
             continue
-        defaults[action.dest] = action.default
+        d.defaults[action.dest] = action.default
         action.default = None
-        actions[action.dest] = action
-        flags.update({s: action.dest for s in action.option_strings})
-        if action.dest in RARE:
+        d.actions[action.dest] = action
+        d.flags.update({s: action.dest for s in action.option_strings})
+        d.helps[action.dest] = str(action.help or "")
+        if action.dest in hidden:
             action.help = argparse.SUPPRESS
-    return defaults, flags, actions
+    return d
 
 
 def run(args: argparse.Namespace) -> int:
     """Resolve every option (default < preset < `--config` file < command line), then replay."""
     from tuner.cli import replay_config
 
-    defaults, flags, actions = args._replay
+    defaults, flags, actions, _ = args._replay
     given = {dest for dest in defaults if getattr(args, dest) is not None}
     in_file = replay_config.load(args.config, actions) if args.config is not None else {}
     for dest, default in defaults.items():

@@ -36,13 +36,14 @@ def _help(row: Setting) -> str:
 def _shown(value: Any) -> str:
     if isinstance(value, bool):
         return "on" if value else "off"
-    return f"{value:g}" if isinstance(value, float) else str(value)
+    return f"{value:g}".replace("e+0", "e").replace("e+", "e") if isinstance(value, float) else str(value)
 
 
-def add_setting_flags(group: Any, table: tuple[Setting, ...] = TUNER_TABLE) -> None:
+def add_setting_flags(group: Any, table: tuple[Setting, ...] = TUNER_TABLE) -> set[str]:
     """One flag per row of `table` that `tuner replay` exposes, default None (= the preset's value); a bool is
     `--NAME/--no-NAME`, an integer is parsed by argparse, a number or a choice is checked by `settings_overrides`
-    (so that its error names the value as given). Rows not `shown` stay out of `--help`."""
+    (so that its error names the value as given). Returns the dests of the rows not `shown` in `--help`."""
+    hidden: set[str] = set()
     for row in table:
         if not row.replay:
             continue
@@ -54,8 +55,9 @@ def add_setting_flags(group: Any, table: tuple[Setting, ...] = TUNER_TABLE) -> N
             if row.choices:
                 kw["metavar"] = "|".join(row.choices)
         if not row.shown:
-            kw["help"] = argparse.SUPPRESS
+            hidden.add(row.cli_dest)
         group.add_argument(row.cli_flag, **kw)
+    return hidden
 
 
 def settings_overrides(args: argparse.Namespace, table: tuple[Setting, ...] = TUNER_TABLE) -> dict[str, Any]:
