@@ -19,9 +19,9 @@ def replay_parser() -> argparse.ArgumentParser:
     """`tuner replay`'s parser, as the CLI builds it."""
     from tuner.cli import replay
 
-    parser = argparse.ArgumentParser(prog="tuner")
-    replay.register(parser.add_subparsers())
-    sub = parser._subparsers._group_actions[0].choices["replay"]  # type: ignore[union-attr]
+    subparsers = argparse.ArgumentParser(prog="tuner").add_subparsers()
+    replay.register(subparsers)
+    sub: argparse.ArgumentParser = subparsers.choices["replay"]
     return sub
 
 

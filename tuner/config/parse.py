@@ -81,7 +81,8 @@ def read_tuning(c: Checker, data: dict, table: tuple[Setting, ...] = TUNING_TABL
     """The `[tuning]` table, one key per row of `table`, then the rules between keys: the adaptive window's
     minimum at most its maximum (a default minimum follows a shorter `window_s`), Sobol trials at most trials."""
     values = read_rows(c, data, "tuning", table)
-    given = data.get("tuning") if isinstance(data.get("tuning"), dict) else {}
+    raw = data.get("tuning")
+    given: dict = raw if isinstance(raw, dict) else {}
     tuning = TuningConfig(**{k: v for k, v in values.items() if k in TuningConfig.__dataclass_fields__})
     adaptive = tuning.window_mode == "adaptive"
     if adaptive and tuning.window_min_s > tuning.window_s and "window_min_s" not in given:
