@@ -9,11 +9,13 @@ values are the `cold` of each row of `tuner.optimize.table.TUNER_TABLE`, `warm`'
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.errors import TunerError
-from tuner.optimize.settings import TunerSettings
 from tuner.optimize.table import TUNER_TABLE, Setting
+
+if TYPE_CHECKING:  # imported where used: the CLI lists the presets without numpy
+    from tuner.optimize.settings import TunerSettings
 
 
 def cold_values(table: tuple[Setting, ...] = TUNER_TABLE) -> dict[str, Any]:
@@ -51,6 +53,8 @@ DEFAULT_PRESET = "warm"
 
 def preset_settings(name: str, base: TunerSettings | None = None, **overrides: Any) -> TunerSettings:
     """`base` (default `TunerSettings()`) with preset `name`'s fields, then `overrides`, applied."""
+    from tuner.optimize.settings import TunerSettings
+
     if name not in TUNER_PRESETS:
         raise TunerError(f"unknown tuner preset {name!r}: expected one of {', '.join(TUNER_PRESETS)}")
     fields = {**TUNER_PRESETS[name], **overrides}
