@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -73,3 +74,13 @@ def test_a_throwaway_setting_is_in_both_references(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(replay_cli, "add_setting_flags", functools.partial(add_setting_flags, table=TABLE))
     text = replay_reference(replay_parser(), TABLE)
     assert "| `--throwaway-knob` | `throwaway_knob` | `0.25` | yes | a setting added by this test" in text
+
+
+def test_the_example_config_names_every_key() -> None:
+    """deploy/tuner.example.toml has every declared key (commented where it is only an example)."""
+    text = (DOCS.parent / "deploy" / "tuner.example.toml").read_text(encoding="utf-8")
+    for name, rows in SECTIONS.items():
+        assert f"[{name}]" in text, name
+        for row in rows:
+            if row.kind is not dict:
+                assert re.search(rf"^#?\s*{row.name}\s*=", text, re.M), f"{name}.{row.name}"
