@@ -2,9 +2,11 @@
 section and the surfaces that expose it) and `TUNER_TABLE`, one row per `TunerSettings` field.
 
 Everything else is derived from the rows: `TunerSettings`' defaults and validation (`tuner.optimize.settings`),
-the `cold` preset (`tuner.optimize.presets`), the daemon's `[tuning]` reader (`tuner.config`), `tuner replay`'s
-flags (`tuner.cli.replay_flags`) and the configuration reference in docs/daemon.md (`tuner.config.reference`).
-A row's default is the tuner users get (the learning tuner); `cold` is the dissertation's tuner's value.
+the presets (`tuner.optimize.presets`), the daemon's `[tuning]` keys, defaults and reader (`tuner.config.tables`,
+`tuner.config.parse`), `tuner replay`'s flags (`tuner.cli.replay_settings`) and the references in docs/daemon.md
+and docs/replay.md (`python -m tuner.cli.reference`). A row's default is the tuner users get (the learning tuner);
+its `cold` is the dissertation's tuner's value. To add a setting: a row here, a field of the same name and type in
+`TunerSettings` (checked at import), then regenerate the docs.
 """
 
 from __future__ import annotations
