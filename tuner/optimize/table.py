@@ -6,7 +6,8 @@ the presets (`tuner.optimize.presets`), the daemon's `[tuning]` keys, defaults a
 `tuner.config.parse`), `tuner replay`'s flags (`tuner.cli.replay_settings`) and the references in docs/daemon.md
 and docs/replay.md (`python -m tuner.cli.reference`). A row's default is the tuner users get (the learning tuner);
 its `cold` is the dissertation's tuner's value. To add a setting: a row here, a field of the same name and type in
-`TunerSettings` (checked at import), then regenerate the docs.
+`TunerSettings` (and in `tuner.config.schema.TuningConfig` if the daemon reads it; both checked at import), a
+line in deploy/tuner.example.toml, then regenerate the docs.
 """
 
 from __future__ import annotations
