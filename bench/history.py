@@ -32,8 +32,9 @@ def main() -> int:
     from actuators.host import OperatingPoint
     from actuators.sim.host import make_sim_host
     from tuner.optimize.optimizer import Optimizer
+    from tuner.optimize.presets import cold_settings
     from tuner.optimize.records import TrialRecord
-    from tuner.optimize.settings import Objective, TunerSettings
+    from tuner.optimize.settings import Objective
     from tuner.store.history import read_trials, write_trials
 
     context = not args.no_context
@@ -60,7 +61,7 @@ def main() -> int:
         t2 = time.perf_counter()
         out.update(write_s=round(t1 - t0, 4), read_s=round(t2 - t1, 4), file_bytes=path.stat().st_size)
     t0 = time.perf_counter()
-    opt = Optimizer(space, Objective(sla_us=500.0), TunerSettings(trials=5, sobol_trials=2, context=context), "b")
+    opt = Optimizer(space, Objective(sla_us=500.0), cold_settings(trials=5, sobol_trials=2, context=context), "b")
     t1 = time.perf_counter()
     used = opt.add_history(back)
     t2 = time.perf_counter()

@@ -152,10 +152,11 @@ def ax_defaults(n: int, suggestions: int, seed: int) -> dict:
     from tests.fakes import FakeHost
     from tuner.optimize.axsetup import no_warnings, quiet_ax
     from tuner.optimize.model import ExperimentModel
-    from tuner.optimize.settings import Objective, TunerSettings
+    from tuner.optimize.presets import cold_settings
+    from tuner.optimize.settings import Objective
 
     quiet_ax()
-    settings = TunerSettings(context=True, itr_resolution_us=16, seed=seed, history_max_trials=n + suggestions)
+    settings = cold_settings(context=True, itr_resolution_us=16, seed=seed, history_max_trials=n + suggestions)
     host = FakeHost(qps=120_000)
     shape = ExperimentModel(host.knobs(), Objective("constrained", 99, 500), settings)  # metrics and grid
     client = Client(random_seed=seed)

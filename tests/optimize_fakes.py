@@ -8,6 +8,7 @@ import numpy as np
 from actuators.host import PERCENTILES, KnobSpace, Measurement, OperatingPoint, apply_point
 from tests.fakes import FakeHost
 from tuner.optimize.optimizer import Optimizer
+from tuner.optimize.presets import cold_settings
 from tuner.optimize.records import TrialRecord
 from tuner.optimize.settings import Objective, TunerSettings
 
@@ -47,7 +48,7 @@ def history(n: int, seed: int = 0, qps_range: tuple[float, float] = (80_000, 160
 def ctx(**kw) -> TunerSettings:
     base = dict(trials=6, sobol_trials=4, settle_s=0.0, window_s=5.0, seed=3, context=True, context_max_qps=MAXQ)
     base.update(kw)
-    return TunerSettings(**base)
+    return cold_settings(**base)
 
 
 def seeded(**kw) -> tuple[Optimizer, TunerSettings]:

@@ -30,7 +30,8 @@ from actuators.real import RealHost
 from actuators.sim.host import SimHost
 from core.errors import TunerError
 from tests.fakes import FakeHost, FixedLoadHost
-from tuner.optimize.settings import Objective, TunerSettings
+from tuner.optimize.presets import cold_settings
+from tuner.optimize.settings import Objective
 from tuner.replay.oracle import oracle_point
 from tuner.replay.run import ReplayWindow, replay
 
@@ -111,7 +112,7 @@ def test_a_loaded_host_passes_on_the_wrapped_hosts_abilities() -> None:
 def test_replay_without_optional_abilities_runs_and_says_the_oracle_is_unavailable() -> None:
     host = FakeHost(qps=150_000.0)
     assert abilities_of(host) == {}
-    settings = TunerSettings(trials=3, sobol_trials=2, settle_s=1.0, window_s=5.0, seed=1)
+    settings = cold_settings(trials=3, sobol_trials=2, settle_s=1.0, window_s=5.0, seed=1)
     result = replay(
         lambda: host,
         (ReplayWindow(0, 0.0, 300.0, 150_000.0),),

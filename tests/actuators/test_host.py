@@ -110,9 +110,10 @@ def test_measurement_dict_round_trip_keeps_everything():
 
 def test_optimizer_reports_unknown_latency_noise_as_a_bare_mean():
     from tuner.optimize.optimizer import Optimizer
-    from tuner.optimize.settings import Objective, TunerSettings
+    from tuner.optimize.presets import cold_settings
+    from tuner.optimize.settings import Objective
 
-    opt = Optimizer(SPACE, Objective(reward="sla-linear"), TunerSettings(trials=2, sobol_trials=2))
+    opt = Optimizer(SPACE, Objective(reward="sla-linear"), cold_settings(trials=2, sobol_trials=2))
     m = _measurement(ci_known=False)
     data = opt.metrics(m)
     assert isinstance(data["log_latency"], float) and isinstance(data["log_reward"], float)

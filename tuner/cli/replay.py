@@ -3,10 +3,10 @@
 Defaults: the bundled synthetic 24 h sample trace, the simulated host, peak 600 kQPS (the dissertation's
 Twitter replay on a 16-core E5-2690 spans roughly 200-600 kQPS), hourly windows, 30 trials per retune, one day.
 `--days N` repeats the day with seeded day-to-day noise (`traces.schedule.repeat_days`); `--preset NAME`
-(`tuner.replay.run.TUNER_PRESETS`: cold, warm and warm's ablations) chooses the tuner, and the learning flags
-override it. Every flag can also come from a `[replay]` table (`--config FILE`, `tuner.cli.replay_config`):
-the defaults, then the preset, then the file, then the command line. Rarely used flags are left out of
-`--help` (`RARE`); docs/replay.md lists them all.
+(`tuner.optimize.presets.TUNER_PRESETS`: warm = the defaults, cold and warm's ablations) chooses the tuner, and
+the tuner's flags (one per row of the settings table, `tuner.cli.replay_settings`) override it. Every flag can
+also come from a `[replay]` table (`--config FILE`, `tuner.cli.replay_config`): the defaults, then the preset,
+then the file, then the command line. Rarely used flags are left out of `--help`; docs/replay.md lists them all.
 """
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from core.errors import TunerError
 from tuner.cli.load import add_load_arguments, host_options_from_args, load_from_args
-from tuner.cli.replay_settings import parse_number, tuner_settings
+from tuner.cli.replay_settings import add_setting_flags, parse_number, tuner_settings
 
 if TYPE_CHECKING:  # imported where used: the CLI starts without them
     from actuators.host import Host
@@ -30,36 +31,9 @@ if TYPE_CHECKING:  # imported where used: the CLI starts without them
 DEFAULT_PEAK_QPS = 600_000.0
 
 
-#: The tuner `tuner replay` runs unless `--tuner` says otherwise: the 3-day benchmark (docs/benchmarks.md)
-#: showed every learning feature helps, so "warm"; "cold" is the dissertation's tuner.
-DEFAULT_PRESET = "warm"
-
-#: Flags (by dest) that stay out of `--help`: knobs for experiments, all documented in docs/replay.md and
-#: settable in a `[replay]` config file.
-RARE = frozenset(
-    {
-        "sobol_trials",
-        "settle",
-        "window",
-        "itr_resolution",
-        "oracle_exhaustive",
-        "day_noise",
-        "context",
-        "context_max_qps",
-        "history_max_trials",
-        "min_trials",
-        "stop_ei_pct",
-        "safe_delta",
-        "safe_radius",
-        "safe_model_error",
-        "safe_sd_scale",
-        "latency_metric",
-        "window_mode",
-        "window_guard",
-        "window_ci_pct",
-        "window_min_s",
-    }
-)
+#: Flags (by dest) that stay out of `--help` besides the tuner settings' own (each row says whether it is shown):
+#: knobs for experiments, all documented in docs/replay.md and settable in a `[replay]` config file.
+RARE = frozenset({"oracle_exhaustive", "day_noise"})
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -70,6 +44,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "energy counts), hold the chosen point for the rest of the window; run the same schedule under "
         "linux-default, static-performance and the oracle; write summary.json, windows.csv and PNGs to --out.",
     )
+    _add_replay_arguments(p)
+    hidden = _add_tuner_arguments(p)
+    p.add_argument(
+        "--quiet",
+        "-q",
+        action="store_true",
+        help="no progress bar and no per-window table (the summary is still printed)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the summary as JSON (what OUT/summary.json holds) instead of the tables",
+    )
+    p.set_defaults(func=run, _replay=_defer_defaults(p, RARE | hidden))
+
+
+def _add_replay_arguments(p: argparse.ArgumentParser) -> None:
+    """What to replay, on which host, against which SLA and policies, and where to write it."""
     p.add_argument("trace", nargs="?", default=None, help="trace file (plain/.gz/.zst); default: the bundled sample")
     p.add_argument("--host", default="sim", help="'sim' (default), 'real' with --load-command, or 'module:factory'")
     add_load_arguments(p)
@@ -84,23 +76,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--reward", default=None, help="constrained (default), sla-linear, edp or latency")
     p.add_argument("--sla-us", type=str, default="500", help="tail-latency SLA in µs (default 500)")
     p.add_argument("--percentile", type=str, default="99", help="50, 90, 95, 99 (default) or 99.9")
-    p.add_argument("--trials", type=str, default=None, help="(max) trials per retune (default 30)")
-    p.add_argument("--sobol-trials", type=str, default="8", help="quasi-random trials before the GP (default 8)")
-    p.add_argument("--settle", type=str, default="1", help="settle time per trial, s (default 1)")
-    p.add_argument("--window", type=str, default="20", help="measurement window per trial, s (default 20)")
-    p.add_argument(
-        "--itr-resolution",
-        type=str,
-        default=None,
-        help="ITR grid the optimiser searches, µs (default: 16 for --tuner warm, 8 for cold; 2 = every "
-        "ixgbe value, several times slower per suggestion)",
-    )
     p.add_argument(
         "--oracle-exhaustive",
         action="store_true",
         help="oracle searches the full knob grid, not each frequency's largest feasible ITR (slow on a sim host)",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed for the host and the optimiser (default 0)")
     p.add_argument(
         "--policies",
         default="auto",
@@ -122,6 +102,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="sigma of the per-window lognormal QPS factor on days >= 1, seeded by --seed "
         "(default 0.05 = 5 %%; clipped to the peak)",
     )
+
+
+def _add_tuner_arguments(p: argparse.ArgumentParser) -> set[str]:
+    """The preset, the `[replay]` file, the trial files, and one flag per tuner setting (`add_setting_flags`);
+    returns the dests of the settings' flags left out of `--help`."""
+    from tuner.optimize.presets import DEFAULT_PRESET, TUNER_PRESETS
+
     t = p.add_argument_group(
         "tuner (a preset first, then --config's [replay] table, then each flag overrides it; more flags: "
         "docs/replay.md)"
@@ -132,11 +119,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         dest="preset",
         default=DEFAULT_PRESET,
         metavar="NAME",
-        help="warm (default, chosen by the 3-day benchmark): context + stopping rule + safe exploration "
-        "+ adaptive windows; cold: the dissertation's tuner (fresh experiment per window, 30 trials); "
-        "warm-no-safety, warm-no-evidence, warm-no-adaptive, warm-no-stop, warm-no-context, "
-        "warm-no-guard, warm-no-sd-scale, warm-headroom: warm without one feature (the benchmark's ablations); "
-        "warm-grid: warm with Ax's acquisition over the allowed points only (less compute per suggestion)",
+        help=f"{DEFAULT_PRESET} (default, chosen by the 3-day benchmark): context + stopping rule + safe "
+        "exploration + adaptive windows; cold: the dissertation's tuner (fresh experiment per window, 30 trials); "
+        f"{', '.join(n for n in TUNER_PRESETS if n.startswith('warm-'))}: warm without one feature (the "
+        "benchmark's ablations; warm-grid: Ax's acquisition over the allowed points only)",
     )
     t.add_argument(
         "--config",
@@ -145,75 +131,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="FILE",
         help="read options from the [replay] table of a TOML file (keys = flag names, e.g. sla_us = 200)",
     )
-    t.add_argument(
-        "--context",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="offered QPS as a model input; ONE experiment for the whole replay (all windows, days)",
-    )
-    t.add_argument("--context-max-qps", type=str, default=None, help="QPS normaliser of the load input (default 1e6)")
-    t.add_argument("--history-max-trials", type=str, default=None, help="trials the contextual model keeps (100)")
-    t.add_argument("--min-trials", type=str, default=None, help="trials per retune before it may stop (default 2)")
-    t.add_argument(
-        "--stop-ei-pct",
-        type=str,
-        default=None,
-        help="stop a retune when one more trial's expected improvement < this %% of power (0 = off)",
-    )
-    t.add_argument(
-        "--safe-delta",
-        type=str,
-        default=None,
-        help="only try points whose modelled P(percentile > SLA) <= this (0 = off, e.g. 0.05)",
-    )
-    t.add_argument(
-        "--safe-radius",
-        type=str,
-        default=None,
-        help="with --safe-delta: only try points within this normalised knob distance of one measured "
-        "within the SLA at this load or up to ~11 %% below (0 = off; default 0.2)",
-    )
-    t.add_argument(
-        "--safe-model-error",
-        type=str,
-        default=None,
-        help="with --safe-delta: SD of ln latency added to the model's in P(SLA broken) (default 0)",
-    )
-    t.add_argument(
-        "--safe-sd-scale",
-        type=str,
-        default=None,
-        help="with --safe-delta: factor on the model's SD in P(SLA broken) (1 = as it is; warm: 2)",
-    )
-    t.add_argument(
-        "--hold-max-p",
-        type=str,
-        default=None,
-        help="with --context: at a load inside those measured within the limit, hold the model's best point "
-        "without trials if its P(over the limit) <= this (0 = always retune; default 0.05 with --bin under an "
-        "hour, else 0)",
-    )
-    t.add_argument(
-        "--latency-metric",
-        default=None,
-        metavar="log|headroom",
-        help="the scale the model fits the percentile on: ln µs (default) or SLA / µs",
-    )
-    t.add_argument(
-        "--window-mode",
-        default=None,
-        metavar="fixed|adaptive",
-        help="fixed --window s per trial, or adaptive: grow until the percentile's CI is within "
-        "+-window-ci-pct (max --window s)",
-    )
-    t.add_argument(
-        "--window-guard",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="adaptive windows: end a trial after any chunk whose CI is wholly above the SLA (default on)",
-    )
-    t.add_argument("--window-ci-pct", type=str, default=None, help="adaptive windows: CI half-width target, %% (5)")
-    t.add_argument("--window-min-s", type=str, default=None, help="adaptive windows: minimum seconds (2)")
     t.add_argument(
         "--history",
         type=Path,
@@ -228,39 +145,41 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="FILE",
         help="also write the tuner's trials to FILE (they always go to OUT/trials.jsonl)",
     )
-    p.add_argument(
-        "--quiet",
-        "-q",
-        action="store_true",
-        help="no progress bar and no per-window table (the summary is still printed)",
-    )
-    p.add_argument(
-        "--json",
-        action="store_true",
-        help="print the summary as JSON (what OUT/summary.json holds) instead of the tables",
-    )
-    # Each option's default is kept aside and replaced by None, so `run` knows what the command line set
-    # (CLI over file over preset); rarely used flags leave --help.
-    defaults: dict[str, object] = {}
-    flags: dict[str, str] = {}
-    actions: dict[str, argparse.Action] = {}
+    return add_setting_flags(t)
+
+
+class Deferred(NamedTuple):
+    """What `run` needs to resolve the options: each dest's default, flag -> dest, dest -> action; and each
+    dest's help (also of the flags left out of `--help`, for the options reference in docs/replay.md)."""
+
+    defaults: dict[str, object]
+    flags: dict[str, str]
+    actions: dict[str, argparse.Action]
+    helps: dict[str, str]
+
+
+def _defer_defaults(p: argparse.ArgumentParser, hidden: set[str] | frozenset[str]) -> Deferred:
+    """Each option's default kept aside and replaced by None, so that `run` knows what the command line set (CLI
+    over file over preset); the `hidden` flags leave `--help`."""
+    d = Deferred({}, {}, {}, {})
     for action in p._actions:
         if action.dest == "help":
             continue
-        defaults[action.dest] = action.default
+        d.defaults[action.dest] = action.default
         action.default = None
-        actions[action.dest] = action
-        flags.update({s: action.dest for s in action.option_strings})
-        if action.dest in RARE:
+        d.actions[action.dest] = action
+        d.flags.update({s: action.dest for s in action.option_strings})
+        d.helps[action.dest] = str(action.help or "")
+        if action.dest in hidden:
             action.help = argparse.SUPPRESS
-    p.set_defaults(func=run, _replay=(defaults, flags, actions))
+    return d
 
 
 def run(args: argparse.Namespace) -> int:
     """Resolve every option (default < preset < `--config` file < command line), then replay."""
     from tuner.cli import replay_config
 
-    defaults, flags, actions = args._replay
+    defaults, flags, actions, _ = args._replay
     given = {dest for dest in defaults if getattr(args, dest) is not None}
     in_file = replay_config.load(args.config, actions) if args.config is not None else {}
     for dest, default in defaults.items():
@@ -274,54 +193,22 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from reward import DEFAULT_REWARD
-    from tuner.optimize.settings import Objective
     from tuner.replay.run import default_policies, fine_window_hold, parse_policies
 
-    try:
-        sla = float(args.sla_us)
-    except ValueError:
-        raise TunerError(f"--sla-us {args.sla_us!r}: expected a positive number of µs") from None
-    try:
-        pct = float(args.percentile.rstrip("%").lstrip("pP"))
-    except ValueError:
-        pct = args.percentile
-    try:
-        objective = Objective(reward=args.reward or DEFAULT_REWARD, percentile=pct, sla_us=sla)
-    except TunerError as exc:  # name the flag (or the config key) the value came from
-        text = str(exc)
-        flag = "--reward" if "reward" in text else "--percentile" if "percentile" in text else "--sla-us"
-        raise TunerError(f"{flag}: {text}") from None
+    objective = _objective(args)
     settings = tuner_settings(args)
     hours = parse_number(args.hours, "--hours", minimum=0)
     bin_s = parse_number(args.bin, "--bin", minimum=0)
     policies = default_policies(bin_s) if args.policies == "auto" else parse_policies(args.policies)
     settings = fine_window_hold(settings, bin_s, explicit=args.hold_max_p is not None)
-    peak = DEFAULT_PEAK_QPS if args.peak_qps is None else parse_number(args.peak_qps, "--peak-qps", minimum=0)
-    n_days = int(parse_number(args.days, "--days", integer=True, minimum=1, strict=False))
-    from traces.schedule import DEFAULT_DAY_NOISE, load_schedule, repeat_days, sample_trace_path
-
-    noise = (
-        DEFAULT_DAY_NOISE
-        if args.day_noise is None
-        else parse_number(args.day_noise, "--day-noise", minimum=0, strict=False)
-    )
-    if noise > 1:
-        raise TunerError(f"--day-noise {args.day_noise!r}: expected a fraction in [0, 1] (0.05 = 5 %)")
-    if args.history is not None and not getattr(settings, "context", False):
+    if args.history is not None and not settings.context:
         raise TunerError(
             "--history needs the contextual tuner (--context or --tuner warm): the cold tuner starts "
             "a fresh experiment per window"
         )
     if args.history is not None and not args.history.is_file():
         raise TunerError(f"--history {args.history}: no such file")
-
-    trace = Path(args.trace) if args.trace else sample_trace_path()
-    if not trace.exists():
-        raise TunerError(f"{trace}: no such trace file")
-    schedule = load_schedule(trace, bin_s=bin_s, hours=hours, peak_qps=peak)
-    if n_days > 1:
-        schedule = repeat_days(schedule, n_days, noise=noise, seed=args.seed)
+    schedule, source, day_noise = _schedule(args, hours, bin_s, settings.seed)
     load = load_from_args(args)
     try:
         return execute(
@@ -333,16 +220,60 @@ def _run(args: argparse.Namespace) -> int:
             args.out,
             quiet=args.quiet,
             as_json=args.json,
-            source=str(trace) if args.trace else f"{trace.name} (bundled sample)",
+            source=source,
             oracle_exhaustive=args.oracle_exhaustive,
             history_path=args.history,
             save_trials=args.save_trials,
-            day_noise=noise if n_days > 1 else None,
+            day_noise=day_noise,
             host_options={**host_options_from_args(args), **({} if load is None else {"load": load})},
         )
     finally:
         if load is not None:
             load.stop()
+
+
+def _objective(args: argparse.Namespace) -> Objective:
+    """The reward, percentile and SLA of the flags; an error names the flag (or the config key) it came from."""
+    from reward import DEFAULT_REWARD
+    from tuner.optimize.settings import Objective
+
+    try:
+        sla = float(args.sla_us)
+    except ValueError:
+        raise TunerError(f"--sla-us {args.sla_us!r}: expected a positive number of µs") from None
+    try:
+        pct = float(args.percentile.rstrip("%").lstrip("pP"))
+    except ValueError:
+        pct = args.percentile
+    try:
+        return Objective(reward=args.reward or DEFAULT_REWARD, percentile=pct, sla_us=sla)
+    except TunerError as exc:
+        text = str(exc)
+        flag = "--reward" if "reward" in text else "--percentile" if "percentile" in text else "--sla-us"
+        raise TunerError(f"{flag}: {text}") from None
+
+
+def _schedule(args: argparse.Namespace, hours: float, bin_s: float, seed: int) -> tuple[Schedule, str, float | None]:
+    """The binned trace (repeated over `--days` with seeded noise), its description, and the day noise used."""
+    from traces.schedule import DEFAULT_DAY_NOISE, load_schedule, repeat_days, sample_trace_path
+
+    peak = DEFAULT_PEAK_QPS if args.peak_qps is None else parse_number(args.peak_qps, "--peak-qps", minimum=0)
+    n_days = int(parse_number(args.days, "--days", integer=True, minimum=1, strict=False))
+    noise = (
+        DEFAULT_DAY_NOISE
+        if args.day_noise is None
+        else parse_number(args.day_noise, "--day-noise", minimum=0, strict=False)
+    )
+    if noise > 1:
+        raise TunerError(f"--day-noise {args.day_noise!r}: expected a fraction in [0, 1] (0.05 = 5 %)")
+    trace = Path(args.trace) if args.trace else sample_trace_path()
+    if not trace.exists():
+        raise TunerError(f"{trace}: no such trace file")
+    schedule = load_schedule(trace, bin_s=bin_s, hours=hours, peak_qps=peak)
+    if n_days > 1:
+        schedule = repeat_days(schedule, n_days, noise=noise, seed=seed)
+    source = str(trace) if args.trace else f"{trace.name} (bundled sample)"
+    return schedule, source, noise if n_days > 1 else None
 
 
 def execute(
@@ -363,81 +294,20 @@ def execute(
     host_options: dict | None = None,
 ) -> int:
     """Run the replay with a progress bar, print the report and write the files (and `save_trials`)."""
-    from rich.console import Console
+    from tuner.replay.run import ReplayWindow
 
-    from actuators.abilities import ExpectedCacheShared
-    from actuators.host import LoadControl
-    from tuner.cli.output import print_json, table_console
-    from tuner.hosts import make_host
-    from tuner.replay.report import print_report, summary, write_files, write_trials
-    from tuner.replay.run import ReplayWindow, replay
-
-    seed = settings.seed
-    first = make_host(host_spec, seed=seed, **(host_options or {}))
-    if not isinstance(first, LoadControl):
-        raise TunerError(
-            f"--host {host_spec!r}: the host cannot set its offered load (no set_offered_qps); "
-            "replay needs load control, e.g. --host sim, or --host real with --load-command"
-        )
-    spare = [first]
+    factory, first = _host_factory(host_spec, settings.seed, host_options or {})
     history: list = []
     if history_path is not None:
         from tuner.store.history import read_trials
 
         history = read_trials(history_path, space=first.knobs())
-
-    # hosts with a long-run memo (the simulator) share it: the oracle and the tuner ask for the same cells
-    share = {"cache": first.expected_cache} if isinstance(first, ExpectedCacheShared) else {}
-
-    def factory() -> Host:
-        return spare.pop() if spare else make_host(host_spec, seed=seed, **share, **(host_options or {}))
-
     windows = tuple(ReplayWindow(w.index, w.start_s, w.seconds, w.qps, w.day) for w in schedule.windows)
-    console = Console(stderr=True)
     t0 = time.perf_counter()
-    if quiet or not console.is_terminal:
-        result = replay(
-            factory,
-            windows,
-            objective,
-            settings,
-            policies=policies,
-            host_label=host_spec,
-            source=source,
-            oracle_exhaustive=oracle_exhaustive,
-            history=history,
-        )
-    else:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        with Progress(
-            TextColumn("[bold]replay[/] {task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-        ) as prog:
-            task = prog.add_task("", total=len(windows) * len(policies))
-
-            def progress(policy: str, index: int, rec: object) -> None:
-                if rec is None:
-                    prog.advance(task)
-                    prog.update(task, description=f"{policy} window {index}")
-                else:
-                    prog.update(task, description=f"{policy} window {index} trial {rec.index + 1}")  # type: ignore[attr-defined]
-
-            result = replay(
-                factory,
-                windows,
-                objective,
-                settings,
-                policies=policies,
-                progress=progress,
-                host_label=host_spec,
-                source=source,
-                oracle_exhaustive=oracle_exhaustive,
-                history=history,
-            )
+    kw: dict[str, Any] = dict(
+        policies=policies, host_label=host_spec, source=source, oracle_exhaustive=oracle_exhaustive, history=history
+    )
+    result = _replay_with_progress(factory, windows, objective, settings, quiet=quiet, **kw)
     result.meta["peak_qps_target"] = schedule.peak_qps
     result.meta["trace_scale"] = schedule.scale
     result.meta["total_wall_s"] = time.perf_counter() - t0
@@ -445,6 +315,75 @@ def execute(
         result.meta["day_noise"] = day_noise
     if history_path is not None:
         result.meta["history"] = {"file": str(history_path), "trials": len(history)}
+    _write_outputs(result, out, save_trials=save_trials, as_json=as_json, quiet=quiet)
+    return 0
+
+
+def _host_factory(host_spec: str, seed: int, host_options: dict) -> tuple[Callable[[], Host], Host]:
+    """A factory of hosts for the policies (the first one built here, checked for load control) and that host.
+    Hosts with a long-run memo (the simulator) share it: the oracle and the tuner ask for the same cells."""
+    from actuators.abilities import ExpectedCacheShared
+    from actuators.host import LoadControl
+    from tuner.hosts import make_host
+
+    first = make_host(host_spec, seed=seed, **host_options)
+    if not isinstance(first, LoadControl):
+        raise TunerError(
+            f"--host {host_spec!r}: the host cannot set its offered load (no set_offered_qps); "
+            "replay needs load control, e.g. --host sim, or --host real with --load-command"
+        )
+    spare = [first]
+    share = {"cache": first.expected_cache} if isinstance(first, ExpectedCacheShared) else {}
+
+    def factory() -> Host:
+        return spare.pop() if spare else make_host(host_spec, seed=seed, **share, **host_options)
+
+    return factory, first
+
+
+def _replay_with_progress(
+    factory: Callable[[], Host],
+    windows: tuple,
+    objective: Objective,
+    settings: TunerSettings,
+    *,
+    quiet: bool,
+    **kw: Any,
+) -> Any:
+    """`tuner.replay.run.replay`, with a progress bar on a terminal unless `quiet`."""
+    from rich.console import Console
+
+    from tuner.replay.run import replay
+
+    console = Console(stderr=True)
+    if quiet or not console.is_terminal:
+        return replay(factory, windows, objective, settings, **kw)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("[bold]replay[/] {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    ) as prog:
+        task = prog.add_task("", total=len(windows) * len(kw["policies"]))
+
+        def progress(policy: str, index: int, rec: object) -> None:
+            if rec is None:
+                prog.advance(task)
+                prog.update(task, description=f"{policy} window {index}")
+            else:
+                prog.update(task, description=f"{policy} window {index} trial {rec.index + 1}")  # type: ignore[attr-defined]
+
+        return replay(factory, windows, objective, settings, progress=progress, **kw)
+
+
+def _write_outputs(result: Any, out: Path, *, save_trials: Path | None, as_json: bool, quiet: bool) -> None:
+    """The files under `out` (and `save_trials`), then the report (or the JSON summary) on stdout."""
+    from tuner.cli.output import print_json, table_console
+    from tuner.replay.report import print_report, summary, write_files, write_trials
+
     paths = write_files(result, out)
     if save_trials is not None:
         save_trials.parent.mkdir(parents=True, exist_ok=True)
@@ -455,4 +394,3 @@ def execute(
     else:
         print_report(result, table_console(), per_window=not quiet)
     print(f"wrote {', '.join(str(p) for p in paths)}", file=sys.stderr if as_json else sys.stdout)
-    return 0

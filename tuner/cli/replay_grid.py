@@ -11,15 +11,15 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import TunerError
+from tuner.optimize.presets import WARM_ABLATIONS
+from tuner.optimize.table import TUNER_TABLE, by_name
 
-#: Tuner variants: a preset of `tuner.replay.run.TUNER_PRESETS` plus TunerSettings overrides.
+#: Tuner variants: a preset of `tuner.optimize.presets.TUNER_PRESETS` plus TunerSettings overrides (warm, cold,
+#: and warm's ablations).
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "warm": ("warm", {}),
     "cold": ("cold", {}),
-    "warm-no-safety": ("warm", {"safe_delta": 0.0}),
-    "warm-no-context": ("warm", {"context": False}),
-    "warm-no-stop": ("warm", {"stop_ei_pct": 0.0}),
-    "warm-no-adaptive": ("warm", {"window_mode": "fixed"}),
+    **{name: ("warm", dict(over)) for name, over in WARM_ABLATIONS.items()},
 }
 
 
@@ -46,7 +46,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--slas", default="99:500,99:200", help="PERCENTILE:SLA_US,... (default %(default)s)")
     p.add_argument("--variants", default="warm,cold", help=f"comma list of {', '.join(VARIANTS)}")
-    p.add_argument("--trials", type=int, default=30, help="(max) trials per retune (default 30)")
+    trials = by_name(TUNER_TABLE)["trials"]
+    p.add_argument("--trials", type=int, default=trials.default, help=f"{trials.doc} (default {trials.default})")
     p.add_argument("--policies", default="tuner,linux-default,oracle")
     p.add_argument("--peak-qps", type=float, default=600_000.0)
     p.add_argument("--num-cpus", type=int, default=2, help="CPUs of a local Ray (default 2)")

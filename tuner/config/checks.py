@@ -7,11 +7,30 @@ from __future__ import annotations
 import ipaddress
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tuner.config.schema import ALLOWED_PERCENTILES, known_rewards
+from tuner.optimize.table import Setting
+
+#: Percentiles a policy may target (must be one of `actuators.host.PERCENTILES`).
+ALLOWED_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0, 99.9)
+#: Reward functions used when the optimiser does not publish its own list.
+DEFAULT_REWARDS: tuple[str, ...] = ("constrained", "edp", "latency", "sla-linear")
+
+
+def known_rewards() -> tuple[str, ...]:
+    """Reward names the optimiser accepts (`reward.REWARDS` if that module publishes them)."""
+    try:
+        import reward
+
+        names = getattr(reward, "REWARDS", None) or getattr(reward, "REWARD_NAMES", None)
+        if names:
+            return tuple(sorted(str(n) for n in names))
+    except Exception:  # noqa: BLE001 - fall back to the documented names
+        pass
+    return DEFAULT_REWARDS
+
 
 _TABLE_RE = re.compile(r"^\s*\[\s*([A-Za-z0-9_.\"' -]+?)\s*\]\s*(#.*)?$")
 
@@ -92,6 +111,21 @@ class Checker:
                 self.error(tname, key, f"expected {problem}, got {shown(value)}")
                 return default
         return converted
+
+
+#: A setting's type as `Checker.get` reads it (a `tuple` setting: `range_` + its item type).
+_KIND_OF = {bool: "bool", int: "int", float: "float", str: "str", dict: "table"}
+
+
+def _kind(row: Setting) -> str:
+    return f"range_{_KIND_OF[row.item]}" if row.kind is tuple else _KIND_OF[row.kind]
+
+
+def read_rows(c: Checker, data: dict, section: str, rows: Sequence[Setting]) -> dict[str, Any]:
+    """Every row's value in `[section]` of `data` (its daemon default when absent), each problem one error line;
+    a key no row declares is an unknown key."""
+    t = c.table(data, section, {row.name for row in rows})
+    return {row.name: c.get(t, section, row.name, row.daemon_value, _kind(row), row.check) for row in rows}
 
 
 _KIND_TEXT = {
@@ -188,3 +222,9 @@ def check_host_spec(value: str) -> str | None:
         return None
     module, sep, attr = value.partition(":")
     return None if sep and module and attr else "'sim', 'real' or 'module:factory'"
+
+
+def check_store_url(v: str) -> str | None:
+    if v == "" or v.startswith(("postgresql://", "postgres://")) or (v.startswith("sqlite:///") and len(v) > 10):
+        return None
+    return '"" (SQLite in the state directory), "postgresql://..." or "sqlite:///absolute/path"'

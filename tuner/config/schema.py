@@ -1,124 +1,104 @@
-"""The daemon's configuration as dataclasses, one per TOML table, with their defaults; the percentiles and
-rewards a policy may name; the `[tuning]` fields handed to the optimiser's `TunerSettings`."""
+"""The daemon's configuration as dataclasses, one per TOML table, their defaults from the declared rows
+(`tuner.config.tables`); the `[tuning]` fields handed to the optimiser's `TunerSettings`."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-#: Percentiles a policy may target (must be one of `actuators.host.PERCENTILES`).
-ALLOWED_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0, 99.9)
-#: Reward functions used when the optimiser does not publish its own list.
-DEFAULT_REWARDS: tuple[str, ...] = ("constrained", "edp", "latency", "sla-linear")
-
-
-def known_rewards() -> tuple[str, ...]:
-    """Reward names the optimiser accepts (`reward.REWARDS` if that module publishes them)."""
-    try:
-        import reward
-
-        names = getattr(reward, "REWARDS", None) or getattr(reward, "REWARD_NAMES", None)
-        if names:
-            return tuple(sorted(str(n) for n in names))
-    except Exception:  # noqa: BLE001 - fall back to the documented names
-        pass
-    return DEFAULT_REWARDS
+from tuner.config.checks import ALLOWED_PERCENTILES as ALLOWED_PERCENTILES  # re-exported
+from tuner.config.checks import DEFAULT_REWARDS as DEFAULT_REWARDS
+from tuner.config.checks import known_rewards as known_rewards
+from tuner.config.tables import HOST_MODES as HOST_MODES
+from tuner.config.tables import TUNING_TABLE, default
+from tuner.optimize.table import WINDOW_MODES as WINDOW_MODES  # `tuning.window_mode` values
+from tuner.optimize.table import by_name
 
 
 @dataclass(frozen=True)
 class HostConfig:
-    spec: str = "sim"
+    spec: str = default("host", "spec")
     options: dict[str, Any] = field(default_factory=dict)
-    mode: str = "tune"  # "observe": measure at the OS's own settings, write nothing, record no trials
-
-
-#: `[host] mode` values.
-HOST_MODES: tuple[str, ...] = ("tune", "observe")
+    mode: str = default("host", "mode")  # "observe": measure at the OS's own settings, write nothing, record no trials
 
 
 @dataclass(frozen=True)
 class KnobBounds:
     """Inclusive bounds; the host's own knob lists are filtered to them."""
 
-    itr_us: tuple[int, int] = (0, 100_000)
-    dvfs_ghz: tuple[float, float] = (0.0, 100.0)
+    itr_us: tuple[int, int] = default("knobs", "itr_us")
+    dvfs_ghz: tuple[float, float] = default("knobs", "dvfs_ghz")
 
 
 @dataclass(frozen=True)
 class PolicyConfig:
-    reward: str = "constrained"
-    sla_us: float = 500.0
-    percentile: float = 99.0
+    reward: str = default("policy", "reward")
+    sla_us: float = default("policy", "sla_us")
+    percentile: float = default("policy", "percentile")
+
+
+_T = by_name(TUNING_TABLE)
 
 
 @dataclass(frozen=True)
 class TuningConfig:
-    trials: int = 30
-    sobol_trials: int = 8
-    window_s: float = 20.0
-    settle_s: float = 1.0
-    seed: int = 0
-    retune_period_s: float = 3600.0
-    load_change_pct: float = 20.0
-    guardrail_margin_pct: float = 10.0
-    # the long-lived tuner's options (the optimiser's `TunerSettings` fields of the same names and defaults: all on)
-    context: bool = True
-    context_max_qps: float = 1e6
-    itr_resolution_us: int = 16
-    history_max_trials: int = 100
-    min_trials: int = 2
-    stop_ei_pct: float = 1.0
-    safe_delta: float = 0.05
-    safe_radius: float = 0.2
-    safe_model_error: float = 0.0
-    safe_sd_scale: float = 2.0
-    final_margin_pct: float = 5.0
-    final_margin_ci: float = 0.0
-    latency_metric: str = "log"
-    window_mode: str = "adaptive"
-    window_ci_pct: float = 5.0
-    window_min_s: float = 2.0
-    window_guard: bool = True
-    refit_every: int = 1
-    hyper_iters: int = 0
-    peak_step: bool = True
-    acquisition: str = "cei"
-    # the daemon's own (not the optimiser's)
-    # with context: a load shift inside the loads measured within the limit holds the recent model's best point
-    # there, if measured at that load or above and P(over the limit) <= this, instead of retuning
-    # (`tuner.optimize.decision.hold_or_retune`, the rule `tuner replay` applies in windows under an hour); 0 = retune
-    hold_max_p: float = 0.05
-    idle_qps: float = 100.0  # below this load: hold the idle point (lowest ITR, lowest frequency), never retune
-    baseline_every_s: float = 0.0  # a baseline window at the OS's own settings this often (0 = never)
-    retry_max_s: float = 600.0  # a failed retune is retried after window_s, doubling up to this
+    """The `[tuning]` table: one field per row of `TUNING_TABLE` (defaults: the rows' daemon defaults)."""
+
+    trials: int = _T["trials"].daemon_value
+    sobol_trials: int = _T["sobol_trials"].daemon_value
+    window_s: float = _T["window_s"].daemon_value
+    settle_s: float = _T["settle_s"].daemon_value
+    seed: int = _T["seed"].daemon_value
+    retune_period_s: float = _T["retune_period_s"].daemon_value
+    load_change_pct: float = _T["load_change_pct"].daemon_value
+    guardrail_margin_pct: float = _T["guardrail_margin_pct"].daemon_value
+    context: bool = _T["context"].daemon_value
+    context_max_qps: float = _T["context_max_qps"].daemon_value
+    itr_resolution_us: int = _T["itr_resolution_us"].daemon_value
+    history_max_trials: int = _T["history_max_trials"].daemon_value
+    min_trials: int = _T["min_trials"].daemon_value
+    stop_ei_pct: float = _T["stop_ei_pct"].daemon_value
+    safe_delta: float = _T["safe_delta"].daemon_value
+    safe_radius: float = _T["safe_radius"].daemon_value
+    safe_model_error: float = _T["safe_model_error"].daemon_value
+    safe_sd_scale: float = _T["safe_sd_scale"].daemon_value
+    final_margin_pct: float = _T["final_margin_pct"].daemon_value
+    final_margin_ci: float = _T["final_margin_ci"].daemon_value
+    latency_metric: str = _T["latency_metric"].daemon_value
+    window_mode: str = _T["window_mode"].daemon_value
+    window_ci_pct: float = _T["window_ci_pct"].daemon_value
+    window_min_s: float = _T["window_min_s"].daemon_value
+    window_guard: bool = _T["window_guard"].daemon_value
+    refit_every: int = _T["refit_every"].daemon_value
+    hyper_iters: int = _T["hyper_iters"].daemon_value
+    peak_step: bool = _T["peak_step"].daemon_value
+    acquisition: str = _T["acquisition"].daemon_value
+    hold_max_p: float = _T["hold_max_p"].daemon_value
+    idle_qps: float = _T["idle_qps"].daemon_value
+    baseline_every_s: float = _T["baseline_every_s"].daemon_value
+    retry_max_s: float = _T["retry_max_s"].daemon_value
 
 
-#: `tuning.window_mode` values (see `tuner.optimize.windowing`).
-WINDOW_MODES: tuple[str, ...] = ("fixed", "adaptive")
+def _check_fields() -> None:
+    """`TuningConfig`'s fields are `TUNING_TABLE`'s rows, with the row's type (checked once, at import)."""
+    fields = {f.name: f.type for f in dataclasses.fields(TuningConfig)}
+    rows = {row.name: row.kind.__name__ for row in TUNING_TABLE}
+    if fields != rows:
+        raise TypeError(f"TuningConfig fields {fields} differ from TUNING_TABLE {rows}")
+
+
+_check_fields()
+
+#: The `[tuning]` keys the daemon hands its worker's optimiser itself (trials and windows, the seed of each
+#: retune), or applies itself (`hold_max_p`: the guardrail holds from the model, the worker's optimiser does not).
+PASSED_BY_THE_DAEMON: frozenset[str] = frozenset(
+    {"trials", "sobol_trials", "window_s", "settle_s", "seed", "hold_max_p"}
+)
 #: `TuningConfig` fields passed to the optimiser's `TunerSettings` under the same names.
-SETTINGS_FIELDS: tuple[str, ...] = (
-    "context",
-    "context_max_qps",
-    "itr_resolution_us",
-    "history_max_trials",
-    "min_trials",
-    "stop_ei_pct",
-    "safe_delta",
-    "safe_radius",
-    "safe_model_error",
-    "safe_sd_scale",
-    "final_margin_pct",
-    "final_margin_ci",
-    "latency_metric",
-    "window_mode",
-    "window_ci_pct",
-    "window_min_s",
-    "window_guard",
-    "refit_every",
-    "hyper_iters",
-    "peak_step",
-    "acquisition",
+SETTINGS_FIELDS: tuple[str, ...] = tuple(
+    row.name for row in TUNING_TABLE if row.optimizer and row.name not in PASSED_BY_THE_DAEMON
 )
 
 
@@ -131,14 +111,14 @@ class HistoryConfig:
     #: An older daemon's JSON-lines history, imported into the trial store once; None = `<state.dir>/history.jsonl`.
     file: Path | None = None
     #: Newest trials a warm start takes from each source (this host's own, its hardware class's).
-    keep_trials: int = 2000
+    keep_trials: int = default("history", "keep_trials")
     #: The trial store: "" = `<state.dir>/trials.sqlite`; `postgresql://...` (a fleet) or `sqlite:///path`.
     url: str = ""
 
 
 @dataclass(frozen=True)
 class GrpcConfig:
-    listen: str = "unix:///run/tuner/tuner.sock"
+    listen: str = default("grpc", "listen")
     tls_cert: Path | None = None
     tls_key: Path | None = None
     tls_client_ca: Path | None = None
@@ -152,9 +132,9 @@ class Config:
     knobs: KnobBounds = field(default_factory=KnobBounds)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     tuning: TuningConfig = field(default_factory=TuningConfig)
-    state_dir: Path = Path("/var/lib/tuner")
+    state_dir: Path = Path(default("state", "dir"))
     grpc: GrpcConfig = field(default_factory=GrpcConfig)
-    metrics_listen: str | None = "127.0.0.1:9464"
+    metrics_listen: str | None = default("metrics", "listen")
     history: HistoryConfig = field(default_factory=HistoryConfig)
 
     @property

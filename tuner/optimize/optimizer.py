@@ -12,11 +12,11 @@ with their standard errors to Ax. What Ax models depends on the reward (`reward.
 Not raw µs: tail latency spans orders of magnitude (an overloaded point is 10^4 x the SLA) and a GP on the raw
 values is dominated by those outliers; both scales are monotone, so the optimum is unchanged, and the SEM maps
 by the delta method. ITR is an integer range over the INDEX into the host's ITR list
-thinned to `TunerSettings.itr_resolution_us` (default 8 µs: 2, 10, ..., 1018 -> index 0..127; 2 gives every
+thinned to `TunerSettings.itr_resolution_us` (8 µs in the cold preset: 2, 10, ..., 1018 -> index 0..127; 2 gives every
 value of 2..1022), DVFS an ordered choice of the host's frequencies.
 
-The long-lived tuner's options (off in `TunerSettings()`; on by default in `tuner replay` and the daemon's config, chosen by
-the 3-day replay benchmark):
+The long-lived tuner's options (on in `TunerSettings()`, the defaults `tuner replay` and the daemon run, chosen by the
+3-day replay benchmark; off in the `cold` preset, `tuner.optimize.presets`):
 
 * `context`: a third parameter `load` = min(qps / context_max_qps, 1), pinned per retune with
   `get_next_trials(fixed_parameters=...)`; one `Optimizer` persists across retunes (`begin_retune(qps)`) and
@@ -63,6 +63,7 @@ from tuner.optimize.decision import (
     outside_measured,
 )
 from tuner.optimize.model import LOAD_TOLERANCE
+from tuner.optimize.presets import cold_values
 from tuner.optimize.records import (
     STATUS_COMPLETED,
     STATUS_FAILED,
@@ -442,8 +443,9 @@ class Optimizer(StoppingRule):
             if d.get("version") != 1:
                 raise ValueError(f"unsupported version {d.get('version')!r}")
             obj = Objective(**d["objective"])
-            # a state saved before `latency_metric` existed holds an experiment on the ln scale
-            settings = TunerSettings(**{"latency_metric": "log", **d["settings"]})
+            # a state saved before `latency_metric` existed holds an experiment on the ln scale; a field it lacks
+            # takes the value it had then (the cold tuner's, the dataclass's defaults of that time)
+            settings = TunerSettings(**{**cold_values(), "latency_metric": "log", **d["settings"]})
             space = KnobSpace(
                 tuple(int(x) for x in d["space"]["itr_us"]), tuple(float(x) for x in d["space"]["dvfs_ghz"])
             )

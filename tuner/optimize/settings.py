@@ -5,6 +5,7 @@ construction with one-line errors; plus the two derived quantities every layer u
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -13,32 +14,23 @@ from typing import Any
 from actuators.host import PERCENTILES, Measurement
 from core.errors import TunerError
 from reward import DEFAULT_REWARD  # chosen by bench/replay.py (docs, section "replay")
-from tuner.optimize.latscale import KINDS as LATENCY_METRICS
+from tuner.optimize.table import ACQUISITIONS, SLA_CHECKS, TUNER_TABLE, WINDOW_MODES
 
-#: `TunerSettings.sla_margin_pct` / `final_margin_pct` (default 5): the final choice needs the CI's upper end within
-#: SLA x (1 - 5 %). With the cold tuner's 20 s fixed trials a point chosen among 30 measured up to 10 % higher over
-#: the following hour; the margin removed those steady-state violations at ~2.5 % energy (docs/optimizer.md). The
-#: warm tuner's adaptive trials under-state the hour by about their own CI half-width (bench/margin.py).
-#: How `Optimizer.best` decides that a measured trial met the SLA: "ci" = the upper end of the percentile's
-#: 95 % order-statistic CI is within the SLA (a point measured just under the SLA in a 20 s window is
-#: often over it in the hour that follows); "estimate" = the point estimate is.
-SLA_CHECKS = ("ci", "estimate")
-#: `TunerSettings.window_mode`: "fixed" = `window_s` per trial; "adaptive" = grow until the percentile's CI is
-#: within +-`window_ci_pct` % (at most `window_s`), via `tuner.optimize.windowing.measure_window`.
-WINDOW_MODES = ("fixed", "adaptive")
-#: `TunerSettings.acquisition`, how the next point is chosen once the model is fitted: "ax" = Ax's own generation
-#: (`get_next_trials`: qLogNEI over the whole grid; with safe exploration vetted after, and a refused proposal
-#: replaced by the allowed point of largest constrained EI); with `safe_delta` > 0 also "cei" = that allowed point
-#: of largest constrained EI directly, on the posterior the safety filter and the stopping rule already asked
-#: (Ax is not asked for a proposal it would almost always be refused), and "grid" = Ax's acquisition function
-#: (qLogNEI) evaluated over the allowed points only.
-ACQUISITIONS = ("ax", "grid", "cei")
+__all__ = [
+    "ACQUISITIONS",
+    "SLA_CHECKS",
+    "WINDOW_MODES",
+    "Objective",
+    "TunerSettings",
+    "confident_high_us",
+    "final_limit_us",
+    "itr_candidates",
+    "met_limit_us",
+    "pct_text",
+]
 
-
-def _finite_above(v: Any, lo: float, strict: bool = True) -> bool:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        return False
-    return v > lo if strict else v >= lo
+#: Each `TunerSettings` field's default, from its row of the table.
+_D: dict[str, Any] = {row.name: row.default for row in TUNER_TABLE}
 
 
 def pct_text(pct: float) -> str:
@@ -95,145 +87,45 @@ class Objective:
 
 @dataclass(frozen=True)
 class TunerSettings:
-    """How a retune runs: trials (Sobol first), settle and window seconds, and the seed."""
+    """How a retune runs: trials (Sobol first), settle and window seconds, the seed, and the learning tuner's
+    options. Each field is a row of `tuner.optimize.table.TUNER_TABLE` (its default, bounds and doc line); the
+    defaults are the tuner users get, `tuner.optimize.presets` has the dissertation's (`cold`) and the ablations."""
 
-    trials: int = 30
-    sobol_trials: int = 8
-    settle_s: float = 1.0
-    window_s: float = 20.0
-    seed: int = 0
-    itr_resolution_us: int = 8
-    torch_threads: int = 1
-    sla_check: str = "ci"
-    # the margin under the SLA that exploration aims within (`met_limit_us`: the safety gate's limit half, the
-    # adaptive window's early end, the constrained EI, the evidence a point was measured "within the limit")
-    sla_margin_pct: float = 5.0
-    # the final choice (`best_decision`, sla_check="ci"): estimate + (1 + final_margin_ci) x the percentile's 95 %
-    # CI upper half-width <= SLA x (1 - final_margin_pct %): a margin that grows with the trial's own uncertainty
-    # over a small fixed floor. Defaults (also the warm preset's and the daemon's) = the fixed 5 % of the CI as
-    # measured; 1 % + 2 x CI is the rule the measurement supports (bench/margin.py, docs/optimizer.md "The final
-    # choice's margin, measured"), not the default: its replays put more trial time above the SLA on 2 of 7 checks.
-    # Exploration's incumbent keeps the `sla_margin_pct` rule (`decision.exploration_settings`)
-    final_margin_pct: float = 5.0
-    final_margin_ci: float = 0.0
-    # the long-lived tuner's options: off in this dataclass (TunerSettings() is the dissertation's cold tuner,
-    # one retune per Optimizer); the product entry points -- `tuner replay` (preset "warm") and the daemon's
-    # config -- turn them on, because the 3-day replay benchmark shows each helps (docs/benchmarks.md)
-    context: bool = False
-    context_max_qps: float = 1e6
-    # Ax's time per suggestion grows with the trials in the model (GP fit, qLogNEI's baseline): 100, not the
-    # 400 first agreed, keeps near the 0.5 s median target (bench/suggest.py) and still holds a day of retunes.
-    history_max_trials: int = 100
-    min_trials: int = 2
-    stop_ei_pct: float = 0.0
-    safe_delta: float = 0.0
-    # with safe_delta > 0: a point is tried only within this normalised knob distance of one measured within
-    # the limit at a load >= this one less SAFE_LOAD_TOL (acquisition.supported); 0 = the model's P alone
-    safe_radius: float = 0.2
-    # with safe_delta > 0: an SD of ln(percentile) added (in quadrature) to the model's own in P(SLA broken), for
-    # the model's error near the SLA, where latency bends faster than a smooth GP; 0 = the model's SD alone
-    safe_model_error: float = 0.0
-    # with safe_delta > 0: the model's predictive SD is multiplied by this in P(SLA broken) and P(over the limit):
-    # a GP fitted to a latency surface with a saturation cliff is overconfident next to the cliff (3-day replay,
-    # 3 seeds: of 226 trials it passed, 9 measured over the SLA where its P summed to 0.1; docs/optimizer.md)
-    safe_sd_scale: float = 1.0
-    # the scale the GP models the percentile on (`tuner.optimize.latscale`): "log" (ln µs) or "headroom" (SLA / µs)
-    latency_metric: str = "log"
-    window_mode: str = "fixed"
-    window_ci_pct: float = 5.0
-    window_min_s: float = 2.0
-    # adaptive windows: the guard (`WindowPolicy.abort_above_us` = the SLA) ends a window after any chunk whose
-    # percentile's CI is wholly above the SLA
-    window_guard: bool = True
-    # the GP's hyperparameters are re-optimised at most every `refit_every` new trials (or once the data grew by
-    # REFIT_GROWTH); in between the model is refitted on all data with the last hyperparameters, which is what
-    # dominates Ax's compute per suggestion (bench/suggest.py). 1 = every trial (Ax's own behaviour)
-    refit_every: int = 1
-    # N > 0: each time the hyperparameters are due they are warm-started from the last fit and re-optimised by at
-    # most N L-BFGS iterations (BoTorch's `fit_gpytorch_mll`, `maxiter`), not by Ax's own fit from its defaults
-    # (refit_every 1) or to convergence (refit_every > 1); 0 = off
-    hyper_iters: int = 0
-    # with safe_delta > 0, at a load above every load measured within the limit where no point is both modelled
-    # safe and near evidence: step from the best point measured at the highest load (frequency first, then ITR,
-    # `SafeExploration._peak_step`) instead of walking the safe line from the corner
-    peak_step: bool = False
-    # with context: a retune at a load inside the loads measured within the limit holds the model's best point there
-    # without trials when the model puts its P(over the limit `best` applies) at most this (`decision.hold_or_retune`);
-    # 0 = every retune runs trials
-    hold_max_p: float = 0.0
-    # how the next point is chosen once the model is fitted (ACQUISITIONS)
-    acquisition: str = "ax"
-    # with safe_delta > 0 and the stopping rule: before a retune stops, one trial at the next longer ITR of the
-    # point it would hold (same frequency), if not yet measured in this retune, near evidence, the model's mean
-    # there within the final choice's limit and P(SLA broken) as the gate computes it <= safe_delta -- the gate's
-    # other half, P(over the limit exploration aims within), waived (`StoppingRule._refine_cell`)
-    refine_step: bool = False
+    trials: int = _D["trials"]
+    sobol_trials: int = _D["sobol_trials"]
+    settle_s: float = _D["settle_s"]
+    window_s: float = _D["window_s"]
+    seed: int = _D["seed"]
+    itr_resolution_us: int = _D["itr_resolution_us"]
+    torch_threads: int = _D["torch_threads"]
+    sla_check: str = _D["sla_check"]
+    sla_margin_pct: float = _D["sla_margin_pct"]
+    final_margin_pct: float = _D["final_margin_pct"]
+    final_margin_ci: float = _D["final_margin_ci"]
+    context: bool = _D["context"]
+    context_max_qps: float = _D["context_max_qps"]
+    history_max_trials: int = _D["history_max_trials"]
+    min_trials: int = _D["min_trials"]
+    stop_ei_pct: float = _D["stop_ei_pct"]
+    safe_delta: float = _D["safe_delta"]
+    safe_radius: float = _D["safe_radius"]
+    safe_model_error: float = _D["safe_model_error"]
+    safe_sd_scale: float = _D["safe_sd_scale"]
+    latency_metric: str = _D["latency_metric"]
+    window_mode: str = _D["window_mode"]
+    window_ci_pct: float = _D["window_ci_pct"]
+    window_min_s: float = _D["window_min_s"]
+    window_guard: bool = _D["window_guard"]
+    refit_every: int = _D["refit_every"]
+    hyper_iters: int = _D["hyper_iters"]
+    peak_step: bool = _D["peak_step"]
+    hold_max_p: float = _D["hold_max_p"]
+    acquisition: str = _D["acquisition"]
+    refine_step: bool = _D["refine_step"]
 
     def __post_init__(self) -> None:
-        for name in (
-            "trials",
-            "sobol_trials",
-            "itr_resolution_us",
-            "torch_threads",
-            "history_max_trials",
-            "min_trials",
-            "refit_every",
-        ):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise TunerError(f"{name} must be an integer >= 1, got {v!r}")
-        if isinstance(self.hyper_iters, bool) or not isinstance(self.hyper_iters, int) or self.hyper_iters < 0:
-            raise TunerError(f"hyper_iters must be an integer >= 0 (0 = off), got {self.hyper_iters!r}")
-        if not (self.settle_s >= 0 and math.isfinite(self.settle_s)):
-            raise TunerError(f"settle_s must be >= 0 seconds, got {self.settle_s!r}")
-        if not (self.window_s > 0 and math.isfinite(self.window_s)):
-            raise TunerError(f"window_s must be > 0 seconds, got {self.window_s!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise TunerError(f"seed must be an integer, got {self.seed!r}")
-        if not (0.0 <= self.sla_margin_pct < 100.0):
-            raise TunerError(f"sla_margin_pct must be in [0, 100), got {self.sla_margin_pct!r}")
-        if not (_finite_above(self.final_margin_pct, 0.0, strict=False) and self.final_margin_pct < 100.0):
-            raise TunerError(f"final_margin_pct must be in [0, 100), got {self.final_margin_pct!r}")
-        if not (_finite_above(self.final_margin_ci, 0.0, strict=False) and self.final_margin_ci <= 10.0):
-            raise TunerError(
-                f"final_margin_ci must be in [0, 10] (extra CI half-widths; 0 = the CI as measured), "
-                f"got {self.final_margin_ci!r}"
-            )
-        if self.sla_check not in SLA_CHECKS:
-            raise TunerError(f"sla_check {self.sla_check!r}: expected one of {', '.join(SLA_CHECKS)}")
-        for name in ("context", "window_guard", "peak_step", "refine_step"):
-            if not isinstance(getattr(self, name), bool):
-                raise TunerError(f"{name} must be true or false, got {getattr(self, name)!r}")
-        if not _finite_above(self.context_max_qps, 0.0):
-            raise TunerError(f"context_max_qps must be a number > 0 (requests/s), got {self.context_max_qps!r}")
-        if not (_finite_above(self.stop_ei_pct, 0.0, strict=False) and self.stop_ei_pct < 100.0):
-            raise TunerError(f"stop_ei_pct must be in [0, 100) (0 = off), got {self.stop_ei_pct!r}")
-        if not (_finite_above(self.safe_delta, 0.0, strict=False) and self.safe_delta < 1.0):
-            raise TunerError(f"safe_delta must be a probability in [0, 1) (0 = off), got {self.safe_delta!r}")
-        if not (_finite_above(self.safe_radius, 0.0, strict=False) and self.safe_radius <= 2.0):
-            raise TunerError(
-                f"safe_radius must be in [0, 2] (normalised knob distance; 0 = off), got {self.safe_radius!r}"
-            )
-        if not (_finite_above(self.safe_model_error, 0.0, strict=False) and self.safe_model_error <= 1.0):
-            raise TunerError(
-                f"safe_model_error must be in [0, 1] (SD of ln latency; 0 = off), got {self.safe_model_error!r}"
-            )
-        if not (_finite_above(self.safe_sd_scale, 1.0, strict=False) and self.safe_sd_scale <= 10.0):
-            raise TunerError(
-                f"safe_sd_scale must be in [1, 10] (1 = the model's SD as it is), got {self.safe_sd_scale!r}"
-            )
-        if not (_finite_above(self.hold_max_p, 0.0, strict=False) and self.hold_max_p <= 0.5):
-            raise TunerError(f"hold_max_p must be a probability in [0, 0.5] (0 = off), got {self.hold_max_p!r}")
-        if self.latency_metric not in LATENCY_METRICS:
-            raise TunerError(f"latency_metric {self.latency_metric!r}: expected one of {', '.join(LATENCY_METRICS)}")
-        if self.acquisition not in ACQUISITIONS:
-            raise TunerError(f"acquisition {self.acquisition!r}: expected one of {', '.join(ACQUISITIONS)}")
-        if self.window_mode not in WINDOW_MODES:
-            raise TunerError(f"window_mode {self.window_mode!r}: expected one of {', '.join(WINDOW_MODES)}")
-        if not (_finite_above(self.window_ci_pct, 0.0) and self.window_ci_pct < 100.0):
-            raise TunerError(f"window_ci_pct must be in (0, 100), got {self.window_ci_pct!r}")
-        if not _finite_above(self.window_min_s, 0.0):
-            raise TunerError(f"window_min_s must be > 0 seconds, got {self.window_min_s!r}")
+        for row in TUNER_TABLE:
+            row.validate(getattr(self, row.name))
         if self.window_mode == "adaptive" and self.window_min_s > self.window_s:
             raise TunerError(
                 f"window_min_s ({self.window_min_s:g} s) must not exceed window_s "
@@ -281,3 +173,14 @@ def itr_candidates(itr_us: Sequence[int], resolution_us: int) -> tuple[int, ...]
         if not out or v >= out[-1] + resolution_us:
             out.append(v)
     return tuple(out)
+
+
+def _check_fields() -> None:
+    """The dataclass's fields are the table's rows, with the row's type (checked once, at import)."""
+    fields = {f.name: f.type for f in dataclasses.fields(TunerSettings)}
+    rows = {row.name: row.kind.__name__ for row in TUNER_TABLE if row.optimizer}
+    if fields != rows:
+        raise TypeError(f"TunerSettings fields {fields} differ from tuner.optimize.table.TUNER_TABLE {rows}")
+
+
+_check_fields()

@@ -57,8 +57,9 @@ from actuators.host import Host, Measurement
 from actuators.latency.dist import SampleDist
 from core.errors import TunerError
 from core.stats import quantile_ci_achievable, relative_half_width
+from tuner.optimize.table import WINDOW_MODES
 
-MODES = ("fixed", "adaptive")
+MODES = WINDOW_MODES  # `TunerSettings.window_mode` values, declared with the setting
 #: Safety factor on the 1/sqrt(n) extrapolation of the next chunk's length.
 GROWTH_MARGIN = 1.2
 #: A chunk adds at most this many times the time measured so far (1: the window at most doubles).

@@ -35,6 +35,9 @@ from actuators.abilities import ExpectedModel
 from actuators.host import Host, LoadControl, Measurement, OperatingPoint, apply_point
 from core.errors import TunerError
 from tuner.optimize.optimizer import Optimizer
+from tuner.optimize.presets import TUNER_PRESETS as TUNER_PRESETS  # re-exported: the presets' old home
+from tuner.optimize.presets import WARM_ABLATIONS as WARM_ABLATIONS
+from tuner.optimize.presets import preset_settings as preset_settings
 from tuner.optimize.records import TrialRecord
 from tuner.optimize.retune import run_retune
 from tuner.optimize.settings import Objective, TunerSettings
@@ -61,67 +64,6 @@ def fine_window_hold(settings: TunerSettings, bin_s: float, explicit: bool = Fal
     if explicit or not settings.context or bin_s >= HOUR_S or settings.hold_max_p > 0:
         return settings
     return replace(settings, hold_max_p=FINE_HOLD_MAX_P)
-
-
-#: `tuner replay --tuner NAME` / `bench/replay.py` variants: the TunerSettings fields each preset sets.
-#: `cold` is the dissertation's tuner (every learning feature off, 30 trials, a fresh experiment per window);
-#: `warm` turns them all on: load as context (one experiment for the whole replay), the stopping rule,
-#: safe exploration (delta 5 %) and statistically sized (adaptive) trial windows.
-TUNER_PRESETS: dict[str, dict[str, Any]] = {
-    "cold": {
-        "trials": 30,
-        "context": False,
-        "stop_ei_pct": 0.0,
-        "safe_delta": 0.0,
-        "window_mode": "fixed",
-        "itr_resolution_us": 8,
-    },
-    # 16 µs ITR grid: half the candidates of 8 µs for Ax's acquisition and the safety filter's predictions,
-    # within the 0.5 s per trial target, same energy (docs/optimizer.md)
-    "warm": {
-        "trials": 30,
-        "context": True,
-        "stop_ei_pct": 1.0,
-        "safe_delta": 0.05,
-        "window_mode": "adaptive",
-        "itr_resolution_us": 16,
-        "safe_sd_scale": 2.0,
-        # a load above every one measured: step from the best point at the highest load, frequency first
-        # (bench/replay.py, 3 seeds: 99 % < 500 µs 1.022 x oracle against 1.026 x, 99 % < 200 µs unchanged)
-        "peak_step": True,
-        # the allowed point of largest constrained EI, without Ax's whole-grid proposal first: the safety filter
-        # refused that proposal and tried this point instead on every trial of the checks (same trials, to the
-        # joule, at a third of the compute; docs/optimizer.md, "Compute per suggestion")
-        "acquisition": "cei",
-    },
-}
-#: The benchmark's ablations, each warm without one feature (docs/benchmarks.md): named presets, so that
-#: `tuner replay --preset NAME` reproduces a row of the 3-day table.
-WARM_ABLATIONS: dict[str, dict[str, Any]] = {
-    "warm-no-safety": {"safe_delta": 0.0},
-    "warm-no-evidence": {"safe_radius": 0.0},
-    "warm-no-adaptive": {"window_mode": "fixed"},
-    "warm-no-stop": {"stop_ei_pct": 0.0},
-    "warm-no-context": {"context": False},
-    "warm-no-guard": {"window_guard": False},
-    "warm-no-sd-scale": {"safe_sd_scale": 1.0},
-    "warm-headroom": {"latency_metric": "headroom"},
-    # not an ablation: the fast variant, Ax's acquisition over the allowed points only, hyperparameters every 5th
-    # trial or on a surprise (docs/optimizer.md, "Compute per suggestion")
-    "warm-grid": {"acquisition": "grid", "refit_every": 5},
-}
-TUNER_PRESETS.update({name: {**TUNER_PRESETS["warm"], **over} for name, over in WARM_ABLATIONS.items()})
-
-
-def preset_settings(name: str, base: TunerSettings | None = None, **overrides: Any) -> TunerSettings:
-    """`base` (default `TunerSettings()`) with preset `name`'s fields, then `overrides`, applied."""
-    if name not in TUNER_PRESETS:
-        raise TunerError(f"unknown tuner preset {name!r}: expected one of {', '.join(TUNER_PRESETS)}")
-    fields = {**TUNER_PRESETS[name], **overrides}
-    try:
-        return replace(base if base is not None else TunerSettings(), **fields)
-    except TypeError as exc:  # a field this TunerSettings does not have
-        raise TunerError(f"tuner preset {name!r}: {exc}") from None
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,9 @@ from tuner.daemon.loop import Daemon
 from tuner.daemon.plain import ModelTable
 from tuner.optimize.decision import HoldCandidate, hold_or_retune, outside_measured
 from tuner.optimize.optimizer import Optimizer
+from tuner.optimize.presets import cold_settings
 from tuner.optimize.retune import run_retune
-from tuner.optimize.settings import Objective, TunerSettings
+from tuner.optimize.settings import Objective
 from tuner.replay.oracle import oracle_point
 from tuner.replay.report import summary
 from tuner.replay.run import FINE_HOLD_MAX_P, ReplayWindow, default_policies, fine_window_hold, hour_loads, replay
@@ -65,7 +66,7 @@ def test_a_model_not_confident_enough_or_holding_off_retunes() -> None:
 
 
 def _optimizer() -> Optimizer:
-    settings = TunerSettings(
+    settings = cold_settings(
         trials=6,
         sobol_trials=6,
         settle_s=0.0,
@@ -154,7 +155,7 @@ def test_summary_compares_the_tuner_with_the_hourly_oracle_held_over_its_windows
     assert hour_loads(windows) == {(0, 0): 180_000.0, (0, 1): 220_000.0}
     assert default_policies(300.0)[-1] == "oracle-hourly" and "oracle-hourly" not in default_policies(3600.0)
     obj = Objective("constrained", 99, 500)
-    settings = TunerSettings(trials=3, sobol_trials=2, settle_s=0.0, window_s=5.0, seed=1)
+    settings = cold_settings(trials=3, sobol_trials=2, settle_s=0.0, window_s=5.0, seed=1)
     res = replay(lambda: make_model_host(0), windows, obj, settings, policies=("tuner", "oracle", "oracle-hourly"))
     hourly = res.policies["oracle-hourly"].windows
     at_peak = {h: oracle_point(make_model_host(0), obj, q)[0] for h, q in ((0, 180_000.0), (1, 220_000.0))}
@@ -170,16 +171,16 @@ def test_summary_compares_the_tuner_with_the_hourly_oracle_held_over_its_windows
 
 
 def test_fine_windows_hold_by_default_and_hourly_windows_retune() -> None:
-    warm = TunerSettings(context=True)
+    warm = cold_settings(context=True)
     assert fine_window_hold(warm, 300.0).hold_max_p == FINE_HOLD_MAX_P
     assert fine_window_hold(warm, 3600.0).hold_max_p == 0.0
     assert fine_window_hold(warm, 300.0, explicit=True).hold_max_p == 0.0  # --hold-max-p 0 stays 0
-    assert fine_window_hold(TunerSettings(), 300.0).hold_max_p == 0.0  # the cold tuner has no load input
+    assert fine_window_hold(cold_settings(), 300.0).hold_max_p == 0.0  # the cold tuner has no load input
 
 
 def test_hold_max_p_is_validated() -> None:
     with pytest.raises(Exception, match="hold_max_p"):
-        TunerSettings(hold_max_p=0.9)
+        cold_settings(hold_max_p=0.9)
 
 
 def _daemon(tmp_path, host: FakeHost, **kw) -> Daemon:

@@ -15,7 +15,7 @@ from core.errors import TunerError
 from tests.optimize_fakes import OBJ, SMALL, ctx, meas, seeded
 from tuner.optimize.latscale import HEADROOM_FLOOR, LOG_CAP_SEM, LOG_CAP_X, LatencyScale
 from tuner.optimize.optimizer import Optimizer
-from tuner.optimize.settings import TunerSettings
+from tuner.optimize.presets import cold_settings
 
 LOG = LatencyScale("log", 500.0)
 HEAD = LatencyScale("headroom", 500.0)
@@ -68,11 +68,11 @@ def test_prob_over_is_the_gaussian_tail_on_each_scale() -> None:
 def test_bad_scales_are_refused_in_one_line() -> None:
     with pytest.raises(TunerError, match="latency_metric 'raw'"):
         LatencyScale("raw", 500.0)
-    with pytest.raises(TunerError, match="latency_metric 'raw'"):
-        TunerSettings(latency_metric="raw")
+    with pytest.raises(TunerError, match="latency_metric: expected one of 'log', 'headroom', got 'raw'"):
+        cold_settings(latency_metric="raw")
     for bad in (0.5, 11.0, math.nan):
-        with pytest.raises(TunerError, match=r"safe_sd_scale must be in \[1, 10\]"):
-            TunerSettings(safe_sd_scale=bad)
+        with pytest.raises(TunerError, match=r"safe_sd_scale: expected (a number|a factor in \[1, 10\])"):
+            cold_settings(safe_sd_scale=bad)
 
 
 def test_the_optimizer_fits_headroom_when_asked_and_predicts_in_microseconds() -> None:

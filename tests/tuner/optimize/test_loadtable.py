@@ -15,8 +15,9 @@ from actuators.sim.host import SimHost
 from tuner.daemon.powercurve import load_curve, reduce_table
 from tuner.optimize.loadtable import LOAD_TABLE_LOADS, table_loads
 from tuner.optimize.optimizer import Optimizer
+from tuner.optimize.presets import cold_settings
 from tuner.optimize.retune import run_retune
-from tuner.optimize.settings import Objective, TunerSettings
+from tuner.optimize.settings import Objective
 
 LOADS = (200_000.0, 400_000.0)
 SLA = 500.0
@@ -24,7 +25,7 @@ SLA = 500.0
 
 @pytest.fixture(scope="module")
 def fitted():
-    s = TunerSettings(
+    s = cold_settings(
         trials=5, sobol_trials=3, settle_s=0.0, window_s=0.5, seed=0, context=True, context_max_qps=1e6,
         itr_resolution_us=16, safe_delta=0.0, stop_ei_pct=0.0,
     )  # fmt: skip

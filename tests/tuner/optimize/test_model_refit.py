@@ -11,7 +11,7 @@ from actuators.host import OperatingPoint
 from core.errors import TunerError
 from tests.optimize_fakes import OBJ, SMALL, ctx, history, meas
 from tuner.optimize.optimizer import Optimizer
-from tuner.optimize.settings import TunerSettings
+from tuner.optimize.presets import cold_settings
 
 
 def _count_hyper_fits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -77,5 +77,5 @@ def test_a_model_refitted_without_new_hyperparameters_still_follows_new_data() -
 
 
 def test_refit_every_is_validated() -> None:
-    with pytest.raises(TunerError, match="refit_every must be an integer >= 1"):
-        TunerSettings(refit_every=0)
+    with pytest.raises(TunerError, match="refit_every: expected 1..1000 trials, got 0"):
+        cold_settings(refit_every=0)

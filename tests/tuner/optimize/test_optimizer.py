@@ -12,11 +12,12 @@ from actuators.host import PERCENTILES, KnobSpace, Measurement, OperatingPoint
 from core.errors import TunerError
 from tests.fakes import FailingHost, FakeHost
 from tuner.optimize.optimizer import Optimizer
+from tuner.optimize.presets import cold_settings
 from tuner.optimize.retune import run_retune
-from tuner.optimize.settings import Objective, TunerSettings
+from tuner.optimize.settings import Objective
 
 SPACE = KnobSpace.ixgbe((1.2, 1.6, 2.0, 2.4, 2.9))
-FAST = TunerSettings(trials=5, sobol_trials=3, settle_s=1.0, window_s=5.0, seed=7)
+FAST = cold_settings(trials=5, sobol_trials=3, settle_s=1.0, window_s=5.0, seed=7)
 
 
 def meas(p99: float, power: float, seconds: float = 5.0, qps: float = 1e5) -> Measurement:
@@ -50,15 +51,15 @@ def test_objective_validation_is_one_line(kwargs: dict, message: str) -> None:
 
 
 def test_settings_validation() -> None:
-    with pytest.raises(TunerError, match="trials must be an integer >= 1"):
-        TunerSettings(trials=0)
-    with pytest.raises(TunerError, match="window_s must be > 0"):
-        TunerSettings(window_s=0)
+    with pytest.raises(TunerError, match="trials: expected 1..1000, got 0"):
+        cold_settings(trials=0)
+    with pytest.raises(TunerError, match="window_s: expected 0.001..3600 seconds"):
+        cold_settings(window_s=0)
 
 
 def _fed(objective: Objective, values: list[tuple[float, float]], sla_check: str = "ci") -> Optimizer:
     opt = Optimizer(
-        SPACE, objective, TunerSettings(trials=len(values), sobol_trials=len(values), seed=1, sla_check=sla_check)
+        SPACE, objective, cold_settings(trials=len(values), sobol_trials=len(values), seed=1, sla_check=sla_check)
     )
     for p99, power in values:
         i, _ = opt.suggest()
@@ -148,7 +149,7 @@ def test_run_retune_settles_measures_and_applies_the_decision() -> None:
 def test_same_seed_same_trials() -> None:
     def points(seed: int) -> list[OperatingPoint]:
         host = FakeHost(qps=150_000)
-        s = TunerSettings(trials=4, sobol_trials=2, settle_s=0.0, window_s=5.0, seed=seed)
+        s = cold_settings(trials=4, sobol_trials=2, settle_s=0.0, window_s=5.0, seed=seed)
         opt = Optimizer(host.knobs(), Objective(), s)
         run_retune(host, opt, s)
         return [r.point for r in opt.trials()]
@@ -160,7 +161,7 @@ def test_same_seed_same_trials() -> None:
 
 def test_json_round_trip_keeps_trials_and_continues() -> None:
     host = FakeHost(qps=150_000)
-    s = TunerSettings(trials=3, sobol_trials=3, settle_s=0.5, window_s=5.0, seed=3)
+    s = cold_settings(trials=3, sobol_trials=3, settle_s=0.5, window_s=5.0, seed=3)
     opt = Optimizer(host.knobs(), Objective("edp", 95, 400), s, name="rt")
     run_retune(host, opt, s)
     text = opt.to_json()
@@ -200,7 +201,7 @@ def test_final_margin_tightens_the_final_choice() -> None:
         opt = Optimizer(
             SPACE,
             Objective("constrained", 99, 500),
-            TunerSettings(trials=2, sobol_trials=2, seed=1, final_margin_pct=margin),
+            cold_settings(trials=2, sobol_trials=2, seed=1, final_margin_pct=margin),
         )
         for p99, power in [(450, 30.0), (480, 25.0)]:
             i, _ = opt.suggest()
@@ -209,13 +210,13 @@ def test_final_margin_tightens_the_final_choice() -> None:
         assert d.met_sla
         return d.measurement.power_w
 
-    assert TunerSettings().sla_margin_pct == 5.0 and TunerSettings().final_margin_pct == 5.0
+    assert cold_settings().sla_margin_pct == 5.0 and cold_settings().final_margin_pct == 5.0
     assert best(0.0) == pytest.approx(25.0)  # CI high 494 µs <= 500
     assert best(5.0) == pytest.approx(30.0)  # 494 > 475: only the 450 µs point (CI high 464) qualifies
     with pytest.raises(TunerError, match="sla_margin_pct"):
-        TunerSettings(sla_margin_pct=100)
+        cold_settings(sla_margin_pct=100)
     with pytest.raises(TunerError, match="final_margin_pct"):
-        TunerSettings(final_margin_pct=-1)
+        cold_settings(final_margin_pct=-1)
 
 
 def _with_ci(p99: float, half_pct: float, power: float) -> Measurement:
@@ -230,7 +231,7 @@ def test_final_margin_ci_scales_the_margin_with_each_trials_own_ci() -> None:
     with its own uncertainty, not a fixed share of the SLA."""
 
     def best(margin_ci: float, readings: list[tuple[float, float, float]]) -> float:
-        s = TunerSettings(
+        s = cold_settings(
             trials=len(readings), sobol_trials=len(readings), seed=1, final_margin_pct=1.0, final_margin_ci=margin_ci
         )
         opt = Optimizer(SPACE, Objective("constrained", 99, 500), s)
@@ -247,16 +248,16 @@ def test_final_margin_ci_scales_the_margin_with_each_trials_own_ci() -> None:
     assert best(1.0, wide) == pytest.approx(30.0)
     assert best(0.0, wide) == pytest.approx(25.0)  # the CI as measured: 489.6 <= 495
     with pytest.raises(TunerError, match="final_margin_ci"):
-        TunerSettings(final_margin_ci=-1.0)
+        cold_settings(final_margin_ci=-1.0)
     with pytest.raises(TunerError, match="final_margin_ci"):
-        TunerSettings(final_margin_ci=math.nan)
+        cold_settings(final_margin_ci=math.nan)
 
 
 def test_trial_records_keep_percentiles_but_drop_the_latency_samples() -> None:
 
     import numpy as np
 
-    opt = Optimizer(SPACE, Objective(), TunerSettings(trials=2, sobol_trials=2, seed=1))
+    opt = Optimizer(SPACE, Objective(), cold_settings(trials=2, sobol_trials=2, seed=1))
     samples = np.random.default_rng(0).exponential(100.0, 5000)
     m = dataclasses.replace(meas(400, 30.0), latency_dist=samples)
     assert m.latency_dist is not None

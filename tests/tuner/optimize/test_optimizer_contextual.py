@@ -17,9 +17,10 @@ from tests.optimize_fakes import MAXQ, OBJ, SMALL, ctx, history, meas
 from tuner.optimize import acquisition
 from tuner.optimize.latscale import LatencyScale
 from tuner.optimize.optimizer import Optimizer
+from tuner.optimize.presets import cold_settings
 from tuner.optimize.records import TrialRecord
 from tuner.optimize.retune import run_retune
-from tuner.optimize.settings import Objective, TunerSettings
+from tuner.optimize.settings import Objective
 
 
 def node_of(opt: Optimizer, ax_index: int) -> str | None:
@@ -33,29 +34,29 @@ def node_of(opt: Optimizer, ax_index: int) -> str | None:
 @pytest.mark.parametrize(
     ("kw", "msg"),
     [
-        ({"context": 1}, "context must be true or false"),
-        ({"context_max_qps": 0}, "context_max_qps must be a number > 0"),
-        ({"history_max_trials": 0}, "history_max_trials must be an integer >= 1"),
-        ({"min_trials": 1.5}, "min_trials must be an integer >= 1"),
-        ({"stop_ei_pct": -1}, r"stop_ei_pct must be in \[0, 100\)"),
-        ({"safe_delta": 1.0}, r"safe_delta must be a probability in \[0, 1\)"),
-        ({"window_mode": "auto"}, "window_mode 'auto': expected one of fixed, adaptive"),
-        ({"window_ci_pct": 0}, r"window_ci_pct must be in \(0, 100\)"),
-        ({"window_min_s": -2}, "window_min_s must be > 0 seconds"),
+        ({"context": 1}, "context: expected true or false, got 1"),
+        ({"context_max_qps": 0}, "context_max_qps: expected a value > 0, got 0"),
+        ({"history_max_trials": 0}, "history_max_trials: expected 1..100000, got 0"),
+        ({"min_trials": 1.5}, "min_trials: expected an integer, got 1.5"),
+        ({"stop_ei_pct": -1}, r"stop_ei_pct: expected a percentage in \[0, 100\) \(0 = off\), got -1"),
+        ({"safe_delta": 1.0}, r"safe_delta: expected a probability in \[0, 1\)"),
+        ({"window_mode": "auto"}, "window_mode: expected one of 'fixed', 'adaptive', got 'auto'"),
+        ({"window_ci_pct": 0}, r"window_ci_pct: expected a percentage in \(0, 100\)"),
+        ({"window_min_s": -2}, "window_min_s: expected 0.001..3600 seconds, got -2"),
         ({"window_mode": "adaptive", "window_min_s": 30.0}, "window_min_s .30 s. must not exceed window_s"),
     ],
 )
 def test_new_settings_are_validated_in_one_line(kw: dict, msg: str) -> None:
     with pytest.raises(TunerError, match=msg) as exc:
-        TunerSettings(**kw)
+        cold_settings(**kw)
     assert "\n" not in str(exc.value)
 
 
 def test_new_defaults_are_off_and_old_state_json_still_loads() -> None:
-    s = TunerSettings()
+    s = cold_settings()
     assert (s.context, s.stop_ei_pct, s.safe_delta, s.window_mode) == (False, 0.0, 0.0, "fixed")
-    assert s.load_of(2e6) == 1.0 and s.load_of(-5) == 0.0 and TunerSettings(context_max_qps=4e5).load_of(1e5) == 0.25
-    opt = Optimizer(SMALL, OBJ, TunerSettings(trials=2, sobol_trials=2, seed=1))
+    assert s.load_of(2e6) == 1.0 and s.load_of(-5) == 0.0 and cold_settings(context_max_qps=4e5).load_of(1e5) == 0.25
+    opt = Optimizer(SMALL, OBJ, cold_settings(trials=2, sobol_trials=2, seed=1))
     i, _ = opt.suggest()
     opt.complete(i, meas(300, 20), 1e5)
     d = json.loads(opt.to_json())
@@ -76,7 +77,7 @@ def test_new_defaults_are_off_and_old_state_json_still_loads() -> None:
     for t in d["trials"]:
         del t["p_violation"], t["note"]
     old = Optimizer.from_json(json.dumps(d))
-    assert old.settings == TunerSettings(trials=2, sobol_trials=2, seed=1)
+    assert old.settings == cold_settings(trials=2, sobol_trials=2, seed=1)
     assert old.trials() == opt.trials()
     j, _ = old.suggest()
     assert j == 1
@@ -232,7 +233,7 @@ def test_context_mode_needs_begin_retune() -> None:
 
 
 def _fed(values: list[tuple[float, float]], **kw) -> Optimizer:
-    s = TunerSettings(trials=12, sobol_trials=4, seed=5, stop_ei_pct=5.0, min_trials=2, sla_margin_pct=0.0, **kw)
+    s = cold_settings(trials=12, sobol_trials=4, seed=5, stop_ei_pct=5.0, min_trials=2, sla_margin_pct=0.0, **kw)
     opt = Optimizer(SMALL, OBJ, s)
     opt.begin_retune(1e5)
     for p99, power in values:
@@ -261,7 +262,7 @@ def test_stop_rule_goes_on_when_a_point_may_save_a_lot() -> None:
 def test_stop_rule_waits_for_min_trials_a_feasible_point_and_honours_the_budget() -> None:
     assert _fed([(200, 20.0)]).should_stop() == (False, "1 trial(s) of at least 2")
     assert _fed([(900, 20.0)] * 3).should_stop() == (False, "no trial of this retune met the SLA yet")
-    off = TunerSettings(trials=2, sobol_trials=2, seed=1)
+    off = cold_settings(trials=2, sobol_trials=2, seed=1)
     opt = Optimizer(SMALL, OBJ, off)
     assert opt.should_stop() == (False, "stopping rule off")
     for _ in range(2):
@@ -330,7 +331,7 @@ def test_safe_exploration_never_tries_a_point_the_model_deems_unsafe() -> None:
 
 
 def test_when_the_model_deems_every_point_unsafe_it_steps_out_from_the_safe_corner() -> None:
-    s = TunerSettings(trials=6, sobol_trials=3, seed=2, safe_delta=0.05)
+    s = cold_settings(trials=6, sobol_trials=3, seed=2, safe_delta=0.05)
     opt = Optimizer(SMALL, OBJ, s)
     for _ in range(3):  # safe start: every step breaks the SLA badly
         i, p = opt.suggest()
@@ -358,7 +359,7 @@ def test_adaptive_window_mode_measures_through_windowing(monkeypatch: pytest.Mon
 
     monkeypatch.setattr(windowing, "measure_window", fake_measure_window)
     host = FakeHost(qps=100_000, knobs=SMALL)
-    s = TunerSettings(
+    s = cold_settings(
         trials=1,
         sobol_trials=1,
         settle_s=0.0,
@@ -377,6 +378,6 @@ def test_adaptive_window_mode_measures_through_windowing(monkeypatch: pytest.Mon
     unguarded = replace(s, window_guard=False)
     run_trial(host, Optimizer(SMALL, Objective("constrained", 95, 500), unguarded), unguarded)
     assert seen[-1].abort_above_us is None and seen[-1].stop_above_us == pytest.approx(500 * 0.95)
-    fixed = TunerSettings(trials=1, sobol_trials=1, settle_s=0.0, window_s=7.0)
+    fixed = cold_settings(trials=1, sobol_trials=1, settle_s=0.0, window_s=7.0)
     rec = run_trial(host, Optimizer(SMALL, OBJ, fixed), fixed)
     assert rec.measurement.seconds == 7.0 and len(seen) == 2  # fixed mode: host.measure(window_s) as before

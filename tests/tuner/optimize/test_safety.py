@@ -14,8 +14,8 @@ from tests.optimize_fakes import OBJ, SMALL, ctx, meas, seeded
 from tuner.optimize import acquisition
 from tuner.optimize.acquisition import LINE_AIM
 from tuner.optimize.optimizer import Optimizer
+from tuner.optimize.presets import cold_settings
 from tuner.optimize.safety import SAFE_ITR_DOWN_WEIGHT, SAFE_LOAD_TOL
-from tuner.optimize.settings import TunerSettings
 
 CORNER = OperatingPoint(SMALL.itr_us[0], SMALL.dvfs_ghz[-1])
 
@@ -95,8 +95,8 @@ def test_line_step_is_shortened_where_latency_climbs_toward_the_limit() -> None:
 
 def test_safe_radius_is_validated_in_one_line() -> None:
     for bad in (-0.1, math.nan, 3.0, "0.2"):
-        with pytest.raises(TunerError, match=r"safe_radius must be in \[0, 2\]") as exc:
-            TunerSettings(safe_radius=bad)
+        with pytest.raises(TunerError, match=r"safe_radius: expected a normalised knob distance in \[0, 2\]") as exc:
+            cold_settings(safe_radius=bad)
         assert "\n" not in str(exc.value)
 
 
@@ -160,8 +160,8 @@ def test_safe_model_error_widens_the_gate_and_is_validated() -> None:
     pv0, open0 = filtered(0.0)
     pv1, open1 = filtered(0.2)
     assert pv1 > pv0 and open1 < open0  # the same model, a wider error: higher P, fewer points pass
-    with pytest.raises(TunerError, match=r"safe_model_error must be in \[0, 1\]"):
-        TunerSettings(safe_model_error=-0.1)
+    with pytest.raises(TunerError, match=r"safe_model_error: expected an SD of ln latency in \[0, 1\]"):
+        cold_settings(safe_model_error=-0.1)
 
 
 def test_compute_s_counts_the_stopping_rule_check_before_the_suggestion() -> None:

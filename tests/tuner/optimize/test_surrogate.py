@@ -15,7 +15,7 @@ from tests.fakes import FakeHost
 from tests.optimize_fakes import OBJ, SMALL, ctx, history, meas
 from tuner.optimize.axsetup import no_warnings
 from tuner.optimize.optimizer import Optimizer
-from tuner.optimize.settings import TunerSettings
+from tuner.optimize.presets import cold_settings
 from tuner.optimize.surrogate import GridPredictor, botorch_adapter, refit
 
 QPS = 120_000
@@ -184,5 +184,5 @@ def test_cei_tries_what_the_filter_substitutes_for_a_refused_ax_proposal() -> No
 
 
 def test_acquisition_is_validated() -> None:
-    with pytest.raises(TunerError, match="acquisition 'qei': expected one of ax, grid, cei"):
-        TunerSettings(acquisition="qei")
+    with pytest.raises(TunerError, match="acquisition: expected one of 'ax', 'grid', 'cei', got 'qei'"):
+        cold_settings(acquisition="qei")

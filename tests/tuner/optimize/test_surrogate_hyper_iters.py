@@ -13,7 +13,7 @@ from tests.fakes import FakeHost
 from tests.optimize_fakes import OBJ, SMALL, ctx, history
 from tuner.optimize.axsetup import no_warnings
 from tuner.optimize.optimizer import Optimizer
-from tuner.optimize.settings import TunerSettings
+from tuner.optimize.presets import cold_settings
 from tuner.optimize.surrogate import GridPredictor, botorch_adapter
 
 QPS = 120_000
@@ -48,9 +48,9 @@ def _trial(opt: Optimizer, host: FakeHost, cell: tuple[int, int]) -> None:
 
 def test_hyper_iters_is_validated() -> None:
     for bad in (-1, 1.5, True, "3"):
-        with pytest.raises(TunerError, match="hyper_iters must be an integer >= 0"):
-            TunerSettings(hyper_iters=bad)  # type: ignore[arg-type]
-    assert TunerSettings().hyper_iters == 0
+        with pytest.raises(TunerError, match="hyper_iters: expected 0..1000 L-BFGS iterations"):
+            cold_settings(hyper_iters=bad)  # type: ignore[arg-type]
+    assert cold_settings().hyper_iters == 0
 
 
 def test_capped_warm_refits_every_trial_instead_of_axs_fit_from_defaults(monkeypatch: pytest.MonkeyPatch) -> None:

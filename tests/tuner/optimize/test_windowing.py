@@ -81,9 +81,9 @@ def test_policy_validation_is_one_line():
 
 
 def test_from_settings_reads_tuner_settings_and_caps_min_at_the_window():
-    from tuner.optimize.settings import TunerSettings
+    from tuner.optimize.presets import cold_settings
 
-    s = TunerSettings(window_s=1.5)
+    s = cold_settings(window_s=1.5)
     p = WindowPolicy.from_settings(s, 99.9)
     assert (p.mode, p.percentile, p.max_s, p.min_s) == (getattr(s, "window_mode", "fixed"), 99.9, 1.5, 1.5)
 

@@ -15,12 +15,13 @@ from core.errors import TunerError
 from tests.fakes import FailingHost
 from tests.replay_fakes import KNOBS, ModelHost, make_model_host, tiny_trace
 from tuner.cli.app import main
-from tuner.optimize.settings import Objective, TunerSettings
+from tuner.optimize.presets import cold_settings
+from tuner.optimize.settings import Objective
 from tuner.replay.oracle import oracle_point
 from tuner.replay.run import ReplayWindow, parse_policies, replay
 from tuner.replay.summary import policy_summary
 
-SETTINGS = TunerSettings(trials=4, sobol_trials=2, settle_s=1.0, window_s=10.0, seed=5)
+SETTINGS = cold_settings(trials=4, sobol_trials=2, settle_s=1.0, window_s=10.0, seed=5)
 WINDOWS = (ReplayWindow(0, 0.0, 300.0, 150_000.0), ReplayWindow(1, 300.0, 300.0, 250_000.0))
 
 
