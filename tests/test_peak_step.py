@@ -25,7 +25,9 @@ def _measured_at_low_load(peak_step: bool) -> Optimizer:
     for point, (p99, watts) in plan.items():
         i = opt.book.next_index
         opt.book.next_index += 1
-        opt.book.pending[i] = Pending(point, 0.0, opt.model.attach(opt.model.cell_of(point), opt.book.load), opt.book.load)
+        opt.book.pending[i] = Pending(
+            point, 0.0, opt.model.attach(opt.model.cell_of(point), opt.book.load), opt.book.load
+        )
         opt.complete(i, meas(p99, watts, qps=LOW_Q), LOW_Q)
     return opt
 

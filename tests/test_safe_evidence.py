@@ -128,7 +128,10 @@ def test_a_load_above_every_measured_one_starts_at_the_safe_corner_then_expands_
     opt.begin_retune(qps)
     i, p = opt.suggest()
     assert p == CORNER
-    assert "near a point measured safe at this load or above, stepping out from the safe corner" in opt.book.pending[i].note
+    assert (
+        "near a point measured safe at this load or above, stepping out from the safe corner"
+        in opt.book.pending[i].note
+    )
     apply_point(host, p)
     opt.complete(i, host.measure(5.0), qps)
     met = [opt.trials()[-1].point]
