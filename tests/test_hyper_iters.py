@@ -102,7 +102,7 @@ def _capped(iters: int) -> Optimizer:
 def test_capped_refits_approach_axs_own_fit_as_the_cap_grows() -> None:
     """Against Ax's own fit from its defaults on the same data: with 3 iterations the latency model (what the
     safety gate reads) is within 0.25 of Ax's SD everywhere on the grid, its SDs within 15 %; the power model lags
-    (its hyperparameters move far with each of these trials; docs/optimizer.md); uncapped both are Ax's."""
+    (its hyperparameters move far with each of these trials; docs/optimizer-compute.md); uncapped both are Ax's."""
     full = _capped(0)
     params = [full.model.cell_params(c, full.book.load) for c in full.model.grid()]
 

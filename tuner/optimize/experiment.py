@@ -281,7 +281,7 @@ class ExperimentModel:
         )
         self._reported = {}  # judged (or not needed) for this fit
         # refit_every = 1 is Ax's own behaviour, cold hyperparameters every trial (the replay's numbers were chosen
-        # with it; warm-started ones every trial moved the trajectory, docs/optimizer.md); past that, or with
+        # with it; warm-started ones every trial moved the trajectory, docs/optimizer-compute.md); past that, or with
         # hyper_iters (then at most that many L-BFGS iterations), warm-started
         iters = self.settings.hyper_iters
         how = refit(gs, exp, hyper=due, warm=self.settings.refit_every > 1 or iters > 0, max_iters=iters)
