@@ -15,7 +15,7 @@ from tuner.optimize.axsetup import no_warnings
 from tuner.optimize.decision import best_decision, exploration_settings
 from tuner.optimize.experiment import ExperimentModel, GridPrediction
 from tuner.optimize.records import STATUS_COMPLETED, Cell, Pending
-from tuner.optimize.settings import pct_text
+from tuner.optimize.settings import TunerSettings, pct_text
 from tuner.optimize.trial_book import TrialBook
 
 #: `acquisition.supported`: moving to a LOWER ITR than the measured point counts this many times its distance.
@@ -49,7 +49,7 @@ class SafeExploration:
         self._evidence_cache: tuple[Any, Evidence, tuple[int, ...]] | None = None
 
     @property
-    def settings(self) -> Any:
+    def settings(self) -> TunerSettings:
         return self.model.settings
 
     # -- before the model: the safe line

@@ -7,13 +7,12 @@ rule leaves that trial in `StoppingRule.refine` for the next suggestion."""
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from tuner.optimize.decision import Decision, best_decision, exploration_settings
 from tuner.optimize.experiment import ExperimentModel, GridPrediction
 from tuner.optimize.records import STATUS_COMPLETED, Pending
 from tuner.optimize.safe_exploration import PEAK_MAX_P, SAFE_LOAD_TOL, SAFE_VETO_RADIUS, SafeExploration
-from tuner.optimize.settings import final_limit_us, pct_text
+from tuner.optimize.settings import TunerSettings, final_limit_us, pct_text
 from tuner.optimize.trial_book import TrialBook
 
 
@@ -30,7 +29,7 @@ class StoppingRule:
         self.refine: Pending | None = None
 
     @property
-    def settings(self) -> Any:
+    def settings(self) -> TunerSettings:
         return self.model.settings
 
     def reset(self) -> None:
