@@ -54,15 +54,15 @@ def _interp_error(opt: Optimizer, raw: dict[str, Any], table: Any, sla: float) -
     lo, hi = raw["measured_qps"]
     grid = raw["loads_qps"]
     mids = [(a + b) / 2 for a, b in zip(grid, grid[1:]) if lo <= a and b <= hi]
-    adapter = botorch_adapter(opt._client._generation_strategy)
-    scale = opt._scale
+    adapter = botorch_adapter(opt.model.client._generation_strategy)
+    scale = opt.model.scale
     lat_err, pw_err, over = [], [], 0
     for q in mids:
         c = load_curve(table, [q], sla, z=MODEL_Z)[0]
         if c.point is None:
             continue
         with no_warnings(opt.settings.torch_threads):
-            preds = GridPredictor().predict(adapter, [opt._to_params(c.point, opt.settings.load_of(q))])
+            preds = GridPredictor().predict(adapter, [opt.model.to_params(c.point, opt.settings.load_of(q))])
         lat, _ = scale.latency_mean_sd(float(preds[scale.metric][0][0]), float(preds[scale.metric][1][0]))
         pw = float(preds["power"][0][0])
         lat_err.append((c.latency_us - lat) / lat)

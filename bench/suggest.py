@@ -73,7 +73,7 @@ def _history(n: int, seed: int, max_qps: float) -> list:
 def run(n: int, suggestions: int, seed: int, **over: Any) -> dict:
     """The tuner's settings (preset "warm", with `over`) at `n` trials in the model: CPU and wall per suggestion."""
     from tests.fakes import FakeHost
-    from tuner.optimize import model as model_mod
+    from tuner.optimize import experiment as model_mod
     from tuner.optimize.optimizer import Optimizer
     from tuner.optimize.settings import Objective
     from tuner.replay.run import preset_settings
@@ -151,7 +151,7 @@ def ax_defaults(n: int, suggestions: int, seed: int) -> dict:
     from actuators.host import apply_point
     from tests.fakes import FakeHost
     from tuner.optimize.axsetup import no_warnings, quiet_ax
-    from tuner.optimize.model import ExperimentModel
+    from tuner.optimize.experiment import ExperimentModel
     from tuner.optimize.presets import cold_settings
     from tuner.optimize.settings import Objective
 
@@ -163,7 +163,7 @@ def ax_defaults(n: int, suggestions: int, seed: int) -> dict:
     with no_warnings():
         client.configure_experiment(
             parameters=[
-                RangeParameterConfig(name="itr_index", bounds=(0, len(shape._itr) - 1), parameter_type="int"),
+                RangeParameterConfig(name="itr_index", bounds=(0, len(shape.itr) - 1), parameter_type="int"),
                 ChoiceParameterConfig(
                     name="dvfs_ghz", values=list(host.knobs().dvfs_ghz), parameter_type="float", is_ordered=True
                 ),
@@ -171,9 +171,9 @@ def ax_defaults(n: int, suggestions: int, seed: int) -> dict:
             ],
             name="ax-defaults",
         )
-        client.configure_optimization(objective="-power", outcome_constraints=[shape._scale.constraint()])
+        client.configure_optimization(objective="-power", outcome_constraints=[shape.scale.constraint()])
         for r in _history(n, seed, 1e6):
-            i = client.attach_trial(parameters=shape._to_params(r.point, settings.load_of(r.qps)))
+            i = client.attach_trial(parameters=shape.to_params(r.point, settings.load_of(r.qps)))
             client.complete_trial(trial_index=i, raw_data=shape.metrics(r.measurement))
     load = settings.load_of(host.offered_qps())
     wall, cpu = [], []
@@ -183,7 +183,7 @@ def ax_defaults(n: int, suggestions: int, seed: int) -> dict:
             ((i, params),) = client.get_next_trials(max_trials=1, fixed_parameters={"load": load}).items()
         wall.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
-        apply_point(host, shape._to_point(params))
+        apply_point(host, shape.to_point(params))
         m = host.measure(settings.window_s)
         with no_warnings():
             client.complete_trial(trial_index=i, raw_data=shape.metrics(m))

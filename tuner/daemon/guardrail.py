@@ -22,7 +22,7 @@ from tuner.daemon.plain import latency_at, measurement_dict, point_from, point_l
 from tuner.daemon.safety import at_least_as_safe, idle_point
 from tuner.daemon.status import DaemonReads
 from tuner.optimize.decision import HoldCandidate, HoldVerdict, held_over
-from tuner.optimize.safety import SAFE_LOAD_TOL
+from tuner.optimize.safe_exploration import SAFE_LOAD_TOL
 
 log = logging.getLogger("tuner.daemon.loop")  # one logger for the whole control loop (operators filter on it)
 

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Collection
 from typing import Any
 
 from tuner.optimize.axsetup import no_warnings
+from tuner.optimize.experiment import ExperimentModel
 from tuner.optimize.surrogate import GridPredictor, botorch_adapter
 
 #: Loads of the table (linear, 0 .. `context_max_qps`).
@@ -28,9 +30,11 @@ def table_loads(max_qps: float, n: int = LOAD_TABLE_LOADS) -> list[float]:
     return [max_qps * k / (n - 1) for k in range(n)]
 
 
-def predict_loads(model: Any, n: int = LOAD_TABLE_LOADS) -> dict[str, Any] | None:
-    """The table of `model` (a contextual `tuner.optimize.model.ExperimentModel`) as plain data, or None without a
-    fitted GP (Sobol phase) or outside context mode:
+def predict_loads(
+    model: ExperimentModel, borrowed: Collection[int] = (), n: int = LOAD_TABLE_LOADS
+) -> dict[str, Any] | None:
+    """The table of a contextual `model` as plain data, or None without a fitted GP (Sobol phase) or outside
+    context mode (`borrowed`: Ax trials of other hosts, left out of `measured_qps`):
 
     `loads_qps` (n), `points` ([itr_us, dvfs_ghz] per grid cell), `latency_us`, `latency_sem`, `power_w`,
     `power_sem` (n rows of one value per point, the objective's percentile in µs and W), `measured_qps`
@@ -41,18 +45,18 @@ def predict_loads(model: Any, n: int = LOAD_TABLE_LOADS) -> dict[str, Any] | Non
         return None
     t0 = time.process_time()
     loads = table_loads(s.context_max_qps, n)
-    observed = model._observed()
-    if len(observed) < model._init_budget():
+    observed = model.observed()
+    if len(observed) < model.init_budget():
         return None
     with no_warnings(s.torch_threads):
         model.fit_model()
-        adapter = botorch_adapter(model._client._generation_strategy)
+        adapter = botorch_adapter(model.client._generation_strategy)
         if adapter is None:
             return None
-        cells = model._grid()
-        params = [model._cell_params(c, s.load_of(q)) for q in loads for c in cells]
+        cells = model.grid()
+        params = [model.cell_params(c, s.load_of(q)) for q in loads for c in cells]
         preds = GridPredictor().predict(adapter, params, marginal=True)  # its own cache: the model's stays small
-    scale = model._scale
+    scale = model.scale
     if scale.metric not in preds or "power" not in preds:
         return None
     mu, sd = preds[scale.metric]
@@ -65,14 +69,14 @@ def predict_loads(model: Any, n: int = LOAD_TABLE_LOADS) -> dict[str, Any] | Non
         rows["latency_sem"].append([e for _, e in lat])
         rows["power_w"].append([float(v) for v in pw[i * k : (i + 1) * k]])
         rows["power_sem"].append([float(v) if math.isfinite(v) else 0.0 for v in pw_sd[i * k : (i + 1) * k]])
-    exp = model._client._experiment
+    exp = model.client._experiment
     own = [
         float(exp.trials[t].arm.parameters.get("load", math.nan)) * s.context_max_qps
         for t in observed
-        if t not in model._borrowed
+        if t not in borrowed
     ]
     own = [q for q in own if math.isfinite(q)]
-    points = [model._grid_point(c) for c in cells]
+    points = [model.grid_point(c) for c in cells]
     return {
         "loads_qps": loads,
         "points": [[int(p.itr_us), float(p.dvfs_ghz)] for p in points],

@@ -34,24 +34,26 @@ The long-lived tuner's options (on in `TunerSettings()`, the defaults `tuner rep
 
 Ax is imported lazily (it costs seconds); its INFO logging and numerical warnings are kept off the terminal.
 
-`Optimizer` is the facade: its verbs (`begin_retune`, `suggest`, `complete`/`fail`, `should_stop`, `best`,
-`predict`, `add_history`, `to_json`/`from_json`) sit on layers, each a module with one job: `model` (the Ax
-experiment over the knob grid and the trial books), `safety` (the safety filter), `stopping` (the stopping
-rule); `settings`, `records` and `decision` hold the value types, `retune` drives trials on a host.
+`Optimizer` is a thin facade over four members, each built and tested alone, as Ax's `Client` holds its
+experiment, generation strategy and early-stopping strategy: `model` (`experiment.ExperimentModel`: the Ax
+experiment over the knob grid, its fit and its predictions), `book` (`trial_book.TrialBook`: the trials handed
+out and reported, the current retune), `safety` (`safe_exploration.SafeExploration`: vets or chooses each point
+from the model's predictions and the measured evidence) and `stopping` (`stopping.StoppingRule`: ends a retune
+on the model's predictions over the points the safety filter allows). Its verbs (`begin_retune`, `suggest`,
+`complete`/`fail`, `should_stop`, `best`, `predict`, `add_history`, `to_json`/`from_json`) route a trial
+through them; `settings`, `records` and `decision` hold the value types, `retune` drives trials on a host.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
 from typing import Any
 
 from actuators.host import KnobSpace, Measurement, OperatingPoint
 from core.errors import TunerError
-from tuner.optimize.axsetup import no_warnings, quiet_ax, small_acqf_batches
+from tuner.optimize.axsetup import no_warnings
 from tuner.optimize.decision import (
     HOLD_LOAD_TOL,
     Decision,
@@ -62,8 +64,7 @@ from tuner.optimize.decision import (
     hold_or_retune,
     outside_measured,
 )
-from tuner.optimize.model import LOAD_TOLERANCE
-from tuner.optimize.presets import cold_values
+from tuner.optimize.experiment import LOAD_TOLERANCE, ExperimentModel
 from tuner.optimize.records import (
     STATUS_COMPLETED,
     STATUS_FAILED,
@@ -72,21 +73,18 @@ from tuner.optimize.records import (
     TrialRecord,
     latency_sem,
     lean,
-    opt_float,
     power_sem,
-    record_from_dict,
-    record_to_dict,
 )
-from tuner.optimize.safety import SAFE_LOAD_TOL
-from tuner.optimize.settings import Objective, TunerSettings, itr_candidates
+from tuner.optimize.safe_exploration import SAFE_LOAD_TOL, SafeExploration
+from tuner.optimize.settings import Objective, TunerSettings
 from tuner.optimize.stopping import StoppingRule
-from tuner.optimize.surrogate import GridPredictor
+from tuner.optimize.trial_book import TrialBook
 
 # the worker process loads `Optimizer`, `Objective` and `TunerSettings` from this module by name
-__all__ = ["Objective", "Optimizer", "TunerSettings"]
+__all__ = ["Objective", "Optimizer", "TrialRecord", "TunerSettings"]
 
 
-class Optimizer(StoppingRule):
+class Optimizer:
     """An Ax experiment over a host's knob space for one objective; records every trial it hands out.
 
     Default settings: one experiment per retune (create a fresh one each time), exactly the dissertation's
@@ -101,6 +99,31 @@ class Optimizer(StoppingRule):
     Ax's trial indices unless history, safety substitutions or data pruning added Ax trials of their own.
     """
 
+    def __init__(self, space: KnobSpace, objective: Objective, settings: TunerSettings, name: str = "tuner") -> None:
+        self._compose(ExperimentModel(space, objective, settings, name), TrialBook())
+
+    def _compose(self, model: ExperimentModel, book: TrialBook) -> None:
+        self.model = model
+        self.book = book
+        self.safety = SafeExploration(model, book)
+        self.stopping = StoppingRule(model, self.safety, book)
+
+    @property
+    def space(self) -> KnobSpace:
+        return self.model.space
+
+    @property
+    def objective(self) -> Objective:
+        return self.model.objective
+
+    @property
+    def settings(self) -> TunerSettings:
+        return self.model.settings
+
+    @property
+    def name(self) -> str:
+        return self.model.name
+
     # -- retunes
     def begin_retune(self, qps: float) -> None:
         """Start a retune at offered load `qps`: `best`/`retune_trials`/`should_stop` consider only trials from
@@ -111,10 +134,9 @@ class Optimizer(StoppingRule):
             q = math.nan
         if self.settings.context and not (math.isfinite(q) and q >= 0):
             raise TunerError(f"begin_retune needs the offered load in requests/s (>= 0), got {qps!r}")
-        self._retune_start = self._next_index
-        self._load = self.settings.load_of(q) if self.settings.context else None
-        self._stop_s = 0.0
-        self._refine = None
+        self.book.retune_start = self.book.next_index
+        self.book.load = self.settings.load_of(q) if self.settings.context else None
+        self.stopping.reset()
 
     def add_history(self, records: Sequence[TrialRecord], *, borrowed: bool = False) -> int:
         """Attach completed past trials (each at its own load) to the experiment as data; returns how many were
@@ -125,8 +147,9 @@ class Optimizer(StoppingRule):
         and the safety filter like any, but `hold_verdict` does not count their loads as measured -- a host
         holds without trials only where it measured itself, as the daemon does (its hold rule reads only its
         own trials)."""
-        if self._pending:
+        if self.book.pending:
             raise TunerError("add_history: report the pending trials first")
+        model, s = self.model, self.settings
         usable: list[tuple[dict[str, Any], dict[str, Any]]] = []
         for r in records:
             m = r.measurement
@@ -134,21 +157,21 @@ class Optimizer(StoppingRule):
                 continue
             try:
                 point = self.space.check(r.point)
-                data = self.metrics(m)
+                data = model.metrics(m)
             except (TunerError, ValueError, KeyError):
                 continue
             qps = r.qps if math.isfinite(r.qps) else m.offered_qps
-            if self.settings.context and not (math.isfinite(qps) and qps >= 0):
+            if s.context and not (math.isfinite(qps) and qps >= 0):
                 continue
-            usable.append((self._to_params(point, self.settings.load_of(qps) if self.settings.context else None), data))
-        usable = usable[-self.settings.history_max_trials :]
+            usable.append((model.to_params(point, s.load_of(qps) if s.context else None), data))
+        usable = usable[-s.history_max_trials :]
         with no_warnings():
             for params, data in usable:
-                ax_index = self._client.attach_trial(parameters=params)
-                self._client.complete_trial(trial_index=ax_index, raw_data=data)
+                ax_index = model.client.attach_trial(parameters=params)
+                model.client.complete_trial(trial_index=ax_index, raw_data=data)
                 if borrowed:
-                    self._borrowed.add(int(ax_index))
-        self._prune()
+                    self.book.borrowed.add(int(ax_index))
+        model.prune()
         return len(usable)
 
     # -- trials
@@ -158,50 +181,49 @@ class Optimizer(StoppingRule):
         Context mode pins `load` at the retune's load. With `safe_delta` > 0: before a model exists the point
         is the next step on the safe line (from the lowest-ITR/highest-DVFS corner toward the centre, outward
         while trials meet the limit, bisecting once one broke it) instead of Sobol; afterwards, an Ax proposal
-        the safety filter refuses (`_safety_filter`: the model's P of breaking the SLA or the limit `best`
-        applies > `safe_delta`, or no measured evidence near it) is abandoned in Ax and the allowed grid point
-        of largest constrained expected improvement (as in `should_stop`; ties and no-EI cases: the allowed
-        point closest to the proposal in normalised knob coordinates) is attached and tried instead; the
-        record's `note` says so and `p_violation` holds the tried point's modelled probability.
+        the safety filter refuses (`SafeExploration.filter`: the model's P of breaking the SLA or the limit
+        `best` applies > `safe_delta`, or no measured evidence near it) is abandoned in Ax and the allowed grid
+        point of largest constrained expected improvement (as in `should_stop`; ties and no-EI cases: the
+        allowed point closest to the proposal in normalised knob coordinates) is attached and tried instead;
+        the record's `note` says so and `p_violation` holds the tried point's modelled probability.
         """
-        if self.settings.context and self._load is None:
+        if self.settings.context and self.book.load is None:
             raise TunerError("context mode: call begin_retune(qps) before suggest()")
         t0 = time.perf_counter()
-        self._prune()
+        if not self.book.pending:
+            self.model.prune()
+        pend = self._propose()
+        pend.compute_s = time.perf_counter() - t0 + self.stopping.take_compute_s()
+        return self.book.hand_out(pend), pend.point
+
+    def _propose(self) -> Pending:
+        """The next trial: the stopping rule's refining trial, a safe-line step, or Ax's proposal (or, with grid
+        acquisition, the model's choice) through the safety filter."""
+        model, load = self.model, self.book.load
         safe = self.settings.safe_delta > 0
-        if self._refine is not None:  # the stopping rule asked for one refining trial (`refine_step`)
-            pend, self._refine = self._refine, None
-            pend.ax_index = self._attach(self._cell_of(pend.point))
-        elif safe and len(self._observed()) < self._init_budget():
-            pend = self._safe_start()
-        else:
-            with no_warnings(self.settings.torch_threads):
-                if len(self._observed()) >= self._init_budget():
-                    self.fit_model()  # hyperparameters only when due (the stopping rule may have done it)
-                grid = safe and self.settings.acquisition != "ax" and self._fitted_on is not None
-                if grid:
-                    trials = {}
-                elif self.settings.context:
-                    trials = self._client.get_next_trials(max_trials=1, fixed_parameters={"load": self._load})
-                else:
-                    trials = self._client.get_next_trials(max_trials=1)
+        if self.stopping.refine is not None:  # the stopping rule asked for one refining trial (`refine_step`)
+            pend, self.stopping.refine = self.stopping.refine, None
+            pend.ax_index = model.attach(model.cell_of(pend.point), load)
+            return pend
+        if safe and len(model.observed()) < model.init_budget():
+            return self.safety.safe_start()
+        with no_warnings(self.settings.torch_threads):
+            if len(model.observed()) >= model.init_budget():
+                model.fit_model()  # hyperparameters only when due (the stopping rule may have done it)
+            grid = safe and self.settings.acquisition != "ax" and model.fitted
             if grid:
-                pend = self._safety_filter(None)  # the model's choice among the points it allows
+                trials = {}
+            elif self.settings.context:
+                trials = model.client.get_next_trials(max_trials=1, fixed_parameters={"load": load})
             else:
-                if not trials:
-                    raise TunerError("Ax generated no trial (search space exhausted?)")
-                ((ax_index, params),) = trials.items()
-                pend = Pending(self._to_point(params), 0.0, ax_index, self._load)
-                if safe:
-                    pend = self._safety_filter(pend)
-        pend.compute_s = time.perf_counter() - t0 + self._stop_s
-        self._stop_s = 0.0
-        index = self._next_index
-        self._next_index += 1
-        self._pending[index] = pend
-        if pend.line_t is not None:
-            self._line_t[index] = pend.line_t
-        return index, pend.point
+                trials = model.client.get_next_trials(max_trials=1)
+        if grid:
+            return self.safety.filter(None)  # the model's choice among the points it allows
+        if not trials:
+            raise TunerError("Ax generated no trial (search space exhausted?)")
+        ((ax_index, params),) = trials.items()
+        pend = Pending(model.to_point(params), 0.0, ax_index, load)
+        return self.safety.filter(pend) if safe else pend
 
     def complete(
         self, index: int, measurement: Measurement, qps: float, *, settle: Measurement | None = None
@@ -212,28 +234,29 @@ class Optimizer(StoppingRule):
         In context mode a trial whose measured load `qps` moved away from the load it was suggested at is
         filed in Ax at its measured load (the suggested Ax trial is marked failed with that reason).
         """
-        pend = self._take_pending(index)
+        model, s = self.model, self.settings
+        pend = self.book.take_pending(index)
         try:
-            data = self.metrics(measurement)
+            data = model.metrics(measurement)
         except ValueError as exc:
-            self._pending[index] = pend
+            self.book.pending[index] = pend
             return self.fail(index, str(exc), settle=settle, measurement=measurement, qps=qps)
         ax_index = pend.ax_index
         with no_warnings():
             if (
-                self.settings.context
+                s.context
                 and math.isfinite(qps)
                 and pend.load is not None
-                and abs(self.settings.load_of(qps) - pend.load) > LOAD_TOLERANCE
+                and abs(s.load_of(qps) - pend.load) > LOAD_TOLERANCE
             ):
-                moved = self._client.attach_trial(parameters=self._to_params(pend.point, self.settings.load_of(qps)))
+                moved = model.client.attach_trial(parameters=model.to_params(pend.point, s.load_of(qps)))
                 # FAILED, not ABANDONED: Ax keeps abandoned arms as pending points (fantasies) forever
-                self._client.mark_trial_failed(
+                model.client.mark_trial_failed(
                     trial_index=ax_index, failed_reason=f"re-filed at its measured load as trial {moved}"
                 )
                 ax_index = moved
-            self._complete_ax(ax_index, data)
-        value = self._reward(
+            model.complete_ax(ax_index, data)
+        value = model.reward(
             measurement.power_w, measurement.percentile(self.objective.percentile), self.objective.sla_us
         )
         rec = TrialRecord(
@@ -249,7 +272,7 @@ class Optimizer(StoppingRule):
             pend.p_violation,
             pend.note,
         )
-        self._records[index] = rec
+        self.book.records[index] = rec
         return rec
 
     def fail(
@@ -262,10 +285,10 @@ class Optimizer(StoppingRule):
         qps: float | None = None,
     ) -> TrialRecord:
         """Mark trial `index` failed in Ax (no value is made up for it) and record why."""
-        pend = self._take_pending(index)
+        pend = self.book.take_pending(index)
         reason = " ".join(str(reason).split()) or "failed"
         with no_warnings():
-            self._client.mark_trial_failed(trial_index=pend.ax_index, failed_reason=reason)
+            self.model.client.mark_trial_failed(trial_index=pend.ax_index, failed_reason=reason)
         rec = TrialRecord(
             index,
             pend.point,
@@ -279,10 +302,26 @@ class Optimizer(StoppingRule):
             pend.p_violation,
             pend.note,
         )
-        self._records[index] = rec
+        self.book.records[index] = rec
         return rec
 
+    def trials(self) -> list[TrialRecord]:
+        """Every reported trial, in index order."""
+        return self.book.trials()
+
+    def retune_trials(self) -> list[TrialRecord]:
+        """Trials reported since the last `begin_retune` (all of them if it was never called)."""
+        return self.book.retune_trials()
+
+    def metrics(self, m: Measurement) -> dict[str, float | tuple[float, float]]:
+        """The (mean, SEM) per Ax metric for a measured window (`ExperimentModel.metrics`)."""
+        return self.model.metrics(m)
+
     # -- decisions
+    def should_stop(self) -> tuple[bool, str]:
+        """Whether the current retune should end, and why (`StoppingRule.should_stop`)."""
+        return self.stopping.should_stop()
+
     def best(self) -> Decision:
         """The best MEASURED point of the current retune that met the SLA (lowest reward); if none did, the
         safest measured point.
@@ -304,10 +343,10 @@ class Optimizer(StoppingRule):
         if not self.settings.context or not m.offered_qps > 0 or self.objective.met(m):
             return False
         try:
-            cell = self._cell_of(point)
+            cell = self.model.cell_of(point)
         except (TunerError, ValueError):
             return False  # a point off this host's knobs (another host's safe corner): nothing to veto here
-        self._held_broke.append((cell, float(m.offered_qps) / self.settings.context_max_qps))
+        self.book.held_broke.append((cell, float(m.offered_qps) / self.settings.context_max_qps))
         return True
 
     def hold_verdict(self, qps: float) -> HoldVerdict:
@@ -319,13 +358,13 @@ class Optimizer(StoppingRule):
         model predicts them -- P(over the limit) with the SD scaled by `safe_sd_scale`, as the safety filter
         computes it. Needs `context`."""
         s = self.settings
-        if not s.context or s.hold_max_p <= 0 or self._load is None:
+        if not s.context or s.hold_max_p <= 0 or self.book.load is None:
             return hold_or_retune(qps, (), (), max_p=0.0)
-        evidence = self._evidence()
+        evidence = self.safety.evidence()
         coords, ev_load, ev_met, _ = evidence
-        own = [ti not in self._borrowed for ti in self._evidence_trials()]
+        own = [ti not in self.book.borrowed for ti in self.safety.evidence_trials()]
         measured = [
-            (float(x) * s.context_max_qps, self._grid_point(self._cell_at(tuple(u))))
+            (float(x) * s.context_max_qps, self.model.grid_point(self.model.cell_at(tuple(u))))
             for u, x, ok, mine in zip(coords, ev_load, ev_met, own, strict=True)
             if ok and mine
         ]
@@ -333,19 +372,19 @@ class Optimizer(StoppingRule):
             return hold_or_retune(qps, measured, (), max_p=s.hold_max_p)
         # only points measured within the limit at this load or above can be held (`hold_or_retune`)
         floor = qps * (1 - HOLD_LOAD_TOL)
-        cells = sorted({self._cell_of(p) for q, p in measured if q >= floor})
-        broke = [(self._grid_point(c), q * s.context_max_qps) for c, q in self._held_broke]
-        cells = [c for c in cells if not held_over(self._grid_point(c), qps, broke, SAFE_LOAD_TOL)]
+        cells = sorted({self.model.cell_of(p) for q, p in measured if q >= floor})
+        broke = [(self.model.grid_point(c), q * s.context_max_qps) for c, q in self.book.held_broke]
+        cells = [c for c in cells if not held_over(self.model.grid_point(c), qps, broke, SAFE_LOAD_TOL)]
         if cells and s.safe_delta > 0 and s.safe_radius > 0:
-            cells = [c for c, ok in zip(cells, self._supported(cells, evidence)) if ok]
-        grid = self._grid_model(self._load, refit=True, cells=cells) if cells else None
+            cells = [c for c, ok in zip(cells, self.safety.supported(cells, evidence)) if ok]
+        grid = self.model.grid_model(self.book.load, refit=True, cells=cells) if cells else None
         candidates: list[HoldCandidate] = []
         if grid is not None:
-            scale = self._scale
+            scale = self.model.scale
             for k, cell in enumerate(grid["cells"]):
                 lat, _ = scale.latency_mean_sd(float(grid["mu"][k]), float(grid["sd"][k]))
                 p = max(float(grid["p_unmet"][k]), float(grid["p_violation"][k]))
-                candidates.append(HoldCandidate(self._grid_point(cell), lat, p, float(grid["power"][k])))
+                candidates.append(HoldCandidate(self.model.grid_point(cell), lat, p, float(grid["power"][k])))
         return hold_or_retune(qps, measured, candidates, max_p=s.hold_max_p)
 
     def predict(self, points: Sequence[OperatingPoint], qps: float | None = None) -> list[Prediction]:
@@ -355,18 +394,18 @@ class Optimizer(StoppingRule):
         fitted (Sobol phase) a point that was measured returns its measurement (`from_measured=True`); an
         unmeasured one returns NaNs.
         """
-        load = self.settings.load_of(qps) if (self.settings.context and qps is not None) else None
-        params = [self._to_params(p, load) for p in points]
+        load = self.settings.load_of(qps) if (self.settings.context and qps is not None) else self.book.load
+        params = [self.model.to_params(p, load) for p in points]
         try:
             with no_warnings(self.settings.torch_threads):
-                preds = self._client.predict(params)
+                preds = self.model.client.predict(params)
         except Exception:  # noqa: BLE001 - Ax raises UnsupportedError/others until a model is fitted
             preds = None
         out: list[Prediction] = []
         measured = {
             r.point: r.measurement for r in self.trials() if r.measurement is not None and r.status == STATUS_COMPLETED
         }
-        scale = self._scale
+        scale = self.model.scale
         for i, point in enumerate(points):
             if preds is not None and scale.metric in preds[i] and "power" in preds[i]:
                 mu, s = (float(x) for x in preds[i][scale.metric])
@@ -395,93 +434,21 @@ class Optimizer(StoppingRule):
         (`tuner.optimize.loadtable`), for the daemon's power curve; None before the GP is fitted."""
         from tuner.optimize.loadtable import predict_loads
 
-        return predict_loads(self)
+        return predict_loads(self.model, self.book.borrowed)
 
     # -- persistence
     def to_json(self) -> str:
         """Full state as JSON: objective, settings, knob space, trial records and the Ax experiment."""
-        with no_warnings():
-            snapshot = self._client._to_json_snapshot()
-        return json.dumps(
-            {
-                "version": 1,
-                "name": self.name,
-                "objective": asdict(self.objective),
-                "settings": asdict(self.settings),
-                "space": {"itr_us": list(self.space.itr_us), "dvfs_ghz": list(self.space.dvfs_ghz)},
-                "trials": [record_to_dict(r) for r in self.trials()],
-                "pending": {
-                    str(i): {
-                        "itr_us": p.point.itr_us,
-                        "dvfs_ghz": p.point.dvfs_ghz,
-                        "compute_s": p.compute_s,
-                        "ax_index": p.ax_index,
-                        "load": p.load,
-                        "p_violation": p.p_violation,
-                        "note": p.note,
-                        "line_t": p.line_t,
-                    }
-                    for i, p in self._pending.items()
-                },
-                "next_index": self._next_index,
-                "retune": {"start": self._retune_start, "load": self._load},
-                "line_t": {str(i): t for i, t in self._line_t.items()},
-                "borrowed": sorted(self._borrowed),
-                "held_broke": [[i, j, q] for (i, j), q in self._held_broke],
-                "ax": snapshot,
-            }
-        )
+        from tuner.optimize.optimizer_state import dump_state
+
+        return dump_state(self.model, self.book)
 
     @classmethod
     def from_json(cls, text: str) -> Optimizer:
         """Rebuild an optimiser saved by `to_json` (the Ax experiment and generation strategy included)."""
-        from ax import Client
+        from tuner.optimize.optimizer_state import load_state
 
-        quiet_ax()
-        try:
-            d = json.loads(text)
-            if d.get("version") != 1:
-                raise ValueError(f"unsupported version {d.get('version')!r}")
-            obj = Objective(**d["objective"])
-            # a state saved before `latency_metric` existed holds an experiment on the ln scale; a field it lacks
-            # takes the value it had then (the cold tuner's, the dataclass's defaults of that time)
-            settings = TunerSettings(**{**cold_values(), "latency_metric": "log", **d["settings"]})
-            space = KnobSpace(
-                tuple(int(x) for x in d["space"]["itr_us"]), tuple(float(x) for x in d["space"]["dvfs_ghz"])
-            )
-            self = cls.__new__(cls)
-            self.space, self.objective, self.settings, self.name = space, obj, settings, str(d["name"])
-            self._itr = itr_candidates(space.itr_us, settings.itr_resolution_us)
-            self._records = {r.index: r for r in (record_from_dict(x) for x in d["trials"])}
-            self._pending = {
-                int(i): Pending(
-                    OperatingPoint(int(p["itr_us"]), float(p["dvfs_ghz"])),
-                    float(p["compute_s"]),
-                    int(p.get("ax_index", i)),
-                    opt_float(p.get("load")),
-                    opt_float(p.get("p_violation")),
-                    str(p.get("note") or ""),
-                    opt_float(p.get("line_t")),
-                )
-                for i, p in d.get("pending", {}).items()
-            }
-            used = [*self._records, *self._pending]
-            self._next_index = int(d.get("next_index", max(used) + 1 if used else 0))
-            retune = d.get("retune") or {}
-            self._retune_start = None if retune.get("start") is None else int(retune["start"])
-            self._load = opt_float(retune.get("load"))
-            self._line_t = {int(i): float(t) for i, t in (d.get("line_t") or {}).items()}
-            self._borrowed = {int(i) for i in d.get("borrowed") or ()}
-            self._held_broke = [((int(i), int(j)), float(q)) for i, j, q in d.get("held_broke") or ()]
-            self._grid_cache, self._stop_s, self._evidence_cache, self._refine = None, 0.0, None, None
-            self._hyper_fit, self._fitted_on = None, None
-            self._predictor, self._reported = GridPredictor(), {}
-            with no_warnings():
-                self._client = Client._from_json_snapshot(d["ax"])
-                small_acqf_batches(self._client)
-            self._client._random_seed = settings.seed  # the snapshot does not carry the client's seed
-        except TunerError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - any malformed state is one line for the user
-            raise TunerError(f"optimizer state is not valid: {type(exc).__name__}: {exc}") from None
+        model, book = load_state(text)
+        self = cls.__new__(cls)
+        self._compose(model, book)
         return self

@@ -16,6 +16,9 @@ POWER_REL_SEM = 0.01
 #: Floor for the relative SEM of the percentile (an order-statistic CI can collapse to zero width).
 LATENCY_REL_SEM_FLOOR = 0.005
 
+#: A grid cell of the optimiser's knob grid: (index into the ITR candidates, index into the host's frequencies).
+Cell = tuple[int, int]
+
 STATUS_COMPLETED = "completed"
 STATUS_FAILED = "failed"
 

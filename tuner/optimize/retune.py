@@ -33,7 +33,7 @@ def run_trial(host: Host, optimizer: Optimizer, settings: TunerSettings) -> Tria
         policy = WindowPolicy.from_settings(
             settings,
             optimizer.objective.percentile,
-            stop_above_us=optimizer._met_limit_us(),
+            stop_above_us=optimizer.model.met_limit_us(),
             abort_above_us=optimizer.objective.sla_us if settings.window_guard else None,
         )
         measure = lambda: measure_window(host, policy)

@@ -1,19 +1,46 @@
-"""The stopping rule (`TunerSettings.stop_ei_pct` > 0): a retune ends once one more trial is not expected to
-improve on the best measured SLA-meeting power by that %, judged over the points safe exploration allows -- but
-not while a bisecting trial is due between a trial over the SLA and a held point far above it in frequency."""
+"""The optimiser's stopping rule (`TunerSettings.stop_ei_pct` > 0): a retune ends once one more trial is not
+expected to improve on the best measured SLA-meeting power by that %, judged over the model's predictions at
+the points the safety filter allows -- but not while a bisecting trial is due between a trial over the SLA and a
+held point far above it in frequency, nor (`refine_step`) before one refining trial next to the held point; the
+rule leaves that trial in `StoppingRule.refine` for the next suggestion."""
 
 from __future__ import annotations
 
 import time
 
 from tuner.optimize.decision import Decision, best_decision, exploration_settings
+from tuner.optimize.experiment import ExperimentModel, GridPrediction
 from tuner.optimize.records import STATUS_COMPLETED, Pending
-from tuner.optimize.safety import PEAK_MAX_P, SAFE_LOAD_TOL, SAFE_VETO_RADIUS, SafeExploration
-from tuner.optimize.settings import final_limit_us, pct_text
+from tuner.optimize.safe_exploration import PEAK_MAX_P, SAFE_LOAD_TOL, SAFE_VETO_RADIUS, SafeExploration
+from tuner.optimize.settings import TunerSettings, final_limit_us, pct_text
+from tuner.optimize.trial_book import TrialBook
 
 
-class StoppingRule(SafeExploration):
-    """`should_stop` over the safety layer (see the module docstring)."""
+class StoppingRule:
+    """`should_stop` of one optimiser, over its model, safety filter and trial books (see the module docstring)."""
+
+    def __init__(self, model: ExperimentModel, safety: SafeExploration, book: TrialBook) -> None:
+        self.model = model
+        self.safety = safety
+        self.book = book
+        #: compute of the stopping rule since the last suggestion (it counts in that suggestion's `compute_s`)
+        self.compute_s = 0.0
+        #: the bisecting or refining trial the rule asked for before stopping; the next suggestion hands it out
+        self.refine: Pending | None = None
+
+    @property
+    def settings(self) -> TunerSettings:
+        return self.model.settings
+
+    def reset(self) -> None:
+        """A new retune: no compute carried over, no trial asked for."""
+        self.compute_s = 0.0
+        self.refine = None
+
+    def take_compute_s(self) -> float:
+        """The compute since the last call (for the suggestion being made), and start counting afresh."""
+        spent, self.compute_s = self.compute_s, 0.0
+        return spent
 
     def should_stop(self) -> tuple[bool, str]:
         """Whether the current retune should end, and why (`_should_stop`); its compute time counts in the
@@ -22,7 +49,7 @@ class StoppingRule(SafeExploration):
         try:
             return self._should_stop()
         finally:
-            self._stop_s += time.perf_counter() - t0
+            self.compute_s += time.perf_counter() - t0
 
     def _should_stop(self) -> tuple[bool, str]:
         """Whether the current retune should end, and why.
@@ -33,12 +60,10 @@ class StoppingRule(SafeExploration):
         it), times the model's P(percentile within the limit `best` applies: the SLA less `sla_margin_pct`
         with `sla_check="ci"`) -- is below `stop_ei_pct` % of that power. With safe exploration only points
         the safety filter would let us try count -- and, as its substitute is a point not yet measured in this
-        retune whenever one is allowed, only those then (`_untried`). Before it stops, one bisecting trial if
-        `_bisect_cell` finds one (then, with `refine_step`, the refining trial).
+        retune whenever one is allowed, only those then (`SafeExploration.untried`). Before it stops, one
+        bisecting trial if `_bisect_cell` finds one (then, with `refine_step`, the refining trial): `judge`.
         """
-        from tuner.optimize import acquisition
-
-        n = len(self.retune_trials())
+        n = len(self.book.retune_trials())
         s = self.settings
         if n >= s.trials:
             return True, f"trial budget reached ({n} of {s.trials})"
@@ -46,25 +71,36 @@ class StoppingRule(SafeExploration):
             return False, "stopping rule off"
         if n < s.min_trials:
             return False, f"{n} trial(s) of at least {s.min_trials}"
-        d = best_decision(self.retune_trials(), self.objective, exploration_settings(s), self.space)
+        d = best_decision(self.book.retune_trials(), self.model.objective, exploration_settings(s), self.model.space)
         if not d.met_sla or d.measurement is None:
             return False, "no trial of this retune met the SLA yet"
-        held = best_decision(self.retune_trials(), self.objective, s, self.space)  # what `best` would hold
+        held = best_decision(self.book.retune_trials(), self.model.objective, s, self.model.space)  # what `best` holds
         if held.by_estimate and s.refine_step:
             return False, "no trial of this retune met the SLA with its CI and margin yet (only by its estimate)"
         best_w = d.measurement.power_w
-        cells = self._near_cells(self._evidence()) if s.safe_delta > 0 and s.safe_radius > 0 else None
+        cells = self.safety.near_cells(self.safety.evidence()) if s.safe_delta > 0 and s.safe_radius > 0 else None
         if cells is not None and not cells:
             return False, "no point near one measured within the limit at this load or above yet"
-        grid = self._grid_model(self._load, refit=True, cells=cells)
+        grid = self.model.grid_model(self.book.load, refit=True, cells=cells)
         if grid is None:
             return False, "no model yet"
-        ei = self._ei(grid, best_w)
+        return self.judge(grid, best_w, held)
+
+    def judge(self, grid: GridPrediction, best_w: float, held: Decision) -> tuple[bool, str]:
+        """Whether to stop on the model's predictions `grid` (the cells the safety filter allows at this load)
+        with `best_w` the best SLA-meeting power measured in this retune: stop when the largest constrained EI
+        of one more trial, over the cells untried in this retune (with safe exploration), is below `stop_ei_pct`
+        % of it -- unless a bisecting or refining trial next to `held` (the point `best` would hold) is due
+        first; that trial is left in `refine`."""
+        from tuner.optimize import acquisition
+
+        s = self.settings
+        ei = self.safety.ei(grid, best_w)
         if s.safe_delta > 0:
-            ei = ei * self._untried(grid["cells"], ~grid["unsafe"])
+            ei = ei * self.safety.untried(grid["cells"], ~grid["unsafe"])
         k = int(ei.argmax())
         limit = s.stop_ei_pct / 100.0 * best_w
-        where = self._grid_point(grid["cells"][k])
+        where = self.model.grid_point(grid["cells"][k])
         if acquisition.should_stop_ei(float(ei[k]), best_w, s.stop_ei_pct):
             why = (
                 f"expected improvement of one more trial {ei[k]:.3g} W (at {where}) < {s.stop_ei_pct:g} % "
@@ -72,12 +108,12 @@ class StoppingRule(SafeExploration):
             )
             bisect = self._bisect_cell(held) if s.safe_delta > 0 else None
             if bisect is not None:
-                self._refine = bisect
+                self.refine = bisect
                 return False, f"{why}; one bisecting trial first: {bisect.note}"
             refine = self._refine_cell(held) if s.refine_step and s.safe_delta > 0 else None
             if refine is None:
                 return True, why
-            self._refine = refine
+            self.refine = refine
             return False, f"{why}; one refining trial first: {refine.note}"
         return False, f"expected improvement {ei[k]:.3g} W at {where} >= {limit:.3g} W"
 
@@ -102,11 +138,11 @@ class StoppingRule(SafeExploration):
 
         if held.measurement is None or not held.met_sla or held.by_estimate:
             return None
-        pct, sla = self.objective.percentile, self.objective.sla_us
+        pct, sla = self.model.objective.percentile, self.model.objective.sla_us
         limit = final_limit_us(sla, self.settings)
-        hi, hj = self._cell_of(held.point)
-        done = [r for r in self.retune_trials() if r.status == STATUS_COMPLETED and r.measurement is not None]
-        below = [(self._cell_of(r.point), r.measurement.percentile(pct)) for r in done]  # type: ignore[union-attr]
+        hi, hj = self.model.cell_of(held.point)
+        done = [r for r in self.book.retune_trials() if r.status == STATUS_COMPLETED and r.measurement is not None]
+        below = [(self.model.cell_of(r.point), r.measurement.percentile(pct)) for r in done]  # type: ignore[union-attr]
         below = [(c, lat) for c, lat in below if c[1] < hj]
         if not any(lat > sla for _, lat in below):
             return None
@@ -116,17 +152,17 @@ class StoppingRule(SafeExploration):
             return None
         itrs = [hi] + [i for i, j in bad if j == top]
         lo_i, hi_i = min(itrs), max(itrs)
-        seen = {self._cell_of(r.point) for r in done}
-        ev, ev_load, _, ev_broke = self._evidence()
+        seen = {self.model.cell_of(r.point) for r in done}
+        ev, ev_load, _, ev_broke = self.safety.evidence()
         cols = {j for _, j in seen}
         for j in range((top + hj + 1) // 2, hj):
             cells = [] if j in cols else [(i, j) for i in range(lo_i, hi_i + 1)]
             if cells:
                 veto = acquisition.vetoed(
-                    self._coords(cells), ev, ev_load, ev_broke, self._load, SAFE_VETO_RADIUS, SAFE_LOAD_TOL
+                    self.model.coords(cells), ev, ev_load, ev_broke, self.book.load, SAFE_VETO_RADIUS, SAFE_LOAD_TOL
                 )
                 cells = [c for c, v in zip(cells, veto) if not v]
-            grid = self._grid_model(self._load, refit=False, cells=cells) if cells else None
+            grid = self.model.grid_model(self.book.load, refit=False, cells=cells) if cells else None
             if grid is None:
                 continue
             pv = grid["p_violation"]
@@ -135,13 +171,13 @@ class StoppingRule(SafeExploration):
             if mid not in at or not float(pv[at.index(mid)]) <= PEAK_MAX_P:
                 continue
             k = at.index(mid)
-            point = self._grid_point(cells[k])
+            point = self.model.grid_point(cells[k])
             note = (
                 f"bisecting step: {point}, halfway between {held.point} (held) and a trial over the limit "
-                f"{limit:.0f} µs at {self.space.dvfs_ghz[top]:g} GHz (one over the SLA at or below it), "
+                f"{limit:.0f} µs at {self.model.space.dvfs_ghz[top]:g} GHz (one over the SLA at or below it), "
                 f"P({pct_text(pct)} > {sla:g} µs) {float(pv[k]):.3f} <= {PEAK_MAX_P:g}"
             )
-            return Pending(point, 0.0, -1, self._load, float(pv[k]), note)
+            return Pending(point, 0.0, -1, self.book.load, float(pv[k]), note)
         return None
 
     def _refine_cell(self, held: Decision) -> Pending | None:
@@ -162,45 +198,33 @@ class StoppingRule(SafeExploration):
 
         if held.measurement is None or not held.met_sla or held.by_estimate:
             return None
-        i, j = self._cell_of(held.point)
-        if i + 1 >= len(self._itr):
+        i, j = self.model.cell_of(held.point)
+        if i + 1 >= len(self.model.itr):
             return None
         cell = (i + 1, j)
-        seen = {self._cell_of(r.point) for r in self.retune_trials() if r.status == STATUS_COMPLETED}
-        if cell in seen or not bool(self._supported([cell], self._evidence())[0]):
+        seen = {self.model.cell_of(r.point) for r in self.book.retune_trials() if r.status == STATUS_COMPLETED}
+        if cell in seen or not bool(self.safety.supported([cell], self.safety.evidence())[0]):
             return None
-        grid = self._grid_model(self._load, refit=False, cells=[(i, j), cell])
+        grid = self.model.grid_model(self.book.load, refit=False, cells=[(i, j), cell])
         if grid is None:
             return None
-        s, scale = self.settings, self._scale
+        s, scale = self.settings, self.model.scale
         base, _ = scale.latency_mean_sd(float(grid["mu"][0]), float(grid["sd"][0]))
         lat, lat_sd = scale.latency_mean_sd(float(grid["mu"][1]), float(grid["sd"][1]))
         if not (base > 0 and lat > 0 and math.isfinite(base) and math.isfinite(lat) and math.isfinite(lat_sd)):
             return None
-        measured = held.measurement.percentile(self.objective.percentile)
+        measured = held.measurement.percentile(self.model.objective.percentile)
         # the step's upper (1 - delta) bound, with the SD scaled as the gate scales it
         z = NormalDist().inv_cdf(1.0 - s.safe_delta)
         step = measured * lat / base * math.exp(z * s.safe_sd_scale * lat_sd / lat)
-        limit = final_limit_us(self.objective.sla_us, s)
+        limit = final_limit_us(self.model.objective.sla_us, s)
         pv = float(grid["p_violation"][1])  # as the gate computes it: the SD times `safe_sd_scale`
         if not (step <= limit and pv <= s.safe_delta):
             return None
-        point = self._grid_point(cell)
+        point = self.model.grid_point(cell)
         note = (
             f"refining step: {point}, the next longer ITR of {held.point}, expected {step:.0f} µs at most (measured "
             f"{measured:.0f} µs x the model's {lat / base:.3f}, upper {1 - s.safe_delta:g} bound) <= {limit:.0f} µs, "
-            f"P({pct_text(self.objective.percentile)} > {self.objective.sla_us:g} µs) {pv:.3f} <= δ {s.safe_delta:g}"
+            f"P({pct_text(self.model.objective.percentile)} > {self.model.objective.sla_us:g} µs) {pv:.3f} <= δ {s.safe_delta:g}"
         )
-        return Pending(point, 0.0, -1, self._load, pv, note)
-
-    def _untried(self, cells: list, allowed: object) -> object:
-        """Mask over `cells`: True at those not measured in this retune, or everywhere if no `allowed` cell is
-        untried -- the choice the safety filter's substitution makes (`SafeExploration._safety_filter`). Without
-        it the largest EI can sit at a point already measured just under the limit (its P of meeting it near
-        0.5), which the filter never retries: the retune ran its whole budget on untried points of ~0 EI
-        (bench/fleet.py, p99 < 200 µs: 30 trials in one window)."""
-        import numpy as np
-
-        seen = {self._cell_of(r.point) for r in self.retune_trials() if r.status == STATUS_COMPLETED}
-        fresh = np.array([c not in seen for c in cells], dtype=bool)
-        return fresh if bool((fresh & np.asarray(allowed, dtype=bool)).any()) else np.ones(len(cells), dtype=bool)
+        return Pending(point, 0.0, -1, self.book.load, pv, note)

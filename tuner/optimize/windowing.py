@@ -14,7 +14,7 @@ rule to memcached tail latency. `measure_window` does this inside one trial:
   k-1 degrees of freedom) -- which also sees what makes whole windows differ: load bursts, correlated
   queueing. On the simulator with 0.5 s minimum windows the order-statistic rule alone reports CIs
   that miss the noise-free p99 in 19 % of windows (47 % at 700K QPS), the combined rule in 1.5 %
-  (docs/optimizer.md, `bench/windows.py`); `batches=1` turns the batch check off. The next chunk is sized from the
+  (docs/optimizer-windows.md, `bench/windows.py`); `batches=1` turns the batch check off. The next chunk is sized from the
   current half-width h assuming
   h ~ 1/sqrt(seconds): total needed ~ elapsed (h / target)^2, plus a 20 % margin, at least
   `min_s / batches`, at most doubling the window (a few noisy chunks with Student's t for few degrees of

@@ -110,7 +110,7 @@ def test_another_hosts_trials_inform_the_model_but_never_hold_without_a_trial() 
             assert not first.held and len(b.retune_trials()) == 2 and "no load measured" in first.reason
             again = run_retune(b_host, b, b.settings)  # now it measured 300K itself: it may hold
             assert again.held and b.retune_trials() == []
-            assert Optimizer.from_json(b.to_json())._borrowed == b._borrowed != set()  # kept in the state
+            assert Optimizer.from_json(b.to_json()).book.borrowed == b.book.borrowed != set()  # kept in the state
         else:
             assert first.held and b.retune_trials() == []
 
@@ -264,7 +264,7 @@ def test_a_held_window_over_the_sla_stops_that_point_being_held_there_again() ->
     assert opt.note_held_window(held.point, over)
     again = opt.hold_verdict(303_000.0)
     assert again.point != held.point
-    assert Optimizer.from_json(opt.to_json())._held_broke == opt._held_broke != []  # kept in the state
+    assert Optimizer.from_json(opt.to_json()).book.held_broke == opt.book.held_broke != []  # kept in the state
 
 
 def test_three_windows_in_a_row_over_the_sla_within_the_margin_revert(tmp_path) -> None:

@@ -80,7 +80,7 @@ def test_the_optimizer_fits_headroom_when_asked_and_predicts_in_microseconds() -
     opt = Optimizer(SMALL, OBJ, s)
     data = opt.metrics(meas(400, 30))
     assert set(data) == {"power", "latency_headroom"} and data["latency_headroom"][0] == pytest.approx(1.25)
-    cfg = opt._client._experiment.optimization_config
+    cfg = opt.model.client._experiment.optimization_config
     assert [list(c.metric_names) for c in cfg.outcome_constraints] == [["latency_headroom"]]
     assert cfg.outcome_constraints[0].bound == pytest.approx(1.0)
     head, _ = seeded(latency_metric="headroom")
@@ -89,11 +89,11 @@ def test_the_optimizer_fits_headroom_when_asked_and_predicts_in_microseconds() -
     log.begin_retune(120_000)
     pts = [OperatingPoint(SMALL.itr_us[0], SMALL.dvfs_ghz[-1]), OperatingPoint(SMALL.itr_us[-1], SMALL.dvfs_ghz[0])]
     for o in (head, log):
-        assert o._grid_model(o._load, refit=True) is not None  # past the Sobol phase: a fitted model
+        assert o.model.grid_model(o.book.load, refit=True) is not None  # past the Sobol phase: a fitted model
     ph, pl = head.predict(pts, 120_000), log.predict(pts, 120_000)
     for a, b in zip(ph, pl):  # the same data on two scales: predictions of the same size, in µs
         assert a.latency_us > 0 and b.latency_us > 0 and 0.5 < a.latency_us / b.latency_us < 2.0
-    grid = head._grid_model(head._load, refit=False)
+    grid = head.model.grid_model(head.book.load, refit=False)
     assert grid is not None and (grid["p_violation"] >= 0).all() and (grid["p_violation"] <= 1).all()
 
 
@@ -104,7 +104,7 @@ def test_a_state_saved_before_the_latency_metric_existed_stays_on_the_log_scale(
     back = Optimizer.from_json(json.dumps(d))
     assert back.settings.latency_metric == "log"
     back.begin_retune(120_000)
-    assert back._grid_model(back._load, refit=True) is not None
+    assert back.model.grid_model(back.book.load, refit=True) is not None
     assert back.predict([OperatingPoint(SMALL.itr_us[0], SMALL.dvfs_ghz[-1])], 120_000)[0].latency_us > 0
 
 
@@ -112,7 +112,7 @@ def test_the_sd_scale_widens_the_safety_check_by_that_factor() -> None:
     def gate(scale: float) -> dict:
         opt, _ = seeded(safe_sd_scale=scale)
         opt.begin_retune(120_000)
-        grid = opt._grid_model(opt._load, refit=True)
+        grid = opt.model.grid_model(opt.book.load, refit=True)
         assert grid is not None
         return grid
 

@@ -41,7 +41,7 @@ def test_shape_loads_and_measured_range(fitted):
     opt, t = fitted
     assert t["loads_qps"] == table_loads(1e6) and len(t["loads_qps"]) == LOAD_TABLE_LOADS
     assert t["loads_qps"][:3] == [0.0, 50_000.0, 100_000.0] and t["loads_qps"][-1] == 1e6
-    n = len(opt._grid())
+    n = len(opt.model.grid())
     assert len(t["points"]) == n == 64 * 18  # every ITR candidate (16 µs apart) x every frequency
     for f in ("latency_us", "latency_sem", "power_w", "power_sem"):
         assert len(t[f]) == LOAD_TABLE_LOADS and all(len(row) == n for row in t[f])
@@ -74,7 +74,7 @@ def test_best_power_rises_with_load_and_uncertainty_grows_outside_the_measured_l
     assert all(b >= a * 0.98 for a, b in zip(power, power[1:]))  # monotone up to 2 % model noise
 
     # the latency's relative standard error at the points the trials measured (median over them), by load
-    cells = {(p.itr_us, p.dvfs_ghz) for p in (opt._grid_point(opt._cell_of(r.point)) for r in opt.trials())}
+    cells = {(p.itr_us, p.dvfs_ghz) for p in (opt.model.grid_point(opt.model.cell_of(r.point)) for r in opt.trials())}
     idx = [i for i, p in enumerate(t["points"]) if tuple(p) in cells]
 
     def rel_sem(q: float) -> float:

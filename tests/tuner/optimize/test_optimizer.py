@@ -127,8 +127,8 @@ def test_failed_trials_are_marked_failed_in_ax_and_the_retune_continues() -> Non
     assert failed[0].reward is None and failed[0].measurement is None
     assert "HostError: fake host: measurement failed" in failed[0].error
     assert failed[0].settle is not None  # its settle period was measured and counts
-    assert opt._client._experiment.trials[1].status == TrialStatus.FAILED
-    assert opt._client._experiment.lookup_data(trial_indices=[1]).df.empty  # no made-up value
+    assert opt.model.client._experiment.trials[1].status == TrialStatus.FAILED
+    assert opt.model.client._experiment.lookup_data(trial_indices=[1]).df.empty  # no made-up value
     assert host.point() == d.point  # the decision was applied
 
 
@@ -170,7 +170,7 @@ def test_json_round_trip_keeps_trials_and_continues() -> None:
     assert back.objective == opt.objective and back.settings == opt.settings and back.name == "rt"
     assert back.trials() == opt.trials()
     assert back.best() == opt.best()
-    assert len(back._client._experiment.trials) == 3
+    assert len(back.model.client._experiment.trials) == 3
     i, p = back.suggest()
     assert i == 3 and host.knobs().check(p) == p
     with pytest.raises(TunerError, match="optimizer state is not valid"):

@@ -24,7 +24,7 @@ from tuner.optimize.settings import Objective
 
 
 def node_of(opt: Optimizer, ax_index: int) -> str | None:
-    gr = opt._client._experiment.trials[ax_index].generator_runs
+    gr = opt.model.client._experiment.trials[ax_index].generator_runs
     return gr[0]._generation_node_name if gr else None
 
 
@@ -134,10 +134,10 @@ def test_history_warm_start_first_suggestion_is_from_the_gp_at_the_pinned_load()
     assert opt.add_history(recs + bad) == 6
     opt.begin_retune(123_000)
     i, p = opt.suggest()
-    ax_index = max(opt._client._experiment.trials)  # after the 6 attached ones
+    ax_index = max(opt.model.client._experiment.trials)  # after the 6 attached ones
     assert ax_index == 6
     assert node_of(opt, ax_index) == "MBM"  # not Sobol: warm
-    assert opt._client._experiment.trials[ax_index].arm.parameters["load"] == pytest.approx(0.123)
+    assert opt.model.client._experiment.trials[ax_index].arm.parameters["load"] == pytest.approx(0.123)
     assert SMALL.check(p) == p and i == 0
     # a cold experiment starts with Sobol
     cold = Optimizer(SMALL, OBJ, ctx())
@@ -157,7 +157,7 @@ def test_context_retunes_share_one_experiment_and_later_ones_start_from_the_mode
     second = opt.retune_trials()
     assert [r.index for r in second] == [5, 6, 7, 8, 9] and len(opt.trials()) == 10
     assert all(r.qps == 140_000 for r in second)
-    exp = opt._client._experiment
+    exp = opt.model.client._experiment
     assert node_of(opt, 5) == "MBM"  # no Sobol in the 2nd retune
     assert {round(exp.trials[k].arm.parameters["load"], 6) for k in range(5, 10)} == {0.14}
     assert d2.measurement in [r.measurement for r in second]  # best() is of THIS retune
@@ -170,7 +170,7 @@ def test_trial_measured_at_another_load_is_filed_at_its_own_load() -> None:
     opt.begin_retune(100_000)
     i, _ = opt.suggest()
     rec = opt.complete(i, meas(300, 20, qps=150_000), 150_000)
-    exp = opt._client._experiment
+    exp = opt.model.client._experiment
     done = [t for t in exp.trials.values() if t.status.is_completed and t.index >= 5]
     assert rec.qps == 150_000 and len(done) == 1
     assert done[0].arm.parameters["load"] == pytest.approx(0.15)
@@ -184,21 +184,21 @@ def test_history_bound_keeps_the_newest_trials() -> None:
     opt = Optimizer(SMALL, OBJ, ctx(history_max_trials=8))
     recs = history(12, seed=2)
     assert opt.add_history(recs) == 8
-    exp = opt._client._experiment
+    exp = opt.model.client._experiment
     loads = sorted(round(t.arm.parameters["load"], 9) for t in exp.trials.values())
     assert loads == sorted(round(r.qps / MAXQ, 9) for r in recs[-8:])
     opt.begin_retune(100_000)
     i, _ = opt.suggest()
     opt.complete(i, meas(300, 20), 100_000)  # 9 observed > 8
     j, _ = opt.suggest()  # rebuilt from the newest 6 before generating
-    assert len(opt._observed()) == 6
-    exp = opt._client._experiment
-    kept = sorted(round(exp.trials[k].arm.parameters["load"], 9) for k in opt._observed())
+    assert len(opt.model.observed()) == 6
+    exp = opt.model.client._experiment
+    kept = sorted(round(exp.trials[k].arm.parameters["load"], 9) for k in opt.model.observed())
     assert kept == sorted([round(r.qps / MAXQ, 9) for r in recs[-5:]] + [0.1])
     opt.complete(j, meas(300, 20), 100_000)
     for _ in range(3):
         k, _ = opt.suggest()
-        assert len(opt._observed()) <= 8  # the model never holds more than the bound
+        assert len(opt.model.observed()) <= 8  # the model never holds more than the bound
         opt.complete(k, meas(300, 20), 100_000)
     assert [r.index for r in opt.retune_trials()] == [0, 1, 2, 3, 4]
 
@@ -211,12 +211,12 @@ def test_json_round_trip_keeps_context_state() -> None:
     j, p = opt.suggest()  # left pending
     back = Optimizer.from_json(opt.to_json())
     assert back.settings == opt.settings and back.trials() == opt.trials()
-    assert back._load == pytest.approx(0.1) and back._retune_start == 0 and back._line_t == opt._line_t
-    assert back._pending[j].point == p and back._pending[j].note.startswith("safe start")
+    assert back.book.load == pytest.approx(0.1) and back.book.retune_start == 0 and back.book.line_t == opt.book.line_t
+    assert back.book.pending[j].point == p and back.book.pending[j].note.startswith("safe start")
     rec = back.complete(j, meas(150, 35), 100_000)
     assert rec.index == 1 and len(back.retune_trials()) == 2
     assert back.suggest()[0] == 2
-    (mbm,) = [n for n in back._client._generation_strategy._nodes if n.name == "MBM"]
+    (mbm,) = [n for n in back.model.client._generation_strategy._nodes if n.name == "MBM"]
     opts = mbm.generator_specs[0].generator_gen_kwargs["model_gen_options"]["optimizer_kwargs"]
     assert opts == {"max_batch_size": 64}
 
@@ -296,7 +296,7 @@ def test_safe_exploration_never_tries_a_point_the_model_deems_unsafe() -> None:
         opt.begin_retune(qps)
         for _ in range(s.trials):
             i, p = opt.suggest()
-            pend = opt._pending[i]
+            pend = opt.book.pending[i]
             if pend.p_violation is not None:
                 # independent check against the model Ax just fitted: P(ln p99 > ln SLA) at this point and load
                 # (the model's SD times `safe_sd_scale` and `safe_model_error`, in quadrature)
@@ -327,7 +327,7 @@ def test_safe_exploration_never_tries_a_point_the_model_deems_unsafe() -> None:
     assert all("> δ 0.05" in r.note or "from any point measured within the limit" in r.note for r in subs)
     # every substituted proposal was abandoned in Ax (the experiment is rebuilt without them past ABANDONED_MAX):
     # no Ax trial is left pending
-    assert {t.status.name for t in opt._client._experiment.trials.values()} <= {"COMPLETED", "ABANDONED", "FAILED"}
+    assert {t.status.name for t in opt.model.client._experiment.trials.values()} <= {"COMPLETED", "ABANDONED", "FAILED"}
 
 
 def test_when_the_model_deems_every_point_unsafe_it_steps_out_from_the_safe_corner() -> None:
@@ -335,10 +335,10 @@ def test_when_the_model_deems_every_point_unsafe_it_steps_out_from_the_safe_corn
     opt = Optimizer(SMALL, OBJ, s)
     for _ in range(3):  # safe start: every step breaks the SLA badly
         i, p = opt.suggest()
-        assert opt._pending[i].note.startswith("safe start")
+        assert opt.book.pending[i].note.startswith("safe start")
         opt.complete(i, meas(5000, 30), 1e5)
     i, p = opt.suggest()
-    pend = opt._pending[i]
+    pend = opt.book.pending[i]
     assert (
         "no point is within δ and near a point measured safe at this load or above, stepping out from the "
         "safe corner" in pend.note

@@ -15,7 +15,7 @@ from tuner.optimize import acquisition
 from tuner.optimize.acquisition import LINE_AIM
 from tuner.optimize.optimizer import Optimizer
 from tuner.optimize.presets import cold_settings
-from tuner.optimize.safety import SAFE_ITR_DOWN_WEIGHT, SAFE_LOAD_TOL
+from tuner.optimize.safe_exploration import SAFE_ITR_DOWN_WEIGHT, SAFE_LOAD_TOL
 
 CORNER = OperatingPoint(SMALL.itr_us[0], SMALL.dvfs_ghz[-1])
 
@@ -68,10 +68,10 @@ def test_the_filter_never_tries_next_to_a_point_just_measured_over_the_sla() -> 
     opt.complete(i, meas(900, 25, qps=120_000), 120_000)  # whatever it was, it broke the SLA badly
     for _ in range(3):
         j, q = opt.suggest()
-        if opt._pending[j].line_t is None:
+        if opt.book.pending[j].line_t is None:
             same_or_slower = q.dvfs_ghz <= p.dvfs_ghz
             itr_gap = abs(SMALL.itr_us.index(q.itr_us) - SMALL.itr_us.index(p.itr_us)) / (len(SMALL.itr_us) - 1)
-            assert not (same_or_slower and itr_gap <= 0.06 + 1e-9), (p, q, opt._pending[j].note)
+            assert not (same_or_slower and itr_gap <= 0.06 + 1e-9), (p, q, opt.book.pending[j].note)
         opt.complete(j, meas(300, 30, qps=120_000), 120_000)
 
 
@@ -120,13 +120,16 @@ def test_a_load_above_every_measured_one_starts_at_the_safe_corner_then_expands_
     opt.begin_retune(qps)
     i, p = opt.suggest()
     assert p == CORNER
-    assert "near a point measured safe at this load or above, stepping out from the safe corner" in opt._pending[i].note
+    assert (
+        "near a point measured safe at this load or above, stepping out from the safe corner"
+        in opt.book.pending[i].note
+    )
     apply_point(host, p)
     opt.complete(i, host.measure(5.0), qps)
     met = [opt.trials()[-1].point]
     for _ in range(4):  # each later point is near a point measured within the limit at this load
         i, p = opt.suggest()
-        pend = opt._pending[i]
+        pend = opt.book.pending[i]
         if pend.line_t is None:
             assert min(_dist(p, q) for q in met) <= s.safe_radius + 1e-9, (p, met, pend.note)
             assert pend.p_violation is not None and pend.p_violation <= s.safe_delta
@@ -141,19 +144,19 @@ def test_within_the_load_tolerance_history_vouches_and_the_corner_is_not_forced(
     opt, _ = seeded()
     opt.begin_retune(150_000)
     i, p = opt.suggest()
-    assert "stepping out from the safe corner" not in opt._pending[i].note
-    assert opt._pending[i].line_t is None
+    assert "stepping out from the safe corner" not in opt.book.pending[i].note
+    assert opt.book.pending[i].line_t is None
     # with the evidence rule off the model alone decides, even at the far load
     off, _ = seeded(safe_radius=0.0)
     off.begin_retune(400_000)
-    assert off._supported(off._grid(), off._evidence()).all()
+    assert off.safety.supported(off.model.grid(), off.safety.evidence()).all()
 
 
 def test_safe_model_error_widens_the_gate_and_is_validated() -> None:
     def filtered(extra: float) -> tuple[float, float]:
         opt, _ = seeded(safe_model_error=extra)
         opt.begin_retune(120_000)
-        grid = opt._grid_model(opt._load, refit=True)
+        grid = opt.model.grid_model(opt.book.load, refit=True)
         assert grid is not None
         return float(grid["p_violation"].mean()), float((~grid["unsafe"]).mean())
 
@@ -169,12 +172,12 @@ def test_compute_s_counts_the_stopping_rule_check_before_the_suggestion() -> Non
     opt.begin_retune(120_000)
     i, _ = opt.suggest()
     opt.complete(i, meas(300, 30, qps=120_000), 120_000)
-    assert opt._stop_s == 0.0
+    assert opt.stopping.compute_s == 0.0
     opt.should_stop()
-    stop_s = opt._stop_s
+    stop_s = opt.stopping.compute_s
     assert stop_s > 0
     j, _ = opt.suggest()
-    assert opt._stop_s == 0.0 and opt._pending[j].compute_s > stop_s
+    assert opt.stopping.compute_s == 0.0 and opt.book.pending[j].compute_s > stop_s
 
 
 def test_a_saturated_window_goes_to_ax_at_the_cap() -> None:

@@ -14,7 +14,7 @@ QPS = 120_000.0
 
 def _trial_at(opt, point: OperatingPoint, p99: float, power: float) -> None:
     """One completed trial of this retune at `point` (handed out by `suggest` like the stopping rule's own)."""
-    opt._refine = Pending(point, 0.0, -1, opt._load, None, "placed by the test")
+    opt.stopping.refine = Pending(point, 0.0, -1, opt.book.load, None, "placed by the test")
     i, got = opt.suggest()
     assert got == point
     opt.complete(i, meas(p99, power, qps=QPS), QPS)

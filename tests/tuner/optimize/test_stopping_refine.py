@@ -75,7 +75,7 @@ def test_exploration_keeps_its_own_incumbent_when_the_final_choice_is_looser() -
     held = opt2.best()
     explore = best_decision(opt2.retune_trials(), OBJ, exploration_settings(opt2.settings), SMALL)
     assert held.measurement.power_w == 25.0 and explore.measurement.power_w == 30.0
-    assert opt2._incumbent_w({}, None) == 30.0
+    assert opt2.safety.incumbent_w({}, None) == 30.0
     assert exploration_settings(s).final_margin_pct == s.sla_margin_pct == 5.0
 
 

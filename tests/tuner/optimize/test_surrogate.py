@@ -26,17 +26,17 @@ def _fitted(n: int = 14, **kw) -> Optimizer:
     opt.add_history(history(n))
     opt.begin_retune(QPS)
     with no_warnings(1):
-        opt.fit_model()
+        opt.model.fit_model()
     return opt
 
 
 def test_batched_grid_predictions_equal_ax_client_predict() -> None:
     opt = _fitted()
-    adapter = botorch_adapter(opt._client._generation_strategy)
+    adapter = botorch_adapter(opt.model.client._generation_strategy)
     assert adapter is not None
-    params = [opt._cell_params(c, opt._load) for c in opt._grid()]
+    params = [opt.model.cell_params(c, opt.book.load) for c in opt.model.grid()]
     ours = GridPredictor().predict(adapter, params)
-    theirs = opt._client.predict(params)
+    theirs = opt.model.client.predict(params)
     assert set(ours) == set(theirs[0])
     for metric, (mu, sd) in ours.items():
         np.testing.assert_allclose(mu, [t[metric][0] for t in theirs], rtol=1e-9, atol=1e-9)
@@ -44,20 +44,20 @@ def test_batched_grid_predictions_equal_ax_client_predict() -> None:
 
 
 def _predict_grid(opt: Optimizer) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    adapter = botorch_adapter(opt._client._generation_strategy)
-    return GridPredictor().predict(adapter, [opt._cell_params(c, opt._load) for c in opt._grid()])
+    adapter = botorch_adapter(opt.model.client._generation_strategy)
+    return GridPredictor().predict(adapter, [opt.model.cell_params(c, opt.book.load) for c in opt.model.grid()])
 
 
 def test_a_warm_started_refit_proposes_what_a_fresh_fit_proposes() -> None:
     host = FakeHost(qps=QPS, knobs=SMALL)
     warm = _fitted(refit_every=1)
-    gs, exp = warm._client._generation_strategy, warm._client._experiment
+    gs, exp = warm.model.client._generation_strategy, warm.model.client._experiment
     new = [OperatingPoint(SMALL.itr_us[k], SMALL.dvfs_ghz[j]) for k, j in ((3, 4), (10, 2), (18, 3))]
     records = history(14)
     for p in new:  # three more trials, each refitted from the last fit's hyperparameters
-        i = warm._attach(warm._cell_of(p))
+        i = warm.model.attach(warm.model.cell_of(p), warm.book.load)
         apply_point(host, p)
-        warm._client.complete_trial(trial_index=i, raw_data=warm.metrics(host.measure(5.0)))
+        warm.model.client.complete_trial(trial_index=i, raw_data=warm.metrics(host.measure(5.0)))
         with no_warnings(1):
             assert refit(gs, exp, hyper=True) == "warm"
     # a fresh optimiser (Ax's own cold fit) on the same data
@@ -66,40 +66,40 @@ def test_a_warm_started_refit_proposes_what_a_fresh_fit_proposes() -> None:
         for ti in sorted(exp.trials):
             rows = exp.lookup_data(trial_indices=[ti]).df
             raw = {str(r["metric_name"]): (float(r["mean"]), float(r["sem"])) for _, r in rows.iterrows()}
-            j = fresh._client.attach_trial(parameters=dict(exp.trials[ti].arm.parameters))
-            fresh._client.complete_trial(trial_index=j, raw_data=raw)
+            j = fresh.model.client.attach_trial(parameters=dict(exp.trials[ti].arm.parameters))
+            fresh.model.client.complete_trial(trial_index=j, raw_data=raw)
     fresh.begin_retune(QPS)
     with no_warnings(1):
-        fresh.fit_model()
-    assert len(fresh._observed()) == len(warm._observed()) == len(records) + len(new)
+        fresh.model.fit_model()
+    assert len(fresh.model.observed()) == len(warm.model.observed()) == len(records) + len(new)
     a, b = _predict_grid(warm), _predict_grid(fresh)
     for metric in a:
         np.testing.assert_allclose(a[metric][0], b[metric][0], atol=0.02 * np.abs(b[metric][0]).max())
         np.testing.assert_allclose(a[metric][1], b[metric][1], rtol=0.2, atol=1e-3)
     # and the same next point: the grid acquisition's choice over what safe exploration allows
     for opt in (warm, fresh):
-        opt.settings = replace(opt.settings, safe_delta=0.05, acquisition="grid")
-    assert warm._safety_filter(None).point == fresh._safety_filter(None).point
+        opt.model.settings = replace(opt.settings, safe_delta=0.05, acquisition="grid")
+    assert warm.safety.filter(None).point == fresh.safety.filter(None).point
 
 
 def test_hyperparameters_are_reoptimised_when_new_data_surprise_the_model() -> None:
     opt = _fitted(refit_every=100)
-    first = opt._hyper_fit
+    first = opt.model.hyper_fit
     assert first is not None and first[1] == 14
     at = OperatingPoint(SMALL.itr_us[-1], SMALL.dvfs_ghz[0])
     pred = opt.predict([at], QPS)[0]
     # a measurement the model expected: no new hyperparameters (the GP is conditioned on it with the old ones)
-    j = opt._attach(opt._cell_of(at))
-    opt._complete_ax(j, opt.metrics(meas(pred.latency_us, pred.power_w, qps=QPS)))
+    j = opt.model.attach(opt.model.cell_of(at), opt.book.load)
+    opt.model.complete_ax(j, opt.metrics(meas(pred.latency_us, pred.power_w, qps=QPS)))
     with no_warnings(1):
-        opt.fit_model()
-    assert opt._hyper_fit == first
+        opt.model.fit_model()
+    assert opt.model.hyper_fit == first
     # one far above it (a saturated point where the model saw none): re-optimised at once
-    j = opt._attach(opt._cell_of(at))
-    opt._complete_ax(j, opt.metrics(meas(4 * pred.latency_us, pred.power_w, qps=QPS)))
+    j = opt.model.attach(opt.model.cell_of(at), opt.book.load)
+    opt.model.complete_ax(j, opt.metrics(meas(4 * pred.latency_us, pred.power_w, qps=QPS)))
     with no_warnings(1):
-        opt.fit_model()
-    assert opt._hyper_fit is not None and opt._hyper_fit[1] == 16
+        opt.model.fit_model()
+    assert opt.model.hyper_fit is not None and opt.model.hyper_fit[1] == 16
 
 
 def test_grid_acquisition_tries_only_points_the_filter_allows() -> None:
@@ -110,11 +110,11 @@ def test_grid_acquisition_tries_only_points_the_filter_allows() -> None:
     opt.begin_retune(QPS)
     for _ in range(s.trials):
         i, p = opt.suggest()
-        pend = opt._pending[i]
+        pend = opt.book.pending[i]
         assert pend.p_violation is not None and pend.p_violation <= s.safe_delta
         assert "Ax proposed" not in pend.note  # Ax's own generation was not asked
-        cells = opt._near_cells(opt._evidence())
-        assert opt._cell_of(p) in cells
+        cells = opt.safety.near_cells(opt.safety.evidence())
+        assert opt.model.cell_of(p) in cells
         apply_point(host, p)
         opt.complete(i, host.measure(s.window_s), QPS)
 
@@ -136,22 +136,22 @@ def test_cei_acquisition_tries_the_allowed_point_of_largest_constrained_ei_witho
     chosen = 0
     for _ in range(s.trials):
         with no_warnings(1):
-            opt.fit_model()
-        cells = opt._near_cells(opt._evidence())
-        grid = opt._grid_model(opt._load, refit=False, cells=cells)
+            opt.model.fit_model()
+        cells = opt.safety.near_cells(opt.safety.evidence())
+        grid = opt.model.grid_model(opt.book.load, refit=False, cells=cells)
         assert grid is not None
         allowed = ~grid["unsafe"]
-        seen = {opt._cell_of(r.point) for r in opt.retune_trials()}
+        seen = {opt.model.cell_of(r.point) for r in opt.retune_trials()}
         fresh = allowed & np.array([c not in seen for c in cells])
         allowed = fresh if fresh.any() else allowed
-        incumbent = opt._incumbent_w(grid, allowed)
+        incumbent = opt.safety.incumbent_w(grid, allowed)
         i, p = opt.suggest()
-        pend = opt._pending[i]
-        assert opt._cell_of(p) in [c for c, ok in zip(cells, allowed) if ok]
+        pend = opt.book.pending[i]
+        assert opt.model.cell_of(p) in [c for c, ok in zip(cells, allowed) if ok]
         assert pend.p_violation is not None and pend.p_violation <= s.safe_delta
         if incumbent is not None and "largest expected improvement" in pend.note:
-            ei = opt._ei(grid, incumbent) * allowed
-            assert ei[cells.index(opt._cell_of(p))] == pytest.approx(float(ei.max()))
+            ei = opt.safety.ei(grid, incumbent) * allowed
+            assert ei[cells.index(opt.model.cell_of(p))] == pytest.approx(float(ei.max()))
             chosen += 1
         apply_point(host, p)
         opt.complete(i, host.measure(s.window_s), QPS)
@@ -172,9 +172,9 @@ def test_cei_tries_what_the_filter_substitutes_for_a_refused_ax_proposal() -> No
     for _ in range(kw["trials"]):
         i, p = ax.suggest()
         j, q = cei.suggest()
-        if "instead" not in ax._pending[i].note:
+        if "instead" not in ax.book.pending[i].note:
             break  # Ax's own proposal passed the filter: from here the two may differ
-        assert q == p and cei._pending[j].p_violation == pytest.approx(ax._pending[i].p_violation)
+        assert q == p and cei.book.pending[j].p_violation == pytest.approx(ax.book.pending[i].p_violation)
         compared += 1
         apply_point(host, p)
         m = host.measure(5.0)

@@ -41,9 +41,9 @@ def _fits(monkeypatch: pytest.MonkeyPatch) -> dict[str, list]:
 
 
 def _trial(opt: Optimizer, host: FakeHost, cell: tuple[int, int]) -> None:
-    i = opt._attach(cell)
-    apply_point(host, opt._grid_point(cell))
-    opt._complete_ax(i, opt.metrics(host.measure(5.0)))
+    i = opt.model.attach(cell, opt.book.load)
+    apply_point(host, opt.model.grid_point(cell))
+    opt.model.complete_ax(i, opt.metrics(host.measure(5.0)))
 
 
 def test_hyper_iters_is_validated() -> None:
@@ -60,17 +60,17 @@ def test_capped_warm_refits_every_trial_instead_of_axs_fit_from_defaults(monkeyp
     opt.add_history(history(14))
     opt.begin_retune(QPS)
     with no_warnings(1):
-        opt.fit_model()
+        opt.model.fit_model()
     assert len(seen["ax"]) == 1 and not seen["capped"]  # Ax's own fit first (no model to start from)
     for k in range(3):  # each new trial: hyperparameters warm-started and re-optimised, at most 3 iterations
         _trial(opt, host, (3 + 5 * k, k))
         with no_warnings(1):
-            opt.fit_model()
+            opt.model.fit_model()
         assert len(seen["ax"]) == 1 and len(seen["capped"]) == k + 1
         assert seen["capped"][-1] == {"options": {"maxiter": 3}}
-        assert opt._hyper_fit is not None and opt._hyper_fit[1] == 15 + k
+        assert opt.model.hyper_fit is not None and opt.model.hyper_fit[1] == 15 + k
     with no_warnings(1):
-        opt.fit_model()  # no new data: nothing
+        opt.model.fit_model()  # no new data: nothing
     assert len(seen["ax"]) == 1 and len(seen["capped"]) == 3
     # off (the default): Ax's own fit from its defaults on every new trial, no capped fit
     plain = Optimizer(SMALL, OBJ, ctx(trials=20))
@@ -79,7 +79,7 @@ def test_capped_warm_refits_every_trial_instead_of_axs_fit_from_defaults(monkeyp
     for k in range(2):
         _trial(plain, host, (3 + 5 * k, k))
         with no_warnings(1):
-            plain.fit_model()
+            plain.model.fit_model()
     assert len(seen["ax"]) == 3 and len(seen["capped"]) == 3
 
 
@@ -90,24 +90,24 @@ def _capped(iters: int) -> Optimizer:
     opt.add_history(history(14))
     opt.begin_retune(QPS)
     with no_warnings(1):
-        opt.fit_model()
+        opt.model.fit_model()
     for cell in ((3, 4), (10, 2), (18, 3)):
         _trial(opt, host, cell)
         with no_warnings(1):
-            opt.fit_model()
-    assert opt._hyper_fit is not None and opt._hyper_fit[1] == 17
+            opt.model.fit_model()
+    assert opt.model.hyper_fit is not None and opt.model.hyper_fit[1] == 17
     return opt
 
 
 def test_capped_refits_approach_axs_own_fit_as_the_cap_grows() -> None:
     """Against Ax's own fit from its defaults on the same data: with 3 iterations the latency model (what the
     safety gate reads) is within 0.25 of Ax's SD everywhere on the grid, its SDs within 15 %; the power model lags
-    (its hyperparameters move far with each of these trials; docs/optimizer.md); uncapped both are Ax's."""
+    (its hyperparameters move far with each of these trials; docs/optimizer-compute.md); uncapped both are Ax's."""
     full = _capped(0)
-    params = [full._cell_params(c, full._load) for c in full._grid()]
+    params = [full.model.cell_params(c, full.book.load) for c in full.model.grid()]
 
     def grid(opt: Optimizer) -> dict:
-        return GridPredictor().predict(botorch_adapter(opt._client._generation_strategy), params)
+        return GridPredictor().predict(botorch_adapter(opt.model.client._generation_strategy), params)
 
     ref = grid(full)
     three, converged = grid(_capped(3)), grid(_capped(100))

@@ -39,9 +39,9 @@ def _run(opt: Optimizer, n: int) -> None:
 def test_refit_every_k_optimises_hyperparameters_less_often_and_uses_all_data(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from tuner.optimize import model
+    from tuner.optimize import experiment
 
-    monkeypatch.setattr(model, "SURPRISE_Z", math.inf)  # refit_every alone (these made-up windows surprise the GP)
+    monkeypatch.setattr(experiment, "SURPRISE_Z", math.inf)  # refit_every alone (these made-up windows surprise the GP)
     calls = _count_hyper_fits(monkeypatch)
     every = Optimizer(SMALL, OBJ, ctx(trials=20, refit_every=1))
     every.add_history(history(10))
@@ -54,9 +54,9 @@ def test_refit_every_k_optimises_hyperparameters_less_often_and_uses_all_data(
     assert n_every >= 4  # one per new datum (2 metrics in one batched GP)
     assert calls[0] < n_every
     # the model Ax generates from is fitted on the current data (so `get_next_trials` reuses it as it is)
-    sparse.fit_model()
-    adapter = sparse._client._generation_strategy._curr.generator_specs[0]._fitted_adapter
-    data, _ = adapter._process_and_transform_data(experiment=sparse._client._experiment)
+    sparse.model.fit_model()
+    adapter = sparse.model.client._generation_strategy._curr.generator_specs[0]._fitted_adapter
+    data, _ = adapter._process_and_transform_data(experiment=sparse.model.client._experiment)
     assert data == adapter._last_experiment_data
 
 
@@ -64,14 +64,14 @@ def test_a_model_refitted_without_new_hyperparameters_still_follows_new_data() -
     opt = Optimizer(SMALL, OBJ, ctx(trials=20, refit_every=100))
     opt.add_history(history(10))
     opt.begin_retune(120_000)
-    opt.fit_model()  # first fit (hyperparameters)
+    opt.model.fit_model()  # first fit (hyperparameters)
     at = OperatingPoint(SMALL.itr_us[-1], SMALL.dvfs_ghz[0])
     before = opt.predict([at], 120_000)[0].latency_us
     for _ in range(2):  # two measurements far above the model's mean at one point, same hyperparameters
-        j = opt._attach(opt._cell_of(at))
-        opt._client.complete_trial(trial_index=j, raw_data=opt.metrics(meas(4 * before, 30.0, qps=120_000)))
-    opt.fit_model()
-    assert opt._hyper_fit is not None and opt._hyper_fit[1] == 10  # no new hyperparameters
+        j = opt.model.attach(opt.model.cell_of(at), opt.book.load)
+        opt.model.client.complete_trial(trial_index=j, raw_data=opt.metrics(meas(4 * before, 30.0, qps=120_000)))
+    opt.model.fit_model()
+    assert opt.model.hyper_fit is not None and opt.model.hyper_fit[1] == 10  # no new hyperparameters
     after = opt.predict([at], 120_000)[0].latency_us
     assert after > 1.5 * before
 

@@ -1,23 +1,24 @@
-"""The optimiser's bottom layer: the Ax experiment over the host's knob grid.
+"""The optimiser's model member: the Ax experiment over the host's knob grid.
 
 It owns the Ax `Client` (parameters, objective or outcome constraint, generation strategy), maps operating
-points to Ax parameters and grid cells (ITR candidates x frequencies, in normalised coordinates), asks the
-model about the grid (`_grid_model`: latency and power mean/SD, P(SLA broken), the safety gate's verdict),
-keeps the model's data bounded (`_prune`), and books the trials handed out and reported. The layers above
-(`safety`, `stopping`, `optimizer`) decide what to do with it.
+points to Ax parameters and grid cells (ITR candidates x frequencies, in normalised coordinates), turns a
+measured window into Ax metrics (`metrics`), asks the fitted model about the grid (`grid_model`: latency and
+power mean/SD, P(SLA broken), the safety gate's verdict, as a `GridPrediction`) and keeps the model's data
+bounded (`prune`). It keeps no trial books and knows no retune: the load to predict at is always an argument.
+The safety filter (`safe_exploration`) and the stopping rule (`stopping`) read its predictions.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 from actuators.host import KnobSpace, Measurement, OperatingPoint
 from core.errors import TunerError
 from tuner.optimize.axsetup import no_warnings, quiet_ax, small_acqf_batches
 from tuner.optimize.latscale import LatencyScale
-from tuner.optimize.records import Pending, TrialRecord, latency_sem, power_sem
+from tuner.optimize.records import Cell, latency_sem, power_sem
 from tuner.optimize.settings import Objective, TunerSettings, itr_candidates, met_limit_us, pct_text
 from tuner.optimize.surrogate import GridPredictor, acquisition_values, botorch_adapter, refit
 
@@ -25,7 +26,7 @@ from tuner.optimize.surrogate import GridPredictor, acquisition_values, botorch_
 #: (normalised units: 0.5 % of `context_max_qps`) is re-filed in Ax at its measured load.
 LOAD_TOLERANCE = 5e-3
 #: Abandoned Ax trials (safety substitutions, re-filed loads) tolerated before the experiment is rebuilt without
-#: them (`Optimizer._prune`).
+#: them (`ExperimentModel.prune`).
 ABANDONED_MAX = 12
 
 
@@ -37,43 +38,47 @@ REFIT_GROWTH = 0.2
 SURPRISE_Z = 2.0
 
 
-class ExperimentModel:
-    """The Ax experiment, the knob grid and the trial books of one optimiser (see the module docstring)."""
+class GridPrediction(TypedDict):
+    """The fitted model's answer about grid cells at one load (numpy arrays, one entry per cell)."""
 
-    def __init__(self, space: KnobSpace, objective: Objective, settings: TunerSettings, name: str = "tuner") -> None:
+    cells: list[Cell]
+    mu: Any  # the latency metric's mean (`tuner.optimize.latscale`)
+    sd: Any  # ... and SD
+    power: Any  # W, mean
+    power_sd: Any  # W, SD (0 where the model gives none)
+    p_violation: Any  # P(SLA broken), SD x `safe_sd_scale`, `safe_model_error` in quadrature
+    p_unmet: Any  # P(over the limit `best` applies), SD x `safe_sd_scale`
+    unsafe: Any  # the safety gate's verdict (`ExperimentModel.unsafe`)
+
+
+class ExperimentModel:
+    """The Ax experiment and the knob grid of one optimiser (see the module docstring)."""
+
+    def __init__(
+        self, space: KnobSpace, objective: Objective, settings: TunerSettings, name: str = "tuner", client: Any = None
+    ) -> None:
+        """A fresh experiment, or (`client`: an Ax `Client` restored from a snapshot) the one it holds."""
         self.space = space
         self.objective = objective
         self.settings = settings
         self.name = name
-        self._itr = itr_candidates(space.itr_us, settings.itr_resolution_us)
-        self._records: dict[int, TrialRecord] = {}
-        self._pending: dict[int, Pending] = {}
-        self._line_t: dict[int, float] = {}  # safe-start trials: their position on the safe line
-        self._borrowed: set[int] = set()  # Ax trials of other hosts (add_history(borrowed=True))
-        # held windows measured over the SLA: (cell, load normalised as the model's `load`), evidence of danger
-        # beside the trials (`note_held_window`)
-        self._held_broke: list[tuple[tuple[int, int], float]] = []
-        self._grid_cache: tuple[Any, dict[str, Any] | None] | None = None  # (key, last full-grid prediction)
-        self._stop_s = 0.0  # compute of the stopping rule since the last suggestion
-        self._refine: Pending | None = None  # the refining trial the stopping rule asked for (`refine_step`)
-        self._evidence_cache: tuple[Any, tuple[Any, Any, Any, Any], tuple[int, ...]] | None = None
+        self.itr = itr_candidates(space.itr_us, settings.itr_resolution_us)
+        self._grid_cache: tuple[Any, GridPrediction | None] | None = None  # (key, last full-grid prediction)
         self._hyper_fit: tuple[int, int] | None = None  # (client id, trials) at the last hyperparameter fit
         self._fitted_on: tuple[int, tuple[int, ...]] | None = None  # (client id, completed trials) of the last fit
-        self._predictor = GridPredictor()  # batched grid predictions of the fitted adapter (`_grid_model`)
+        self._predictor = GridPredictor()  # batched grid predictions of the fitted adapter (`grid_model`)
         self._reported: dict[int, dict[str, Any]] = {}  # Ax trial -> its metrics, until the next fit (`_surprised`)
-        self._next_index = 0
-        self._retune_start: int | None = None
-        self._load: float | None = None
-        self._client: Any = None
-        self._client = self._new_client()
+        self.client: Any = self.new_client() if client is None else client
 
     # -- Ax set-up
-    def _parameters(self) -> list[Any]:
+    def parameters(self) -> list[Any]:
+        """Ax's parameter configs: the ITR index and the frequency (each only if the host offers a choice), and
+        the normalised `load` in context mode."""
         from ax import ChoiceParameterConfig, RangeParameterConfig
 
         params: list[Any] = []
-        if len(self._itr) > 1:
-            params.append(RangeParameterConfig(name="itr_index", bounds=(0, len(self._itr) - 1), parameter_type="int"))
+        if len(self.itr) > 1:
+            params.append(RangeParameterConfig(name="itr_index", bounds=(0, len(self.itr) - 1), parameter_type="int"))
         if len(self.space.dvfs_ghz) > 1:
             params.append(
                 ChoiceParameterConfig(
@@ -89,18 +94,20 @@ class ExperimentModel:
             params.append(RangeParameterConfig(name="load", bounds=(0.0, 1.0), parameter_type="float"))
         return params
 
-    def _init_budget(self) -> int:
+    def init_budget(self) -> int:
+        """Completed trials before Ax leaves its Sobol phase for the GP."""
         return min(self.settings.sobol_trials, self.settings.trials)
 
-    def _new_client(self) -> Any:
+    def new_client(self) -> Any:
+        """A new Ax `Client` configured for this objective and settings, with no trials."""
         from ax import Client
 
         quiet_ax()
         client = Client(random_seed=self.settings.seed)
         with no_warnings():
-            client.configure_experiment(parameters=self._parameters(), name=self.name)
-            scale = self._scale
-            if self._reward.constrained:
+            client.configure_experiment(parameters=self.parameters(), name=self.name)
+            scale = self.scale
+            if self.reward.constrained:
                 client.configure_optimization(objective="-power", outcome_constraints=[scale.constraint()])
             else:
                 client.configure_optimization(objective="-log_reward")
@@ -109,7 +116,7 @@ class ExperimentModel:
             # (use_existing_trials_for_initialization, Ax's default), so a warm experiment starts from the GP.
             client.configure_generation_strategy(
                 method="fast",
-                initialization_budget=self._init_budget(),
+                initialization_budget=self.init_budget(),
                 initialization_random_seed=self.settings.seed,
                 initialize_with_center=False,
                 use_existing_trials_for_initialization=True,
@@ -119,67 +126,84 @@ class ExperimentModel:
         return client
 
     @property
-    def _scale(self) -> LatencyScale:
+    def scale(self) -> LatencyScale:
+        """The latency scale the model fits (`tuner.optimize.latscale`)."""
         return LatencyScale(self.settings.latency_metric, self.objective.sla_us)
 
     @property
-    def _reward(self) -> Any:
+    def reward(self) -> Any:
+        """The objective's reward function (`reward.get_reward`)."""
         from reward import get_reward
 
         return get_reward(self.objective.reward)
 
-    def _to_point(self, params: dict[str, Any]) -> OperatingPoint:
-        itr = self._itr[int(params["itr_index"])] if "itr_index" in params else self._itr[0]
+    def to_point(self, params: dict[str, Any]) -> OperatingPoint:
+        """The operating point of Ax parameters."""
+        itr = self.itr[int(params["itr_index"])] if "itr_index" in params else self.itr[0]
         dvfs = self.space.check_dvfs(params["dvfs_ghz"]) if "dvfs_ghz" in params else self.space.dvfs_ghz[0]
         return OperatingPoint(itr, dvfs)
 
-    def _to_params(self, point: OperatingPoint, load: float | None = None) -> dict[str, Any]:
+    def to_params(self, point: OperatingPoint, load: float | None) -> dict[str, Any]:
+        """Ax parameters of `point` at normalised `load` (context mode; None: 0)."""
         checked = self.space.check(point)
         params: dict[str, Any] = {}
-        if len(self._itr) > 1:  # off-grid ITR values are predicted at the nearest grid value
-            params["itr_index"] = min(range(len(self._itr)), key=lambda i: (abs(self._itr[i] - checked.itr_us), i))
+        if len(self.itr) > 1:  # off-grid ITR values are predicted at the nearest grid value
+            params["itr_index"] = min(range(len(self.itr)), key=lambda i: (abs(self.itr[i] - checked.itr_us), i))
         if len(self.space.dvfs_ghz) > 1:
             params["dvfs_ghz"] = float(checked.dvfs_ghz)
         if self.settings.context:
-            at = load if load is not None else self._load
-            params["load"] = float(at) if at is not None else 0.0
+            params["load"] = float(load) if load is not None else 0.0
         return params
 
     # -- grid (ITR candidates x frequencies) in normalised coordinates
-    def _grid(self) -> list[tuple[int, int]]:
-        return [(i, j) for i in range(len(self._itr)) for j in range(len(self.space.dvfs_ghz))]
+    def grid(self) -> list[Cell]:
+        """Every grid cell, ITR-major."""
+        return [(i, j) for i in range(len(self.itr)) for j in range(len(self.space.dvfs_ghz))]
 
-    def _grid_point(self, cell: tuple[int, int]) -> OperatingPoint:
-        return OperatingPoint(self._itr[cell[0]], self.space.dvfs_ghz[cell[1]])
+    def grid_point(self, cell: Cell) -> OperatingPoint:
+        """The operating point of a grid cell."""
+        return OperatingPoint(self.itr[cell[0]], self.space.dvfs_ghz[cell[1]])
 
-    def _coords(self, cells: Sequence[tuple[int, int]]) -> Any:
+    def coords(self, cells: Sequence[Cell]) -> Any:
+        """Normalised (itr, dvfs) coordinates in [0, 1] of `cells` (n x 2)."""
         import numpy as np
 
-        ni, nj = max(len(self._itr) - 1, 1), max(len(self.space.dvfs_ghz) - 1, 1)
+        ni, nj = max(len(self.itr) - 1, 1), max(len(self.space.dvfs_ghz) - 1, 1)
         return np.array([(i / ni, j / nj) for i, j in cells], dtype=float).reshape(-1, 2)
 
-    def _cell_at(self, u: tuple[float, float]) -> tuple[int, int]:
-        ni, nj = len(self._itr) - 1, len(self.space.dvfs_ghz) - 1
+    def cell_at(self, u: tuple[float, float]) -> Cell:
+        """The grid cell nearest normalised coordinates `u`."""
+        ni, nj = len(self.itr) - 1, len(self.space.dvfs_ghz) - 1
         return int(round(u[0] * ni)), int(round(u[1] * nj))
 
-    def _cell_of(self, point: OperatingPoint) -> tuple[int, int]:
-        i = min(range(len(self._itr)), key=lambda k: (abs(self._itr[k] - point.itr_us), k))
+    def cell_of(self, point: OperatingPoint) -> Cell:
+        """The grid cell of `point` (its ITR rounded to the nearest candidate)."""
+        i = min(range(len(self.itr)), key=lambda k: (abs(self.itr[k] - point.itr_us), k))
         j = self.space.dvfs_ghz.index(self.space.check_dvfs(point.dvfs_ghz))
         return i, j
 
-    def _grid_model(
-        self, load: float | None, *, refit: bool, cells: list[tuple[int, int]] | None = None
-    ) -> dict[str, Any] | None:
-        """Model predictions over the grid (or `cells` of it) at `load`: arrays mu/sd of the latency metric
-        (`tuner.optimize.latscale`) and of power, P(SLA broken) and P(over the limit `best` applies), the safety gate's
-        verdict; None while no predictive model is fitted (Sobol phase)."""
+    def cell_params(self, cell: Cell, load: float | None) -> dict[str, Any]:
+        """Ax parameters of a grid cell at normalised `load` (context mode; None: 0)."""
+        params: dict[str, Any] = {}
+        if len(self.itr) > 1:
+            params["itr_index"] = cell[0]
+        if len(self.space.dvfs_ghz) > 1:
+            params["dvfs_ghz"] = float(self.space.dvfs_ghz[cell[1]])
+        if self.settings.context:
+            params["load"] = float(load if load is not None else 0.0)
+        return params
+
+    # -- the fitted model
+    def grid_model(self, load: float | None, *, refit: bool, cells: list[Cell] | None = None) -> GridPrediction | None:
+        """Model predictions over the grid (or `cells` of it) at `load` (`GridPrediction`); with `refit`, the model
+        is fitted on all data first (`fit_model`). None while no predictive model is fitted (Sobol phase)."""
         import numpy as np
 
-        observed = tuple(self._observed())
+        observed = tuple(self.observed())
         # the whole grid at one load is asked twice per trial (stopping rule, then safety filter) of the same
         # fit: Ax refits only when the data changed, so the data (with the load and the cells) key the answer
         key = (
-            (id(self._client), observed, load, None if cells is None else tuple(cells))
+            (id(self.client), observed, load, None if cells is None else tuple(cells))
             if cells is None or len(cells) > 1
             else None
         )
@@ -187,15 +211,15 @@ class ExperimentModel:
             return self._grid_cache[1]
         with no_warnings(self.settings.torch_threads):
             if refit:
-                if len(observed) < self._init_budget():
+                if len(observed) < self.init_budget():
                     return None  # Ax would still be in its Sobol phase: no model to ask
                 self.fit_model()
-            cells = self._grid() if cells is None else list(cells)
-            adapter = botorch_adapter(self._client._generation_strategy)
+            cells = self.grid() if cells is None else list(cells)
+            adapter = botorch_adapter(self.client._generation_strategy)
             if adapter is None or not cells:
                 return None  # no predictive model yet
-            preds = self._predictor.predict(adapter, [self._cell_params(c, load) for c in cells])
-        scale = self._scale
+            preds = self._predictor.predict(adapter, [self.cell_params(c, load) for c in cells])
+        scale = self.scale
         if scale.metric not in preds or "power" not in preds:
             return None
         mu, sd = preds[scale.metric]
@@ -204,20 +228,30 @@ class ExperimentModel:
         # quadrature; P(over the limit `best` applies) is also the constrained EI's feasibility
         sdk = sd * self.settings.safe_sd_scale
         pv = scale.prob_over(mu, sdk, self.objective.sla_us, self.settings.safe_model_error)
-        p_unmet = scale.prob_over(mu, sdk, self._met_limit_us())
-        out = {
-            "cells": cells,
-            "mu": mu,
-            "sd": sd,
-            "power": pw,
-            "power_sd": np.nan_to_num(pw_sd, nan=0.0),
-            "p_violation": pv,
-            "p_unmet": p_unmet,
-            "unsafe": self._unsafe(pv, p_unmet),
-        }
+        p_unmet = scale.prob_over(mu, sdk, self.met_limit_us())
+        out = GridPrediction(
+            cells=cells,
+            mu=mu,
+            sd=sd,
+            power=pw,
+            power_sd=np.nan_to_num(pw_sd, nan=0.0),
+            p_violation=pv,
+            p_unmet=p_unmet,
+            unsafe=self.unsafe(pv, p_unmet),
+        )
         if key is not None:
             self._grid_cache = (key, out)
         return out
+
+    @property
+    def fitted(self) -> bool:
+        """Whether `fit_model` left a fitted GP (False in the Sobol phase and before the first fit)."""
+        return self._fitted_on is not None
+
+    @property
+    def hyper_fit(self) -> tuple[int, int] | None:
+        """(client id, completed trials) when the GP's hyperparameters were last optimised, None before."""
+        return self._hyper_fit
 
     def fit_model(self) -> None:
         """Fit the model the next suggestion, the safety filter and the stopping rule all use, on all data.
@@ -230,48 +264,48 @@ class ExperimentModel:
         = N > 0 every re-optimisation is warm-started and stopped after N L-BFGS iterations (with refit_every 1:
         on every new trial). The next `get_next_trials` finds the data unchanged and reuses that model as it is.
         """
-        gs = self._client._generation_strategy
-        exp = self._client._experiment
-        observed = self._observed()
+        gs = self.client._generation_strategy
+        exp = self.client._experiment
+        observed = self.observed()
         n = len(observed)
-        key = (id(self._client), tuple(observed))
+        key = (id(self.client), tuple(observed))
         if key == self._fitted_on and botorch_adapter(gs) is not None:
             return  # nothing new since the last fit (Ax's own check costs a pass over the experiment's data)
         last = self._hyper_fit
         due = (
             last is None
-            or last[0] != id(self._client)
+            or last[0] != id(self.client)
             or n - last[1] >= self.settings.refit_every
             or n > last[1] * (1 + REFIT_GROWTH)
             or self._surprised(observed)
         )
         self._reported = {}  # judged (or not needed) for this fit
         # refit_every = 1 is Ax's own behaviour, cold hyperparameters every trial (the replay's numbers were chosen
-        # with it; warm-started ones every trial moved the trajectory, docs/optimizer.md); past that, or with
+        # with it; warm-started ones every trial moved the trajectory, docs/optimizer-compute.md); past that, or with
         # hyper_iters (then at most that many L-BFGS iterations), warm-started
         iters = self.settings.hyper_iters
         how = refit(gs, exp, hyper=due, warm=self.settings.refit_every > 1 or iters > 0, max_iters=iters)
         if how in ("cold", "warm"):
-            self._hyper_fit = (id(self._client), n)
+            self._hyper_fit = (id(self.client), n)
         self._fitted_on = key if botorch_adapter(gs) is not None else None
 
-    def _complete_ax(self, ax_index: int, data: dict[str, float | tuple[float, float]]) -> None:
+    def complete_ax(self, ax_index: int, data: dict[str, float | tuple[float, float]]) -> None:
         """Complete Ax trial `ax_index` with `data` (metric -> mean or (mean, SEM)), kept for `_surprised`."""
-        self._client.complete_trial(trial_index=ax_index, raw_data=data)
+        self.client.complete_trial(trial_index=ax_index, raw_data=data)
         self._reported[ax_index] = data
 
     def _surprised(self, observed: Sequence[int]) -> bool:
         """Whether a trial reported since the last fit lies more than `SURPRISE_Z` SDs from the fitted model's
         prediction for it, in any modelled metric (False with no fitted model or nothing new)."""
-        adapter = botorch_adapter(self._client._generation_strategy)
+        adapter = botorch_adapter(self.client._generation_strategy)
         fitted = self._fitted_on
         reported = self._reported
-        if adapter is None or fitted is None or fitted[0] != id(self._client):
+        if adapter is None or fitted is None or fitted[0] != id(self.client):
             return False
         new = [t for t in sorted(set(observed) - set(fitted[1])) if t in reported]
         if not new:
             return False
-        exp = self._client._experiment
+        exp = self.client._experiment
         preds = self._predictor.predict(adapter, [dict(exp.trials[t].arm.parameters) for t in new])
         for k, t in enumerate(new):
             for metric, value in reported[t].items():
@@ -284,17 +318,17 @@ class ExperimentModel:
                     return True
         return False
 
-    def _met_limit_us(self) -> float:
+    def met_limit_us(self) -> float:
         """`met_limit_us` of this objective and settings. Used by the expected improvement, the safety filter
         and the adaptive window: exploring a point likely over this limit can only cost (`best` would never
         take it), and on the simulated host gating on the SLA itself let ~10-25 % of the warm tuner's trial
         time run above the SLA (docs/optimizer.md)."""
         return met_limit_us(self.objective.sla_us, self.settings)
 
-    def _unsafe(self, pv: Any, p_unmet: Any) -> Any:
+    def unsafe(self, pv: Any, p_unmet: Any) -> Any:
         """The safety gate's verdict per cell: P(SLA broken) > δ or P(over the limit `best` applies) > δ (trying a
-        point `best` could never take only costs), as `_grid_model` computes them (`safe_sd_scale`,
-        `safe_model_error`)."""
+        point `best` could never take only costs), as `grid_model` computes them (`safe_sd_scale`,
+        `safe_model_error`); all False with `safe_delta` 0."""
         import numpy as np
 
         delta = self.settings.safe_delta
@@ -302,27 +336,17 @@ class ExperimentModel:
             return np.zeros(np.shape(pv), dtype=bool)
         return (pv > delta) | (p_unmet > delta)
 
-    def _ei(self, grid: dict[str, Any], best_w: float) -> Any:
-        """Constrained EI of one more trial per grid cell: EI of power below `best_w` x P(percentile within the
-        limit `best` applies); with safe exploration, 0 at cells the filter would never let us try."""
-        from tuner.optimize import acquisition
-
-        ei = acquisition.constrained_ei(grid["power"], grid["power_sd"], best_w, grid["p_unmet"])
-        if self.settings.safe_delta > 0:
-            ei = ei * ~grid["unsafe"]
-        return ei
-
-    def _acquire(self, cells: Sequence[tuple[int, int]], allowed: Any) -> int | None:
-        """Index (into `cells`) of the allowed cell where Ax's own acquisition function is largest at this
-        retune's load (`surrogate.acquisition_values`: one batch over the allowed cells only, not Ax's pass over
-        the whole grid); None with no fitted model, nothing allowed, or if Ax cannot evaluate it."""
+    def acquire(self, cells: Sequence[Cell], allowed: Any, load: float | None) -> int | None:
+        """Index (into `cells`) of the allowed cell where Ax's own acquisition function is largest at `load`
+        (`surrogate.acquisition_values`: one batch over the allowed cells only, not Ax's pass over the whole
+        grid); None with no fitted model, nothing allowed, or if Ax cannot evaluate it."""
         import numpy as np
 
         idx = np.flatnonzero(np.asarray(allowed, dtype=bool))
-        adapter = botorch_adapter(self._client._generation_strategy)
+        adapter = botorch_adapter(self.client._generation_strategy)
         if adapter is None or idx.size == 0:
             return None
-        params = [self._cell_params(cells[int(k)], self._load) for k in idx]
+        params = [self.cell_params(cells[int(k)], load) for k in idx]
         try:
             with no_warnings(self.settings.torch_threads):
                 vals = acquisition_values(adapter, self._predictor, params)
@@ -332,46 +356,30 @@ class ExperimentModel:
             return None
         return int(idx[int(np.nanargmax(np.where(np.isfinite(vals), vals, -np.inf)))])
 
-    def _cell_params(self, cell: tuple[int, int], load: float | None) -> dict[str, Any]:
-        params: dict[str, Any] = {}
-        if len(self._itr) > 1:
-            params["itr_index"] = cell[0]
-        if len(self.space.dvfs_ghz) > 1:
-            params["dvfs_ghz"] = float(self.space.dvfs_ghz[cell[1]])
-        if self.settings.context:
-            params["load"] = float(load if load is not None else 0.0)
-        return params
-
-    def retune_trials(self) -> list[TrialRecord]:
-        """Trials reported since the last `begin_retune` (all of them if it was never called)."""
-        start = self._retune_start or 0
-        return [r for r in self.trials() if r.index >= start]
-
-    def trials(self) -> list[TrialRecord]:
-        """Every reported trial, in index order."""
-        return [self._records[i] for i in sorted(self._records)]
-
-    def _observed(self) -> list[int]:
+    # -- the experiment's trials
+    def observed(self) -> list[int]:
+        """The completed Ax trials, in index order."""
         from ax.core.base_trial import TrialStatus
 
-        return sorted(self._client._experiment.trial_indices_by_status[TrialStatus.COMPLETED])
+        return sorted(self.client._experiment.trial_indices_by_status[TrialStatus.COMPLETED])
 
-    def _prune(self) -> None:
+    def prune(self) -> None:
         """Keep the model's data within `history_max_trials`: past the bound, rebuild the experiment from the
         newest 3/4 of the bound (oldest dropped first; the slack amortises the rebuild). Also rebuilt (same
         trials) when more than `ABANDONED_MAX` abandoned safety substitutions piled up: Ax keeps abandoned arms
-        as pending points forever, and each one is a fantasy in every later acquisition."""
+        as pending points forever, and each one is a fantasy in every later acquisition. Call it only with no
+        trial pending (their Ax trials would be lost)."""
         from ax.core.base_trial import TrialStatus
 
         bound = self.settings.history_max_trials
-        done = self._observed()
-        abandoned = len(self._client._experiment.trial_indices_by_status[TrialStatus.ABANDONED])
-        if self._pending or (len(done) <= bound and abandoned <= ABANDONED_MAX):
+        done = self.observed()
+        abandoned = len(self.client._experiment.trial_indices_by_status[TrialStatus.ABANDONED])
+        if len(done) <= bound and abandoned <= ABANDONED_MAX:
             return
         keep = done[-max(1, (3 * bound) // 4) :] if len(done) > bound else done
-        exp = self._client._experiment
+        exp = self.client._experiment
         df = exp.lookup_data(trial_indices=keep).df
-        client = self._new_client()
+        client = self.new_client()
         with no_warnings():
             for ti in keep:
                 rows = df[df["trial_index"] == ti]
@@ -385,23 +393,17 @@ class ExperimentModel:
                     )
                 ni = client.attach_trial(parameters=dict(exp.trials[ti].arm.parameters))
                 client.complete_trial(trial_index=ni, raw_data=raw)
-        self._client = client
+        self.client = client
 
-    def _attach(self, cell: tuple[int, int]) -> int:
+    def attach(self, cell: Cell, load: float | None) -> int:
+        """Attach grid `cell` at normalised `load` to Ax as a trial of our own choosing; its Ax index."""
         with no_warnings():
-            return int(self._client.attach_trial(parameters=self._cell_params(cell, self._load)))
-
-    def _take_pending(self, index: int) -> Pending:
-        if index in self._records:
-            raise TunerError(f"trial {index} was already reported")
-        try:
-            return self._pending.pop(index)
-        except KeyError:
-            raise TunerError(f"trial {index} was never suggested") from None
+            return int(self.client.attach_trial(parameters=self.cell_params(cell, load)))
 
     def metrics(self, m: Measurement) -> dict[str, float | tuple[float, float]]:
-        """The (mean, SEM) per Ax metric for a measured window (see the module docstring); a bare mean
-        where the SEM is unknown (a latency source without CIs), so Ax infers that noise itself."""
+        """The (mean, SEM) per Ax metric for a measured window (`tuner.optimize.optimizer`'s docstring); a bare
+        mean where the SEM is unknown (a latency source without CIs), so Ax infers that noise itself. ValueError
+        for a window Ax cannot model (non-finite or non-positive latency or power)."""
         pct = self.objective.percentile
         p = m.percentile(pct)
         p_sem = latency_sem(m, pct)
@@ -409,13 +411,13 @@ class ExperimentModel:
         j_sem = power_sem(m)
         if not (math.isfinite(p) and p > 0 and math.isfinite(j) and j > 0):
             raise ValueError(f"non-finite or non-positive measurement: {pct_text(pct)} {p!r} µs, power {j!r} W")
-        scale = self._scale
+        scale = self.scale
         data: dict[str, float | tuple[float, float]] = {"power": (j, j_sem), scale.metric: scale.value(p, p_sem)}
-        if not self._reward.constrained:
-            r = self._reward(j, p, self.objective.sla_us)
+        if not self.reward.constrained:
+            r = self.reward(j, p, self.objective.sla_us)
             if p_sem is None:
                 data["log_reward"] = math.log(r)
             else:
-                r_sem = self._reward.sem(j, j_sem, p, p_sem, self.objective.sla_us)
+                r_sem = self.reward.sem(j, j_sem, p, p_sem, self.objective.sla_us)
                 data["log_reward"] = (math.log(r), max(r_sem / r, 1e-9))
         return data

@@ -23,9 +23,11 @@ def _measured_at_low_load(peak_step: bool) -> Optimizer:
         OperatingPoint(386, 1.2): (900.0, 35.0),  # over the SLA
     }
     for point, (p99, watts) in plan.items():
-        i = opt._next_index
-        opt._next_index += 1
-        opt._pending[i] = Pending(point, 0.0, opt._attach(opt._cell_of(point)), opt._load)
+        i = opt.book.next_index
+        opt.book.next_index += 1
+        opt.book.pending[i] = Pending(
+            point, 0.0, opt.model.attach(opt.model.cell_of(point), opt.book.load), opt.book.load
+        )
         opt.complete(i, meas(p99, watts, qps=LOW_Q), LOW_Q)
     return opt
 
@@ -34,7 +36,7 @@ def test_new_peak_load_steps_from_the_best_point_at_the_highest_load_frequency_f
     opt = _measured_at_low_load(peak_step=True)
     opt.begin_retune(1.3 * LOW_Q)  # 30 % above anything measured: no evidence vouches for this load
     i, p = opt.suggest()
-    note = opt._pending[i].note
+    note = opt.book.pending[i].note
     assert "stepped from ITR 306 µs @ 1.6 GHz" in note, note
     # frequency raised at least in proportion to the load (1.6 x 1.3 = 2.08 -> 2.4 GHz), ITR kept or shortened
     assert p.dvfs_ghz >= 2.4 and p.itr_us <= 306
@@ -45,10 +47,10 @@ def test_without_peak_step_a_new_peak_walks_the_safe_line() -> None:
     opt = _measured_at_low_load(peak_step=False)
     opt.begin_retune(1.3 * LOW_Q)
     i, _ = opt.suggest()
-    assert "stepping out from the safe corner" in opt._pending[i].note
+    assert "stepping out from the safe corner" in opt.book.pending[i].note
 
 
 def test_a_load_inside_the_measured_range_is_not_a_new_peak() -> None:
     opt = _measured_at_low_load(peak_step=True)
     opt.begin_retune(0.9 * LOW_Q)
-    assert opt._peak_step("x") is None
+    assert opt.safety.peak_step("x") is None

@@ -1,0 +1,43 @@
+"""`TrialBook` alone: trial numbers handed out in order, pending trials taken once, the current retune's trials."""
+
+from __future__ import annotations
+
+import pytest
+
+from actuators.host import OperatingPoint
+from core.errors import TunerError
+from tuner.optimize.records import STATUS_COMPLETED, STATUS_FAILED, Pending, TrialRecord
+from tuner.optimize.trial_book import TrialBook
+
+P = OperatingPoint(2, 2.9)
+
+
+def _record(index: int, status: str = STATUS_COMPLETED) -> TrialRecord:
+    return TrialRecord(index, P, 1e5, status, None, None, None)
+
+
+def test_hand_out_numbers_trials_in_order_and_keeps_safe_line_positions() -> None:
+    book = TrialBook()
+    assert book.hand_out(Pending(P, 0.0, 7, None)) == 0
+    assert book.hand_out(Pending(P, 0.0, 8, None, line_t=0.25)) == 1
+    assert book.next_index == 2 and set(book.pending) == {0, 1} and book.line_t == {1: 0.25}
+
+
+def test_a_pending_trial_is_taken_once_and_never_after_it_was_reported() -> None:
+    book = TrialBook()
+    i = book.hand_out(Pending(P, 0.0, 0, None))
+    assert book.take_pending(i).ax_index == 0
+    with pytest.raises(TunerError, match="never suggested"):
+        book.take_pending(i)
+    book.records[i] = _record(i)
+    with pytest.raises(TunerError, match="already reported"):
+        book.take_pending(i)
+
+
+def test_retune_trials_start_at_the_retune() -> None:
+    book = TrialBook(records={k: _record(k, STATUS_FAILED if k == 3 else STATUS_COMPLETED) for k in (2, 0, 3, 1)})
+    assert [r.index for r in book.trials()] == [0, 1, 2, 3]
+    assert [r.index for r in book.retune_trials()] == [0, 1, 2, 3]  # no retune begun: all of them
+    book.retune_start = 2
+    assert [r.index for r in book.retune_trials()] == [2, 3]
+    assert [r.index for r in book.completed_this_retune()] == [2]

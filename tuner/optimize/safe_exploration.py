@@ -1,0 +1,364 @@
+"""The optimiser's safety filter (`TunerSettings.safe_delta` > 0): it vets every point before it is tried. A
+safe start on a line from the safe corner while there is no model, then Ax's proposal only if the model's
+P(SLA broken) and P(over the limit `best` applies) are within δ (`ExperimentModel.grid_model`'s gate) and it is
+near evidence measured within the limit (`acquisition.supported`) and not next to a point measured over the SLA
+(`acquisition.vetoed`); otherwise the allowed grid point of largest constrained expected improvement. It reads
+the model's predictions and the trial books; it decides, the facade (`optimizer.Optimizer`) books."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from tuner.optimize.axsetup import no_warnings
+from tuner.optimize.decision import best_decision, exploration_settings
+from tuner.optimize.experiment import ExperimentModel, GridPrediction
+from tuner.optimize.records import STATUS_COMPLETED, Cell, Pending
+from tuner.optimize.settings import TunerSettings, pct_text
+from tuner.optimize.trial_book import TrialBook
+
+#: `acquisition.supported`: moving to a LOWER ITR than the measured point counts this many times its distance.
+#: At a fixed frequency a lower ITR means more interrupts and more CPU per request, so latency climbs into
+#: saturation steeply that way, while a higher ITR only adds a bounded batching delay (dissertation ch. 5).
+SAFE_ITR_DOWN_WEIGHT = 3.0
+#: `acquisition.vetoed`: a point measured over the SLA rules out the points within this normalised ITR distance
+#: (0.06 of the range: ~60 µs on ixgbe) at its frequency or below, at its load or above.
+SAFE_VETO_RADIUS = 0.06
+#: Safe exploration's evidence rule (`TunerSettings.safe_radius`): a point measured within the limit at load L'
+#: vouches for its neighbourhood at loads up to L' / (1 - SAFE_LOAD_TOL), ~11 % above (day-to-day noise).
+SAFE_LOAD_TOL = 0.10
+#: `TunerSettings.peak_step`: trials within this share below the highest load measured within the limit count as
+#: measured at it (the best of them is the new peak's starting point).
+PEAK_LOAD_BAND = 0.02
+#: ... and when the model passes no point of the step's path within δ, the first it gives at most this P(SLA broken).
+PEAK_MAX_P = 0.5
+
+
+#: Measured evidence (`SafeExploration.evidence`): normalised knob coordinates (n x 2), normalised loads, within
+#: the limit `best` applies, over the SLA.
+Evidence = tuple[Any, Any, Any, Any]
+
+
+class SafeExploration:
+    """The safety filter of one optimiser, over its model and its trial books (see the module docstring)."""
+
+    def __init__(self, model: ExperimentModel, book: TrialBook) -> None:
+        self.model = model
+        self.book = book
+        self._evidence_cache: tuple[Any, Evidence, tuple[int, ...]] | None = None
+
+    @property
+    def settings(self) -> TunerSettings:
+        return self.model.settings
+
+    # -- before the model: the safe line
+    def safe_start(self, this_retune: bool = False) -> Pending:
+        """The next safe-line point (no model yet), attached to Ax as a trial of its own; `this_retune`: step
+        from this retune's own line trials only (the model has no safe point at this load)."""
+        from tuner.optimize import acquisition
+
+        model, book = self.model, self.book
+        tried = []
+        limit = model.met_limit_us()  # a step over it could never be chosen: it bounds the line like the SLA
+        start = (book.retune_start or 0) if this_retune else -1
+        for i, t in sorted(book.line_t.items()):
+            if i < start:
+                continue
+            r = book.records.get(i)
+            if r is not None and r.status == STATUS_COMPLETED and r.measurement is not None:
+                ratio = r.measurement.percentile(model.objective.percentile) / limit
+                tried.append((t, ratio <= 1.0, ratio))
+        n = model.init_budget()
+        t = acquisition.next_line_t(tried, 1.0 / max(n - 1, 1))
+        cell = model.cell_at(acquisition.line_point(t))
+        ax_index = model.attach(cell, book.load)
+        note = (
+            f"safe start (no model yet): step {len(tried) + 1} of {n} on the line from the safe corner "
+            f"toward the centre, t={t:.3f}"
+        )
+        return Pending(model.grid_point(cell), 0.0, ax_index, book.load, None, note, t)
+
+    # -- with the model: vet Ax's proposal, or choose
+    def filter(self, pend: Pending | None) -> Pending:
+        """Keep Ax's proposal if the gate passes it (`ExperimentModel.unsafe`) and it is near evidence
+        (`supported`), else substitute the allowed cell of largest constrained EI (or the closest allowed one).
+        Without a proposal (`acquisition="grid"`: Ax was not asked) that cell is the choice (ties: the one
+        nearest the safe corner)."""
+        evidence = self.evidence()
+        if pend is None:
+            return self._substitute(None, None, "grid acquisition over the points safe exploration allows", evidence)
+        verdict = self._vet(pend, evidence)
+        if isinstance(verdict, Pending):
+            return verdict
+        return self._substitute(pend, self.model.cell_of(pend.point), verdict, evidence)
+
+    def _vet(self, pend: Pending, evidence: Evidence) -> Pending | str:
+        """Ax's proposal `pend` if the gate passes it and it is near evidence; else it is abandoned in Ax and
+        the result is why (or, with no model to ask, the next safe-line point instead)."""
+        model, s = self.model, self.settings
+        prop = model.cell_of(pend.point)
+        # Ax just fitted the model on all data to propose; ask it about the proposal first (cheap), and about
+        # the cells near evidence (the whole grid, 128 x 18 cells, costs ~0.5 s) only if the proposal fails
+        one = model.grid_model(self.book.load, refit=False, cells=[prop])
+        near = bool(self.supported([prop], evidence)[0])
+        if one is not None and not one["unsafe"][0] and near:
+            pend.p_violation = float(one["p_violation"][0])
+            return pend
+        with no_warnings():
+            model.client.mark_trial_abandoned(trial_index=pend.ax_index)
+        if one is None:  # no predictive model (Ax still in its Sobol phase): do not try a random point
+            sub = self.safe_start()
+            sub.note = "no model to check Ax's proposal; " + sub.note
+            return sub
+        return (
+            f"Ax proposed {pend.point} with P({pct_text(model.objective.percentile)} > "
+            f"{model.objective.sla_us:g} µs) {one['p_violation'][0]:.3f}"
+            + (
+                f" > δ {s.safe_delta:g}"
+                if one["unsafe"][0]
+                else f", farther than {s.safe_radius:g} from any point measured within the limit "
+                f"at this load or above, or next to one measured over the SLA"
+            )
+        )
+
+    def _substitute(self, pend: Pending | None, prop: Cell | None, why: str, evidence: Evidence) -> Pending:
+        """The allowed cell to try instead of `prop` (None: no proposal), or, with none allowed, a step toward
+        safety from the best point of the highest load measured (`peak_step`) or out from the safe corner."""
+        import numpy as np
+
+        cells = self.near_cells(evidence)
+        grid = self.model.grid_model(self.book.load, refit=False, cells=cells) if cells else None
+        ok = ~grid["unsafe"] if grid is not None else np.zeros(0, dtype=bool)
+        if not ok.any() and self.settings.peak_step:  # a load above any measured within the limit
+            step = self.peak_step(why)
+            if step is not None:
+                return step
+        if not ok.any():  # no point both modelled safe and near evidence (e.g. a load above any measured)
+            return self._step_out(why)
+        assert grid is not None
+        return self._choose(pend, prop, why, grid, ok)
+
+    def _step_out(self, why: str) -> Pending:
+        """This retune's next safe-line point, with the model's P(SLA broken) there and `why` in its note."""
+        sub = self.safe_start(this_retune=True)  # walk the safe line at this load
+        at = self.model.grid_model(self.book.load, refit=False, cells=[self.model.cell_of(sub.point)])
+        if at is not None:
+            sub.p_violation = float(at["p_violation"][0])
+        sub.note = (
+            f"{why}; no point is within δ and near a point measured safe at this load or above, "
+            f"stepping out from the safe corner instead "
+            f"(model P {sub.p_violation if sub.p_violation is not None else math.nan:.3f}): "
+            + sub.note.split(": ", 1)[-1]
+        )
+        return sub
+
+    def _choose(self, pend: Pending | None, prop: Cell | None, why: str, grid: GridPrediction, ok: Any) -> Pending:
+        """Among `grid`'s `ok` cells (untried in this retune if any is): Ax's acquisition at its largest (grid
+        acquisition, no proposal), else the largest constrained EI (ties: nearest `prop`, or the safe corner),
+        else the one nearest `prop`; attached to Ax."""
+        import numpy as np
+
+        from tuner.optimize import acquisition
+
+        model, load = self.model, self.book.load
+        cells = grid["cells"]
+        pv = grid["p_violation"]
+        coords = model.coords(cells)
+        target = model.coords([prop])[0] if prop is not None else (0.0, 1.0)  # else: the safe corner
+        seen = self.seen_cells()
+        fresh = ok & np.array([c not in seen for c in cells])
+        allowed = fresh if fresh.any() else ok
+        if prop is None and self.settings.acquisition == "grid":  # Ax's acquisition function over the allowed points
+            k = model.acquire(cells, allowed, load)
+            if k is not None:
+                note = f"{why}: Ax's acquisition at its largest of {int(allowed.sum())} allowed points"
+                cell = cells[k]
+                return Pending(model.grid_point(cell), 0.0, model.attach(cell, load), load, float(pv[k]), note)
+        incumbent = self.incumbent_w(grid, allowed)
+        ei = self.ei(grid, incumbent) * allowed if incumbent is not None else None
+        if ei is not None and float(ei.max()) > 0:
+            top = ei >= float(ei.max()) * (1 - 1e-9)
+            j = acquisition.nearest(coords, target, top, tiebreak=pv)
+            note = (
+                f"{why}; tried the safe point of largest expected improvement{' instead' if pend else ''} "
+                f"({float(ei[j]):.3g} W below {incumbent:.1f} W)"
+            )
+        else:
+            j = acquisition.nearest(coords, target, allowed, tiebreak=pv)
+            note = f"{why}; tried the closest safe point{' instead' if pend else ' to the safe corner'}"
+        cell = cells[j]
+        return Pending(model.grid_point(cell), 0.0, model.attach(cell, load), load, float(pv[j]), note)
+
+    def peak_step(self, why: str) -> Pending | None:
+        """At a load above every load measured within the limit: the best point measured at the highest such
+        load, moved toward safety -- the frequency raised at least in proportion to the load (a core's service
+        rate scales with its clock, so the utilisation stays where it was measured), then, past the highest
+        frequency, the ITR shortened by what the frequency could not give -- and on along that path (frequency
+        first, ITR second) to the first point the model deems within δ at this load (none: the first it expects
+        to meet the SLA, P <= PEAK_MAX_P). None (the caller walks the safe line) if this load is not above every
+        measured one, or no point on the path passes either test."""
+        import numpy as np
+
+        model, load = self.model, self.book.load
+        limit = model.met_limit_us()
+        pct = model.objective.percentile
+        met = [
+            r
+            for r in self.book.records.values()
+            if r.status == STATUS_COMPLETED
+            and r.measurement is not None
+            and math.isfinite(r.qps)
+            and r.measurement.percentile(pct) <= limit
+        ]
+        if not met or load is None:
+            return None
+        top_q = max(r.qps for r in met)
+        top_load = self.settings.load_of(top_q)
+        if load <= top_load or top_load <= 0:
+            return None
+        at_top = [r for r in met if r.qps >= top_q * (1 - PEAK_LOAD_BAND)]
+        base = min(at_top, key=lambda r: (r.measurement.power_w, r.index))  # type: ignore[union-attr]
+        ratio = load / top_load
+        i0, j0 = model.cell_of(base.point)
+        freqs = model.space.dvfs_ghz
+        want = base.point.dvfs_ghz * ratio
+        path = [(i0, j) for j in range(j0, len(freqs)) if freqs[j] >= want - 1e-9]
+        itr_max = model.itr[i0] * freqs[-1] / want if want > freqs[-1] else model.itr[i0]
+        path += [(i, len(freqs) - 1) for i in range(i0 - 1, -1, -1) if model.itr[i] <= itr_max]
+        if not path:
+            return None
+        grid = model.grid_model(load, refit=False, cells=path)
+        if grid is None:
+            k = 0
+        else:
+            ok = np.flatnonzero(~grid["unsafe"])
+            # the model extrapolates to this load: if it passes no point of the path within δ, the first one it
+            # expects to meet the SLA (P <= PEAK_MAX_P) is still a measured point's load-proportional step
+            likely = np.flatnonzero(grid["p_violation"] <= PEAK_MAX_P)
+            if not ok.size and not likely.size:
+                return None
+            k = int(ok[0]) if ok.size else int(likely[0])
+        cell = path[k]
+        pv = None if grid is None else float(grid["p_violation"][k])
+        note = (
+            f"{why}; load {ratio:.3f} x the highest measured within the limit: stepped from {base.point} "
+            f"(best there) toward safety, frequency first, to the first point the model deems within δ"
+        )
+        return Pending(model.grid_point(cell), 0.0, model.attach(cell, load), load, pv, note)
+
+    # -- the evidence rules
+    def near_cells(self, evidence: Evidence) -> list[Cell]:
+        """The grid cells `supported` at this load: the only ones the safety filter may choose, so the only
+        ones the model is asked about (and the stopping rule's EI ranges over)."""
+        cells = self.model.grid()
+        mask = self.supported(cells, evidence)
+        return [c for c, m in zip(cells, mask) if m]
+
+    def evidence(self) -> Evidence:
+        """Every completed trial in the model: normalised knob coordinates (n x 2), load (normalised; 0 without
+        context), whether its percentile was within the limit `best` applies (`met_limit_us`) and whether it
+        was over the SLA; then each held window that was over the SLA (`TrialBook.held_broke`: never within the
+        limit, always over)."""
+        import numpy as np
+        from ax.core.base_trial import TrialStatus
+
+        model = self.model
+        exp = model.client._experiment
+        done = sorted(exp.trial_indices_by_status[TrialStatus.COMPLETED])
+        key = (id(model.client), tuple(done), len(self.book.held_broke))
+        if self._evidence_cache is not None and self._evidence_cache[0] == key:
+            return self._evidence_cache[1]
+        lat: dict[int, float] = {}
+        if done:
+            df = exp.lookup_data(trial_indices=done).df
+            scale = model.scale
+            rows = df[df["metric_name"] == scale.metric]
+            lat = {int(t): scale.to_us(float(v)) for t, v in zip(rows["trial_index"], rows["mean"])}
+        cells, loads, met, broke, used = [], [], [], [], []
+        limit = model.met_limit_us()
+        sla = model.objective.sla_us
+        for ti in done:
+            if ti not in lat:
+                continue
+            used.append(ti)
+            params = exp.trials[ti].arm.parameters
+            cells.append(model.cell_of(model.to_point(params)))
+            loads.append(float(params.get("load", 0.0)))
+            met.append(lat[ti] <= limit)
+            broke.append(lat[ti] > sla)
+        for k, (cell, load) in enumerate(self.book.held_broke):
+            used.append(-1 - k)  # not an Ax trial: a held window (never borrowed, never within the limit)
+            cells.append(cell)
+            loads.append(load)
+            met.append(False)
+            broke.append(True)
+        out = (
+            model.coords(cells),
+            np.array(loads, dtype=float),
+            np.array(met, dtype=bool),
+            np.array(broke, dtype=bool),
+        )
+        self._evidence_cache = (key, out, tuple(used))
+        return out
+
+    def evidence_trials(self) -> tuple[int, ...]:
+        """The Ax trial index of each row of `evidence()`, in its order (held windows: negative)."""
+        self.evidence()
+        assert self._evidence_cache is not None
+        return self._evidence_cache[2]
+
+    def supported(self, cells: Sequence[Cell], evidence: Evidence) -> Any:
+        """Grid `cells` the evidence allows at this retune's load: `acquisition.supported` (near a point measured
+        within the limit) and not `acquisition.vetoed` (next to one measured over the SLA); all True when
+        `safe_radius` or `safe_delta` is 0."""
+        import numpy as np
+
+        from tuner.optimize import acquisition
+
+        s, load = self.settings, self.book.load
+        if s.safe_radius <= 0 or s.safe_delta <= 0:
+            return np.ones(len(cells), dtype=bool)
+        ev, ev_load, ev_met, ev_broke = evidence
+        coords = self.model.coords(cells)
+        near = acquisition.supported(
+            coords, ev, ev_load, ev_met, load, s.safe_radius, SAFE_LOAD_TOL, SAFE_ITR_DOWN_WEIGHT
+        )
+        return near & ~acquisition.vetoed(coords, ev, ev_load, ev_broke, load, SAFE_VETO_RADIUS, SAFE_LOAD_TOL)
+
+    # -- what is worth trying
+    def seen_cells(self) -> set[Cell]:
+        """The cells of this retune's completed trials."""
+        return {self.model.cell_of(r.point) for r in self.book.completed_this_retune()}
+
+    def untried(self, cells: list[Cell], allowed: Any) -> Any:
+        """Mask over `cells`: True at those not measured in this retune, or everywhere if no `allowed` cell is
+        untried -- the choice the filter's substitution makes (`_choose`). The stopping rule's EI ranges over it:
+        without it the largest EI can sit at a point already measured just under the limit (its P of meeting it
+        near 0.5), which the filter never retries, and the retune ran its whole budget on untried points of ~0
+        EI (bench/fleet.py, p99 < 200 µs: 30 trials in one window)."""
+        import numpy as np
+
+        seen = self.seen_cells()
+        fresh = np.array([c not in seen for c in cells], dtype=bool)
+        return fresh if bool((fresh & np.asarray(allowed, dtype=bool)).any()) else np.ones(len(cells), dtype=bool)
+
+    def ei(self, grid: GridPrediction, best_w: float) -> Any:
+        """Constrained EI of one more trial per grid cell: EI of power below `best_w` x P(percentile within the
+        limit `best` applies); with safe exploration, 0 at cells the filter would never let us try."""
+        from tuner.optimize import acquisition
+
+        ei = acquisition.constrained_ei(grid["power"], grid["power_sd"], best_w, grid["p_unmet"])
+        if self.settings.safe_delta > 0:
+            ei = ei * ~grid["unsafe"]
+        return ei
+
+    def incumbent_w(self, grid: GridPrediction, allowed: Any) -> float | None:
+        """Power to improve on: the best SLA-meeting power measured in this retune, else the model's lowest
+        predicted power among allowed cells likely (P >= 0.5) to meet the SLA; None if neither exists."""
+        model = self.model
+        d = best_decision(self.book.retune_trials(), model.objective, exploration_settings(self.settings), model.space)
+        if d.met_sla and d.measurement is not None:
+            return float(d.measurement.power_w)
+        likely = allowed & (grid["p_unmet"] <= 0.5)
+        return float(grid["power"][likely].min()) if likely.any() else None
