@@ -158,7 +158,6 @@ LONG_FUNCTIONS_ALLOWED = {
     ("tuner/daemon/status.py", "operating_point"),
     ("tuner/daemon/trials.py", "_retune_with"),
     ("tuner/daemon/worker.py", "_serve"),
-    ("tuner/optimize/safety.py", "_safety_filter"),
 }
 
 
