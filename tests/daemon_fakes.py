@@ -16,13 +16,12 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from actuators.host import KnobSpace, Measurement, OperatingPoint
 from tests.fakes import FakeHost
-from tuner.daemon.state import StateStore
+from tuner.daemon.state import StateStore, plain_state
 from tuner.optimize.decision import Decision
 from tuner.optimize.records import Prediction, TrialRecord
 from tuner.optimize.settings import Objective, TunerSettings
@@ -455,10 +454,10 @@ class Running:
 
 def read_state(tmp: Path) -> dict:
     """The daemon's saved state under `tmp/state` as a restart would load it (state.json with the committed
-    rows of its journals), as a dict; {} while there is none."""
+    rows of its journals), as plain JSON types (points as [itr_us, dvfs_ghz]); {} while there is none."""
     if not (tmp / "state" / "state.json").exists():
         return {}
-    return asdict(StateStore(tmp / "state").load())
+    return plain_state(StateStore(tmp / "state").load())
 
 
 def read_knobs(tmp: Path) -> dict:

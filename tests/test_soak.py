@@ -203,7 +203,7 @@ def heap_probe(tmp: str, retunes: int = 20) -> None:
                 types.append(Path(tmp) / f"types-{k}.json")
                 types[-1].write_text(json.dumps(_live_types()))
             run.host.set_offered_qps(100_000 if k % 2 else 150_000)  # the load leaves the band: a retune
-        wait_for(lambda: not run.daemon._subscribers, timeout=10)  # every dropped stream unsubscribed
+        wait_for(lambda: not len(run.daemon.ctx.feed), timeout=10)  # every dropped stream unsubscribed
     first, last = (collections.Counter(json.loads(p.read_text())) for p in types)
     grew = {t: n - first[t] for t, n in last.items() if n > first[t]}
     print(json.dumps({"sizes": sizes, "grew": grew}))

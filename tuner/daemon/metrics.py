@@ -225,6 +225,21 @@ class DaemonMetrics:
             m.violations.labels(load=load)
         return m
 
+    def restore_counters(self, counters: dict[str, int]) -> None:
+        """Continue the counters of an earlier run from the state's totals (`DaemonState.counters`)."""
+        shifted = int(counters.get("sla_violations:shifted", 0))
+        for name, n in counters.items():
+            if name == "sla_violations":  # the total; those outside the tuned band are restored by their own key
+                self.violations.labels(load="steady").inc(max(0, n - shifted))
+            elif name == "sla_violations:shifted":
+                self.violations.labels(load="shifted").inc(n)
+            elif name == "guardrail_reverts":
+                self.reverts.inc(n)
+            elif name.startswith("retunes:"):
+                self.retunes.labels(reason=name.split(":", 1)[1]).inc(n)
+            elif name.startswith("trials:"):
+                self.trials.labels(status=name.split(":", 1)[1]).inc(n)
+
     def set_point(self, point: OperatingPoint | None) -> None:
         self.itr.set(point.itr_us * 1e-6 if point else None)
         self.freq.set(point.dvfs_ghz * 1e9 if point else None)

@@ -1,4 +1,4 @@
-"""Observe mode, the OS-policy baseline, measured savings, and what limits the host (warnings).
+"""Observe mode, the OS-policy baseline and measured savings (`Observer`).
 
 Observe mode (`[host] mode = "observe"`) is how the daemon starts on a new host: it measures QPS, latency and
 energy at whatever the OS has set (adaptive interrupt moderation, the cpufreq governor), writes no knob,
@@ -19,8 +19,8 @@ from typing import Any
 
 from actuators.host import Measurement
 from core.errors import InputError, TunerError, is_permanent
-from tuner.daemon.base import DaemonBase
 from tuner.daemon.baseline import BandStats, LoadBands, Savings, energy_saved
+from tuner.daemon.context import LoopContext
 
 log = logging.getLogger("tuner.daemon.loop")
 
@@ -30,72 +30,73 @@ TUNED_FILE = "tuned.json"
 SAVE_EVERY = 10
 
 
-class Observing(DaemonBase):
-    """Baseline, tuned statistics, savings and host warnings of `tuner.daemon.loop.Daemon`."""
+class Observer:
+    """The baseline and tuned statistics by load band, and the savings between them (see the module docstring).
+    `load()` reads them from the state directory; until then they are empty."""
 
-    baseline: BandStats
-    tuned: BandStats
-    savings: Savings | None = None
-    _unsaved = 0
-    _last_baseline_t = 0.0
-    _warnings: dict[str, list[str]] = {}  # replaced per instance by _load_bands
-    mode_label = "tune"  # tune | observe | dry_run (set by Daemon.start)
+    def __init__(self, ctx: LoopContext) -> None:
+        self.ctx = ctx
+        bands = LoadBands(float(ctx.config.tuning.load_change_pct))
+        self.baseline = BandStats(bands)
+        self.tuned = BandStats(bands)
+        self.savings: Savings | None = None
+        self.loaded = False
+        self._unsaved = 0
+        self._last_baseline_t = 0.0
 
-    @property
-    def observing(self) -> bool:
-        """Observe mode, or a dry run (which measures like observe mode and records no trial)."""
-        return self.mode_label != "tune"
+    # ------------------------------------------------------------------ files
 
-    # ------------------------------------------------------------------ set-up
-
-    def _load_bands(self) -> None:
-        bands = LoadBands(float(self.config.tuning.load_change_pct))
-        self._warnings = {}
+    def load(self) -> None:
+        """Read the baseline and tuned statistics (a bad file starts afresh) and export them."""
+        bands = LoadBands(float(self.ctx.config.tuning.load_change_pct))
         loaded = []
         for name in (BASELINE_FILE, TUNED_FILE):
             try:
-                loaded.append(BandStats.load(self.store.dir / name, bands))
+                loaded.append(BandStats.load(self.ctx.store.dir / name, bands))
             except InputError as exc:
                 log.warning("%s; starting it afresh", exc)
                 loaded.append(BandStats(bands))
         self.baseline, self.tuned = loaded
+        self.loaded = True
         self._last_baseline_t = time.monotonic()
         for k in sorted(self.baseline.data):
             self._export_band(k)
         self._export_savings()
 
-    def _save_bands(self) -> None:
+    def save(self) -> None:
         try:
-            self.baseline.save(self.store.dir / BASELINE_FILE)
-            self.tuned.save(self.store.dir / TUNED_FILE)
+            self.baseline.save(self.ctx.store.dir / BASELINE_FILE)
+            self.tuned.save(self.ctx.store.dir / TUNED_FILE)
         except OSError as exc:
-            log.warning("cannot save the baseline under %s: %s", self.store.dir, exc)
+            log.warning("cannot save the baseline under %s: %s", self.ctx.store.dir, exc)
         self._unsaved = 0
 
     # ------------------------------------------------------------------ windows
 
-    def _observe_window(self) -> None:
+    def observe_window(self) -> None:
         """One window at the OS's own settings: measured, exported, added to the baseline; nothing written."""
-        self._set_loop_state("observing")
+        ctx = self.ctx
+        ctx.set_loop_state("observing")
         try:
-            m, _ = self._measure()
+            m, _ = ctx.measure()
         except Exception as exc:
-            if self._stop.is_set():
+            if ctx.stop.is_set():
                 return
             if is_permanent(exc):
                 raise  # retrying cannot help: logged once, then degraded (Daemon._degrade)
             log.warning("measurement failed while observing: %s", exc, exc_info=not isinstance(exc, TunerError))
-            self._wait(self.config.tuning.window_s, interruptible=True)
+            ctx.wait(ctx.config.tuning.window_s, interruptible=True)
             return
-        self._record_baseline(m)
+        self.record_baseline(m)
 
-    def _record_baseline(self, m: Measurement) -> None:
+    def record_baseline(self, m: Measurement) -> None:
+        """A window at the OS's own settings."""
         k = self.baseline.add(m)
         self._export_band(k)
         self._export_savings()
         self._count_unsaved()
 
-    def _record_tuned(self, m: Measurement) -> None:
+    def record_tuned(self, m: Measurement) -> None:
         """A holding window at the tuner's point (not the idle hold, not a baseline window)."""
         self.tuned.add(m)
         self._export_savings()
@@ -104,41 +105,40 @@ class Observing(DaemonBase):
     def _count_unsaved(self) -> None:
         self._unsaved += 1
         if self._unsaved >= SAVE_EVERY:
-            self._save_bands()
+            self.save()
 
-    def _baseline_due(self) -> bool:
-        every = float(getattr(self.config.tuning, "baseline_every_s", 0.0) or 0.0)
-        return every > 0 and self.state.held is not None and time.monotonic() - self._last_baseline_t >= every
+    def baseline_due(self) -> bool:
+        """Whether a baseline window is due (`tuning.baseline_every_s` since the last, a point held)."""
+        every = float(self.ctx.config.tuning.baseline_every_s or 0.0)
+        held = self.ctx.state.held is not None
+        return every > 0 and held and time.monotonic() - self._last_baseline_t >= every
 
-    def _baseline_window(self) -> None:
+    def baseline_window(self) -> None:
         """Hand the knobs back to the OS for one window, measure it as baseline, then re-apply the held point."""
-        from tuner.daemon.plain import point_from
-
+        ctx = self.ctx
         self._last_baseline_t = time.monotonic()
-        held = point_from((self.state.held or {}).get("point"))
-        self._set_loop_state("observing")
-        host = self.host
+        held = (ctx.state.held or {}).get("point")
+        ctx.set_loop_state("observing")
+        host = ctx.host
         if host is None:
             return
         permanent = False
         try:
             host.restore()
-            with self._lock:
-                self._current_point = None
-            self.metrics.set_point(None)
-            self._wait(self.config.tuning.settle_s, interruptible=False)
-            m, _ = self._measure()
+            ctx.set_point(None)
+            ctx.wait(ctx.config.tuning.settle_s, interruptible=False)
+            m, _ = ctx.measure()
             if m.point is None:  # the OS really was in charge
-                self._record_baseline(m)
+                self.record_baseline(m)
         except TunerError as exc:
             permanent = is_permanent(exc)
             if permanent:
                 raise  # the held point is not re-applied: the loop stops tuning (Daemon._degrade)
-            if not self._stop.is_set():
+            if not ctx.stop.is_set():
                 log.warning("baseline window failed: %s", exc)
         finally:
-            if held is not None and not self._stop.is_set() and not permanent:
-                self._apply(held)
+            if held is not None and not ctx.stop.is_set() and not permanent:
+                ctx.apply(held)
 
     # ------------------------------------------------------------------ exports
 
@@ -146,12 +146,12 @@ class Observing(DaemonBase):
         band = self.baseline.data[k]
         label = self.baseline.bands.label(k)
         power = band.power.mean if band.power.n else None
-        self.metrics.set_baseline(label, power, {p: mo.mean for p, mo in band.latency.items()}, band.windows)
+        self.ctx.metrics.set_baseline(label, power, {p: mo.mean for p, mo in band.latency.items()}, band.windows)
 
     def _export_savings(self) -> None:
         self.savings = energy_saved(self.baseline, self.tuned)
         s = self.savings
-        self.metrics.set_savings(*((s.ratio, s.lower, s.upper) if s else (None, None, None)))
+        self.ctx.metrics.set_savings(*((s.ratio, s.lower, s.upper) if s else (None, None, None)))
 
     def baseline_rows(self) -> list[dict[str, Any]]:
         """The baseline per band (for status and docs): band, windows, power (None = unknown), p99."""
@@ -167,41 +167,3 @@ class Observing(DaemonBase):
                 }
             )
         return rows
-
-    # ------------------------------------------------------------------ warnings
-
-    def _refresh_warnings(self, extra: dict[str, list[str]] | None = None) -> None:
-        """Collect what limits the host now -- energy it cannot measure, the latency source's warnings (a
-        same-host prober cannot see ITR delay), DVFS read-back warnings of the last apply -- log each new one
-        once, and export the counts by source."""
-        host = self.host
-        found: dict[str, list[str]] = {
-            "energy": [f"{part} unavailable: {why}" for part, why in getattr(host, "absent", {}).items()],
-            "latency": [],
-            "dvfs": [str(w) for w in getattr(host, "warnings", []) or []],
-            "startup": list(self._warnings.get("startup", [])),
-            "fault": list(self._warnings.get("fault", [])),  # both stay until the daemon restarts
-        }
-        source_warnings = getattr(getattr(host, "latency", None), "warnings", None)
-        if callable(source_warnings):
-            try:
-                found["latency"] = [str(w) for w in source_warnings()]
-            except Exception as exc:  # noqa: BLE001 - a warning source must not stop the loop
-                found["latency"] = [f"latency source warnings unavailable: {exc}"]
-        for source, lines in (extra or {}).items():
-            found[source] = found.get(source, []) + lines
-        seen = {w for lines in self._warnings.values() for w in lines}
-        for lines in found.values():
-            for w in lines:
-                if w not in seen:
-                    log.warning("%s", w)
-        with self._lock:
-            self._warnings = found
-        self.metrics.set_warnings({source: len(lines) for source, lines in found.items()})
-
-    def _after_apply(self) -> None:
-        self._refresh_warnings()
-
-    def warning_lines(self) -> list[str]:
-        with self._lock:
-            return [w for lines in self._warnings.values() for w in lines]

@@ -14,8 +14,12 @@ from typing import Any
 
 from actuators.host import Measurement
 from core.errors import TunerError, is_permanent
-from tuner.daemon.history import HistoryLayer, _supports
-from tuner.daemon.plain import describe, measurement_dict, point_list, safe_corner
+from tuner.daemon.context import LoopContext
+from tuner.daemon.guardrail import Guardrail
+from tuner.daemon.model_tables import ModelTables
+from tuner.daemon.optimizer_calls import close, retune_trials, supports
+from tuner.daemon.plain import describe, measurement_dict, safe_corner
+from tuner.daemon.trial_history import TrialHistory
 
 log = logging.getLogger("tuner.daemon.loop")  # one logger for the whole control loop (operators filter on it)
 
@@ -23,179 +27,215 @@ log = logging.getLogger("tuner.daemon.loop")  # one logger for the whole control
 WORKER_WAIT_S = 1.0
 
 
-class RetuneDriver(HistoryLayer):
-    """Retunes over the holding and read sides of the daemon (see the module docstring)."""
+class RetuneDriver:
+    """Runs retunes (see the module docstring). `optimizers` creates and loads optimisers (`create(space, policy,
+    tuning, name, seed)`, `load(text)`: `tuner.daemon.worker.ProcessOptimizers`); `history` warm-starts them and
+    keeps their trials; `guardrail` holds the idle point and guards windows while a worker starts; `models` gets
+    each decided retune's prediction tables."""
+
+    def __init__(
+        self, ctx: LoopContext, optimizers: Any, history: TrialHistory, guardrail: Guardrail, models: ModelTables
+    ) -> None:
+        self.ctx = ctx
+        self.optimizers = optimizers
+        self.history = history
+        self.guardrail = guardrail
+        self.models = models
+        #: Seconds before the next retry of a failed retune (0: the last one succeeded).
+        self.retry_s = 0.0
+        #: The optimiser of a retune that failed for a reason other than its worker: the retry reuses it.
+        self._kept_opt: Any = None
+        #: The optimiser of the retune in progress.
+        self._live_opt: Any = None
 
     def _signature(self) -> dict[str, Any]:
+        space = self.ctx.knob_space
         return {
-            "policy": dict(self.policy().__dict__),
-            "itr": [self.knob_space.itr_us[0], self.knob_space.itr_us[-1]],
-            "dvfs": [self.knob_space.dvfs_ghz[0], self.knob_space.dvfs_ghz[-1]],
+            "policy": dict(self.ctx.policy().__dict__),
+            "itr": [space.itr_us[0], space.itr_us[-1]],
+            "dvfs": [space.dvfs_ghz[0], space.dvfs_ghz[-1]],
         }
 
-    #: Seconds before the next retry of a failed retune (0: the last one succeeded).
-    _retry_s = 0.0
-    #: The optimiser of a retune that failed for a reason other than its worker: the retry reuses it.
-    _kept_opt: Any = None
-    #: The optimiser of the retune in progress.
-    _live_opt: Any = None
-
-    def _retune(self, reason: str) -> None:
+    def retune(self, reason: str) -> None:
+        """One retune for `reason` (or its resumption); a transient failure is retried with a capped back-off."""
         if self._near_idle(reason):
             return
         opt: Any = None
         try:
             opt = self._retune_with(reason)
-            self._retry_s = 0.0
+            self.retry_s = 0.0
         except TunerError as exc:
-            if self._stop.is_set():
+            if self.ctx.stop.is_set():
                 return  # e.g. the optimiser worker was killed by the stop: the trial in flight is abandoned
             if is_permanent(exc):
                 raise  # retrying cannot help: the loop stops tuning (Daemon._degrade)
-            from tuner.daemon.worker import WorkerError
-
-            t = self.config.tuning
-            first = max(t.window_s, 1.0)
-            self._retry_s = min(2 * self._retry_s if self._retry_s else first, max(t.retry_max_s, first))
-            if self._live_opt is not None and not isinstance(exc, WorkerError):
-                self._kept_opt = self._live_opt  # the retry continues with it: no new worker per retry
-            log.error(
-                "retune failed: %s; retrying in %.0f s (doubling up to %.0f s; completed trials are kept)",
-                exc,
-                self._retry_s,
-                t.retry_max_s,
-            )
-            self._wait(self._retry_s, interruptible=True)
+            self._back_off(exc)
         finally:
-            self._live_opt = None
+            live, self._live_opt = self._live_opt, None
             if self._kept_opt is None:
-                close = getattr(opt, "close", None) or getattr(self, "_open_optimizer_close", None)
-                if callable(close):
-                    close()
-            self._open_optimizer_close = None
+                close(opt if opt is not None else live)
+
+    def _back_off(self, exc: TunerError) -> None:
+        from tuner.daemon.worker import WorkerError
+
+        t = self.ctx.config.tuning
+        first = max(t.window_s, 1.0)
+        self.retry_s = min(2 * self.retry_s if self.retry_s else first, max(t.retry_max_s, first))
+        if self._live_opt is not None and not isinstance(exc, WorkerError):
+            self._kept_opt = self._live_opt  # the retry continues with it: no new worker per retry
+        log.error(
+            "retune failed: %s; retrying in %.0f s (doubling up to %.0f s; completed trials are kept)",
+            exc,
+            self.retry_s,
+            t.retry_max_s,
+        )
+        self.ctx.wait(self.retry_s, interruptible=True)
+
+    def offered_qps(self) -> float:
+        """The load a retune starts at: the host's offered QPS, else the last window's."""
+        try:
+            qps = float(self.ctx.live_host.offered_qps())
+            if math.isfinite(qps) and qps >= 0:
+                return qps
+        except Exception as exc:  # noqa: BLE001 - a QPS source hiccup must not stop a retune
+            log.warning("offered QPS unavailable (%s); using the last window's", exc)
+        return float((self.ctx.last_measurement or {}).get("offered_qps") or self.ctx.state.tuned_qps or 0.0)
 
     def _near_idle(self, reason: str) -> bool:
         """At a load below `tuning.idle_qps` no retune starts: the idle point is held instead."""
-        if self.state.current_retune:
+        ctx = self.ctx
+        if ctx.state.current_retune:
             return False  # an interrupted retune resumes (its trials were measured under load)
         try:
-            qps = self._offered_qps()
+            qps = self.offered_qps()
         except TunerError:
             return False
-        if qps >= self.config.tuning.idle_qps:
+        if qps >= ctx.config.tuning.idle_qps:
             return False
-        if (self.state.held or {}).get("reason") != "idle":
-            self._hold_idle(qps, f"no retune ({reason}) at near-idle load")
-        self._wait(self.config.tuning.window_s, interruptible=True)
+        if (ctx.state.held or {}).get("reason") != "idle":
+            self.guardrail.hold_idle(qps, f"no retune ({reason}) at near-idle load")
+        ctx.wait(ctx.config.tuning.window_s, interruptible=True)
         return True
 
-    def _drop_kept(self) -> None:
+    def drop_kept(self) -> None:
+        """Close the optimiser a failed retune kept for its retry."""
         kept, self._kept_opt = self._kept_opt, None
-        close = getattr(kept, "close", None)
-        if callable(close):
-            close()
+        close(kept)
 
     def _current_retune(self) -> dict[str, Any]:
         """The running retune's state record (set before its first trial)."""
-        cur = self.state.current_retune
+        cur = self.ctx.state.current_retune
         if cur is None:
             raise TunerError("no retune is running")
         return cur
 
+    def _forget_retune(self) -> None:
+        with self.ctx.lock:
+            self.ctx.state.current_retune = None
+            self.ctx.save()
+
+    def _resume(self) -> tuple[Any, str | None]:
+        """(optimiser, None) of the retune in progress, or (None, why) when it must start afresh."""
+        cur = self._current_retune()
+        if cur.get("signature") != self._signature():
+            log.info("retune %s was started under another policy/bounds; starting afresh", cur["id"])
+            self._forget_retune()
+            return None, "config"
+        if self._kept_opt is not None:
+            opt, self._kept_opt = self._kept_opt, None  # the failed attempt's worker, still alive
+            return opt, None
+        try:
+            return self._start_optimizer(self.optimizers.load, cur["optimizer"]), None
+        except TunerError:
+            raise  # the worker died: retry later, keep the experiment
+        except Exception as exc:  # noqa: BLE001 - a stale experiment must not stop the daemon
+            log.warning("cannot resume retune %s (%s); starting afresh", cur.get("id"), exc)
+            self._forget_retune()
+            return None, "resume"
+
+    def _create(self, reason: str) -> Any:
+        """A new retune's optimiser, warm-started, with its state record saved."""
+        ctx = self.ctx
+        tuning = ctx.config.tuning
+        self.drop_kept()
+        qps = self.offered_qps()  # before the worker starts: a failing sensor spawns none
+        with ctx.lock:
+            ctx.state.retune_seq += 1
+            rid = f"r{ctx.state.retune_seq:06d}"
+        opt = self._start_optimizer(
+            self.optimizers.create, ctx.space, ctx.policy(), tuning, rid, tuning.seed + ctx.state.retune_seq
+        )
+        self._live_opt = opt
+        seeded = self.history.seed(opt, rid, qps)  # before begin_retune: history is not this retune's
+        if supports(opt, "begin_retune"):
+            ctx.timed(opt.begin_retune, qps)
+        text = ctx.timed(opt.to_json)
+        with ctx.lock:
+            ctx.state.current_retune = {
+                "id": rid,
+                "reason": reason,
+                "started": time.time(),
+                "signature": self._signature(),
+                "optimizer": text,
+                "qps": qps,
+                "history_trials": seeded,
+            }
+            ctx.progress.history_trials = seeded
+            ctx.save()
+        return opt
+
     def _retune_with(self, reason: str) -> Any:
-        tuning = self.config.tuning
-        cur = self.state.current_retune
         opt: Any = None
-        if cur is not None:
-            if cur.get("signature") != self._signature():
-                log.info("retune %s was started under another policy/bounds; starting afresh", cur["id"])
-                with self._lock:
-                    self.state.current_retune = None
-                    self._save()
-                reason, cur = "config", None
-            elif self._kept_opt is not None:
-                opt, self._kept_opt = self._kept_opt, None  # the failed attempt's worker, still alive
-            else:
-                try:
-                    opt = self._start_optimizer(self.optimizers.load, cur["optimizer"])
-                except TunerError:
-                    raise  # the worker died: retry later, keep the experiment
-                except Exception as exc:  # noqa: BLE001 - a stale experiment must not stop the daemon
-                    log.warning("cannot resume retune %s (%s); starting afresh", cur.get("id"), exc)
-                    with self._lock:
-                        self.state.current_retune = None
-                        self._save()
-                    reason, cur = "resume", None
-        if cur is None:
-            self._drop_kept()
-            qps = self._offered_qps()  # before the worker starts: a failing sensor spawns none
-            with self._lock:
-                self.state.retune_seq += 1
-                rid = f"r{self.state.retune_seq:06d}"
-            opt = self._start_optimizer(
-                self.optimizers.create, self.space, self.policy(), tuning, rid, tuning.seed + self.state.retune_seq
-            )
-            self._open_optimizer_close = getattr(opt, "close", None)
-            self._live_opt = opt
-            seeded = self._seed_history(opt, rid, qps)  # before begin_retune: history is not this retune's
-            if _supports(opt, "begin_retune"):
-                self._timed(opt.begin_retune, qps)
-            text = self._timed(opt.to_json)
-            with self._lock:
-                self.state.current_retune = {
-                    "id": rid,
-                    "reason": reason,
-                    "started": time.time(),
-                    "signature": self._signature(),
-                    "optimizer": text,
-                    "qps": qps,
-                    "history_trials": seeded,
-                }
-                self._history_trials = seeded
-                self._save()
+        if self.ctx.state.current_retune is not None:
+            opt, afresh = self._resume()
+            reason = afresh or reason
+        if opt is None:
+            opt = self._create(reason)
         else:
-            with self._lock:
-                self._history_trials = int(cur.get("history_trials", 0))
-        self._open_optimizer_close = getattr(opt, "close", None)
+            with self.ctx.lock:
+                self.ctx.progress.history_trials = int(self._current_retune().get("history_trials", 0))
         self._live_opt = opt
         rid = self._current_retune()["id"]
-        self.metrics.retunes.labels(reason=reason).inc()
-        self._count(f"retunes:{reason}")
-        self._set_loop_state("retuning")
-        log.info("retune %s (%s): up to %d trials", rid, reason, tuning.trials)
+        self.ctx.metrics.retunes.labels(reason=reason).inc()
+        self.ctx.count(f"retunes:{reason}")
+        self.ctx.set_loop_state("retuning")
+        log.info("retune %s (%s): up to %d trials", rid, reason, self.ctx.config.tuning.trials)
+        if self._run_trials(opt, rid):
+            self.decide(opt, rid, reason)
+        return opt
+
+    def _run_trials(self, opt: Any, rid: str) -> bool:
+        """Trials until the budget or the stopping rule (True: decide now); False when stopping, or when the
+        retune was dropped (policy or bounds changed)."""
+        ctx, tuning = self.ctx, self.ctx.config.tuning
         while True:
-            done = len(_retune_trials(opt))
-            with self._lock:
-                self._retune_progress = (done, tuning.trials)
+            done = len(retune_trials(opt))
+            with ctx.lock:
+                ctx.progress.done, ctx.progress.planned = done, tuning.trials
             if done >= tuning.trials:
-                break
-            if done >= tuning.min_trials and tuning.stop_ei_pct > 0 and _supports(opt, "should_stop"):
-                stop, why = self._timed(opt.should_stop)
+                return True
+            if done >= tuning.min_trials and tuning.stop_ei_pct > 0 and supports(opt, "should_stop"):
+                stop, why = ctx.timed(opt.should_stop)
                 if stop:
                     log.info("retune %s stops after %d trials: %s", rid, done, why)
-                    with self._lock:
+                    with ctx.lock:
                         self._current_retune()["stopped"] = why
-                    break
-            self._beat()
-            if self._stop.is_set():
-                return opt
-            if self._reload_requested:
-                self._apply_reload()
-            if self._restart_retune:
+                    return True
+            ctx.beat()
+            if ctx.stop.is_set():
+                return False
+            ctx.apply_reload()
+            if ctx.requests.restart_retune:
                 log.info("retune %s dropped: policy or bounds changed", rid)
-                self._append_history(rid)  # its measured trials are still worth remembering
-                with self._lock:
-                    self.state.current_retune = None
-                    self._save()
-                return opt
+                self.history.append(rid)  # its measured trials are still worth remembering
+                self._forget_retune()
+                return False
             if not self._trial(opt, rid):
-                return opt  # stopping: the trial in flight is abandoned (never reported)
-        self._decide(opt, rid, reason)
-        return opt
+                return False  # stopping: the trial in flight is abandoned (never reported)
 
     def _start_optimizer(self, start: Callable[..., Any], *args: Any) -> Any:
         """`start(*args)` (create or load: spawning the worker and importing Ax take seconds) on its own thread;
-        meanwhile the loop measures windows and the guardrail acts on them (`_guard_window`), so a breach during
+        meanwhile the loop measures windows and the guardrail acts on them (`Guardrail.guard_window`), so a breach during
         the start is reverted within one window. Waits up to `WORKER_WAIT_S` first, so a fast start measures no
         extra window. An optimiser that arrives after the loop gave up on it (stop, permanent fault) is closed."""
         box: dict[str, Any] = {}
@@ -203,36 +243,36 @@ class RetuneDriver(HistoryLayer):
 
         def run() -> None:
             try:
-                value = self._timed(start, *args)
+                value = self.ctx.timed(start, *args)
             except BaseException as exc:  # noqa: BLE001 - handed to the loop
                 box["error"] = exc
             else:
                 with lock:
                     box["value"] = value
                     if box.get("abandoned"):
-                        _close(box.pop("value"))
+                        close(box.pop("value"))
             finally:
                 done.set()
 
         threading.Thread(target=run, name="tuner-optimizer-start", daemon=True).start()
         try:
-            if not done.wait(min(WORKER_WAIT_S, max(self.config.tuning.window_s, 0.01))):
+            if not done.wait(min(WORKER_WAIT_S, max(self.ctx.config.tuning.window_s, 0.01))):
                 while not done.is_set():  # back to back: each window is as long as a holding window
-                    self._beat()
-                    if self._stop.is_set():
+                    self.ctx.beat()
+                    if self.ctx.stop.is_set():
                         raise TunerError("stopping while the optimiser worker starts")
-                    self._guard_window()
+                    self.guardrail.guard_window()
         except BaseException:
             with lock:
                 box["abandoned"] = True
                 late = box.pop("value", None)
-            _close(late)
+            close(late)
             raise
         if "error" in box:
             raise box["error"]
         return box["value"]
 
-    def _trial_window_policy(self) -> Any:
+    def trial_window_policy(self) -> Any:
         """The adaptive trial window (`tuner.optimize.windowing.WindowPolicy`): grown until the percentile's CI is within
         ±`window_ci_pct` %, at most `window_s`, ended after `window_min_s` once the estimate is above the
         limit the optimiser's final choice applies (as `tuner replay` does: such a point is never chosen), and
@@ -240,64 +280,60 @@ class RetuneDriver(HistoryLayer):
         from tuner.optimize.settings import TunerSettings, met_limit_us
         from tuner.optimize.windowing import WindowPolicy
 
-        pol = self.policy()
+        pol = self.ctx.policy()
         # the optimiser worker builds its TunerSettings with the default sla_check / sla_margin_pct
         return WindowPolicy.from_settings(
-            self.config.tuning,
+            self.ctx.config.tuning,
             pol.percentile,
             stop_above_us=met_limit_us(pol.sla_us, TunerSettings()),
-            abort_above_us=pol.sla_us if self.config.tuning.window_guard else None,
+            abort_above_us=pol.sla_us if self.ctx.config.tuning.window_guard else None,
         )
 
     def _measure_trial(self) -> tuple[Measurement, float]:
         """A trial's window: `window_s` long, or with `tuning.window_mode = "adaptive"` the window of
-        `_trial_window_policy` (`tuner.optimize.windowing.measure_window`)."""
-        t = self.config.tuning
+        `trial_window_policy` (`tuner.optimize.windowing.measure_window`)."""
+        t = self.ctx.config.tuning
         if t.window_mode != "adaptive":
-            return self._measure()
+            return self.ctx.measure()
         from tuner.optimize.windowing import measure_window
 
-        policy = self._trial_window_policy()
+        policy = self.trial_window_policy()
         t0 = time.monotonic()
-        m = measure_window(self.live_host, policy)
-        self._wait(m.seconds - (time.monotonic() - t0), interruptible=False)
-        now = time.time()
-        with self._lock:
-            self._last_measurement = measurement_dict(m, now)
-        self.metrics.observe(m)
-        return m, now
+        m = measure_window(self.ctx.live_host, policy)
+        self.ctx.wait(m.seconds - (time.monotonic() - t0), interruptible=False)
+        return self.ctx.measured(m)
 
     def _trial(self, opt: Any, rid: str) -> bool:
         t0 = time.monotonic()
-        index, point = self._timed(opt.suggest)  # a dead worker raises TunerError -> _retune retries
+        index, point = self.ctx.timed(opt.suggest)  # a dead worker raises TunerError -> _retune retries
         settle = None
         try:
-            point = self._apply(point)
-            if self.config.tuning.settle_s > 0:  # measured: its energy counts against the exploration
-                settle, _ = self._measure(self.config.tuning.settle_s)
-            if self._stop.is_set():
-                self.metrics.trials.labels(status="abandoned").inc()
+            point = self.ctx.apply(point)
+            if self.ctx.config.tuning.settle_s > 0:  # measured: its energy counts against the exploration
+                settle, _ = self.ctx.measure(self.ctx.config.tuning.settle_s)
+            if self.ctx.stop.is_set():
+                self.ctx.metrics.trials.labels(status="abandoned").inc()
                 return False
             m, when = self._measure_trial()
         except Exception as exc:
-            if self._stop.is_set() or is_permanent(exc):  # a stop, or a host that cannot do it: abandoned
-                self.metrics.trials.labels(status="abandoned").inc()
-                if is_permanent(exc) and not self._stop.is_set():
+            if self.ctx.stop.is_set() or is_permanent(exc):  # a stop, or a host that cannot do it: abandoned
+                self.ctx.metrics.trials.labels(status="abandoned").inc()
+                if is_permanent(exc) and not self.ctx.stop.is_set():
                     raise  # not the point's fault: never reported as a failed trial
                 return False
             text = str(exc) if isinstance(exc, TunerError) else f"{type(exc).__name__}: {exc}"
             log.warning(
                 "trial %s/%d at %s failed: %s", rid, index, point, text, exc_info=not isinstance(exc, TunerError)
             )
-            rec = self._timed(opt.fail, index, text, settle)
+            rec = self.ctx.timed(opt.fail, index, text, settle)
             self._record_trial(opt, rid, rec, None, time.time(), "failed")
             return True
-        if self._stop.is_set():
-            self.metrics.trials.labels(status="abandoned").inc()
+        if self.ctx.stop.is_set():
+            self.ctx.metrics.trials.labels(status="abandoned").inc()
             return False
-        rec = self._timed(opt.complete, index, m, m.offered_qps, settle)
+        rec = self.ctx.timed(opt.complete, index, m, m.offered_qps, settle)
         self._record_trial(opt, rid, rec, m, when, "completed")
-        self.metrics.trial_seconds.observe(time.monotonic() - t0)
+        self.ctx.metrics.trial_seconds.observe(time.monotonic() - t0)
         return True
 
     def _record_trial(self, opt: Any, rid: str, rec: Any, m: Measurement | None, when: float, status: str) -> None:
@@ -306,25 +342,25 @@ class RetuneDriver(HistoryLayer):
         row = {
             "retune_id": rid,
             "index": int(rec.index),
-            "point": point_list(rec.point),
+            "point": rec.point,
             "qps": qps,
             "status": status,
             "measurement": measurement_dict(m, when) if m else None,
             "reward": None if rec.reward is None else float(rec.reward),
             "error": rec.error,
             "time": when,
-            "objective": dict(self.policy().__dict__),
-            "host": self._host_label(),
+            "objective": dict(self.ctx.policy().__dict__),
+            "host": self.history.host_label(),
         }
-        text = self._timed(opt.to_json)
-        with self._lock:
-            self.state.trials.append(row)
+        text = self.ctx.timed(opt.to_json)
+        with self.ctx.lock:
+            self.ctx.state.trials.append(row)
             self._current_retune()["optimizer"] = text
-            self.state.counters["trials"] = int(self.state.counters.get("trials", 0)) + 1
-            self.state.counters[f"trials:{status}"] = int(self.state.counters.get(f"trials:{status}", 0)) + 1
-            self._save()  # trial and experiment in one atomic write
-        self.metrics.trials.labels(status=status).inc()
-        log.info("trial %s/%d %s: %s", rid, row["index"], status, describe(row, self.policy().percentile))
+            self.ctx.state.counters["trials"] = int(self.ctx.state.counters.get("trials", 0)) + 1
+            self.ctx.state.counters[f"trials:{status}"] = int(self.ctx.state.counters.get(f"trials:{status}", 0)) + 1
+            self.ctx.save()  # trial and experiment in one atomic write
+        self.ctx.metrics.trials.labels(status=status).inc()
+        log.info("trial %s/%d %s: %s", rid, row["index"], status, describe(row, self.ctx.policy().percentile))
 
     def _load_moved(self, mdict: dict[str, Any] | None, qps_values: list[float]) -> tuple[float, float] | None:
         """(load the chosen point was measured at, load of the retune's last trial) when the load rose above the
@@ -335,16 +371,21 @@ class RetuneDriver(HistoryLayer):
         if not mdict or not qps_values:
             return None
         at, now = float(mdict.get("offered_qps") or 0.0), float(qps_values[-1])
-        return (at, now) if _load_moved_from(at, now, self.config.tuning.load_change_pct / 100) else None
+        return (at, now) if _load_moved_from(at, now, self.ctx.config.tuning.load_change_pct / 100) else None
 
-    def _decide(self, opt: Any, rid: str, reason: str) -> None:
+    def decide(self, opt: Any, rid: str, reason: str) -> None:
         try:
-            d = self._timed(opt.best)
+            d = self.ctx.timed(opt.best)
             point, met, detail = d.point, bool(d.met_sla), str(d.reason)
             mdict = measurement_dict(d.measurement, time.time()) if d.measurement else None
         except Exception as exc:  # noqa: BLE001 - e.g. every trial failed
-            point, met, detail, mdict = safe_corner(self.knob_space), False, f"no decision ({exc}); safe corner", None
-        qps_values = [t.qps for t in _retune_trials(opt) if t.status == "completed"]
+            point, met, detail, mdict = (
+                safe_corner(self.ctx.knob_space),
+                False,
+                f"no decision ({exc}); safe corner",
+                None,
+            )
+        qps_values = [t.qps for t in retune_trials(opt) if t.status == "completed"]
         tuned = sum(qps_values) / len(qps_values) if qps_values else 0.0
         moved = self._load_moved(mdict, qps_values)
         if moved is not None:
@@ -358,15 +399,15 @@ class RetuneDriver(HistoryLayer):
                 at,
                 now,
             )
-            point, met, tuned = safe_corner(self.knob_space), False, now
+            point, met, tuned = safe_corner(self.ctx.knob_space), False, now
             detail = f"load moved during the retune ({at:.0f} -> {now:.0f} QPS): safe corner, retuning"
-        point = self._apply(point)
-        pol = self.policy()
-        cur = self.state.current_retune or {}
+        point = self.ctx.apply(point)
+        pol = self.ctx.policy()
+        cur = self.ctx.state.current_retune or {}
         decision: dict[str, Any] = {
             "retune_id": rid,
             "reason": reason,
-            "point": point_list(point),
+            "point": point,
             "met_sla": met,
             "detail": detail,
             "qps": tuned,
@@ -380,33 +421,22 @@ class RetuneDriver(HistoryLayer):
         }
         if cur.get("stopped"):
             decision["stopped"] = cur["stopped"]
-        self._append_history(rid)
-        text = self._timed(opt.to_json)
-        with self._lock:
-            self.store.save_experiment(self.state, rid, text)
-            self.state.current_retune = None
-            self.state.held = decision
-            self.state.tuned_qps = tuned
-            self.state.last_retune_time = decision["time"]
-            self.state.decisions.append(decision)
-            self._load_trigger = moved is not None
-            self._save()
-        self.metrics.last_retune.set(decision["time"])
+        self.history.append(rid)
+        text = self.ctx.timed(opt.to_json)
+        with self.ctx.lock:
+            self.ctx.store.save_experiment(self.ctx.state, rid, text)
+            self.ctx.state.current_retune = None
+            self.ctx.state.held = decision
+            self.ctx.state.tuned_qps = tuned
+            self.ctx.state.last_retune_time = decision["time"]
+            self.ctx.state.decisions.append(decision)
+            self.ctx.requests.load = moved is not None
+            self.ctx.save()
+        self.ctx.metrics.last_retune.set(decision["time"])
         log.info("decision %s (%s): %s, met SLA: %s, tuned for %.0f QPS -- %s", rid, reason, point, met, tuned, detail)
-        self._publish(decision)
-        self._model_table(rid, opt, tuned, pol.percentile)
-
-
-def _close(opt: Any) -> None:
-    close = getattr(opt, "close", None)
-    if callable(close):
-        close()
+        self.ctx.feed.publish(decision)
+        self.models.build(rid, opt, tuned, pol.percentile)
 
 
 def _load_moved_from(at: float, now: float, band: float) -> bool:
     return at > 0 and now > 0 and now - at > band * now
-
-
-def _retune_trials(opt: Any) -> list[Any]:
-    """The current retune's trials (history attached by warm start excluded)."""
-    return opt.retune_trials() if _supports(opt, "retune_trials") else opt.trials()
