@@ -8,7 +8,7 @@
 2. Interpolation: at loads halfway between grid loads inside the measured loads, the interpolated best point's
    latency and power against the model's own prediction at that load (GridPredictor at exactly that load).
 3. The RPC: `GetPowerCurve` with 20 and 200 loads over a real gRPC channel (loopback TCP) to a server whose
-   `power_curve` is the daemon's own (`DaemonReads.power_curve`) over that table: wall ms per call (median of
+   `power_curve` is the daemon's own (`tuner.daemon.status_reader.curve_answer`) over that table: wall ms per call (median of
    `--calls`) and the server process's CPU per call.
 
     nice -n 10 .venv/bin/python bench/power_curve.py

@@ -476,3 +476,19 @@ def registry_samples(registry) -> dict:
         for fam in text_string_to_metric_families(text)
         for s in fam.samples
     }
+
+
+def loop_context(tmp: Path, host: Any = None, **config: Any) -> Any:
+    """A `LoopContext` alone (no `Daemon`): the config of `write_config(tmp, **config)`, its state directory
+    created and locked, `host` (a `FakeHost` by default) with its knob space read; release with
+    `ctx.store.release()`."""
+    from tuner.config import load_config
+    from tuner.daemon.context import LoopContext
+    from tuner.daemon.metrics import DaemonMetrics
+    from tuner.daemon.plain import bounded_space
+
+    cfg = load_config(write_config(tmp, **config))
+    ctx = LoopContext(cfg, DaemonMetrics.create("test", cfg.host.spec), host=host or FakeHost())
+    ctx.store.ensure()
+    ctx.space = bounded_space(ctx.live_host.knobs(), cfg.knobs)
+    return ctx

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from actuators.host import OperatingPoint
 from actuators.linux import hwio, msr
 from core.errors import HostError, is_permanent
 from tests import fakefs

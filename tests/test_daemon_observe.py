@@ -88,9 +88,10 @@ def test_observe_on_a_host_without_energy_reports_power_unknown(tmp_path):
         wait_for(lambda: sum(b.windows for b in r.daemon.observer.baseline.data.values()) >= 3)
         s = r.daemon.status()
         metrics = scrape(r.daemon.metrics_port)
-        from tuner.daemon.service import _measurement_msg, protos
+        from tuner.daemon.grpc_messages import measurement_msg
+        from tuner.daemon.service import protos
 
-        msg = _measurement_msg(protos()[0], s.last_measurement)
+        msg = measurement_msg(protos()[0], s.last_measurement)
     assert s.last_measurement["power_w"] is None and s.last_measurement["energy_j"] is None
     assert not msg.HasField("power_w") and not msg.HasField("energy_j")  # unset on the wire, not 0
     names = {name for name, _ in metrics}
@@ -178,12 +179,13 @@ def test_doctor_config_passes_observe_mode_without_knobs(tmp_path, capsys):
 def test_ctl_status_says_none_and_unknown_instead_of_inventing():
     """A dry run once showed `ITR 2 µs @ 2.9 GHz` in `tuner ctl status` with the hardware untouched."""
     from tuner.cli.ctl import _human
-    from tuner.daemon.service import _measurement_msg, protos
+    from tuner.daemon.grpc_messages import measurement_msg
+    from tuner.daemon.service import protos
 
     pb = protos()[0]
     md = {"seconds": 1.0, "offered_qps": 900.0, "achieved_qps": 900.0, "requests": 900, "latency_us": {"99": 80.0}}
     msg = pb.Status(state="observing", mode="dry_run", warnings=["DRY RUN (host option dry_run = true): ..."])
-    msg.last_measurement.CopyFrom(_measurement_msg(pb, {**md, "power_w": None, "energy_j": None}))
+    msg.last_measurement.CopyFrom(measurement_msg(pb, {**md, "power_w": None, "energy_j": None}))
     text = _human("status", msg)
     assert "point: none (the OS's own policy is in charge)" in text and "ITR" not in text
     assert "power unknown" in text and "mode: dry_run" in text and "warning: DRY RUN" in text

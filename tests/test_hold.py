@@ -128,9 +128,7 @@ def test_daemon_load_shift_holds_the_model_point_inside_and_retunes_outside(tmp_
         cheap, safe = OperatingPoint(space.itr_us[-1], space.dvfs_ghz[0]), OperatingPoint(space.itr_us[0], 2.9)
         for q, p in ((300_000.0, safe), (400_000.0, cheap)):  # only points measured at the load or above can be held
             md = {"offered_qps": q, "latency_us": {"99": 300.0}, "latency_ci_us": {"99": [290.0, 310.0]}}
-            d.state.trials.append(
-                {"status": "completed", "measurement": md, "point": p, "time": 0.0}
-            )
+            d.state.trials.append({"status": "completed", "measurement": md, "point": p, "time": 0.0})
         d.models.put(
             ModelTable("r000001", 400_000.0, 99.0, (cheap, safe), (900.0, 200.0), (50.0, 5.0), (40.0, 80.0), (1.0, 1.0))
         )
