@@ -174,10 +174,10 @@ def heap_probe(tmp: str, retunes: int = 20) -> None:
 
     from actuators.latency.dist import RANKS_CACHE
     from tests.daemon_fakes import FakeOptimizers, Running, wait_for, write_config
-    from tuner.daemon import state, status
+    from tuner.daemon import model_tables, state
     from tuner.daemon.service import protos
 
-    state.KEEP_TRIALS, state.KEEP_DECISIONS, state.KEEP_WINDOWS, status.MODEL_TABLES = 6, 3, 4, 2
+    state.KEEP_TRIALS, state.KEEP_DECISIONS, state.KEEP_WINDOWS, model_tables.MODEL_TABLES = 6, 3, 4, 2
     cfg = write_config(
         Path(tmp), host="tests.fakes:make_fake_host", options={"seed": 1}, trials=3, sobol=3, window_s=0.02
     )
