@@ -34,6 +34,7 @@ from tuner.daemon.metrics import DaemonMetrics
 from tuner.daemon.model_tables import ModelTables
 from tuner.daemon.observer import Observer
 from tuner.daemon.plain import VERSION, bounded_space
+from tuner.daemon.powercurve import Curve
 from tuner.daemon.retune_driver import RetuneDriver
 from tuner.daemon.state import DaemonState, StateStore
 from tuner.daemon.status_reader import DaemonStatus, PointAnswer, StatusReader
@@ -152,7 +153,7 @@ class Daemon:
 
     def power_curve(
         self, sla_us: Any = 0.0, percentile: Any = 0.0, qps_min: Any = 0.0, qps_max: Any = 0.0, points: Any = 0
-    ) -> Any:
+    ) -> Curve:
         return self.reader.power_curve(sla_us, percentile, qps_min, qps_max, points)
 
     def fleet_view(self, sla_us: Any = 0.0, percentile: Any = 0.0, band_pct: Any = 0.0, hw_class: str = "") -> Any:

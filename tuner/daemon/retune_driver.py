@@ -305,7 +305,7 @@ class RetuneDriver:
 
     def _trial(self, opt: Any, rid: str) -> bool:
         t0 = time.monotonic()
-        index, point = self.ctx.timed(opt.suggest)  # a dead worker raises TunerError -> _retune retries
+        index, point = self.ctx.timed(opt.suggest)  # a dead worker raises TunerError -> `retune` retries
         settle = None
         try:
             point = self.ctx.apply(point)
