@@ -169,9 +169,11 @@ class Measurement:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Measurement:
-        """Inverse of `to_dict` (a point may also be given as [itr_us, dvfs_ghz])."""
+        """Inverse of `to_dict` (a point may also be given as [itr_us, dvfs_ghz] or an `OperatingPoint`)."""
         point = d.get("point")
-        if isinstance(point, dict):
+        if isinstance(point, OperatingPoint):
+            pass
+        elif isinstance(point, dict):
             point = OperatingPoint(int(point["itr_us"]), float(point["dvfs_ghz"]))
         elif point is not None:
             point = OperatingPoint(int(point[0]), float(point[1]))

@@ -8,7 +8,7 @@
 2. Interpolation: at loads halfway between grid loads inside the measured loads, the interpolated best point's
    latency and power against the model's own prediction at that load (GridPredictor at exactly that load).
 3. The RPC: `GetPowerCurve` with 20 and 200 loads over a real gRPC channel (loopback TCP) to a server whose
-   `power_curve` is the daemon's own (`DaemonReads.power_curve`) over that table: wall ms per call (median of
+   `power_curve` is the daemon's own (`tuner.daemon.status_reader.curve_answer`) over that table: wall ms per call (median of
    `--calls`) and the server process's CPU per call.
 
     nice -n 10 .venv/bin/python bench/power_curve.py
@@ -22,7 +22,6 @@ import json
 import os
 import statistics
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -31,8 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from actuators.sim.host import SimHost
 from tuner.config import SETTINGS_FIELDS, GrpcConfig, PolicyConfig, TuningConfig
+from tuner.daemon.model_tables import MODEL_Z
 from tuner.daemon.powercurve import load_curve, reduce_table, table_dict
-from tuner.daemon.status import MODEL_Z, DaemonReads
+from tuner.daemon.status_reader import curve_answer
 from tuner.optimize.optimizer import Optimizer
 from tuner.optimize.retune import run_retune
 from tuner.optimize.settings import Objective, TunerSettings
@@ -79,18 +79,17 @@ def _interp_error(opt: Optimizer, raw: dict[str, Any], table: Any, sla: float) -
 
 
 class _Reads:
-    """What `DaemonReads.power_curve` reads of a daemon: the policy, a lock, the tables."""
+    """What `GetPowerCurve` reads of a daemon: its policy and the newest multi-load table."""
 
     def __init__(self, table: Any, sla: float) -> None:
-        self._lock = threading.Lock()
-        self._models: dict[str, Any] = {}
         self._load_table = table
         self._sla = sla
 
-    def policy(self) -> PolicyConfig:
-        return PolicyConfig(sla_us=self._sla, percentile=self._load_table.percentile)
-
-    power_curve = DaemonReads.power_curve
+    def power_curve(
+        self, sla_us: Any = 0.0, percentile: Any = 0.0, qps_min: Any = 0.0, qps_max: Any = 0.0, points: Any = 0
+    ) -> Any:
+        policy = PolicyConfig(sla_us=sla_us or self._sla, percentile=percentile or self._load_table.percentile)
+        return curve_answer(policy, [], self._load_table, qps_min, qps_max, points)
 
 
 def _rpc(table: Any, sla: float, calls: int) -> dict[str, Any]:

@@ -91,12 +91,16 @@ def main() -> int:
     ap.add_argument("--window-s", type=float, default=0.2)
     ap.add_argument("--timeout-s", type=float, default=900.0)
     args = ap.parse_args()
+    from tuner.daemon.plain import point_list
+
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
-        obs = run(tmp, "observe", args, lambda d: sum(b.power.n for b in d.baseline.data.values()) >= args.observe)
-        tun = run(tmp, "tune", args, lambda d: sum(b.power.n for b in d.tuned.data.values()) >= args.tuned)
+        obs = run(
+            tmp, "observe", args, lambda d: sum(b.power.n for b in d.observer.baseline.data.values()) >= args.observe
+        )
+        tun = run(tmp, "tune", args, lambda d: sum(b.power.n for b in d.observer.tuned.data.values()) >= args.tuned)
         d = tun["daemon"]
-        s = d.savings
+        s = d.observer.savings
         held = (d.state.held or {}).get("point")
         print(
             json.dumps(
@@ -105,13 +109,13 @@ def main() -> int:
                     "qps": args.qps,
                     "sla_us": args.sla_us,
                     "seed": args.seed,
-                    "held_point": held,
+                    "held_point": point_list(held),
                     "trials": int(d.state.counters.get("trials", 0)),
                     "energy_saved_ratio": None if s is None else round(s.ratio, 4),
                     "ci95": None if s is None else [round(s.lower, 4), round(s.upper, 4)],
                     "bands_compared": None if s is None else list(s.bands),
-                    "baseline": bands(obs["daemon"].baseline),
-                    "tuned": bands(d.tuned),
+                    "baseline": bands(obs["daemon"].observer.baseline),
+                    "tuned": bands(d.observer.tuned),
                     "wall_s": {"observe": round(obs["seconds"], 1), "tune": round(tun["seconds"], 1)},
                 },
                 indent=1,

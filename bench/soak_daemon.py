@@ -46,8 +46,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from tuner.daemon.model_tables import MODEL_TABLES  # noqa: E402
 from tuner.daemon.state import KEEP_DECISIONS, KEEP_TRIALS, KEEP_WINDOWS  # noqa: E402 - after the path
-from tuner.daemon.status import MODEL_TABLES  # noqa: E402
 
 LEVELS = (100_000, 600_000, 300_000, 550_000, 150_000, 450_000)
 

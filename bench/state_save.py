@@ -57,7 +57,7 @@ def trial_row(i: int) -> dict[str, Any]:
     return {
         "retune_id": f"r{i // 30:06d}",
         "index": i % 30,
-        "point": [m.point.itr_us, m.point.dvfs_ghz] if m.point else None,
+        "point": m.point,
         "qps": m.offered_qps,
         "status": "completed",
         "measurement": measurement_dict(m, 1.7e9 + i),
@@ -67,6 +67,11 @@ def trial_row(i: int) -> dict[str, Any]:
         "objective": {"sla_us": 500.0, "percentile": 99.0, "reward": "constrained"},
         "host": "sim",
     }
+
+
+def json_measurement(i: int) -> dict[str, Any]:
+    """`trial_row(i)`'s measurement as JSON holds it (the point as [itr_us, dvfs_ghz])."""
+    return state_module.row_json(trial_row(i))["measurement"]
 
 
 def window_row(i: int) -> dict[str, Any]:
@@ -97,7 +102,7 @@ def optimizer_blob(kb: int) -> str:
     trials: list[dict[str, Any]] = []
     i = 0
     while len(json.dumps(trials)) < kb * 1024:
-        trials.append({"index": i, "arm": {"itr_us": 2 + i, "dvfs_ghz": 2.0}, "data": trial_row(i)["measurement"]})
+        trials.append({"index": i, "arm": {"itr_us": 2 + i, "dvfs_ghz": 2.0}, "data": json_measurement(i)})
         i += 1
     return json.dumps({"version": 1, "trials": trials})
 

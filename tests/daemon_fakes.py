@@ -16,14 +16,13 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from actuators.abilities import Interruptible
 from actuators.host import KnobSpace, Measurement, OperatingPoint
 from tests.fakes import FakeHost
-from tuner.daemon.state import StateStore
+from tuner.daemon.state import StateStore, plain_state
 from tuner.optimize.decision import Decision
 from tuner.optimize.records import Prediction, TrialRecord
 from tuner.optimize.settings import Objective, TunerSettings
@@ -456,10 +455,10 @@ class Running:
 
 def read_state(tmp: Path) -> dict:
     """The daemon's saved state under `tmp/state` as a restart would load it (state.json with the committed
-    rows of its journals), as a dict; {} while there is none."""
+    rows of its journals), as plain JSON types (points as [itr_us, dvfs_ghz]); {} while there is none."""
     if not (tmp / "state" / "state.json").exists():
         return {}
-    return asdict(StateStore(tmp / "state").load())
+    return plain_state(StateStore(tmp / "state").load())
 
 
 def read_knobs(tmp: Path) -> dict:
@@ -478,3 +477,19 @@ def registry_samples(registry) -> dict:
         for fam in text_string_to_metric_families(text)
         for s in fam.samples
     }
+
+
+def loop_context(tmp: Path, host: Any = None, **config: Any) -> Any:
+    """A `LoopContext` alone (no `Daemon`): the config of `write_config(tmp, **config)`, its state directory
+    created and locked, `host` (a `FakeHost` by default) with its knob space read; release with
+    `ctx.store.release()`."""
+    from tuner.config import load_config
+    from tuner.daemon.context import LoopContext
+    from tuner.daemon.metrics import DaemonMetrics
+    from tuner.daemon.plain import bounded_space
+
+    cfg = load_config(write_config(tmp, **config))
+    ctx = LoopContext(cfg, DaemonMetrics.create("test", cfg.host.spec), host=host or FakeHost())
+    ctx.store.ensure()
+    ctx.space = bounded_space(ctx.live_host.knobs(), cfg.knobs)
+    return ctx

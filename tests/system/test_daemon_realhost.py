@@ -52,8 +52,8 @@ def test_daemon_writes_held_point_and_restores_on_stop(tmp_path, tree):
     cfg = write_config(tmp_path, host="tests.fakes:make_fake_host", options={}, window_s=0.1, sla_us=500.0)
     host = _host(root, nic)
     with Running(cfg, host=host, serve=False) as r:
-        wait_for(lambda: r.daemon.status()["state"] == "holding", timeout=15)
-        held = r.daemon.status()["point"]
+        wait_for(lambda: r.daemon.status().state == "holding", timeout=15)
+        held = r.daemon.status().point
         assert host.point() == held
         assert fakefs.get_msr(root, 0, IA32_PERF_CTL) == round(held.dvfs_ghz * 10) << 8
         assert nic.coalesce["eth1"][RX_USECS] == held.itr_us
@@ -102,15 +102,15 @@ def test_observe_on_a_vm_like_host_with_a_real_memcached(tmp_path, tree, caplog)
         cfg = write_config(tmp_path, host="real", options=opts, window_s=0.3, extra=latency)
         cfg.write_text(cfg.read_text().replace("[host]\n", '[host]\nmode = "observe"\n', 1))
         with caplog.at_level("WARNING"), Running(cfg, serve=False) as r:
-            wait_for(lambda: sum(b.windows for b in r.daemon.baseline.data.values()) >= 2, timeout=20)
+            wait_for(lambda: sum(b.windows for b in r.daemon.observer.baseline.data.values()) >= 2, timeout=20)
             s = r.daemon.status()
             metrics = registry_samples(r.daemon.metrics.registry)
             host = r.host
         assert host.probe_counts_in_qps  # localhost and 127.0.0.1 are the same server: probes subtracted
-        assert s["point"] is None and s["trials_total"] == 0 and s["mode"] == "observe"
-        assert s["last_measurement"]["power_w"] is None and s["last_measurement"]["offered_qps"] < 100
-        assert any("never cross the NIC" in w for w in s["warnings"])
-        assert any(w.startswith("energy unavailable:") for w in s["warnings"])
+        assert s.point is None and s.trials_total == 0 and s.mode == "observe"
+        assert s.last_measurement["power_w"] is None and s.last_measurement["offered_qps"] < 100
+        assert any("never cross the NIC" in w for w in s.warnings)
+        assert any(w.startswith("energy unavailable:") for w in s.warnings)
         assert metrics[("tuner_host_warnings", (("source", "latency"),))] >= 1
         assert metrics[("tuner_host_warnings", (("source", "energy"),))] == 1
         assert ("tuner_power_watts", ()) not in metrics
@@ -126,8 +126,8 @@ def test_dvfs_read_back_warnings_reach_status_and_metrics(tmp_path, tree):
     root, nic = tree
     cfg = write_config(tmp_path, host="tests.fakes:make_fake_host", options={}, window_s=0.1)
     with Running(cfg, host=_host(root, nic), serve=False) as r:
-        wait_for(lambda: r.daemon.status()["state"] == "holding", timeout=15)
-        wait_for(lambda: any("IA32_PERF_STATUS" in w for w in r.daemon.status()["warnings"]))
+        wait_for(lambda: r.daemon.status().state == "holding", timeout=15)
+        wait_for(lambda: any("IA32_PERF_STATUS" in w for w in r.daemon.status().warnings))
         metrics = registry_samples(r.daemon.metrics.registry)
     assert metrics[("tuner_host_warnings", (("source", "dvfs"),))] >= 1
 
@@ -147,12 +147,12 @@ def test_dry_run_on_the_real_host_logs_the_writes_and_makes_none(tmp_path, tree,
         fakefs.FakeLatency(requests=1000),
     )
     with caplog.at_level("INFO"), Running(cfg, host=host, serve=False) as r:
-        wait_for(lambda: r.daemon._last_measurement is not None, timeout=15)
+        wait_for(lambda: r.daemon.ctx.last_measurement is not None, timeout=15)
         s = r.daemon.status()
     logged = [rec.getMessage() for rec in caplog.records]
     assert any(m.startswith("DRY RUN") for m in logged)
     assert any(m.startswith("dry run: would wrmsr cpu 0 0x199") for m in logged)
-    assert s["mode"] == "dry_run" and s["point"] is None and s["trials_total"] == 0
+    assert s.mode == "dry_run" and s.point is None and s.trials_total == 0
     assert _untouched(root, nic) and nic.set_calls == [] and host.io.planned
 
 
@@ -167,18 +167,18 @@ def test_nic_losing_coalescing_at_run_time_stops_tuning_and_restores_the_cpu(tmp
     cfg = write_config(tmp_path, host="tests.fakes:make_fake_host", options={}, window_s=0.05, trials=6)
     host = _host(root, nic)
     with Running(cfg, host=host, serve=False) as r:
-        wait_for(lambda: r.daemon.status()["state"] == "holding", timeout=15)
+        wait_for(lambda: r.daemon.status().state == "holding", timeout=15)
         nic.fail_set["eth1"] = errno.EOPNOTSUPP  # reads still work: only the writes are refused
         assert r.daemon.request_retune("rpc")[0]
-        wait_for(lambda: r.daemon.status()["state"] == "degraded", timeout=15)
+        wait_for(lambda: r.daemon.status().state == "degraded", timeout=15)
         s = r.daemon.status()
         calls = len(nic.set_calls)
         cpus_back = all(fakefs.get_msr(root, c, IA32_PERF_CTL) == CTL0 for c in range(NCPU))
         since = time.time()
-        wait_for(lambda: (r.daemon.status()["last_measurement"] or {}).get("time", 0) > since, timeout=15)
+        wait_for(lambda: (r.daemon.status().last_measurement or {}).get("time", 0) > since, timeout=15)
         assert len(nic.set_calls) == calls  # no retry: the refused write is never tried again
         del nic.fail_set["eth1"]  # the operator fixes the host
         assert r.stop() == 0
-    assert cpus_back and s["point"] is None
-    assert any("EOPNOTSUPP" in w and "permanent host fault" in w for w in s["warnings"])
+    assert cpus_back and s.point is None
+    assert any("EOPNOTSUPP" in w and "permanent host fault" in w for w in s.warnings)
     assert _untouched(root, nic)

@@ -174,10 +174,10 @@ def heap_probe(tmp: str, retunes: int = 20) -> None:
 
     from actuators.latency.dist import RANKS_CACHE
     from tests.daemon_fakes import FakeOptimizers, Running, wait_for, write_config
-    from tuner.daemon import state, status
+    from tuner.daemon import model_tables, state
     from tuner.daemon.service import protos
 
-    state.KEEP_TRIALS, state.KEEP_DECISIONS, state.KEEP_WINDOWS, status.MODEL_TABLES = 6, 3, 4, 2
+    state.KEEP_TRIALS, state.KEEP_DECISIONS, state.KEEP_WINDOWS, model_tables.MODEL_TABLES = 6, 3, 4, 2
     cfg = write_config(
         Path(tmp), host="tests.fakes:make_fake_host", options={"seed": 1}, trials=3, sobol=3, window_s=0.02
     )
@@ -203,7 +203,7 @@ def heap_probe(tmp: str, retunes: int = 20) -> None:
                 types.append(Path(tmp) / f"types-{k}.json")
                 types[-1].write_text(json.dumps(_live_types()))
             run.host.set_offered_qps(100_000 if k % 2 else 150_000)  # the load leaves the band: a retune
-        wait_for(lambda: not run.daemon._subscribers, timeout=10)  # every dropped stream unsubscribed
+        wait_for(lambda: not len(run.daemon.ctx.feed), timeout=10)  # every dropped stream unsubscribed
     first, last = (collections.Counter(json.loads(p.read_text())) for p in types)
     grew = {t: n - first[t] for t, n in last.items() if n > first[t]}
     print(json.dumps({"sizes": sizes, "grew": grew}))

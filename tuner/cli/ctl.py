@@ -152,7 +152,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _pt(p: Any) -> str:
+def _pt(msg: Any) -> str:
+    from tuner.daemon.grpc_messages import point_from_msg
+
+    p = point_from_msg(msg)
     return f"ITR {p.itr_us} µs @ {p.dvfs_ghz:g} GHz"
 
 

@@ -141,11 +141,12 @@ def _state_entries(state_dir: Path) -> list[Any]:
     def add(point: Any, qps: Any, md: Any, when: float, host: str, objective: Any, index: int) -> None:
         try:
             m = Measurement.from_dict(md)
-            p = (
-                OperatingPoint(int(point[0]), float(point[1]))
-                if isinstance(point, list)
-                else OperatingPoint(int(point["itr_us"]), float(point["dvfs_ghz"]))
-            )
+            if isinstance(point, OperatingPoint):  # a state row (`tuner.daemon.state` loads points as such)
+                p = point
+            elif isinstance(point, list):
+                p = OperatingPoint(int(point[0]), float(point[1]))
+            else:
+                p = OperatingPoint(int(point["itr_us"]), float(point["dvfs_ghz"]))
             obj = as_objective(objective)
             q = float(qps)
             if not (math.isfinite(q) and math.isfinite(m.power_w)):

@@ -1,10 +1,10 @@
 """The control loop of `tuner daemon`: retune (schedule, load change, request), hold, guardrail, persist.
 
 One thread (the loop) owns the host and the optimiser; RPC threads only read snapshots and post requests
-under `Daemon._lock`. Every completed trial is written to the state directory (atomically, together with
+under the shared lock (`tuner.daemon.context`). Every completed trial is written to the state directory (atomically, together with
 the optimiser) before the next one starts; a trial interrupted by SIGTERM is abandoned, never reported.
 
-A retune (`tuner.daemon.trials`): create the optimiser (a worker process, started on its own thread while the
+A retune (`tuner.daemon.retune_driver`): create the optimiser (a worker process, started on its own thread while the
 loop keeps measuring with the guardrail on) -> warm start from the history store
 (`Optimizer.add_history`, when `history.warm_start` or `tuning.context`) -> `begin_retune(offered QPS)` ->
 trials (windows sized by `tuner.optimize.windowing` when `tuning.window_mode = "adaptive"`) until the budget or the
@@ -21,11 +21,24 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Any
 
+from actuators.host import Host, KnobSpace, OperatingPoint
 from core.errors import HostError, TunerError, is_permanent
 from core.memory import HeapTrimmer
-from tuner.daemon.plain import VERSION, bounded_space, point_from, point_of
-from tuner.daemon.trials import RetuneDriver
+from tuner.config import Config, PolicyConfig
+from tuner.daemon.context import LoopContext
+from tuner.daemon.guardrail import Guardrail
+from tuner.daemon.host_warnings import HostWarnings
+from tuner.daemon.metrics import DaemonMetrics
+from tuner.daemon.model_tables import ModelTables
+from tuner.daemon.observer import Observer
+from tuner.daemon.plain import VERSION, bounded_space
+from tuner.daemon.powercurve import Curve
+from tuner.daemon.retune_driver import RetuneDriver
+from tuner.daemon.state import DaemonState, StateStore
+from tuner.daemon.status_reader import DaemonStatus, PointAnswer, StatusReader
+from tuner.daemon.trial_history import TrialHistory
 
 log = logging.getLogger("tuner.daemon.loop")  # one logger for the whole control loop (operators filter on it)
 
@@ -33,84 +46,198 @@ log = logging.getLogger("tuner.daemon.loop")  # one logger for the whole control
 WATCHDOG_SLACK_S = 600.0
 
 
-class Daemon(RetuneDriver):
+class Daemon:
     """The tuner daemon. `start()` opens state, host and servers; `run()` loops until `request_stop()`.
 
-    Layers, one module each: `base` (state and primitives), `status` (what RPCs read), `guardrail` (holding a
-    point), `trials` (retunes); this class adds the lifecycle and the loop itself.
+    It owns the parts and wires them over one `LoopContext` (`ctx`): `observer` (baseline bands, savings),
+    `warnings` (what limits the host), `models` (prediction tables), `guardrail` (holding a point),
+    `history` (the trial store), `retune_driver` (retunes) and `reader` (what RPCs read); this class adds the
+    lifecycle and the loop itself.
     """
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        host: Host | None = None,
+        optimizers: Any = None,
+        notifier: Any = None,
+        serve: bool = True,
+    ) -> None:
+        from tuner.daemon.sdnotify import Notifier
+        from tuner.daemon.startup import is_dry_run
+
+        if optimizers is None:
+            from tuner.daemon.worker import ProcessOptimizers
+
+            optimizers = ProcessOptimizers()  # Ax runs in a worker process per retune (memory, isolation)
+        self.optimizers = optimizers
+        self.notifier = notifier or Notifier()
+        self.serve = serve
+        mode = "dry_run" if is_dry_run(config.host.options) else config.host.mode
+        metrics = DaemonMetrics.create(VERSION, config.host.spec, mode)
+        self.ctx = LoopContext(config, metrics, host=host, mode=mode)
+        self.warnings = HostWarnings(self.ctx)
+        self.ctx.on_apply.append(self.warnings.refresh)
+        self.observer = Observer(self.ctx)
+        self.models = ModelTables(self.ctx)
+        self.guardrail = Guardrail(self.ctx, self.observer, self.models)
+        self.history = TrialHistory(self.ctx)
+        self.retune_driver = RetuneDriver(self.ctx, optimizers, self.history, self.guardrail, self.models)
+        self.reader = StatusReader(self.ctx, self.observer, self.warnings, self.models)
+        self.grpc: Any = None  # tuner.daemon.service.GrpcServer
+        self.grpc_address: str | None = None
+        self.metrics_port: int | None = None
+        self._metrics_server: Any = None
+        self._ready = threading.Event()
+        self._finished = threading.Event()
+        self._fault: str | None = None  # why tuning stopped on a permanent host fault (None: it did not)
+
+    # ------------------------------------------------------------------ what the parts share, for callers
+
+    @property
+    def config(self) -> Config:
+        return self.ctx.config
+
+    @property
+    def host(self) -> Host | None:
+        return self.ctx.host
+
+    @property
+    def space(self) -> KnobSpace | None:
+        return self.ctx.space
+
+    @property
+    def state(self) -> DaemonState:
+        return self.ctx.state
+
+    @property
+    def store(self) -> StateStore:
+        return self.ctx.store
+
+    @property
+    def metrics(self) -> DaemonMetrics:
+        return self.ctx.metrics
+
+    @property
+    def mode_label(self) -> str:
+        """tune | observe | dry_run."""
+        return self.ctx.mode
+
+    @property
+    def observing(self) -> bool:
+        return self.ctx.observing
+
+    @property
+    def stopping(self) -> bool:
+        return self.ctx.stop.is_set()
+
+    # ------------------------------------------------------------------ what RPCs call (`service.DaemonApi`)
+
+    def status(self) -> DaemonStatus:
+        return self.reader.status()
+
+    def trials(self, limit: int = 0, retune_id: str = "") -> list[dict[str, Any]]:
+        return self.reader.trials(limit, retune_id)
+
+    def subscribe(self) -> tuple[Any, dict[str, Any] | None]:
+        """A queue of the decisions to come, and the latest one (None before the first)."""
+        with self.ctx.lock:
+            return self.ctx.feed.subscribe(), self.reader.latest_decision()
+
+    def unsubscribe(self, q: Any) -> None:
+        self.ctx.feed.unsubscribe(q)
+
+    def operating_point(self, qps: Any, sla_us: Any = 0.0, percentile: Any = 0.0) -> PointAnswer:
+        return self.reader.operating_point(qps, sla_us, percentile)
+
+    def power_curve(
+        self, sla_us: Any = 0.0, percentile: Any = 0.0, qps_min: Any = 0.0, qps_max: Any = 0.0, points: Any = 0
+    ) -> Curve:
+        return self.reader.power_curve(sla_us, percentile, qps_min, qps_max, points)
+
+    def fleet_view(self, sla_us: Any = 0.0, percentile: Any = 0.0, band_pct: Any = 0.0, hw_class: str = "") -> Any:
+        return self.history.fleet_view(sla_us, percentile, band_pct, hw_class)
+
+    def policy(self) -> PolicyConfig:
+        return self.ctx.policy()
+
+    def set_policy(self, sla_us: float | None, percentile: float | None, reward: str | None) -> PolicyConfig:
+        return self.ctx.set_policy(sla_us, percentile, reward)
 
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
         """Load state, build the host, undo a dead run's knob writes, start gRPC and metrics, notify READY."""
-        from tuner.daemon.metrics import DaemonMetrics, start_metrics_server
-        from tuner.daemon.startup import build_host, is_dry_run
+        from tuner.daemon.startup import build_host
 
-        dry_run = is_dry_run(self.config.host.options)
-        self.mode_label = "dry_run" if dry_run else self.config.host.mode
-        self.store.ensure()
-        self.state = self.store.load()
+        ctx = self.ctx
+        ctx.store.ensure()
+        ctx.state = ctx.store.load()
         if self.serve:
             from tuner.daemon.service import check_listen_free
 
-            check_listen_free(self.config.grpc.listen)  # before the host is touched: another daemon may own it
-        if self.host is None:
-            self.host = build_host(self.config)  # start-up checks: StartupError listing every problem
-        if self.state.knobs_dirty:
+            check_listen_free(ctx.config.grpc.listen)  # before the host is touched: another daemon may own it
+        if ctx.host is None:
+            ctx.host = build_host(ctx.config)  # start-up checks: StartupError listing every problem
+        if ctx.state.knobs_dirty:
             log.warning("previous run ended with knobs changed; restoring the original ITR/DVFS first")
-        self.host.restore()  # idempotent; a real host restores originals persisted by a dead process
-        with self._lock:
-            self.state.knobs_dirty = False
-            self.store.save(self.state)
-        self.space = None if self.mode_label == "observe" else bounded_space(self.host.knobs(), self.config.knobs)
-        self.metrics = DaemonMetrics.create(VERSION, self.config.host.spec, self.mode_label)
-        self._load_bands()
-        self._refresh_warnings({"startup": self._mode_warnings()})
-        self.metrics.set_sla(self.policy().sla_us)
-        self.metrics.state.state("starting")
-        for reason, n in self.state.counters.items():  # counters continue across restarts
-            self._restore_counter(reason, n)
+        ctx.host.restore()  # idempotent; a real host restores originals persisted by a dead process
+        with ctx.lock:
+            ctx.state.knobs_dirty = False
+            ctx.store.save(ctx.state)
+        ctx.space = None if ctx.mode == "observe" else bounded_space(ctx.host.knobs(), ctx.config.knobs)
+        self.observer.load()
+        self.warnings.refresh({"startup": self._mode_warnings()})
+        ctx.metrics.set_sla(ctx.policy().sla_us)
+        ctx.metrics.state.state("starting")
+        ctx.metrics.restore_counters(ctx.state.counters)  # counters continue across restarts
         if self.serve:
-            if self.config.metrics_listen:
-                self._metrics_server, self.metrics_port = start_metrics_server(self.metrics, self.config.metrics_listen)
-            from tuner.daemon.service import GrpcServer
-
-            self.grpc = GrpcServer(self, self.config.grpc)
-            self.grpc_address = self.grpc.start()
-            self.grpc.set_serving(True)
+            self._start_servers()
         self._ready.set()
-        self.notifier.ready(f"tuner {VERSION}: host {self.config.host.spec}")
+        self.notifier.ready(f"tuner {VERSION}: host {ctx.config.host.spec}")
         if self.notifier.watchdog_s:
             threading.Thread(target=self._watchdog, name="tuner-watchdog", daemon=True).start()
         log.info(
             "started: host %s, state %s, grpc %s, metrics %s",
-            self.config.host.spec,
-            self.config.state_dir,
+            ctx.config.host.spec,
+            ctx.config.state_dir,
             self.grpc_address,
             self.metrics_port,
         )
 
+    def _start_servers(self) -> None:
+        from tuner.daemon.metrics import start_metrics_server
+        from tuner.daemon.service import GrpcServer
+
+        if self.ctx.config.metrics_listen:
+            self._metrics_server, self.metrics_port = start_metrics_server(
+                self.ctx.metrics, self.ctx.config.metrics_listen
+            )
+        self.grpc = GrpcServer(self, self.ctx.config.grpc)
+        self.grpc_address = self.grpc.start()
+        self.grpc.set_serving(True)
+
     def _mode_warnings(self) -> list[str]:
-        if self.mode_label == "dry_run":
+        if self.ctx.mode == "dry_run":
             lines = [
                 "DRY RUN (host option dry_run = true): no knob is written; the daemon measures at the OS's own "
                 "settings like observe mode, records no trial and writes no history"
             ]
-            if self.space is not None:  # show what a tuning run's first write would be
+            if self.ctx.space is not None:  # show what a tuning run's first write would be
                 from tuner.daemon.plain import safe_corner
 
-                corner = safe_corner(self.space)
-                apply = getattr(self.host, "apply", None)
+                corner = safe_corner(self.ctx.space)
+                apply = getattr(self.ctx.host, "apply", None)
                 if callable(apply):
                     apply(itr_us=corner.itr_us, dvfs_ghz=corner.dvfs_ghz)  # dry run: logged, not made
                     lines.append(f"dry run: the writes a tuning run would make for {corner} are logged above")
             return lines
-        if self.mode_label == "observe":
+        if self.ctx.mode == "observe":
             log.info(
                 "observe mode: measuring QPS, latency and energy at the OS's own settings; no knob is written and "
                 "no trial recorded; the per-load-band baseline goes to %s",
-                self.store.dir / "baseline.json",
+                self.ctx.store.dir / "baseline.json",
             )
         return []
 
@@ -121,7 +248,7 @@ class Daemon(RetuneDriver):
             try:
                 self._loop()
             except HostError as exc:
-                if not is_permanent(exc) or self._stop.is_set():
+                if not is_permanent(exc) or self.ctx.stop.is_set():
                     raise
                 self._degrade(exc)
                 self._degraded_loop()
@@ -132,27 +259,27 @@ class Daemon(RetuneDriver):
     def _loop(self) -> None:
         trimmer = HeapTrimmer()  # RSS tracks what the daemon holds, not what glibc's arenas kept (core.memory)
         if self.observing:
-            while not self._stop.is_set():
-                self._beat()
+            while not self.ctx.stop.is_set():
+                self.ctx.beat()
                 trimmer.maybe()
-                self._wake.clear()
-                self._apply_reload()
-                self._observe_window()
+                self.ctx.wake.clear()
+                self.ctx.apply_reload()
+                self.observer.observe_window()
             return
-        self._prepare_models()
+        self.models.prepare()
         self._resume_held()
-        while not self._stop.is_set():
-            self._beat()
+        while not self.ctx.stop.is_set():
+            self.ctx.beat()
             trimmer.maybe()
-            self._wake.clear()
-            self._apply_reload()
+            self.ctx.wake.clear()
+            self.ctx.apply_reload()
             reason = self._due_retune()
             if reason:
-                self._retune(reason)
-            elif self._baseline_due():
-                self._baseline_window()
+                self.retune_driver.retune(reason)
+            elif self.observer.baseline_due():
+                self.observer.baseline_window()
             else:
-                self._hold_window()
+                self.guardrail.hold_window()
 
     # ------------------------------------------------------------------ permanent faults
 
@@ -164,53 +291,51 @@ class Daemon(RetuneDriver):
         why = f"tuning stopped on a permanent host fault: {exc}"
         self._fault = why
         log.error("%s; restoring the OS's ITR/DVFS; restart the daemon once the host is fixed", why)
-        self._drop_kept()
-        with self._lock:
-            self._current_point = None  # the daemon holds no point from now on, whatever the restore manages
-        self.metrics.set_point(None)
+        self.retune_driver.drop_kept()
+        self.ctx.set_point(None)  # the daemon holds no point from now on, whatever the restore manages
         try:
-            if self.host is not None:
-                self.host.restore()
-            with self._lock:
-                self.state.knobs_dirty = False
-                self._save()
+            if self.ctx.host is not None:
+                self.ctx.host.restore()
+            with self.ctx.lock:
+                self.ctx.state.knobs_dirty = False
+                self.ctx.save()
         except Exception as restore_exc:  # noqa: BLE001 - still degraded; the stop and a restart retry it
             log.error("restoring the OS's ITR/DVFS failed too: %s", restore_exc)
-        self.metrics.degraded.set(1)
-        self._refresh_warnings({"fault": [why]})
-        self._set_loop_state("degraded")  # last: a reader seeing this state sees the reason too
+        self.ctx.metrics.degraded.set(1)
+        self.warnings.refresh({"fault": [why]})
+        self.ctx.set_loop_state("degraded")  # last: a reader seeing this state sees the reason too
         self.notifier.status(f"degraded: {why}")
 
     def _degraded_loop(self) -> None:
         """Measure windows at the OS's settings (exported like observe mode) until stopped; a measurement that
         fails permanently is logged once and not tried again."""
         measuring = True
-        while not self._stop.is_set():
-            self._beat()
-            self._wake.clear()
-            if self._reload_requested:
-                self._reload_requested = False
+        while not self.ctx.stop.is_set():
+            self.ctx.beat()
+            self.ctx.wake.clear()
+            if self.ctx.requests.reload:
+                self.ctx.requests.reload = False
                 log.warning("reload ignored while degraded: restart the daemon once the host is fixed")
             if not measuring:
-                self._wait(self.config.tuning.window_s, interruptible=True)
+                self.ctx.wait(self.ctx.config.tuning.window_s, interruptible=True)
                 continue
             try:
-                m, _ = self._measure()
+                m, _ = self.ctx.measure()
             except Exception as exc:  # noqa: BLE001 - a sensor fault must not end the degraded loop
-                if self._stop.is_set():
+                if self.ctx.stop.is_set():
                     return
                 measuring = not is_permanent(exc)
                 log.warning("measurement failed while degraded: %s%s", exc, "" if measuring else "; not retried")
-                self._wait(self.config.tuning.window_s, interruptible=True)
+                self.ctx.wait(self.ctx.config.tuning.window_s, interruptible=True)
                 continue
             if m.point is None:  # the OS's own settings: a baseline window
-                self._record_baseline(m)
+                self.observer.record_baseline(m)
 
     def request_stop(self) -> None:
         """Stop now: a measurement in flight is interrupted (if the host can) and its trial abandoned."""
-        self._stop.set()
-        self._wake.set()
-        for what in (self.host, self.optimizers):
+        self.ctx.stop.set()
+        self.ctx.wake.set()
+        for what in (self.ctx.host, self.optimizers):
             interrupt = getattr(what, "interrupt", None)
             if callable(interrupt):
                 try:
@@ -220,21 +345,21 @@ class Daemon(RetuneDriver):
 
     def request_reload(self) -> None:
         """Re-read the config file at the next step (SIGHUP)."""
-        self._reload_requested = True
-        self._wake.set()
+        self.ctx.requests.reload = True
+        self.ctx.wake.set()
 
     def request_retune(self, reason: str = "rpc") -> tuple[bool, str]:
-        with self._lock:
-            if self._stop.is_set():
+        with self.ctx.lock:
+            if self.ctx.stop.is_set():
                 return False, "daemon is stopping"
             if self._fault:
                 return False, f"{self._fault}; restart the daemon once the host is fixed"
             # refused only while trials run: once the decision is saved (current_retune cleared) a request is
             # taken even if the loop is still finishing up (model table, worker exit)
-            if self._loop_state == "retuning" and self.state.current_retune is not None and reason == "rpc":
+            if self.ctx.loop_state == "retuning" and self.ctx.state.current_retune is not None and reason == "rpc":
                 return False, "a retune is already running"
-            self._retune_request = reason
-        self._wake.set()
+            self.ctx.requests.retune = reason
+        self.ctx.wake.set()
         return True, "retune scheduled"
 
     def wait_ready(self, timeout: float) -> bool:
@@ -245,31 +370,34 @@ class Daemon(RetuneDriver):
 
     def _resume_held(self) -> None:
         """After a restart, put the held point back (start() restored the originals)."""
-        held = self.state.held
-        if held and not self.state.current_retune:
+        held = self.ctx.state.held
+        if held and not self.ctx.state.current_retune:
             try:
-                self._apply(point_of(held["point"]))
-                log.info("holding %s from %s", point_from(held["point"]), held.get("retune_id"))
+                point = held.get("point")
+                if not isinstance(point, OperatingPoint):
+                    raise TunerError(f"expected a held point, got {point!r}")
+                self.ctx.apply(point)
+                log.info("holding %s from %s", point, held.get("retune_id"))
             except TunerError as exc:
                 if is_permanent(exc):
                     raise
                 log.warning("cannot re-apply held point (%s); retuning", exc)
-                self.state.held = None
+                self.ctx.state.held = None
 
     def _due_retune(self) -> str | None:
-        with self._lock:
-            if self.state.current_retune:
+        with self.ctx.lock:
+            if self.ctx.state.current_retune:
                 return "resume"
-            if self._retune_request:
-                reason, self._retune_request = self._retune_request, None
-                self._restart_retune = False
+            if self.ctx.requests.retune:
+                reason, self.ctx.requests.retune = self.ctx.requests.retune, None
+                self.ctx.requests.restart_retune = False
                 return reason
-            if self.state.held is None:
+            if self.ctx.state.held is None:
                 return "startup"
-            if time.time() - self.state.last_retune_time >= self.config.tuning.retune_period_s:
+            if time.time() - self.ctx.state.last_retune_time >= self.ctx.config.tuning.retune_period_s:
                 return "schedule"
-            if self._load_trigger:
-                self._load_trigger = False
+            if self.ctx.requests.load:
+                self.ctx.requests.load = False
                 return "load"
         return None
 
@@ -280,34 +408,33 @@ class Daemon(RetuneDriver):
         if not watchdog_s:  # started only when systemd asked for a watchdog
             return
         interval = watchdog_s / 2
-        limit = self.config.tuning.window_s + self.config.tuning.settle_s + WATCHDOG_SLACK_S
+        limit = self.ctx.config.tuning.window_s + self.ctx.config.tuning.settle_s + WATCHDOG_SLACK_S
         while not self._finished.wait(interval):
-            if time.monotonic() - self._heartbeat < limit:
+            if time.monotonic() - self.ctx.heartbeat < limit:
                 self.notifier.watchdog()
             else:
                 log.error(
-                    "control loop stuck for %.0f s; withholding the watchdog ping", time.monotonic() - self._heartbeat
+                    "control loop stuck for %.0f s; withholding the watchdog ping",
+                    time.monotonic() - self.ctx.heartbeat,
                 )
 
     def _shutdown(self) -> None:
-        self._set_loop_state("stopping")
+        self.ctx.set_loop_state("stopping")
         self.notifier.stopping()
-        self._drop_kept()
-        if self.metrics is not None and hasattr(self, "baseline"):
-            self._save_bands()
+        self.retune_driver.drop_kept()
+        if self.observer.loaded:
+            self.observer.save()
         try:
             if self.grpc is not None:
                 self.grpc.set_serving(False)
-            if self.host is not None:
-                self.host.restore()
-                with self._lock:
-                    self._current_point = None
-                    self.state.knobs_dirty = False
-                    self._save()
-                if self.metrics:
-                    self.metrics.set_point(None)
+            if self.ctx.host is not None:
+                self.ctx.host.restore()
+                with self.ctx.lock:
+                    self.ctx.state.knobs_dirty = False
+                    self.ctx.save()
+                self.ctx.set_point(None)
                 log.info("original ITR/DVFS restored")
-                close = getattr(self.host, "close", None)
+                close = getattr(self.ctx.host, "close", None)
                 if callable(close):
                     close()
         finally:
@@ -316,8 +443,8 @@ class Daemon(RetuneDriver):
             if self._metrics_server is not None:
                 self._metrics_server.shutdown()
                 self._metrics_server.server_close()
-            self._close_history_store()
-            self.store.release()
+            self.history.close()
+            self.ctx.store.release()
             self._finished.set()
 
 

@@ -48,6 +48,182 @@ class OptionalGauge:
         return [fam]
 
 
+@dataclass(frozen=True)
+class MetricSpec:
+    """One metric of `DaemonMetrics`: its attribute, kind, name, help text, labels and kind-specific options."""
+
+    attr: str
+    kind: str  # optional (`OptionalGauge`), gauge, counter, histogram, enum
+    name: str
+    doc: str
+    labels: tuple[str, ...] = ()
+    buckets: tuple[float, ...] = ()
+    states: tuple[str, ...] = ()
+
+    def build(self, registry: Any) -> Any:
+        from prometheus_client import Counter, Enum, Gauge, Histogram
+
+        if self.kind == "optional":
+            return OptionalGauge(self.name, self.doc, registry)
+        if self.kind == "histogram":
+            return Histogram(self.name, self.doc, buckets=self.buckets, registry=registry)
+        if self.kind == "enum":
+            return Enum(self.name, self.doc, states=list(self.states), registry=registry)
+        kind = {"gauge": Gauge, "counter": Counter}[self.kind]
+        return kind(self.name, self.doc, list(self.labels), registry=registry)
+
+
+#: The daemon's metrics, in base units.
+METRICS = (
+    MetricSpec(
+        "itr",
+        "optional",
+        "tuner_itr_seconds",
+        "NIC interrupt throttling interval the tuner applied (absent while the OS's own policy is in charge).",
+    ),
+    MetricSpec(
+        "freq",
+        "optional",
+        "tuner_cpu_frequency_hertz",
+        "CPU frequency the tuner pinned (absent while the OS governor is in charge).",
+    ),
+    MetricSpec("offered", "gauge", "tuner_offered_requests_per_second", "Offered load measured in the last window."),
+    MetricSpec("achieved", "gauge", "tuner_achieved_requests_per_second", "Load served in the last window."),
+    MetricSpec(
+        "latency",
+        "gauge",
+        "tuner_latency_seconds",
+        "Request latency at each percentile (label, in %) measured in the last window.",
+        ("percentile",),
+    ),
+    MetricSpec("sla", "gauge", "tuner_sla_seconds", "Latency SLA of the current policy (at its percentile)."),
+    MetricSpec(
+        "power",
+        "optional",
+        "tuner_power_watts",
+        "Mean package power over the last window (absent when not measurable).",
+    ),
+    MetricSpec(
+        "energy", "counter", "tuner_energy_joules", "Energy measured by the tuner's windows, by RAPL zone.", ("zone",)
+    ),
+    MetricSpec("trials", "counter", "tuner_trials", "Optimisation trials by outcome.", ("status",)),
+    MetricSpec("retunes", "counter", "tuner_retunes", "Retunes started, by reason.", ("reason",)),
+    MetricSpec(
+        "violations",
+        "counter",
+        "tuner_sla_violations",
+        "Holding windows whose latency exceeded the SLA (trials explore and are not counted), by load: "
+        "steady (inside the band the held point was tuned for) or shifted (the load had left it).",
+        ("load",),
+    ),
+    MetricSpec(
+        "reverts",
+        "counter",
+        "tuner_guardrail_reverts",
+        "Reverts to a known-good point after the SLA plus margin was exceeded.",
+    ),
+    MetricSpec(
+        "optimizer_seconds",
+        "histogram",
+        "tuner_optimizer_seconds",
+        "Time spent in the optimiser (suggest, complete, best).",
+        buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+    ),
+    MetricSpec(
+        "trial_seconds",
+        "histogram",
+        "tuner_trial_seconds",
+        "Wall-clock duration of one trial (apply, settle, measure).",
+        buckets=(0.1, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300),
+    ),
+    MetricSpec("state", "enum", "tuner_loop_state", "State of the control loop.", states=LOOP_STATES),
+    MetricSpec("last_retune", "gauge", "tuner_last_retune_timestamp_seconds", "Unix time of the last retune decision."),
+    MetricSpec(
+        "mode",
+        "enum",
+        "tuner_mode",
+        "What the daemon does: tune, observe (measure only, write nothing) or dry_run (tune, write nothing).",
+        states=MODES,
+    ),
+    MetricSpec(
+        "warnings",
+        "gauge",
+        "tuner_host_warnings",
+        "Active warnings about what the host can measure or set, by source (see GetStatus / the log).",
+        ("source",),
+    ),
+    MetricSpec(
+        "baseline_power",
+        "gauge",
+        "tuner_baseline_power_watts",
+        "Mean package power under the OS's own policy, by load band (requests/s, lower-upper).",
+        ("band",),
+    ),
+    MetricSpec(
+        "baseline_latency",
+        "gauge",
+        "tuner_baseline_latency_seconds",
+        "Mean latency at each percentile under the OS's own policy, by load band.",
+        ("band", "percentile"),
+    ),
+    MetricSpec(
+        "baseline_windows",
+        "gauge",
+        "tuner_baseline_windows",
+        "Windows measured under the OS's own policy, by load band.",
+        ("band",),
+    ),
+    MetricSpec(
+        "saved",
+        "optional",
+        "tuner_energy_saved_ratio",
+        "Energy saved against the OS's own policy at the same loads (1 - tuned / baseline power, load "
+        "bands weighted by time tuned in them); absent until both are measured.",
+    ),
+    MetricSpec(
+        "saved_lower",
+        "optional",
+        "tuner_energy_saved_ratio_lower",
+        "Lower bound of the 95 % CI of tuner_energy_saved_ratio.",
+    ),
+    MetricSpec(
+        "saved_upper",
+        "optional",
+        "tuner_energy_saved_ratio_upper",
+        "Upper bound of the 95 % CI of tuner_energy_saved_ratio.",
+    ),
+    MetricSpec(
+        "class_drift",
+        "gauge",
+        "tuner_class_drift",
+        "1 when this host's trials disagree with its hardware class (drift test), else 0; "
+        "a drifting host warm-starts from its own trials only.",
+        ("hw_class",),
+    ),
+    MetricSpec(
+        "class_drift_t",
+        "gauge",
+        "tuner_class_drift_statistic",
+        "Largest |t| of the drift test on the class model's residuals (NaN: too few trials to test).",
+        ("hw_class",),
+    ),
+    MetricSpec(
+        "warm_start_trials",
+        "gauge",
+        "tuner_warm_start_trials",
+        "Trials the last retune was seeded with, by source (own, class).",
+        ("source",),
+    ),
+    MetricSpec(
+        "degraded",
+        "gauge",
+        "tuner_degraded",
+        "1 when tuning stopped on a permanent host fault (the OS's settings are back; the reason is in "
+        "GetStatus warnings and the log), else 0.",
+    ),
+)
+
+
 @dataclass
 class DaemonMetrics:
     """All metric objects, registered on `registry` (never the global one)."""
@@ -84,136 +260,13 @@ class DaemonMetrics:
 
     @classmethod
     def create(cls, version: str, host: str, mode: str = "tune") -> DaemonMetrics:
-        from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram, Info
+        """Every metric of `METRICS` on a new registry, the label values known up front exported at 0."""
+        from prometheus_client import CollectorRegistry, Info
 
         r = CollectorRegistry(auto_describe=True)
         info = Info("tuner_build", "Build of the tuner daemon.", registry=r)
         info.info({"version": version, "python": platform.python_version(), "host": host})
-        m = cls(
-            registry=r,
-            itr=OptionalGauge(
-                "tuner_itr_seconds",
-                "NIC interrupt throttling interval the tuner applied (absent while the OS's own policy is in charge).",
-                r,
-            ),
-            freq=OptionalGauge(
-                "tuner_cpu_frequency_hertz",
-                "CPU frequency the tuner pinned (absent while the OS governor is in charge).",
-                r,
-            ),
-            offered=Gauge("tuner_offered_requests_per_second", "Offered load measured in the last window.", registry=r),
-            achieved=Gauge("tuner_achieved_requests_per_second", "Load served in the last window.", registry=r),
-            latency=Gauge(
-                "tuner_latency_seconds",
-                "Request latency at each percentile (label, in %) measured in the last window.",
-                ["percentile"],
-                registry=r,
-            ),
-            sla=Gauge("tuner_sla_seconds", "Latency SLA of the current policy (at its percentile).", registry=r),
-            power=OptionalGauge(
-                "tuner_power_watts", "Mean package power over the last window (absent when not measurable).", r
-            ),
-            energy=Counter(
-                "tuner_energy_joules", "Energy measured by the tuner's windows, by RAPL zone.", ["zone"], registry=r
-            ),
-            trials=Counter("tuner_trials", "Optimisation trials by outcome.", ["status"], registry=r),
-            retunes=Counter("tuner_retunes", "Retunes started, by reason.", ["reason"], registry=r),
-            violations=Counter(
-                "tuner_sla_violations",
-                "Holding windows whose latency exceeded the SLA (trials explore and are not counted), by load: "
-                "steady (inside the band the held point was tuned for) or shifted (the load had left it).",
-                ["load"],
-                registry=r,
-            ),
-            reverts=Counter(
-                "tuner_guardrail_reverts",
-                "Reverts to a known-good point after the SLA plus margin was exceeded.",
-                registry=r,
-            ),
-            optimizer_seconds=Histogram(
-                "tuner_optimizer_seconds",
-                "Time spent in the optimiser (suggest, complete, best).",
-                buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
-                registry=r,
-            ),
-            trial_seconds=Histogram(
-                "tuner_trial_seconds",
-                "Wall-clock duration of one trial (apply, settle, measure).",
-                buckets=(0.1, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300),
-                registry=r,
-            ),
-            state=Enum("tuner_loop_state", "State of the control loop.", states=list(LOOP_STATES), registry=r),
-            last_retune=Gauge(
-                "tuner_last_retune_timestamp_seconds", "Unix time of the last retune decision.", registry=r
-            ),
-            mode=Enum(
-                "tuner_mode",
-                "What the daemon does: tune, observe (measure only, write nothing) or dry_run (tune, write nothing).",
-                states=list(MODES),
-                registry=r,
-            ),
-            warnings=Gauge(
-                "tuner_host_warnings",
-                "Active warnings about what the host can measure or set, by source (see GetStatus / the log).",
-                ["source"],
-                registry=r,
-            ),
-            baseline_power=Gauge(
-                "tuner_baseline_power_watts",
-                "Mean package power under the OS's own policy, by load band (requests/s, lower-upper).",
-                ["band"],
-                registry=r,
-            ),
-            baseline_latency=Gauge(
-                "tuner_baseline_latency_seconds",
-                "Mean latency at each percentile under the OS's own policy, by load band.",
-                ["band", "percentile"],
-                registry=r,
-            ),
-            baseline_windows=Gauge(
-                "tuner_baseline_windows",
-                "Windows measured under the OS's own policy, by load band.",
-                ["band"],
-                registry=r,
-            ),
-            saved=OptionalGauge(
-                "tuner_energy_saved_ratio",
-                "Energy saved against the OS's own policy at the same loads (1 - tuned / baseline power, load "
-                "bands weighted by time tuned in them); absent until both are measured.",
-                r,
-            ),
-            saved_lower=OptionalGauge(
-                "tuner_energy_saved_ratio_lower", "Lower bound of the 95 % CI of tuner_energy_saved_ratio.", r
-            ),
-            saved_upper=OptionalGauge(
-                "tuner_energy_saved_ratio_upper", "Upper bound of the 95 % CI of tuner_energy_saved_ratio.", r
-            ),
-            class_drift=Gauge(
-                "tuner_class_drift",
-                "1 when this host's trials disagree with its hardware class (drift test), else 0; "
-                "a drifting host warm-starts from its own trials only.",
-                ["hw_class"],
-                registry=r,
-            ),
-            class_drift_t=Gauge(
-                "tuner_class_drift_statistic",
-                "Largest |t| of the drift test on the class model's residuals (NaN: too few trials to test).",
-                ["hw_class"],
-                registry=r,
-            ),
-            warm_start_trials=Gauge(
-                "tuner_warm_start_trials",
-                "Trials the last retune was seeded with, by source (own, class).",
-                ["source"],
-                registry=r,
-            ),
-            degraded=Gauge(
-                "tuner_degraded",
-                "1 when tuning stopped on a permanent host fault (the OS's settings are back; the reason is in "
-                "GetStatus warnings and the log), else 0.",
-                registry=r,
-            ),
-        )
+        m = cls(registry=r, **{spec.attr: spec.build(r) for spec in METRICS})
         m.mode.state(mode)
         for source in WARNING_SOURCES:
             m.warnings.labels(source=source).set(0)
@@ -224,6 +277,21 @@ class DaemonMetrics:
         for load in ("steady", "shifted"):
             m.violations.labels(load=load)
         return m
+
+    def restore_counters(self, counters: dict[str, int]) -> None:
+        """Continue the counters of an earlier run from the state's totals (`DaemonState.counters`)."""
+        shifted = int(counters.get("sla_violations:shifted", 0))
+        for name, n in counters.items():
+            if name == "sla_violations":  # the total; those outside the tuned band are restored by their own key
+                self.violations.labels(load="steady").inc(max(0, n - shifted))
+            elif name == "sla_violations:shifted":
+                self.violations.labels(load="shifted").inc(n)
+            elif name == "guardrail_reverts":
+                self.reverts.inc(n)
+            elif name.startswith("retunes:"):
+                self.retunes.labels(reason=name.split(":", 1)[1]).inc(n)
+            elif name.startswith("trials:"):
+                self.trials.labels(status=name.split(":", 1)[1]).inc(n)
 
     def set_point(self, point: OperatingPoint | None) -> None:
         self.itr.set(point.itr_us * 1e-6 if point else None)

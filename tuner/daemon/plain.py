@@ -1,6 +1,7 @@
-"""Values the daemon passes around: the plain-data rows its state file and RPC share (points as
-[itr_us, dvfs_ghz], measurement dicts), the knob space within the configured bounds, the safe corner, and a
-run-time policy validated field by field."""
+"""Values the daemon passes around: the rows its state and RPC share (trials, decisions, windows: dicts
+whose points are `OperatingPoint`s; a point becomes [itr_us, dvfs_ghz] only in JSON files, `point_list` /
+`point_from`), measurement dicts, the knob space within the configured bounds, the safe corner, and a run-time
+policy validated field by field."""
 
 from __future__ import annotations
 
@@ -16,24 +17,20 @@ VERSION = "0.1.0"
 
 
 def point_list(p: OperatingPoint | None) -> list | None:
+    """A point as JSON files hold it: [itr_us, dvfs_ghz] (None stays None)."""
     return [p.itr_us, p.dvfs_ghz] if p is not None else None
 
 
 def point_from(v: Any) -> OperatingPoint | None:
+    """A point read from a JSON file ([itr_us, dvfs_ghz], or None); an `OperatingPoint` passes through."""
+    if isinstance(v, OperatingPoint):
+        return v
     return OperatingPoint(int(v[0]), float(v[1])) if v else None
 
 
-def point_of(v: Any) -> OperatingPoint:
-    """`point_from` for a row that must hold a point; `TunerError` if it does not."""
-    p = point_from(v)
-    if p is None:
-        raise TunerError(f"expected a point [itr_us, dvfs_ghz], got {v!r}")
-    return p
-
-
 def measurement_dict(m: Measurement, when: float) -> dict[str, Any]:
-    """`Measurement.to_dict` plus power and time, with the point as [itr_us, dvfs_ghz] (the state format)."""
-    return {**m.to_dict(), "power_w": m.power_or_none, "point": point_list(m.point), "time": when}
+    """`Measurement.to_dict` plus power and time, with the point as an `OperatingPoint` (None: the OS's)."""
+    return {**m.to_dict(), "power_w": m.power_or_none, "point": m.point, "time": when}
 
 
 def latency_at(md: dict[str, Any], pct: float) -> float | None:
@@ -103,7 +100,7 @@ def mean_sem(values: list[float], sems: list[float] | None) -> tuple[float, floa
 
 def describe(row: dict[str, Any], pct: float) -> str:
     md = row.get("measurement")
-    p = point_from(row["point"])
+    p = row["point"]
     if not md:
         return f"{p}: {row.get('error')}"
     lat = latency_at(md, pct)

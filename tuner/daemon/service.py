@@ -9,19 +9,31 @@ from __future__ import annotations
 
 import hmac
 import logging
-import math
 import os
+import queue
 import sys
 import threading
+from collections.abc import Iterator
 from concurrent import futures
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
 from core.errors import InputError, TunerError
 from tuner.config import GrpcConfig, read_token
+from tuner.daemon.grpc_messages import (
+    decision_msg,
+    finite,
+    fleet_msg,
+    point_msg,
+    policy_msg,
+    status_msg,
+    trial_msg,
+)
+from tuner.daemon.powercurve import Curve
+from tuner.daemon.status_reader import DaemonStatus, PointAnswer
 
 log = logging.getLogger(__name__)
 
@@ -44,267 +56,186 @@ def protos() -> tuple[Any, Any]:
     return grpc.protos_and_services("v1/tuner.proto")
 
 
-# ------------------------------------------------------------------------------------------------- conversions
-
-
-def _point_msg(pb: Any, p: Any) -> Any:
-    if p is None:
-        return None
-    if isinstance(p, (list, tuple)):
-        return pb.Point(itr_us=int(p[0]), dvfs_ghz=float(p[1]))
-    return pb.Point(itr_us=int(p.itr_us), dvfs_ghz=float(p.dvfs_ghz))
-
-
-def _measurement_msg(pb: Any, md: dict | None) -> Any:
-    if not md:
-        return None
-    m = pb.Measurement(
-        seconds=md["seconds"],
-        offered_qps=md["offered_qps"],
-        achieved_qps=md["achieved_qps"],
-        requests=max(0, int(md["requests"])),
-        time=md.get("time", 0.0),
-    )
-    if md.get("energy_j") is not None and md.get("power_w") is not None and math.isfinite(md["power_w"]):
-        m.power_w, m.energy_j = md["power_w"], md["energy_j"]  # unset: energy unknown on this host
-    for k, v in md.get("latency_us", {}).items():
-        m.latency_us[k] = float(v)
-    if md.get("point"):
-        m.point.CopyFrom(_point_msg(pb, md["point"]))
-    return m
-
-
-def _policy_msg(pb: Any, p: Any) -> Any:
-    return pb.Policy(sla_us=p.sla_us, percentile=p.percentile, reward=p.reward)
-
-
-def _decision_msg(pb: Any, d: dict) -> Any:
-    msg = pb.Decision(
-        retune_id=d.get("retune_id", ""),
-        reason=d.get("reason", ""),
-        met_sla=bool(d.get("met_sla")),
-        detail=d.get("detail", ""),
-        qps=float(d.get("qps", 0.0)),
-        time=float(d.get("time", 0.0)),
-    )
-    if d.get("point"):
-        msg.point.CopyFrom(_point_msg(pb, d["point"]))
-    if d.get("measurement"):
-        msg.measurement.CopyFrom(_measurement_msg(pb, d["measurement"]))
-    return msg
-
-
-def _trial_msg(pb: Any, t: dict) -> Any:
-    msg = pb.Trial(
-        retune_id=t.get("retune_id", ""),
-        index=int(t["index"]),
-        qps=float(t.get("qps", 0.0)),
-        status=t.get("status", ""),
-        has_reward=t.get("reward") is not None,
-        reward=float(t["reward"]) if t.get("reward") is not None else 0.0,
-        error=t.get("error") or "",
-        time=float(t.get("time", 0.0)),
-    )
-    if t.get("point"):
-        msg.point.CopyFrom(_point_msg(pb, t["point"]))
-    if t.get("measurement"):
-        msg.measurement.CopyFrom(_measurement_msg(pb, t["measurement"]))
-    return msg
-
-
-def _fleet_msg(pb: Any, report: Any) -> Any:
-    """A `tuner.store.fleet.FleetReport` as `tuner.v1.FleetView`."""
-    bands = []
-    for r in report.rows:
-        b = pb.FleetBand(
-            hw_class=r.hw_class,
-            qps_low=r.qps_low,
-            qps_high=r.qps_high,
-            meets_sla=r.itr_us is not None,
-            trials_at_point=r.trials_at_point,
-            trials=r.trials,
-            hosts=r.hosts,
-        )
-        if r.itr_us is not None:
-            b.point.CopyFrom(pb.Point(itr_us=int(r.itr_us), dvfs_ghz=float(r.dvfs_ghz)))
-            b.power_w = float(r.power_w)
-            b.latency_us = float(r.latency_us)
-        bands.append(b)
-    classes = [
-        pb.HardwareClass(id=c, fields={k: str(v) for k, v in fields.items() if k != "id"})
-        for c, fields in report.classes.items()
-    ]
-    return pb.FleetView(
-        sla_us=report.sla_us,
-        percentile=report.percentile,
-        band_pct=report.band_pct,
-        store=report.location,
-        bands=bands,
-        classes=classes,
-        drifting_hosts=list(report.drifting),
-    )
-
-
-def _finite(x: float) -> float:
-    return x if math.isfinite(x) else 0.0
-
-
 # ------------------------------------------------------------------------------------------------- servicer
 
 
-def make_servicer(daemon: Any) -> Any:
+class DaemonApi(Protocol):
+    """What the servicer calls on the daemon (`tuner.daemon.loop.Daemon`)."""
+
+    @property
+    def stopping(self) -> bool: ...
+
+    def status(self) -> DaemonStatus: ...
+
+    def operating_point(self, qps: Any, sla_us: Any = 0.0, percentile: Any = 0.0) -> PointAnswer: ...
+
+    def power_curve(
+        self, sla_us: Any = 0.0, percentile: Any = 0.0, qps_min: Any = 0.0, qps_max: Any = 0.0, points: Any = 0
+    ) -> Curve: ...
+
+    def fleet_view(self, sla_us: Any = 0.0, percentile: Any = 0.0, band_pct: Any = 0.0, hw_class: str = "") -> Any: ...
+
+    def trials(self, limit: int = 0, retune_id: str = "") -> list[dict[str, Any]]: ...
+
+    def request_retune(self, reason: str = "rpc") -> tuple[bool, str]: ...
+
+    def set_policy(self, sla_us: float | None, percentile: float | None, reward: str | None) -> Any: ...
+
+    def subscribe(self) -> tuple[queue.Queue, dict[str, Any] | None]: ...
+
+    def unsubscribe(self, q: queue.Queue) -> None: ...
+
+
+def _operating_point(pb: Any, daemon: DaemonApi, request: Any, context: Any) -> Any:
+    try:
+        a = daemon.operating_point(request.qps, request.sla_us, request.percentile)
+    except TunerError as exc:
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+    return pb.OperatingPointResponse(
+        point=point_msg(pb, a.point),
+        predicted_latency_us=finite(a.latency_us),
+        latency_sem_us=finite(a.latency_sem_us),
+        predicted_power_w=finite(a.power_w),
+        power_sem_w=finite(a.power_sem_w),
+        from_measured=a.from_measured,
+        meets_sla=a.meets_sla,
+        tuned_qps=finite(a.tuned_qps),
+        source=a.source,
+        note=a.note,
+    )
+
+
+def _power_curve(pb: Any, daemon: DaemonApi, request: Any, context: Any) -> Any:
+    try:
+        c = daemon.power_curve(
+            request.sla_us, request.percentile, request.qps_min, request.qps_max, int(request.points)
+        )
+    except TunerError as exc:
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+    lo, hi = c.measured_qps or (0.0, 0.0)
+    return pb.PowerCurve(
+        sla_us=c.sla_us,
+        percentile=c.percentile,
+        note=c.note,
+        measured_qps_min=finite(lo),
+        measured_qps_max=finite(hi),
+        points=[
+            pb.PowerCurvePoint(
+                qps=finite(p.qps),
+                point=point_msg(pb, p.point) if p.point is not None else None,
+                predicted_power_w=finite(p.power_w),
+                power_sem_w=finite(p.power_sem_w),
+                predicted_latency_us=finite(p.latency_us),
+                latency_sem_us=finite(p.latency_sem_us),
+                meets_sla=p.meets_sla,
+                source=p.source,
+                extrapolated=p.extrapolated,
+            )
+            for p in c.points
+        ],
+    )
+
+
+def _fleet_view(pb: Any, daemon: DaemonApi, request: Any, context: Any) -> Any:
+    try:
+        report = daemon.fleet_view(request.sla_us, request.percentile, request.band_pct, request.hw_class)
+    except InputError as exc:
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+    except TunerError as exc:  # the store cannot be read (e.g. a fleet database down, no spool yet)
+        context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+    return fleet_msg(pb, report)
+
+
+def _retune(pb: Any, daemon: DaemonApi, request: Any, context: Any) -> Any:
+    if len(request.reason) > 200:
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, "reason: expected at most 200 characters")
+    ok, message = daemon.request_retune("rpc")
+    if ok:
+        log.info("retune requested over gRPC%s", f": {request.reason}" if request.reason else "")
+    return pb.RetuneResponse(accepted=ok, message=message)
+
+
+def _set_policy(pb: Any, daemon: DaemonApi, request: Any, context: Any) -> Any:
+    try:
+        p = daemon.set_policy(
+            request.sla_us if request.HasField("sla_us") else None,
+            request.percentile if request.HasField("percentile") else None,
+            request.reward if request.HasField("reward") else None,
+        )
+    except TunerError as exc:
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+    return policy_msg(pb, p)
+
+
+class _Watchers:
+    """At most `MAX_WATCHERS` `WatchDecisions` streams at once."""
+
+    def __init__(self) -> None:
+        self._n = 0
+        self._lock = threading.Lock()
+
+    def enter(self, context: Any) -> None:
+        with self._lock:
+            if self._n >= MAX_WATCHERS:
+                context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED, f"at most {MAX_WATCHERS} WatchDecisions streams at once"
+                )
+            self._n += 1
+
+    def leave(self) -> None:
+        with self._lock:
+            self._n -= 1
+
+
+def _watch_decisions(pb: Any, daemon: DaemonApi, watchers: _Watchers, context: Any) -> Iterator[Any]:
+    watchers.enter(context)
+    q, latest = daemon.subscribe()
+    try:
+        if latest is not None:
+            yield decision_msg(pb, latest)
+        while context.is_active() and not daemon.stopping:
+            try:
+                d = q.get(timeout=0.25)
+            except queue.Empty:
+                continue
+            yield decision_msg(pb, d)
+    finally:
+        daemon.unsubscribe(q)
+        watchers.leave()
+
+
+def make_servicer(daemon: DaemonApi) -> Any:
+    """The `tuner.v1.Tuner` servicer over `daemon`: each RPC one function above, its errors as status codes."""
     pb, services = protos()
+    watchers = _Watchers()
 
     class TunerServicer(services.TunerServicer):  # type: ignore[name-defined]  # generated from the .proto at run time
         """Adapts `tuner.daemon.loop.Daemon` to `tuner.v1.Tuner`."""
 
-        def __init__(self) -> None:
-            self._watchers = 0
-            self._watch_lock = threading.Lock()
-
         def GetStatus(self, request: Any, context: Any) -> Any:
-            s = daemon.status()
-            msg = pb.Status(
-                state=s["state"],
-                offered_qps=_finite(s["offered_qps"]),
-                policy=_policy_msg(pb, s["policy"]),
-                tuned_qps=s["tuned_qps"],
-                band_low_qps=s["band_low_qps"],
-                band_high_qps=s["band_high_qps"],
-                retune_id=s["retune_id"],
-                retune_trials_done=s["retune_trials_done"],
-                retune_trials_planned=s["retune_trials_planned"],
-                last_retune_time=s["last_retune_time"],
-                next_retune_time=s["next_retune_time"],
-                trials_total=s["trials_total"],
-                guardrail_reverts_total=s["guardrail_reverts_total"],
-                sla_violations_total=s["sla_violations_total"],
-                sla_violations_steady_total=s["sla_violations_steady_total"],
-                host=str(s["host"]),
-                version=s["version"],
-                uptime_s=s["uptime_s"],
-                warnings=list(s.get("warnings", ())),
-                mode=str(s.get("mode", "tune")),
-            )
-            savings = s.get("savings")
-            if savings is not None:
-                msg.energy_saved_ratio = savings.ratio
-                msg.energy_saved_ratio_lower = savings.lower
-                msg.energy_saved_ratio_upper = savings.upper
-            if s["point"] is not None:
-                msg.point.CopyFrom(_point_msg(pb, s["point"]))
-            if s["last_measurement"]:
-                msg.last_measurement.CopyFrom(_measurement_msg(pb, s["last_measurement"]))
-            return msg
+            return status_msg(pb, daemon.status())
 
         def GetOperatingPoint(self, request: Any, context: Any) -> Any:
-            try:
-                a = daemon.operating_point(request.qps, request.sla_us, request.percentile)
-            except TunerError as exc:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-            return pb.OperatingPointResponse(
-                point=_point_msg(pb, a.point),
-                predicted_latency_us=_finite(a.latency_us),
-                latency_sem_us=_finite(a.latency_sem_us),
-                predicted_power_w=_finite(a.power_w),
-                power_sem_w=_finite(a.power_sem_w),
-                from_measured=a.from_measured,
-                meets_sla=a.meets_sla,
-                tuned_qps=_finite(a.tuned_qps),
-                source=a.source,
-                note=a.note,
-            )
+            return _operating_point(pb, daemon, request, context)
 
         def GetPowerCurve(self, request: Any, context: Any) -> Any:
-            answer = getattr(daemon, "power_curve", None)
-            if answer is None:
-                return context.abort(grpc.StatusCode.UNIMPLEMENTED, "this daemon has no power curve")  # raises
-            try:
-                c = answer(request.sla_us, request.percentile, request.qps_min, request.qps_max, int(request.points))
-            except TunerError as exc:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-            lo, hi = c.measured_qps or (0.0, 0.0)
-            return pb.PowerCurve(
-                sla_us=c.sla_us,
-                percentile=c.percentile,
-                note=c.note,
-                measured_qps_min=_finite(lo),
-                measured_qps_max=_finite(hi),
-                points=[
-                    pb.PowerCurvePoint(
-                        qps=_finite(p.qps),
-                        point=_point_msg(pb, p.point) if p.point is not None else None,
-                        predicted_power_w=_finite(p.power_w),
-                        power_sem_w=_finite(p.power_sem_w),
-                        predicted_latency_us=_finite(p.latency_us),
-                        latency_sem_us=_finite(p.latency_sem_us),
-                        meets_sla=p.meets_sla,
-                        source=p.source,
-                        extrapolated=p.extrapolated,
-                    )
-                    for p in c.points
-                ],
-            )
+            return _power_curve(pb, daemon, request, context)
 
         def GetFleetView(self, request: Any, context: Any) -> Any:
-
-            answer = getattr(daemon, "fleet_view", None)
-            if answer is None:
-                return context.abort(grpc.StatusCode.UNIMPLEMENTED, "this daemon has no trial store")  # raises
-            try:
-                report = answer(request.sla_us, request.percentile, request.band_pct, request.hw_class)
-            except InputError as exc:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-            except TunerError as exc:  # the store cannot be read (e.g. a fleet database down, no spool yet)
-                context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
-            return _fleet_msg(pb, report)
+            return _fleet_view(pb, daemon, request, context)
 
         def ListTrials(self, request: Any, context: Any) -> Any:
             rows = daemon.trials(limit=int(request.limit), retune_id=request.retune_id)
-            return pb.ListTrialsResponse(trials=[_trial_msg(pb, t) for t in rows])
+            return pb.ListTrialsResponse(trials=[trial_msg(pb, t) for t in rows])
 
         def Retune(self, request: Any, context: Any) -> Any:
-            if len(request.reason) > 200:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, "reason: expected at most 200 characters")
-            ok, message = daemon.request_retune("rpc")
-            if ok:
-                log.info("retune requested over gRPC%s", f": {request.reason}" if request.reason else "")
-            return pb.RetuneResponse(accepted=ok, message=message)
+            return _retune(pb, daemon, request, context)
 
         def SetPolicy(self, request: Any, context: Any) -> Any:
-            try:
-                p = daemon.set_policy(
-                    request.sla_us if request.HasField("sla_us") else None,
-                    request.percentile if request.HasField("percentile") else None,
-                    request.reward if request.HasField("reward") else None,
-                )
-            except TunerError as exc:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-            return _policy_msg(pb, p)
+            return _set_policy(pb, daemon, request, context)
 
         def WatchDecisions(self, request: Any, context: Any) -> Any:
-            import queue
-
-            with self._watch_lock:
-                if self._watchers >= MAX_WATCHERS:
-                    context.abort(
-                        grpc.StatusCode.RESOURCE_EXHAUSTED, f"at most {MAX_WATCHERS} WatchDecisions streams at once"
-                    )
-                self._watchers += 1
-            q, latest = daemon.subscribe()
-            try:
-                if latest is not None:
-                    yield _decision_msg(pb, latest)
-                while context.is_active() and not daemon.stopping:
-                    try:
-                        d = q.get(timeout=0.25)
-                    except queue.Empty:
-                        continue
-                    yield _decision_msg(pb, d)
-            finally:
-                daemon.unsubscribe(q)
-                with self._watch_lock:
-                    self._watchers -= 1
+            yield from _watch_decisions(pb, daemon, watchers, context)
 
     return TunerServicer()
 
@@ -393,7 +324,7 @@ def _socket_alive(path: str) -> bool:
 class GrpcServer:
     """The daemon's gRPC server: Tuner + health + reflection, on a unix socket or TCP, optional TLS/token."""
 
-    def __init__(self, daemon: Any, config: GrpcConfig) -> None:
+    def __init__(self, daemon: DaemonApi, config: GrpcConfig) -> None:
         self.daemon = daemon
         self.config = config
         self._server: Any = None

@@ -16,6 +16,9 @@ state.json is the commit point. A crash before the replace leaves the old length
 the uncommitted tail, so a trial row and the optimiser of the retune in progress (in state.json) are committed
 together: a measured trial is never lost and never half-recorded. A version-1 state.json (the lists inline)
 loads as before and is migrated by the first save.
+
+In memory every row's point (and its measurement's) is an `OperatingPoint`; the files hold [itr_us, dvfs_ghz]
+(`row_json` on the way out, `row_loaded` on the way in), so files written by any earlier version still load.
 """
 
 from __future__ import annotations
@@ -30,9 +33,11 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from actuators.host import OperatingPoint
 from core.errors import TunerError
 from core.fsutil import atomic_write
 from tuner.daemon.journal import Journal, Mark, ReadResult
+from tuner.daemon.plain import point_from, point_list
 
 log = logging.getLogger("tuner.daemon.loop")  # the control loop's logger (operators filter on it)
 
@@ -45,9 +50,36 @@ KEEP_WINDOWS = 300
 KEEP_EXPERIMENTS = 8
 
 
+def _json_point(v: Any) -> Any:
+    return point_list(v) if isinstance(v, OperatingPoint) else v
+
+
+def row_json(row: dict[str, Any]) -> dict[str, Any]:
+    """A row (trial, decision, window) as its JSON file holds it: points as [itr_us, dvfs_ghz]."""
+    out = {**row, "point": _json_point(row.get("point"))} if "point" in row else dict(row)
+    md = row.get("measurement")
+    if isinstance(md, dict) and "point" in md:
+        out["measurement"] = {**md, "point": _json_point(md["point"])}
+    return out
+
+
+def row_loaded(row: Any) -> Any:
+    """A row read from a JSON file with its points (and its measurement's) as `OperatingPoint`s, in place;
+    `ValueError` naming the field when one is not [itr_us, dvfs_ghz]."""
+    if not isinstance(row, dict):
+        return row
+    for where in (row, row.get("measurement")):
+        if isinstance(where, dict) and where.get("point") is not None:
+            try:
+                where["point"] = point_from(where["point"])
+            except (TypeError, ValueError, IndexError, KeyError) as exc:
+                raise ValueError(f"point: expected [itr_us, dvfs_ghz], got {where['point']!r} ({exc})") from None
+    return row
+
+
 @dataclass
 class DaemonState:
-    """What survives a restart. Plain JSON types only (points as [itr_us, dvfs_ghz])."""
+    """What survives a restart. Plain JSON types, but points are `OperatingPoint`s (`row_json` for the file)."""
 
     version: int = STATE_VERSION
     #: True from just before the first knob write until the originals are restored.
@@ -73,6 +105,15 @@ class DaemonState:
     def trim(self) -> None:
         for kind in LISTS:
             del getattr(self, kind)[: -keep(kind)]
+
+
+def plain_state(state: DaemonState) -> dict[str, Any]:
+    """`state` as plain JSON types, the way its files hold it (points as [itr_us, dvfs_ghz])."""
+    doc: dict[str, Any] = {f.name: getattr(state, f.name) for f in fields(state)}
+    for kind in LISTS:
+        doc[kind] = [row_json(r) for r in doc[kind]]
+    doc["held"] = None if state.held is None else row_json(state.held)
+    return json.loads(json.dumps(doc))  # a deep copy: nothing shared with the live state
 
 
 #: The append-only lists of `DaemonState`, each kept in its own journal.
@@ -148,7 +189,7 @@ class StateStore:
             found, gone = self._read_journals(marks)
             if gone and attempt < 2 and self._read_raw() != raw:
                 continue  # a running daemon compacted a journal meanwhile: read its new state.json
-            return self._adopt(data, found)
+            return self._adopt(data, found, marks)
         raise AssertionError("unreachable")  # the last attempt returns
 
     def _read_raw(self) -> bytes | None:
@@ -195,6 +236,13 @@ class StateStore:
         for kind in LISTS:
             if not isinstance(getattr(state, kind), list):
                 raise TunerError(f"{self.path}: corrupt state ({kind}: expected a list); move it away to start afresh")
+        try:
+            row_loaded(state.held)
+            for kind in LISTS:  # inline only in a version-1 file
+                for row in getattr(state, kind):
+                    row_loaded(row)
+        except ValueError as exc:
+            raise TunerError(f"{self.path}: corrupt state ({exc}); move it away to start afresh") from None
         cur = state.current_retune
         if isinstance(cur, dict) and "optimizer_zlib" in cur:
             try:
@@ -219,11 +267,18 @@ class StateStore:
             self._zcache = (text, base64.b64encode(zlib.compress(text.encode(), 1)).decode("ascii"))
         return {**{k: v for k, v in cur.items() if k != "optimizer"}, "optimizer_zlib": self._zcache[1]}
 
-    def _adopt(self, data: dict[str, Any], found: dict[str, ReadResult]) -> DaemonState:
+    def _adopt(self, data: dict[str, Any], found: dict[str, ReadResult], marks: dict[str, Mark]) -> DaemonState:
         state = self._state_of({k: v for k, v in data.items() if k not in LISTS})
         self.notes = []
         for kind, res in found.items():
-            setattr(state, kind, res.rows[-keep(kind) :])
+            first = max(len(res.rows) - keep(kind), 0)
+            for line, row in enumerate(res.rows[first:], first + 1):
+                try:
+                    row_loaded(row)
+                except ValueError as exc:
+                    path = self.journal_dir / marks[kind].file
+                    raise TunerError(f"{path}:{line}: corrupt journal record ({exc}); move the file away") from None
+            setattr(state, kind, res.rows[first:])
             if res.note:
                 self.notes.append(res.note)
                 log.warning("state: %s", res.note)
@@ -262,16 +317,17 @@ class StateStore:
                 and mark.rows + len(rows) - known[1] <= 2 * keep(kind)
             ):
                 if len(rows) > known[1]:
-                    mark, n = journal.append(mark, rows[known[1] :])
+                    mark, n = journal.append(mark, [row_json(r) for r in rows[known[1] :]])
                     written += n
                 marks[kind] = mark
             else:
-                marks[kind], n = journal.rewrite(rows[-keep(kind) :])
+                marks[kind], n = journal.rewrite([row_json(r) for r in rows[-keep(kind) :]])
                 written += n
                 replaced[kind] = mark
         doc: dict[str, Any] = {f.name: getattr(state, f.name) for f in fields(state) if f.name not in LISTS}
         doc["version"] = STATE_VERSION
         doc["current_retune"] = self._packed(state.current_retune)
+        doc["held"] = None if state.held is None else row_json(state.held)
         doc["journal"] = {kind: mark.to_json() for kind, mark in marks.items()}
         data = json.dumps(doc, separators=(",", ":")).encode()
         atomic_write(self.path, data)  # the commit point

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,9 +69,10 @@ class WorkerError(TunerError):
 
 
 def _rec(r: Any) -> tuple:
+    """A trial record as plain data for the pipe (the point stays an `OperatingPoint`)."""
     return (
         int(r.index),
-        (int(r.point.itr_us), float(r.point.dvfs_ghz)),
+        OperatingPoint(int(r.point.itr_us), float(r.point.dvfs_ghz)),
         float(r.qps) if r.qps is not None else float("nan"),
         str(r.status),
         None if r.reward is None else float(r.reward),
@@ -103,26 +105,85 @@ def _extra_settings(settings_cls: Any, tuning: dict[str, Any]) -> dict[str, Any]
     return out
 
 
-def _serve(conn: Any, module: str) -> None:  # pragma: no cover - runs in the child (end-to-end tests)
+def _best(opt: Any) -> tuple:
+    d = opt.best()
+    return OperatingPoint(int(d.point.itr_us), float(d.point.dvfs_ghz)), d.measurement, bool(d.met_sla), str(d.reason)
+
+
+def _predict(opt: Any, points: list[OperatingPoint]) -> list[tuple]:
+    return [
+        (float(p.latency_us), float(p.latency_sem), float(p.power_w), float(p.power_sem), bool(p.from_measured))
+        for p in opt.predict(points)
+    ]
+
+
+def _suggest(opt: Any) -> tuple[int, OperatingPoint]:
+    index, p = opt.suggest()
+    return int(index), OperatingPoint(int(p.itr_us), float(p.dvfs_ghz))
+
+
+def _begin_retune(opt: Any, qps: float) -> None:
+    opt.begin_retune(qps)
+
+
+def _should_stop(opt: Any) -> tuple[bool, str]:
+    stop, why = opt.should_stop()
+    return bool(stop), str(why)
+
+
+#: The operations on a created (or loaded) optimiser: name -> fn(optimiser, args) -> plain data for the pipe.
+OPERATIONS: dict[str, Callable[[Any, tuple], Any]] = {
+    "add_history": lambda opt, a: int(opt.add_history(a[0])),
+    "begin_retune": lambda opt, a: _begin_retune(opt, float(a[0])),
+    "retune_trials": lambda opt, a: [_rec(r) for r in opt.retune_trials()],
+    "should_stop": lambda opt, a: _should_stop(opt),
+    "suggest": lambda opt, a: _suggest(opt),
+    "complete": lambda opt, a: _rec(opt.complete(a[0], a[1], a[2], settle=a[3])),
+    "fail": lambda opt, a: _rec(opt.fail(a[0], a[1], settle=a[2])),
+    "trials": lambda opt, a: [_rec(r) for r in opt.trials()],
+    "best": lambda opt, a: _best(opt),
+    "predict": lambda opt, a: _predict(opt, a[0]),
+    "predict_loads": lambda opt, a: opt.predict_loads(),  # plain data (lists) or None
+    "to_json": lambda opt, a: opt.to_json(),
+}
+
+
+def _create(mod: Any, args: tuple) -> Any:
+    """The optimiser module's `Optimizer` for (space, policy dict, tuning dict, name, seed)."""
+    space, policy, tuning, name, seed = args
+    objective = mod.Objective(reward=policy["reward"], percentile=policy["percentile"], sla_us=policy["sla_us"])
+    settings = mod.TunerSettings(
+        trials=tuning["trials"],
+        sobol_trials=min(tuning["sobol_trials"], tuning["trials"]),
+        settle_s=tuning["settle_s"],
+        window_s=tuning["window_s"],
+        seed=seed,
+        **_extra_settings(mod.TunerSettings, tuning),
+    )
+    return mod.Optimizer(space, objective, settings, name=name)
+
+
+def _child_setup(module: str) -> tuple[Any, str | None]:
+    """Lower the child's priority and threads (before the optimiser imports torch), then import `module`:
+    (module, None), or (None, why not) -- reported on the first call instead of a dead pipe."""
     import importlib
     import os
 
-    # The tuned server keeps priority over model fits: lower priority, and few BLAS/PyTorch threads
-    # (set before the optimiser imports torch).
     try:
-        os.nice(WORKER_NICE)
+        os.nice(WORKER_NICE)  # the tuned server keeps priority over model fits
     except OSError:
         pass
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(var, str(WORKER_THREADS))
     try:
-        mod = importlib.import_module(module)
-        Objective, Optimizer, TunerSettings = mod.Objective, mod.Optimizer, mod.TunerSettings
-        broken = None
-    except Exception as exc:  # noqa: BLE001 - reported on the first call instead of a dead pipe
-        broken = f"cannot import the optimiser {module!r}: {type(exc).__name__}: {exc}"
-    opt: Any = None  # the optimiser module's Optimizer, loaded by name
-    result: Any  # what each operation sends back (plain data over the pipe)
+        return importlib.import_module(module), None
+    except Exception as exc:  # noqa: BLE001 - reported on the first call
+        return None, f"cannot import the optimiser {module!r}: {type(exc).__name__}: {exc}"
+
+
+def _serve(conn: Any, module: str) -> None:  # pragma: no cover - runs in the child (end-to-end tests)
+    mod, broken = _child_setup(module)
+    opt: Any = None  # the optimiser module's Optimizer, created or loaded by name
     while True:
         try:
             op, args = conn.recv()
@@ -131,64 +192,14 @@ def _serve(conn: Any, module: str) -> None:  # pragma: no cover - runs in the ch
         try:
             if broken:
                 raise RuntimeError(broken)
-            if op == "create":
-                space, policy, tuning, name, seed = args
-                objective = Objective(reward=policy["reward"], percentile=policy["percentile"], sla_us=policy["sla_us"])
-                settings = TunerSettings(
-                    trials=tuning["trials"],
-                    sobol_trials=min(tuning["sobol_trials"], tuning["trials"]),
-                    settle_s=tuning["settle_s"],
-                    window_s=tuning["window_s"],
-                    seed=seed,
-                    **_extra_settings(TunerSettings, tuning),
-                )
-                opt = Optimizer(space, objective, settings, name=name)
-                result = _capabilities(opt)
-            elif op == "load":
-                opt = Optimizer.from_json(args[0])
-                result = _capabilities(opt)
-            elif op == "add_history":
-                result = int(opt.add_history(args[0]))
-            elif op == "begin_retune":
-                opt.begin_retune(float(args[0]))
-                result = None
-            elif op == "retune_trials":
-                result = [_rec(r) for r in opt.retune_trials()]
-            elif op == "should_stop":
-                stop, why = opt.should_stop()
-                result = (bool(stop), str(why))
-            elif op == "suggest":
-                index, p = opt.suggest()
-                result = (int(index), (int(p.itr_us), float(p.dvfs_ghz)))
-            elif op == "complete":
-                index, m, qps, settle = args
-                result = _rec(opt.complete(index, m, qps, settle=settle))
-            elif op == "fail":
-                index, reason, settle = args
-                result = _rec(opt.fail(index, reason, settle=settle))
-            elif op == "trials":
-                result = [_rec(r) for r in opt.trials()]
-            elif op == "best":
-                d = opt.best()
-                result = ((int(d.point.itr_us), float(d.point.dvfs_ghz)), d.measurement, bool(d.met_sla), str(d.reason))
-            elif op == "predict":
-                result = [
-                    (
-                        float(p.latency_us),
-                        float(p.latency_sem),
-                        float(p.power_w),
-                        float(p.power_sem),
-                        bool(p.from_measured),
-                    )
-                    for p in opt.predict(args[0])
-                ]
-            elif op == "predict_loads":
-                result = opt.predict_loads()  # plain data (lists) or None
-            elif op == "to_json":
-                result = opt.to_json()
-            elif op == "close":
+            if op == "close":
                 conn.send(("ok", None))
                 return
+            if op in ("create", "load"):
+                opt = _create(mod, args) if op == "create" else mod.Optimizer.from_json(args[0])
+                result: Any = _capabilities(opt)
+            elif op in OPERATIONS:
+                result = OPERATIONS[op](opt, args)
             else:
                 raise ValueError(f"unknown operation {op!r}")
             conn.send(("ok", result))
@@ -248,7 +259,7 @@ class OptimizerProxy:
 
     def suggest(self) -> tuple[int, OperatingPoint]:
         index, p = self._call("suggest")
-        return index, OperatingPoint(*p)
+        return index, p
 
     def complete(self, index: int, measurement: Measurement, qps: float, settle: Measurement | None = None) -> Record:
         return _record(self._call("complete", index, measurement, qps, settle), measurement)
@@ -261,7 +272,7 @@ class OptimizerProxy:
 
     def best(self) -> Choice:
         p, m, met, reason = self._call("best")
-        return Choice(OperatingPoint(*p), m, met, reason)
+        return Choice(p, m, met, reason)
 
     def predict(self, points: list[OperatingPoint]) -> list[Forecast]:
         return [Forecast(*row) for row in self._call("predict", list(points))]
@@ -294,7 +305,7 @@ class OptimizerProxy:
 
 def _record(row: tuple, m: Measurement | None) -> Record:
     index, p, qps, status, reward, error = row
-    return Record(index, OperatingPoint(*p), qps, status, reward, error, m)
+    return Record(index, p, qps, status, reward, error, m)
 
 
 class ProcessOptimizers:

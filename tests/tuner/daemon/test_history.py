@@ -49,8 +49,8 @@ def test_imported_history_seeds_the_first_retune_and_survives_restart(tmp_path, 
     assert "imported 7 trial(s)" in capsys.readouterr().out
     opts = FakeOptimizers()
     with Running(cfg, serve=False, optimizers=opts) as r:
-        wait_for(lambda: r.daemon.status()["state"] == "holding")
-        assert r.daemon.status()["retune_history_trials"] == 5
+        wait_for(lambda: r.daemon.status().state == "holding")
+        assert r.daemon.status().retune_history_trials == 5
         first = opts.made[0]
         assert sorted(first.history) == [95_000.0, 100_000.0, 100_000.0, 105_000.0, 110_000.0]
         assert first.begun_qps == 100_000.0  # begin_retune at the host's offered load
@@ -65,7 +65,7 @@ def test_imported_history_seeds_the_first_retune_and_survives_restart(tmp_path, 
     # a restarted daemon seeds its next retune from everything stored, its own earlier trials included
     opts2 = FakeOptimizers()
     with Running(cfg, serve=False, optimizers=opts2) as r:
-        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        wait_for(lambda: r.daemon.status().state == "holding")
         assert opts2.created == 0  # holding the decision from before the restart
         assert r.daemon.request_retune("rpc")[0]
         wait_for(lambda: _decisions(tmp_path, "rpc"))
@@ -93,8 +93,8 @@ def test_warm_start_off_starts_cold_but_still_records_history(tmp_path):
     )
     opts = FakeOptimizers()
     with Running(cfg, serve=False, optimizers=opts) as r:
-        wait_for(lambda: r.daemon.status()["state"] == "holding")
-        assert opts.made[0].history == [] and r.daemon.status()["retune_history_trials"] == 0
+        wait_for(lambda: r.daemon.status().state == "holding")
+        assert opts.made[0].history == [] and r.daemon.status().retune_history_trials == 0
         assert _decisions(tmp_path, "startup")[0]["history_trials"] == 0
     assert len(SqliteStore(tmp_path / "state" / "trials.sqlite").read()) == 3 + 4
 
@@ -106,7 +106,7 @@ def test_context_mode_uses_history_at_every_load(tmp_path):
     assert main(["trials", "import", str(src), "--config", str(cfg)]) == 0
     opts = FakeOptimizers()
     with Running(cfg, serve=False, optimizers=opts) as r:
-        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        wait_for(lambda: r.daemon.status().state == "holding")
         assert sorted(opts.made[0].history) == [20_000.0, 100_000.0, 300_000.0]
 
 
@@ -117,7 +117,7 @@ def test_history_outside_the_knob_bounds_is_left_out(tmp_path):
     cfg.write_text(cfg.read_text() + "\n[knobs]\nitr_us = [2, 130]\n")
     opts = FakeOptimizers()
     with Running(cfg, serve=False, optimizers=opts) as r:
-        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        wait_for(lambda: r.daemon.status().state == "holding")
         assert len(opts.made[0].history) == 2
 
 
@@ -125,7 +125,7 @@ def test_stopping_rule_ends_a_retune_after_min_trials(tmp_path):
     cfg = _config(tmp_path, tuning="stop_ei_pct = 1.0\nmin_trials = 2", trials=6)
     opts = FakeOptimizers(stop_after=2)
     with Running(cfg, serve=False, optimizers=opts) as r:
-        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        wait_for(lambda: r.daemon.status().state == "holding")
         d = _decisions(tmp_path, "startup")[0]
         assert d["trials"] == 2 and d["stopped"] == "fake rule after 2 trials"
         assert len(read_state(tmp_path)["trials"]) == 2
@@ -133,14 +133,14 @@ def test_stopping_rule_ends_a_retune_after_min_trials(tmp_path):
     other = tmp_path / "off"
     other.mkdir()
     with Running(_config(other, trials=6), serve=False, optimizers=FakeOptimizers(stop_after=2)) as r:
-        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        wait_for(lambda: r.daemon.status().state == "holding")
         assert _decisions(other, "startup")[0]["trials"] == 6 and "stopped" not in _decisions(other)[0]
 
 
 def test_export_from_a_running_daemons_state_dir(tmp_path, capsys):
     cfg = _config(tmp_path)
     with Running(cfg, serve=False) as r:
-        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        wait_for(lambda: r.daemon.status().state == "holding")
         out = tmp_path / "export.jsonl"
         assert main(["trials", "export", "--config", str(cfg), "--out", str(out)]) == 0
     entries = read_entries(out)
@@ -156,7 +156,7 @@ def test_unreadable_old_history_file_means_a_cold_retune_not_a_dead_daemon(tmp_p
     opts = FakeOptimizers()
     with caplog.at_level("WARNING", logger="tuner.store"):
         with Running(cfg, serve=False, optimizers=opts) as r:
-            wait_for(lambda: r.daemon.status()["state"] == "holding")
+            wait_for(lambda: r.daemon.status().state == "holding")
             assert opts.made[0].history == []
     assert any(
         "not imported into the trial store" in m and "history.jsonl:1: expected one JSON object" in m
@@ -174,7 +174,7 @@ def test_an_old_history_file_is_imported_once_and_seeds_the_first_retune(tmp_pat
     (tmp_path / "state" / "history.jsonl").write_bytes(src.read_bytes())
     opts = FakeOptimizers()
     with Running(cfg, serve=False, optimizers=opts) as r:
-        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        wait_for(lambda: r.daemon.status().state == "holding")
         assert sorted(opts.made[0].history) == [98_000.0, 100_000.0]
     assert not (tmp_path / "state" / "history.jsonl").exists()
     assert len(list((tmp_path / "state").glob("history.jsonl.imported-*"))) == 1
@@ -195,19 +195,19 @@ def test_adaptive_windows_size_each_trial_between_min_and_max(tmp_path):
         tuning='window_mode = "adaptive"\nwindow_min_s = 0.05\nwindow_ci_pct = 50',
     )
     with Running(cfg, serve=False) as r:
-        wait_for(lambda: r.daemon.status()["state"] == "holding", timeout=30)
+        wait_for(lambda: r.daemon.status().state == "holding", timeout=30)
         secs = [t["measurement"]["seconds"] for t in read_state(tmp_path)["trials"]]
     assert len(secs) == 4 and all(abs(s - 0.05) < 1e-6 for s in secs), secs
     # like `tuner replay`, a window whose estimate is over the limit the final choice applies ends at its minimum
     with Running(cfg, serve=False) as r:
-        pol = r.daemon._trial_window_policy()
+        pol = r.daemon.retune_driver.trial_window_policy()
         assert pol.stop_above_us == pytest.approx(r.daemon.policy().sla_us * 0.95)
         assert pol.abort_above_us == pytest.approx(r.daemon.policy().sla_us)
         assert (pol.min_s, pol.max_s, pol.ci_pct) == (0.05, 0.4, 50.0)
     fixed = tmp_path / "fixed"
     fixed.mkdir()
     with Running(_config(fixed, host="sim", options=sim, window_s=0.4), serve=False) as r:
-        wait_for(lambda: r.daemon.status()["state"] == "holding", timeout=30)
+        wait_for(lambda: r.daemon.status().state == "holding", timeout=30)
         assert [t["measurement"]["seconds"] for t in read_state(fixed)["trials"]] == [0.4] * 4
 
 
@@ -215,7 +215,7 @@ def test_reload_turns_warm_start_on_for_the_next_retune(tmp_path):
     cfg = _config(tmp_path)
     opts = FakeOptimizers()
     with Running(cfg, serve=False, optimizers=opts) as r:
-        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        wait_for(lambda: r.daemon.status().state == "holding")
         assert opts.made[0].history == []
         cfg.write_text(cfg.read_text() + "\n[history]\nwarm_start = true\n")
         r.daemon.request_reload()
@@ -234,7 +234,7 @@ def test_warm_start_through_the_worker_process_and_resume_after_stop(tmp_path, c
     r = Running(cfg, serve=False, optimizers=ProcessOptimizers(module="tests.daemon_fakes"))
     try:
         wait_for(lambda: len(read_state(tmp_path).get("trials", [])) >= 2, timeout=30)
-        assert r.daemon.status()["retune_history_trials"] == 3  # TrialRecords pickled to the worker
+        assert r.daemon.status().retune_history_trials == 3  # TrialRecords pickled to the worker
         cur = read_state(tmp_path)["current_retune"]
         saved = json.loads(cur["optimizer"])
         assert cur["history_trials"] == 3 and len(saved["history"]) == 3 and saved["begun_qps"] == 100_000.0
@@ -245,4 +245,4 @@ def test_warm_start_through_the_worker_process_and_resume_after_stop(tmp_path, c
     with Running(cfg, serve=False, optimizers=opts) as r2:
         wait_for(lambda: len(read_state(tmp_path)["trials"]) >= done + 1)
         # resumed from the saved optimiser (history inside it): not created, not seeded a second time
-        assert (opts.created, opts.loaded) == (0, 1) and r2.daemon.status()["retune_history_trials"] == 3
+        assert (opts.created, opts.loaded) == (0, 1) and r2.daemon.status().retune_history_trials == 3

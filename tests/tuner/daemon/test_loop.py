@@ -27,7 +27,7 @@ def _knobs(tmp_path):
 def test_first_retune_persists_every_trial_and_decision_then_stop_restores(tmp_path):
     cfg = write_config(tmp_path, sla_us=900.0)
     with Running(cfg, serve=False) as r:
-        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        wait_for(lambda: r.daemon.status().state == "holding")
         st = _state(tmp_path)
         assert [t["index"] for t in st["trials"]] == [0, 1, 2, 3]
         assert all(t["measurement"]["latency_us"]["99"] > 0 for t in st["trials"])
@@ -46,11 +46,11 @@ def test_guardrail_reverts_within_one_window_when_load_jumps(tmp_path):
     # a high SLA makes the first decision a slow (cheap) point; then the load triples
     cfg = write_config(tmp_path, sla_us=2000.0, window_s=0.05)
     with Running(cfg, serve=False) as r:
-        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        wait_for(lambda: r.daemon.status().state == "holding")
         before = r.host.point()
         windows = r.host.measure_count
         r.host.set_offered_qps(900_000.0)
-        wait_for(lambda: r.daemon.status()["guardrail_reverts_total"] >= 1, timeout=5)
+        wait_for(lambda: r.daemon.status().guardrail_reverts_total >= 1, timeout=5)
         # the revert happened at the end of the first window measured at the new load
         assert r.host.measure_count - windows <= 2
         st = _state(tmp_path)
@@ -71,41 +71,41 @@ def st_reason(tmp_path, reason):
 def test_fallback_prefers_last_point_known_good_at_this_load(tmp_path):
     cfg = write_config(tmp_path, sla_us=2000.0)
     with Running(cfg, serve=False) as r:
-        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        wait_for(lambda: r.daemon.status().state == "holding")
         good = OperatingPoint(100, 2.9)
         m = r.daemon.state.windows
         m.append(
             {
-                "point": [good.itr_us, good.dvfs_ghz],
+                "point": good,
                 "qps": 300_000.0,
                 "measurement": {"latency_us": {"99": 400.0}, "offered_qps": 300_000.0},
                 "time": 4e9,
             }
         )
-        assert r.daemon.fallback_point(250_000.0, exclude=None)[0] == good
+        assert r.daemon.guardrail.fallback_point(250_000.0, exclude=None)[0] == good
         # not good enough for a higher load, nor when it is the point that just failed
-        assert r.daemon.fallback_point(400_000.0, exclude=None)[0] == safe_corner(r.daemon.space)
-        assert r.daemon.fallback_point(250_000.0, exclude=good)[0] != good
+        assert r.daemon.guardrail.fallback_point(400_000.0, exclude=None)[0] == safe_corner(r.daemon.space)
+        assert r.daemon.guardrail.fallback_point(250_000.0, exclude=good)[0] != good
 
 
 def test_load_change_triggers_retune_but_small_drift_does_not(tmp_path):
     cfg = write_config(tmp_path, sla_us=5000.0)
     with Running(cfg, serve=False) as r:
-        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        wait_for(lambda: r.daemon.status().state == "holding")
         r.host.set_offered_qps(110_000.0)  # +10 % < 20 % band
         n = r.host.measure_count
         wait_for(lambda: r.host.measure_count >= n + 5)
-        assert r.daemon.status()["state"] == "holding" and not st_reason(tmp_path, "load")
+        assert r.daemon.status().state == "holding" and not st_reason(tmp_path, "load")
         r.host.set_offered_qps(50_000.0)  # -50 %
         wait_for(lambda: st_reason(tmp_path, "load"), timeout=5)
-        assert r.daemon.status()["tuned_qps"] == pytest.approx(50_000.0)
+        assert r.daemon.status().tuned_qps == pytest.approx(50_000.0)
         assert r.daemon.metrics.retunes.labels(reason="load")._value.get() == 1
 
 
 def test_retune_request_and_schedule(tmp_path):
     cfg = write_config(tmp_path, sla_us=5000.0, period_s=1.0)
     with Running(cfg, serve=False) as r:
-        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        wait_for(lambda: r.daemon.status().state == "holding")
         ok, _ = r.daemon.request_retune("rpc")
         assert ok
         wait_for(lambda: st_reason(tmp_path, "rpc"), timeout=5)
@@ -115,7 +115,7 @@ def test_retune_request_and_schedule(tmp_path):
 def test_sighup_reload_keeps_old_config_when_invalid_and_applies_valid(tmp_path, caplog):
     cfg = write_config(tmp_path, sla_us=5000.0)
     with Running(cfg, serve=False) as r:
-        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        wait_for(lambda: r.daemon.status().state == "holding")
         good = cfg.read_text()
         cfg.write_text(good.replace("sla_us = 5000.0", "sla_us = -1").replace("trials = 4", 'trials = "x"'))
         with caplog.at_level("ERROR", logger="tuner.daemon.loop"):
@@ -133,7 +133,7 @@ def test_sighup_reload_keeps_old_config_when_invalid_and_applies_valid(tmp_path,
 def test_set_policy_validates_and_retunes(tmp_path):
     cfg = write_config(tmp_path, sla_us=5000.0)
     with Running(cfg, serve=False) as r:
-        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        wait_for(lambda: r.daemon.status().state == "holding")
         for bad in ({"sla_us": float("nan")}, {"sla_us": -3.0}, {"percentile": 42.0}, {"reward": "money"}):
             with pytest.raises(InputError):
                 r.daemon.set_policy(bad.get("sla_us"), bad.get("percentile"), bad.get("reward"))
@@ -259,7 +259,7 @@ def test_second_daemon_on_same_state_dir_or_socket_is_refused(tmp_path):
 
     cfg = write_config(tmp_path, sla_us=5000.0)
     with Running(cfg) as r:
-        wait_for(lambda: r.daemon.status()["state"] != "starting")
+        wait_for(lambda: r.daemon.status().state != "starting")
         with pytest.raises(TunerError, match="in use by another tuner daemon"):
             Daemon(load_config(cfg), optimizers=FakeOptimizers()).start()
         other = tmp_path / "other"
@@ -270,7 +270,7 @@ def test_second_daemon_on_same_state_dir_or_socket_is_refused(tmp_path):
         with pytest.raises(TunerError, match="is in use by a running process"):
             d.start()
         d._shutdown()
-        assert r.daemon.status()["state"] in ("retuning", "holding")  # the first one is unharmed
+        assert r.daemon.status().state in ("retuning", "holding")  # the first one is unharmed
 
 
 def test_host_bug_in_a_trial_fails_the_trial_not_the_daemon(tmp_path):
@@ -278,7 +278,7 @@ def test_host_bug_in_a_trial_fails_the_trial_not_the_daemon(tmp_path):
 
     host = FailingHost(fail_at=2, exc=ZeroDivisionError("division by zero in the host"))
     with Running(write_config(tmp_path, sla_us=5000.0), host=host, serve=False) as r:
-        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        wait_for(lambda: r.daemon.status().state == "holding")
         st = _state(tmp_path)
         assert [t["status"] for t in st["trials"]] == ["completed", "failed", "completed", "completed"]
         assert st["trials"][1]["error"] == "ZeroDivisionError: division by zero in the host"
@@ -288,12 +288,12 @@ def test_host_bug_in_a_trial_fails_the_trial_not_the_daemon(tmp_path):
 def test_operating_point_counts_every_window_not_only_good_ones(tmp_path):
     cfg = write_config(tmp_path, sla_us=2000.0)
     with Running(cfg, serve=False) as r:
-        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        wait_for(lambda: r.daemon.status().state == "holding")
         r.stop()
 
         def win(point, lat, power):
             return {
-                "point": list(point),
+                "point": OperatingPoint(*point),
                 "qps": 300_000.0,
                 "time": 1.0,
                 "measurement": {
@@ -407,16 +407,16 @@ def test_a_point_met_at_a_load_the_retune_left_is_not_held(tmp_path, last_qps, m
         d.host.set_itr(chosen.itr_us)
         d.host.set_dvfs(chosen.dvfs_ghz)
         m = d.host.measure(0.05)
-        d._decide(_MovedRetune(m, m.offered_qps, last_qps), "r000042", "load")
+        d.retune_driver.decide(_MovedRetune(m, m.offered_qps, last_qps), "r000042", "load")
         held = d.state.held
         if moved:
             corner = safe_corner(d.space)
-            assert held["point"] == [corner.itr_us, corner.dvfs_ghz] and held["met_sla"] is False
+            assert held["point"] == corner and held["met_sla"] is False
             assert "load moved during the retune" in held["detail"]
-            assert d.state.tuned_qps == last_qps and d._load_trigger is True
+            assert d.state.tuned_qps == last_qps and d.ctx.requests.load is True
         else:
-            assert held["point"] == [chosen.itr_us, chosen.dvfs_ghz] and held["met_sla"] is True
-            assert d._load_trigger is False
+            assert held["point"] == chosen and held["met_sla"] is True
+            assert d.ctx.requests.load is False
     finally:
         d._shutdown()
 
@@ -434,16 +434,16 @@ def test_a_daemon_refused_for_a_busy_grpc_address_never_touches_its_host(tmp_pat
 
     cfg = write_config(tmp_path, sla_us=5000.0)
     with Running(cfg) as r:
-        wait_for(lambda: r.daemon.status()["state"] != "starting")
+        wait_for(lambda: r.daemon.status().state != "starting")
         other = tmp_path / "other"
         other.mkdir()
         (other / "tuner.toml").write_text(cfg.read_text().replace('dir = "state"', 'dir = "other/state"'))
         d = Daemon(load_config(other / "tuner.toml"), host=SpyHost(), optimizers=FakeOptimizers())  # type: ignore[arg-type]
         with pytest.raises(TunerError, match="is in use by a running process"):
             d.start()
-        d.host = None
+        d.ctx.host = None
         d._shutdown()
-        assert r.daemon.status()["state"] in ("retuning", "holding")
+        assert r.daemon.status().state in ("retuning", "holding")
 
 
 def test_a_tcp_grpc_address_in_use_is_refused_before_the_host(tmp_path):

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from actuators.host import OperatingPoint
 from actuators.linux import hwio, msr
 from core.errors import HostError, is_permanent
 from tests import fakefs
@@ -91,8 +90,8 @@ def test_a_permanent_fault_in_a_trial_restores_the_os_settings_and_stops_retunin
         d.request_stop()
         thread.join(10)
     assert result == [0]
-    assert s["state"] == "degraded" and s["point"] is None
-    assert any("permanent host fault" in w and "EOPNOTSUPP" in w for w in s["warnings"])
+    assert s.state == "degraded" and s.point is None
+    assert any("permanent host fault" in w and "EOPNOTSUPP" in w for w in s.warnings)
     assert host.itr_attempts == attempts == 2  # never retried
     assert d.optimizers.created == 1 and d.optimizers.loaded == 0  # no worker per retry
     assert [t["status"] for t in d.state.trials] == ["completed"]  # the fault is not the point's: no failed trial
@@ -123,9 +122,9 @@ class GoneSensor(FakeHost):
 def test_a_permanent_measurement_fault_while_holding_is_logged_once_and_not_retried(tmp_path, caplog):
     host = GoneSensor(ok=0)
     d = _daemon(tmp_path, host, window_s=0.02)
-    d._wait = lambda seconds, interruptible: d._stop.is_set()  # no real waiting in this unit test
+    d.ctx.wait = lambda seconds, interruptible: d.ctx.stop.is_set()  # no real waiting in this unit test
     with pytest.raises(HostError) as e:
-        d._hold_window()  # was: a warning, a window's wait, and the same again forever
+        d.guardrail.hold_window()  # was: a warning, a window's wait, and the same again forever
     assert is_permanent(e.value)
     with caplog.at_level(logging.WARNING, logger="tuner.daemon.loop"):
         d._degrade(e.value)
@@ -134,13 +133,13 @@ def test_a_permanent_measurement_fault_while_holding_is_logged_once_and_not_retr
         def wait(seconds: float, interruptible: bool) -> bool:
             waits.append(seconds)
             if len(waits) >= 5:
-                d._stop.set()
-            return d._stop.is_set()
+                d.ctx.stop.set()
+            return d.ctx.stop.is_set()
 
-        d._wait = wait
+        d.ctx.wait = wait
         d._degraded_loop()
     assert host.measure_count == 2  # the held window, then one try in the degraded loop: not retried
-    assert len(waits) == 5 and d.status()["state"] == "degraded"
+    assert len(waits) == 5 and d.status().state == "degraded"
     logged = [r.getMessage() for r in caplog.records]
     assert sum("not retried" in m for m in logged) == 1
     d._shutdown()
@@ -153,10 +152,10 @@ def test_a_transient_fault_is_not_permanent_and_keeps_the_backoff(tmp_path):
     host = FlakyHost()
     d = _daemon(tmp_path, host, trials=2, window_s=2.0, tuning="retry_max_s = 4")
     waits: list[float] = []
-    d._wait = lambda seconds, interruptible: (waits.append(seconds) if interruptible else None) or False
+    d.ctx.wait = lambda seconds, interruptible: (waits.append(seconds) if interruptible else None) or False
     for _ in range(3):
-        d._retune("startup" if d.state.current_retune is None else "resume")  # raises nothing: retried
-    assert waits == [2.0, 4.0, 4.0] and d._fault is None and d.status()["state"] != "degraded"
+        d.retune_driver.retune("startup" if d.state.current_retune is None else "resume")  # raises nothing: retried
+    assert waits == [2.0, 4.0, 4.0] and d._fault is None and d.status().state != "degraded"
     d._shutdown()
 
 
@@ -240,7 +239,7 @@ def test_the_guardrail_acts_within_one_window_while_the_optimiser_worker_starts(
         assert opts.started.wait(10)
         revert = decisions.get(timeout=10)  # while create() is still blocked
         assert revert["reason"] == "guardrail" and not opts.release.is_set()
-        assert OperatingPoint(*revert["point"]) == safe_corner(d.space) == host.point()
+        assert revert["point"] == safe_corner(d.space) == host.point()
         first_write = next(i for i, c in enumerate(host.calls) if c[0] == "set_itr")
         assert [c[0] for c in host.calls[:first_write]].count("measure") == 1  # acted on within one window
         opts.release.set()
@@ -299,7 +298,7 @@ def test_worker_start_keeps_the_queue_of_decisions_quiet_when_nothing_breaks(tmp
         wait_for(lambda: host.measure_count >= 3)  # windows go on while the worker starts
         with pytest.raises(queue.Empty):
             decisions.get_nowait()
-        assert host.point() is None and not d._load_trigger
+        assert host.point() is None and not d.ctx.requests.load
         opts.release.set()
         assert decisions.get(timeout=10)["reason"] == "startup"
     finally:
@@ -313,7 +312,7 @@ def test_a_transient_fault_in_a_guardrail_revert_is_retried_next_window_not_a_cr
     """EBUSY on the revert's write once propagated out of the loop (exit 1, a systemd restart)."""
     host = FakeHost(qps=100_000.0)
     d = _daemon(tmp_path, host, sla_us=60.0, window_s=0.02)  # every window breaks a 60 µs SLA here
-    d._wait = lambda seconds, interruptible: False
+    d.ctx.wait = lambda seconds, interruptible: False
     real_set_itr, busy = host.set_itr, [True]
 
     def set_itr(itr_us: int) -> None:
@@ -322,9 +321,9 @@ def test_a_transient_fault_in_a_guardrail_revert_is_retried_next_window_not_a_cr
         real_set_itr(itr_us)
 
     host.set_itr = set_itr  # type: ignore[method-assign]
-    d._hold_window()  # the revert fails: logged, the loop goes on
+    d.guardrail.hold_window()  # the revert fails: logged, the loop goes on
     assert host.point() is None and d.state.counters.get("guardrail_reverts", 0) == 0
     busy[0] = False
-    d._hold_window()  # the next window's breach reverts
+    d.guardrail.hold_window()  # the next window's breach reverts
     assert host.point() == safe_corner(d.space) and d.state.counters["guardrail_reverts"] == 1
     d._shutdown()

@@ -28,7 +28,7 @@ def _samples(text: str) -> dict:
 def scraped(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("metrics")
     with Running(write_config(tmp, sla_us=900.0)) as r:
-        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        wait_for(lambda: r.daemon.status().state == "holding")
         n = r.host.measure_count
         wait_for(lambda: r.host.measure_count >= n + 2)  # a couple of holding windows
         yield r, _scrape(r.daemon.metrics_port)
@@ -44,7 +44,7 @@ def test_promtool_check_metrics_passes(scraped):
 def test_values_follow_the_loop(scraped):
     r, text = scraped
     s = _samples(text)
-    point = r.daemon.status()["point"]
+    point = r.daemon.status().point
     assert s[("tuner_itr_seconds", ())] == pytest.approx(point.itr_us * 1e-6)
     assert s[("tuner_cpu_frequency_hertz", ())] == pytest.approx(point.dvfs_ghz * 1e9)
     assert s[("tuner_offered_requests_per_second", ())] == 100_000.0

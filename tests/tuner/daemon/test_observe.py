@@ -62,14 +62,14 @@ def test_observe_mode_measures_the_os_policy_and_writes_nothing(tmp_path):
     cfg = write_config(tmp_path, host="sim", options=SIM, extra="")
     cfg.write_text(cfg.read_text().replace("[host]\n", '[host]\nmode = "observe"\n', 1))
     with Running(cfg) as r:
-        wait_for(lambda: sum(b.windows for b in r.daemon.baseline.data.values()) >= 4)
+        wait_for(lambda: sum(b.windows for b in r.daemon.observer.baseline.data.values()) >= 4)
         s = r.daemon.status()
         metrics = scrape(r.daemon.metrics_port)
         host = r.host
         assert host.point() is None  # the OS's own policies stayed in charge
-    assert s["mode"] == "observe" and s["point"] is None and s["state"] == "observing"
-    assert s["trials_total"] == 0 and r.optimizers.created == 0
-    assert s["last_measurement"]["point"] is None and s["last_measurement"]["power_w"] > 0
+    assert s.mode == "observe" and s.point is None and s.state == "observing"
+    assert s.trials_total == 0 and r.optimizers.created == 0
+    assert s.last_measurement["point"] is None and s.last_measurement["power_w"] > 0
     assert metrics[("tuner_mode", (("tuner_mode", "observe"),))] == 1
     assert not any(name == "tuner_itr_seconds" for name, _ in metrics)  # no point is claimed
     powers = {labels: v for (name, labels), v in metrics.items() if name == "tuner_baseline_power_watts"}
@@ -85,19 +85,20 @@ def test_observe_on_a_host_without_energy_reports_power_unknown(tmp_path):
     cfg = write_config(tmp_path, host="tests.tuner.daemon.test_observe:make_vm_host", options={"seed": 2})
     cfg.write_text(cfg.read_text().replace("[host]\n", '[host]\nmode = "observe"\n', 1))
     with Running(cfg) as r:
-        wait_for(lambda: sum(b.windows for b in r.daemon.baseline.data.values()) >= 3)
+        wait_for(lambda: sum(b.windows for b in r.daemon.observer.baseline.data.values()) >= 3)
         s = r.daemon.status()
         metrics = scrape(r.daemon.metrics_port)
-        from tuner.daemon.service import _measurement_msg, protos
+        from tuner.daemon.grpc_messages import measurement_msg
+        from tuner.daemon.service import protos
 
-        msg = _measurement_msg(protos()[0], s["last_measurement"])
-    assert s["last_measurement"]["power_w"] is None and s["last_measurement"]["energy_j"] is None
+        msg = measurement_msg(protos()[0], s.last_measurement)
+    assert s.last_measurement["power_w"] is None and s.last_measurement["energy_j"] is None
     assert not msg.HasField("power_w") and not msg.HasField("energy_j")  # unset on the wire, not 0
     names = {name for name, _ in metrics}
     assert "tuner_power_watts" not in names and "tuner_baseline_power_watts" not in names
     assert all(v == 0 for (n, _), v in metrics.items() if n == "tuner_energy_joules_total")
     assert sum(v for (n, _), v in metrics.items() if n == "tuner_baseline_windows") >= 3
-    assert all(row["power_w"] is None for row in s["baseline"])
+    assert all(row["power_w"] is None for row in s.baseline)
 
 
 def test_dry_run_writes_nothing_records_nothing_and_says_so(tmp_path, caplog):
@@ -107,8 +108,8 @@ def test_dry_run_writes_nothing_records_nothing_and_says_so(tmp_path, caplog):
         s = r.daemon.status()
         metrics = scrape(r.daemon.metrics_port)
     assert any("DRY RUN" in rec.getMessage() for rec in caplog.records)  # said at start
-    assert s["mode"] == "dry_run" and any("DRY RUN" in w for w in s["warnings"])
-    assert s["point"] is None and s["trials_total"] == 0 and r.optimizers.created == 0
+    assert s.mode == "dry_run" and any("DRY RUN" in w for w in s.warnings)
+    assert s.point is None and s.trials_total == 0 and r.optimizers.created == 0
     assert ("tuner_itr_seconds", ()) not in metrics and ("tuner_cpu_frequency_hertz", ()) not in metrics
     assert metrics[("tuner_host_warnings", (("source", "startup"),))] == 1
     assert read_state(tmp_path)["trials"] == [] and not (tmp_path / "state" / "history.jsonl").exists()
@@ -122,12 +123,12 @@ def test_savings_against_the_observed_baseline_on_the_sim_host(tmp_path):
     tune = cfg.read_text()
     cfg.write_text(observe)
     with Running(cfg) as r:
-        wait_for(lambda: max((b.power.n for b in r.daemon.baseline.data.values()), default=0) >= 6)
+        wait_for(lambda: max((b.power.n for b in r.daemon.observer.baseline.data.values()), default=0) >= 6)
     cfg.write_text(tune)
     with Running(cfg) as r:
-        wait_for(lambda: r.daemon.savings is not None, timeout=30)
-        wait_for(lambda: sum(b.power.n for b in r.daemon.tuned.data.values()) >= 6, timeout=30)
-        s = r.daemon.status()["savings"]
+        wait_for(lambda: r.daemon.observer.savings is not None, timeout=30)
+        wait_for(lambda: sum(b.power.n for b in r.daemon.observer.tuned.data.values()) >= 6, timeout=30)
+        s = r.daemon.status().savings
         metrics = scrape(r.daemon.metrics_port)
     assert s.lower <= s.ratio <= s.upper and -1 < s.ratio < 1
     assert metrics[("tuner_energy_saved_ratio", ())] == pytest.approx(s.ratio, abs=0.05)
@@ -138,8 +139,8 @@ def test_periodic_baseline_windows_hand_the_knobs_back_for_one_window(tmp_path):
     cfg = write_config(tmp_path, host="sim", options=SIM, trials=3, tuning="baseline_every_s = 1")
     with Running(cfg) as r:
         wait_for(lambda: r.daemon.state.held is not None, timeout=30)
-        wait_for(lambda: sum(b.windows for b in r.daemon.baseline.data.values()) >= 2, timeout=30)
-        wait_for(lambda: r.daemon.status()["point"] is not None)  # the held point is back
+        wait_for(lambda: sum(b.windows for b in r.daemon.observer.baseline.data.values()) >= 2, timeout=30)
+        wait_for(lambda: r.daemon.status().point is not None)  # the held point is back
 
 
 def _real_config(tmp_path, mode: str = "tune"):
@@ -178,12 +179,13 @@ def test_doctor_config_passes_observe_mode_without_knobs(tmp_path, capsys):
 def test_ctl_status_says_none_and_unknown_instead_of_inventing():
     """A dry run once showed `ITR 2 µs @ 2.9 GHz` in `tuner ctl status` with the hardware untouched."""
     from tuner.cli.ctl import _human
-    from tuner.daemon.service import _measurement_msg, protos
+    from tuner.daemon.grpc_messages import measurement_msg
+    from tuner.daemon.service import protos
 
     pb = protos()[0]
     md = {"seconds": 1.0, "offered_qps": 900.0, "achieved_qps": 900.0, "requests": 900, "latency_us": {"99": 80.0}}
     msg = pb.Status(state="observing", mode="dry_run", warnings=["DRY RUN (host option dry_run = true): ..."])
-    msg.last_measurement.CopyFrom(_measurement_msg(pb, {**md, "power_w": None, "energy_j": None}))
+    msg.last_measurement.CopyFrom(measurement_msg(pb, {**md, "power_w": None, "energy_j": None}))
     text = _human("status", msg)
     assert "point: none (the OS's own policy is in charge)" in text and "ITR" not in text
     assert "power unknown" in text and "mode: dry_run" in text and "warning: DRY RUN" in text

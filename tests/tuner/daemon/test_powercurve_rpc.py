@@ -26,9 +26,9 @@ def tuned(tmp_path_factory):
     cfg = write_config(tmp, sla_us=500.0, tuning=TUNING)
     host = FakeHost(qps=300_000.0)
     r = Running(cfg, host=host)
-    wait_for(lambda: r.daemon.status()["state"] == "holding" and len(_decisions(tmp)) == 1)
+    wait_for(lambda: r.daemon.status().state == "holding" and len(_decisions(tmp)) == 1)
     host.set_offered_qps(420_000.0)  # out of the 20 % band: a retune (hold_max_p = 0: never held from the model)
-    wait_for(lambda: len(_decisions(tmp)) == 2 and r.daemon.status()["state"] == "holding")
+    wait_for(lambda: len(_decisions(tmp)) == 2 and r.daemon.status().state == "holding")
     yield tmp, cfg, r
     if r.thread.is_alive():
         r.stop()
@@ -122,7 +122,7 @@ def test_a_restarted_daemon_answers_from_the_saved_table(tuned):
     before = _curve(r, qps_min=200_000.0, qps_max=450_000.0, points=6)
     assert r.stop() == 0
     with Running(cfg, host=FakeHost(qps=420_000.0)) as again:
-        wait_for(lambda: again.daemon.status()["state"] == "holding")
+        wait_for(lambda: again.daemon.status().state == "holding")
         after = _curve(again, qps_min=200_000.0, qps_max=450_000.0, points=6)
     assert len(_decisions(tmp)) == 2  # no retune since: the answer is the saved table's
     assert [(p.qps, p.point.itr_us, p.point.dvfs_ghz, p.extrapolated, p.source) for p in after.points] == [
@@ -136,7 +136,7 @@ def test_no_multi_load_model_is_an_empty_answer_with_a_note(tmp_path):
     # an optimiser without `predict_loads` (the real one outside context mode returns None the same way)
     cfg = write_config(tmp_path, sla_us=500.0, tuning=TUNING)
     with Running(cfg, host=FakeHost(qps=300_000.0), optimizers=_NoTable()) as r:
-        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        wait_for(lambda: r.daemon.status().state == "holding")
         c = _curve(r, qps_min=1e5, qps_max=2e5, points=2)
     assert list(c.points) == [] and c.note.startswith("no multi-load model yet")
 

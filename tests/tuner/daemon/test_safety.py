@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from actuators.host import KnobSpace, OperatingPoint
-from tuner.daemon.safety import at_least_as_safe, idle_point, safe_corner, safe_revert
+from tuner.daemon.safer_points import at_least_as_safe, idle_point, safe_corner, safe_revert
 
 SPACE = KnobSpace.ixgbe((1.2, 2.0, 2.9))
 points = st.builds(OperatingPoint, st.sampled_from(SPACE.itr_us), st.sampled_from(SPACE.dvfs_ghz))

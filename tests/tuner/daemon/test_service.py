@@ -50,7 +50,7 @@ def running(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("grpc")
     cfg = write_config(tmp, sla_us=900.0, window_s=0.05)
     r = Running(cfg)
-    wait_for(lambda: r.daemon.status()["state"] == "holding")
+    wait_for(lambda: r.daemon.status().state == "holding")
     yield r
     r.stop()
 
@@ -192,11 +192,11 @@ def test_set_policy_validation_and_watch_decisions(client, running):
     t.join(10)
     stream.cancel()
     assert got and got[0].reason == "policy"
-    wait_for(lambda: running.daemon.status()["state"] == "holding")
+    wait_for(lambda: running.daemon.status().state == "holding")
 
 
 def test_retune_rpc(client, running):
-    wait_for(lambda: running.daemon.status()["state"] == "holding")
+    wait_for(lambda: running.daemon.status().state == "holding")
     n = len(running.daemon.state.decisions)
     r = client.call("Retune", reason="test")
     assert r.accepted

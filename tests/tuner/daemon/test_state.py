@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from actuators.host import OperatingPoint
 from core.errors import TunerError
 from tests.daemon_fakes import wait_for
 from tuner.daemon import state as S
@@ -44,7 +45,7 @@ _BENCH = _bench()
 
 def optimizer_like(kb: int) -> str:
     """A JSON text of about `kb` KB shaped like an optimiser snapshot (trial records with measurements)."""
-    trials = [{"index": i, "arm": {"itr_us": 2 + i}, "data": trial_row(i)["measurement"]} for i in range(kb * 2)]
+    trials = [{"index": i, "arm": {"itr_us": 2 + i}, "data": _BENCH.json_measurement(i)} for i in range(kb * 2)]
     while len(json.dumps(trials)) > kb * 1024:
         trials.pop()
     return json.dumps({"version": 1, "trials": trials})
@@ -208,6 +209,15 @@ def test_kill_9_at_any_point_of_a_save_keeps_trials_and_optimiser_consistent(tmp
             proc.wait()
         n = _consistent(tmp_path)
         assert n >= start + 25
+    # a kill between a compaction's commit and its pruning leaves one generation more: the next compaction of
+    # the restarted writer removes it (old generations never pile up)
+    store = StateStore(tmp_path)
+    store.ensure()
+    st = store.load()
+    for i in range(2 * S.KEEP_TRIALS + 1):
+        st.trials.append({"index": n + i})
+        store.save(st)
+    store.release()
     assert len(list((tmp_path / "journal").glob("trials.*.jsonl"))) <= 2  # compacted, old generations removed
 
 
@@ -218,7 +228,7 @@ def test_a_version_1_state_json_loads_and_is_migrated(tmp_path: Path) -> None:
         "retune_seq": 4,
         "current_retune": {"id": "r000004", "optimizer": "{}"},
         "held": {"retune_id": "r000003", "point": [50, 2.0]},
-        "trials": [trial_row(i) for i in range(40)],
+        "trials": [S.row_json(trial_row(i)) for i in range(40)],  # points as [itr_us, dvfs_ghz], as the file holds them
         "decisions": [{"retune_id": "r000003", "reason": "period"}],
         "windows": [{"point": [50, 2.0], "qps": 1.0}],
         "counters": {"trials": 40},
@@ -226,7 +236,8 @@ def test_a_version_1_state_json_loads_and_is_migrated(tmp_path: Path) -> None:
     (tmp_path / "state.json").write_text(json.dumps(old))
     store = StateStore(tmp_path)
     st = store.load()
-    assert st.trials == old["trials"] and st.decisions == old["decisions"] and st.windows == old["windows"]
+    assert st.trials == [trial_row(i) for i in range(40)]  # points loaded as `OperatingPoint`s
+    assert st.decisions == old["decisions"] and st.windows == [{"point": OperatingPoint(50, 2.0), "qps": 1.0}]
     assert (st.knobs_dirty, st.retune_seq, st.counters, st.version) == (True, 4, {"trials": 40}, S.STATE_VERSION)
     assert "version 1" in store.notes[0] and "migrated" in store.notes[0]
     assert json.loads((tmp_path / "state.json").read_text()) == old  # loading alone writes nothing
@@ -234,7 +245,8 @@ def test_a_version_1_state_json_loads_and_is_migrated(tmp_path: Path) -> None:
     saved = json.loads((tmp_path / "state.json").read_text())
     assert saved["version"] == S.STATE_VERSION and "trials" not in saved and saved["journal"]["trials"]["rows"] == 40
     back = StateStore(tmp_path).load()
-    assert back.trials == old["trials"] and back.held == old["held"] and back.current_retune == old["current_retune"]
+    assert back.trials == st.trials and back.current_retune == old["current_retune"]
+    assert back.held == {"retune_id": "r000003", "point": OperatingPoint(50, 2.0)}
 
 
 def test_compaction_keeps_the_newest_rows_and_two_generations_at_most(tmp_path: Path, monkeypatch) -> None:

@@ -19,7 +19,7 @@ def _state(tmp_path):
 def test_worker_exits_after_the_decision(tmp_path):
     opts = ProcessOptimizers(module="tests.daemon_fakes")
     with Running(write_config(tmp_path, sla_us=2000.0), optimizers=opts) as r:
-        wait_for(lambda: r.daemon.status()["state"] == "holding", timeout=30)
+        wait_for(lambda: r.daemon.status().state == "holding", timeout=30)
         wait_for(lambda: opts.live_pids() == [], timeout=10)
         assert len(_state(tmp_path)["trials"]) == 4
         assert (tmp_path / "state" / "experiments" / f"{_state(tmp_path)['held']['retune_id']}.table.json").is_file()
@@ -31,7 +31,7 @@ def test_stop_kills_a_worker_stuck_in_a_fit(tmp_path, monkeypatch):
     monkeypatch.setenv("TUNER_FAKE_SUGGEST_S", "60")
     opts = ProcessOptimizers(module="tests.daemon_fakes")
     r = Running(write_config(tmp_path), optimizers=opts)
-    wait_for(lambda: r.daemon.status()["state"] == "retuning" and opts.live_pids(), timeout=30)
+    wait_for(lambda: r.daemon.status().state == "retuning" and opts.live_pids(), timeout=30)
     pid = opts.live_pids()[0]
     time.sleep(0.5)  # let it enter the slow suggest (not synchronisation: any moment in the fit will do)
     t0 = time.monotonic()
@@ -49,7 +49,7 @@ def test_crashed_worker_loses_no_trial(tmp_path, monkeypatch):
         wait_for(lambda: len(_state(tmp_path).get("trials", [])) >= 2, timeout=30)
         done = [(t["index"], t["point"]) for t in _state(tmp_path)["trials"]]
         os.kill(opts.live_pids()[0], signal.SIGKILL)
-        wait_for(lambda: r.daemon.status()["state"] == "holding", timeout=60)
+        wait_for(lambda: r.daemon.status().state == "holding", timeout=60)
         st = _state(tmp_path)
         assert [(t["index"], t["point"]) for t in st["trials"]][: len(done)] == done
         assert len(st["trials"]) == 8 and st["held"]["retune_id"] == "r000001"

@@ -129,21 +129,19 @@ def test_daemon_load_shift_holds_the_model_point_inside_and_retunes_outside(tmp_
         cheap, safe = OperatingPoint(space.itr_us[-1], space.dvfs_ghz[0]), OperatingPoint(space.itr_us[0], 2.9)
         for q, p in ((300_000.0, safe), (400_000.0, cheap)):  # only points measured at the load or above can be held
             md = {"offered_qps": q, "latency_us": {"99": 300.0}, "latency_ci_us": {"99": [290.0, 310.0]}}
-            d.state.trials.append(
-                {"status": "completed", "measurement": md, "point": [p.itr_us, p.dvfs_ghz], "time": 0.0}
-            )
-        d._models["r000001"] = ModelTable(
-            "r000001", 400_000.0, 99.0, (cheap, safe), (900.0, 200.0), (50.0, 5.0), (40.0, 80.0), (1.0, 1.0)
+            d.state.trials.append({"status": "completed", "measurement": md, "point": p, "time": 0.0})
+        d.models.put(
+            ModelTable("r000001", 400_000.0, 99.0, (cheap, safe), (900.0, 200.0), (50.0, 5.0), (40.0, 80.0), (1.0, 1.0))
         )
         d.state.tuned_qps = 300_000.0
         host.set_offered_qps(390_000.0)  # left the 20 % band, inside the measured loads, next to the table's load
-        d._hold_window()
+        d.guardrail.hold_window()
         held = d.state.held
-        assert held["reason"] == "model" and held["point"] == [cheap.itr_us, cheap.dvfs_ghz]
-        assert host.point() == cheap and d._load_trigger is False and d.state.tuned_qps == 390_000.0
+        assert held["reason"] == "model" and held["point"] == cheap
+        assert host.point() == cheap and d.ctx.requests.load is False and d.state.tuned_qps == 390_000.0
         host.set_offered_qps(600_000.0)  # above every load measured: retune
-        d._hold_window()
-        assert d._load_trigger is True  # (the guardrail may also revert the cheap point at this load)
+        d.guardrail.hold_window()
+        assert d.ctx.requests.load is True  # (the guardrail may also revert the cheap point at this load)
     finally:
         d._shutdown()
 
@@ -198,11 +196,11 @@ def test_a_violating_window_is_steady_inside_the_tuned_band_and_shifted_outside_
     d.start()
     try:
         d.state.tuned_qps = 300_000.0
-        d._hold_window()  # 300 kQPS: inside the band the point was tuned for
+        d.guardrail.hold_window()  # 300 kQPS: inside the band the point was tuned for
         host.set_offered_qps(600_000.0)  # the load left the band: the point was not chosen for it
-        d._hold_window()
+        d.guardrail.hold_window()
         s = d.status()
-        assert (s["sla_violations_total"], s["sla_violations_steady_total"]) == (2, 1)
+        assert (s.sla_violations_total, s.sla_violations_steady_total) == (2, 1)
         reg = d.metrics.registry
         assert reg.get_sample_value("tuner_sla_violations_total", {"load": "steady"}) == 1
         assert reg.get_sample_value("tuner_sla_violations_total", {"load": "shifted"}) == 1
@@ -214,7 +212,7 @@ def test_a_violating_window_is_steady_inside_the_tuned_band_and_shifted_outside_
         reg = again.metrics.registry
         assert reg.get_sample_value("tuner_sla_violations_total", {"load": "steady"}) == 1
         assert reg.get_sample_value("tuner_sla_violations_total", {"load": "shifted"}) == 1
-        assert again.status()["sla_violations_steady_total"] == 1
+        assert again.status().sla_violations_steady_total == 1
     finally:
         again._shutdown()
 
@@ -223,7 +221,7 @@ def _measured_at_390k(d: Daemon, *points: OperatingPoint) -> None:
     """Completed trials at `points`, each measured within a 5000 µs SLA at 390 kQPS, in the daemon's state."""
     for p in points:
         md = {"offered_qps": 390_000.0, "latency_us": {"99": 300.0}, "latency_ci_us": {"99": [290.0, 310.0]}}
-        d.state.trials.append({"status": "completed", "measurement": md, "point": [p.itr_us, p.dvfs_ghz], "time": 0.0})
+        d.state.trials.append({"status": "completed", "measurement": md, "point": p, "time": 0.0})
 
 
 def test_the_load_shift_check_holds_from_the_newest_retunes_table(tmp_path) -> None:
@@ -235,13 +233,15 @@ def test_the_load_shift_check_holds_from_the_newest_retunes_table(tmp_path) -> N
         old_pick, new_pick = OperatingPoint(space.itr_us[0], 2.9), OperatingPoint(space.itr_us[-1], space.dvfs_ghz[0])
         _measured_at_390k(d, old_pick, new_pick)
         # the first retune, tuned nearest this load, had not measured `new_pick`; a later one had, a little higher
-        d._models["r000001"] = ModelTable("r000001", 390_000.0, 99.0, (old_pick,), (200.0,), (5.0,), (80.0,), (1.0,))
-        d._models["r000002"] = ModelTable(
-            "r000002", 420_000.0, 99.0, (old_pick, new_pick), (220.0, 400.0), (5.0, 5.0), (82.0, 45.0), (1.0, 1.0)
+        d.models.put(ModelTable("r000001", 390_000.0, 99.0, (old_pick,), (200.0,), (5.0,), (80.0,), (1.0,)))
+        d.models.put(
+            ModelTable(
+                "r000002", 420_000.0, 99.0, (old_pick, new_pick), (220.0, 400.0), (5.0, 5.0), (82.0, 45.0), (1.0, 1.0)
+            )
         )
         d.state.tuned_qps = 300_000.0
         host.set_offered_qps(390_000.0)
-        d._hold_window()
+        d.guardrail.hold_window()
         assert d.state.held["reason"] == "model" and host.point() == new_pick
     finally:
         d._shutdown()
@@ -277,12 +277,12 @@ def test_three_windows_in_a_row_over_the_sla_within_the_margin_revert(tmp_path) 
     d = _daemon(tmp_path, host, sla_us=round(lat[99.0] / 1.05, 1))  # the held point reads 5 % over
     d.start()
     try:
-        d._apply(held)
+        d.ctx.apply(held)
         d.state.tuned_qps = 300_000.0
         for _ in range(2):
-            d._hold_window()
+            d.guardrail.hold_window()
             assert host.point() == held and int(d.state.counters.get("guardrail_reverts", 0)) == 0
-        d._hold_window()
+        d.guardrail.hold_window()
         assert host.point() != held and d.state.counters["guardrail_reverts"] == 1
         assert "3 windows in a row" in d.state.decisions[-1]["detail"]
     finally:
@@ -297,14 +297,14 @@ def test_the_load_shift_check_never_holds_a_point_a_window_measured_over_the_sla
         space = d.space
         safe, cheap = OperatingPoint(space.itr_us[0], 2.9), OperatingPoint(space.itr_us[-1], space.dvfs_ghz[0])
         _measured_at_390k(d, safe, cheap)
-        d._models["r000001"] = ModelTable(
-            "r000001", 390_000.0, 99.0, (safe, cheap), (220.0, 400.0), (5.0, 5.0), (82.0, 45.0), (1.0, 1.0)
+        d.models.put(
+            ModelTable("r000001", 390_000.0, 99.0, (safe, cheap), (220.0, 400.0), (5.0, 5.0), (82.0, 45.0), (1.0, 1.0))
         )
         over = {"offered_qps": 385_000.0, "latency_us": {"99": 5400.0}, "latency_ci_us": {"99": [5300.0, 5500.0]}}
-        d.state.windows.append({"point": [cheap.itr_us, cheap.dvfs_ghz], "qps": 385_000.0, "measurement": over})
+        d.state.windows.append({"point": cheap, "qps": 385_000.0, "measurement": over})
         d.state.tuned_qps = 300_000.0
         host.set_offered_qps(390_000.0)
-        d._hold_window()
+        d.guardrail.hold_window()
         assert d.state.held["reason"] == "model" and host.point() == safe  # the cheap point broke it here
     finally:
         d._shutdown()

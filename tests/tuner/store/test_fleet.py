@@ -89,7 +89,7 @@ def test_daemon_serves_the_fleet_view_over_grpc(tmp_path: Path) -> None:
     s.close()
     pb, services = protos()
     with Running(cfg) as r:
-        wait_for(lambda: r.daemon.status()["state"] == "holding")
+        wait_for(lambda: r.daemon.status().state == "holding")
         with grpc.insecure_channel(r.daemon.grpc_address) as ch:
             stub = services.TunerStub(ch)
             # the policy's SLA (900 µs): the 40 W point measured at exactly 900 µs meets it

@@ -9,37 +9,31 @@ its class's (`tuner.store.warm.class_history`): a drifting host is flagged (`tun
 its own trials only, and its trials are left out of its class for the other hosts. Trials without a class
 (imported by hand from `tuner.trial/v1` files) count as this host's own, as `tuner trials import` promises.
 `fleet_view` answers the gRPC `GetFleetView` from the same store (`tuner.store.fleet`). The store is used by
-the control loop and by gRPC threads: every use holds `_store_guard()`.
+the control loop and by gRPC threads: every use holds the store's own lock.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import threading
 from typing import Any
 
 from core.errors import TunerError
-from tuner.daemon.guardrail import Guardrail
-from tuner.daemon.plain import point_of
+from tuner.daemon.context import LoopContext
+from tuner.daemon.optimizer_calls import supports
 
 log = logging.getLogger("tuner.daemon.loop")  # one logger for the whole control loop (operators filter on it)
 
 
-class HistoryLayer(Guardrail):
-    """Warm start and history appends over the holding side of the daemon (see the module docstring)."""
+class TrialHistory:
+    """Warm start from, and appends to, the trial store (see the module docstring); opened at first use."""
 
-    _trial_store: Any = None
-    _store_mutex: threading.Lock | None = None
-    _hw: Any = None
-    _hw_known = False
-
-    def _store_guard(self) -> threading.Lock:
-        """The lock every use of the trial store holds (the control loop's and the gRPC threads')."""
-        with self._lock:
-            if self._store_mutex is None:
-                self._store_mutex = threading.Lock()
-            return self._store_mutex
+    def __init__(self, ctx: LoopContext) -> None:
+        self.ctx = ctx
+        self._store: Any = None
+        self._guard = threading.Lock()  # every use of the store (the control loop's and the gRPC threads')
+        self._hw: Any = None
+        self._hw_known = False
 
     def fleet_view(self, sla_us: Any = 0.0, percentile: Any = 0.0, band_pct: Any = 0.0, hw_class: str = "") -> Any:
         """The best known point per hardware class and load band from this daemon's trial store
@@ -47,28 +41,28 @@ class HistoryLayer(Guardrail):
         a bad query, `TunerError` when the store cannot be read."""
         from tuner.store.fleet import DEFAULT_BAND_PCT, check_query, fleet_report
 
-        pol = self.policy()
+        pol = self.ctx.policy()
         sla = sla_us or pol.sla_us
         pct = percentile or pol.percentile
         band = band_pct or DEFAULT_BAND_PCT
         check_query(pct, sla, band, names=("percentile", "sla_us", "band_pct"))
-        with self._store_guard():
+        with self._guard:
             return fleet_report(
-                self._history_store(), percentile=float(pct), sla_us=float(sla), band_pct=float(band), hw_class=hw_class
+                self._open(), percentile=float(pct), sla_us=float(sla), band_pct=float(band), hw_class=hw_class
             )
 
-    def _host_label(self) -> str:
+    def host_label(self) -> str:
         from tuner.store.history import host_label
 
-        return host_label(str(getattr(self.host, "name", None) or self.config.host.spec))
+        return host_label(str(getattr(self.ctx.host, "name", None) or self.ctx.config.host.spec))
 
-    def _hardware_class(self) -> Any:
+    def hardware_class(self) -> Any:
         """The host's `HardwareClass` (found once), or None when it cannot tell."""
         if not self._hw_known:
             from actuators.hwclass import host_class
 
             try:
-                self._hw = host_class(self.host)
+                self._hw = host_class(self.ctx.host)
             except Exception as exc:  # noqa: BLE001 - no class is a cold-by-class start, never a dead daemon
                 log.warning("hardware class unavailable (%s): warm start from this host's own trials", exc)
                 self._hw = None
@@ -77,33 +71,23 @@ class HistoryLayer(Guardrail):
                 log.info("hardware class %s: %s", self._hw.id, self._hw.label)
         return self._hw
 
-    def _history_store(self) -> Any:
+    def _open(self) -> Any:
         """The trial store (opened once; an old history.jsonl imported into it first)."""
-        if self._trial_store is None:
+        if self._store is None:
             from tuner.store.open import import_legacy, open_store
 
-            store = open_store(self.config.history.url, self.config.state_dir)
-            import_legacy(store, self.config.history_path)
-            self._trial_store = store
-        return self._trial_store
+            store = open_store(self.ctx.config.history.url, self.ctx.config.state_dir)
+            import_legacy(store, self.ctx.config.history_path)
+            self._store = store
+        return self._store
 
-    def _close_history_store(self) -> None:
-        with self._store_guard():
-            if self._trial_store is not None:
-                self._trial_store.close()
-                self._trial_store = None
+    def close(self) -> None:
+        with self._guard:
+            if self._store is not None:
+                self._store.close()
+                self._store = None
 
-    def _offered_qps(self) -> float:
-        """The load a retune starts at: the host's offered QPS, else the last window's."""
-        try:
-            qps = float(self.live_host.offered_qps())
-            if math.isfinite(qps) and qps >= 0:
-                return qps
-        except Exception as exc:  # noqa: BLE001 - a QPS source hiccup must not stop a retune
-            log.warning("offered QPS unavailable (%s); using the last window's", exc)
-        return float((self._last_measurement or {}).get("offered_qps") or self.state.tuned_qps or 0.0)
-
-    def _seed_history(self, opt: Any, rid: str, qps: float) -> int:
+    def seed(self, opt: Any, rid: str, qps: float) -> int:
         """Warm start: give a new retune's optimiser the stored trials it can use; returns how many it used.
 
         The newest `history.keep_trials` (in context mode at most `tuning.history_max_trials`) of this host's
@@ -111,36 +95,36 @@ class HistoryLayer(Guardrail):
         otherwise only trials within the load band around `qps` (`tuning.load_change_pct`) do, as a model
         without the load as input would mix up loads.
         """
-        if not self.config.warm_start:
+        if not self.ctx.config.warm_start:
             return 0
-        if not _supports(opt, "add_history"):
+        if not supports(opt, "add_history"):
             log.warning("retune %s: the optimiser has no add_history; starting cold", rid)
             return 0
         from tuner.store.warm import class_history
 
-        hw = self._hardware_class()
-        limit = self.config.history.keep_trials
-        if self.config.tuning.context:
-            limit = min(limit, self.config.tuning.history_max_trials)
+        hw = self.hardware_class()
+        limit = self.ctx.config.history.keep_trials
+        if self.ctx.config.tuning.context:
+            limit = min(limit, self.ctx.config.tuning.history_max_trials)
         try:
-            with self._store_guard():
-                store = self._history_store()
+            with self._guard:
+                store = self._open()
                 got = class_history(
                     store,
-                    self._host_label(),
+                    self.host_label(),
                     hw.id if hw is not None else "",
                     limit=limit,
-                    space=self.space,
+                    space=self.ctx.space,
                     hw=hw.to_dict() if hw is not None else None,
                 )
         except TunerError as exc:
             log.warning("retune %s: history store unreadable (%s); starting cold", rid, exc)
             return 0
-        if self.metrics and hw is not None:
-            self.metrics.set_class_drift(hw.id, got.drift.drifting, got.drift.t, got.own, got.from_class)
+        if self.ctx.metrics and hw is not None:
+            self.ctx.metrics.set_class_drift(hw.id, got.drift.drifting, got.drift.t, got.own, got.from_class)
         usable = got.entries
-        if not self.config.tuning.context:
-            band = self.config.tuning.load_change_pct / 100
+        if not self.ctx.config.tuning.context:
+            band = self.ctx.config.tuning.load_change_pct / 100
             usable = [e for e in usable if abs(e.record.qps - qps) <= band * qps]
         if not usable:
             log.info("retune %s: no usable history trial in %s; starting cold", rid, store.location)
@@ -148,7 +132,7 @@ class HistoryLayer(Guardrail):
         from dataclasses import replace
 
         records = [replace(e.record, index=i) for i, e in enumerate(usable)]
-        used = int(self._timed(opt.add_history, records))
+        used = int(self.ctx.timed(opt.add_history, records))
         log.info(
             "retune %s: warm start from %d history trial(s) (%d offered: %d own, %d of its class; %s)",
             rid,
@@ -160,27 +144,27 @@ class HistoryLayer(Guardrail):
         )
         return used
 
-    def _append_history(self, rid: str) -> None:
+    def append(self, rid: str) -> None:
         """Add the completed trials of retune `rid` to the trial store (errors are logged, not fatal)."""
         from actuators.host import Measurement as _M
         from tuner.optimize.records import TrialRecord
         from tuner.store.history import HistoryEntry, as_objective
 
-        hw = self._hardware_class()
+        hw = self.hardware_class()
         entries = []
-        with self._lock:
+        with self.ctx.lock:
             rows = [
                 t
-                for t in self.state.trials
+                for t in self.ctx.state.trials
                 if t.get("retune_id") == rid and t.get("status") == "completed" and t.get("measurement")
             ]
         for t in rows:
             try:
                 m = _M.from_dict(t["measurement"])
-                obj = as_objective(t.get("objective") or dict(self.policy().__dict__))
+                obj = as_objective(t.get("objective") or dict(self.ctx.policy().__dict__))
                 rec = TrialRecord(
                     int(t["index"]),
-                    point_of(t["point"]),
+                    t["point"],
                     float(t["measurement"]["offered_qps"]),
                     "completed",
                     m,
@@ -192,16 +176,16 @@ class HistoryLayer(Guardrail):
                 continue
             entries.append(
                 HistoryEntry(
-                    rec, t.get("host") or self._host_label(), float(t["time"]), obj, hw.id if hw is not None else ""
+                    rec, t.get("host") or self.host_label(), float(t["time"]), obj, hw.id if hw is not None else ""
                 )
             )
         if not entries:
             return
         try:
-            with self._store_guard():
-                store = self._history_store()
+            with self._guard:
+                store = self._open()
                 if hw is not None:
-                    store.set_host(self._host_label(), hw.id, hw.to_dict())
+                    store.set_host(self.host_label(), hw.id, hw.to_dict())
                 added, _ = store.add(entries)
         except TunerError as exc:
             log.warning("history store not updated: %s", exc)
@@ -209,10 +193,4 @@ class HistoryLayer(Guardrail):
         log.info("history: %d trial(s) of %s added to %s", added, rid, store.location)
 
 
-def _supports(opt: Any, name: str) -> bool:
-    """Whether optimiser `opt` (in process, or a worker proxy) has the optional method `name`."""
-    check = getattr(opt, "supports", None)
-    return bool(check(name)) if callable(check) else callable(getattr(opt, name, None))
-
-
-__all__ = ["HistoryLayer"]
+__all__ = ["TrialHistory"]
