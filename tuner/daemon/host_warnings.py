@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 
+from actuators.abilities import Warns
 from tuner.daemon.context import LoopContext
 
 log = logging.getLogger("tuner.daemon.loop")
@@ -24,18 +25,13 @@ class HostWarnings:
     def refresh(self, extra: dict[str, list[str]] | None = None) -> None:
         """Read the host's warnings now, add `extra` (by source), log each new line once, export the counts."""
         host = self.ctx.host
+        by_host = host.warnings_by_source() if isinstance(host, Warns) else {}
         found: dict[str, list[str]] = {
-            "energy": [f"{part} unavailable: {why}" for part, why in getattr(host, "absent", {}).items()],
-            "latency": [],
-            "dvfs": [str(w) for w in getattr(host, "warnings", []) or []],
+            "energy": list(by_host.get("energy", [])),
+            "latency": list(by_host.get("latency", [])),
+            "dvfs": list(by_host.get("dvfs", [])),
             **{source: list(self._by_source.get(source, [])) for source in STICKY},
         }
-        source_warnings = getattr(getattr(host, "latency", None), "warnings", None)
-        if callable(source_warnings):
-            try:
-                found["latency"] = [str(w) for w in source_warnings()]
-            except Exception as exc:  # noqa: BLE001 - a warning source must not stop the loop
-                found["latency"] = [f"latency source warnings unavailable: {exc}"]
         for source, lines in (extra or {}).items():
             found[source] = found.get(source, []) + lines
         seen = {w for lines in self._by_source.values() for w in lines}

@@ -23,6 +23,7 @@ import threading
 import time
 from typing import Any
 
+from actuators.abilities import AtomicApply, Closable, Interruptible
 from actuators.host import Host, KnobSpace, OperatingPoint
 from core.errors import HostError, TunerError, is_permanent
 from core.memory import HeapTrimmer
@@ -228,9 +229,8 @@ class Daemon:
                 from tuner.daemon.plain import safe_corner
 
                 corner = safe_corner(self.ctx.space)
-                apply = getattr(self.ctx.host, "apply", None)
-                if callable(apply):
-                    apply(itr_us=corner.itr_us, dvfs_ghz=corner.dvfs_ghz)  # dry run: logged, not made
+                if isinstance(self.ctx.host, AtomicApply):  # dry run: logged, not made
+                    self.ctx.host.apply(itr_us=corner.itr_us, dvfs_ghz=corner.dvfs_ghz)
                     lines.append(f"dry run: the writes a tuning run would make for {corner} are logged above")
             return lines
         if self.ctx.mode == "observe":
@@ -336,10 +336,9 @@ class Daemon:
         self.ctx.stop.set()
         self.ctx.wake.set()
         for what in (self.ctx.host, self.optimizers):
-            interrupt = getattr(what, "interrupt", None)
-            if callable(interrupt):
+            if isinstance(what, Interruptible):
                 try:
-                    interrupt()
+                    what.interrupt()
                 except Exception as exc:  # noqa: BLE001 - stopping must not fail
                     log.warning("interrupt of %s failed: %s", type(what).__name__, exc)
 
@@ -434,9 +433,8 @@ class Daemon:
                     self.ctx.save()
                 self.ctx.set_point(None)
                 log.info("original ITR/DVFS restored")
-                close = getattr(self.ctx.host, "close", None)
-                if callable(close):
-                    close()
+                if isinstance(self.ctx.host, Closable):
+                    self.ctx.host.close()
         finally:
             if self.grpc is not None:
                 self.grpc.stop()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from actuators.abilities import Closable
+
 
 def supports(opt: Any, name: str) -> bool:
     """Whether optimiser `opt` has the optional method `name` (a worker proxy says; in process: it has it or not)."""
@@ -14,9 +16,8 @@ def supports(opt: Any, name: str) -> bool:
 
 def close(opt: Any) -> None:
     """Close `opt` if it can be closed (a worker proxy ends its process)."""
-    fn = getattr(opt, "close", None)
-    if callable(fn):
-        fn()
+    if isinstance(opt, Closable):
+        opt.close()
 
 
 def retune_trials(opt: Any) -> list[Any]:

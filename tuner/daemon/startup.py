@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from actuators.abilities import Closable
 from actuators.host import Host
 from core.errors import StartupError, TunerError
 
@@ -72,6 +73,5 @@ def check_config(config: Any) -> list[str]:
 
 
 def _close(host: Any) -> None:
-    close = getattr(host, "close", None)
-    if callable(close):
-        close()
+    if isinstance(host, Closable):
+        host.close()

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from actuators.abilities import Closable, Interruptible
 from actuators.host import KnobSpace, Measurement, OperatingPoint
 from core.errors import TunerError
 
@@ -210,7 +211,7 @@ def _serve(conn: Any, module: str) -> None:  # pragma: no cover - runs in the ch
 # ------------------------------------------------------------------------------------------------ parent side
 
 
-class OptimizerProxy:
+class OptimizerProxy(Closable):
     """`tuner.optimize.optimizer.Optimizer`'s methods, executed in a worker process."""
 
     def __init__(self, ctx: Any, module: str) -> None:
@@ -308,7 +309,7 @@ def _record(row: tuple, m: Measurement | None) -> Record:
     return Record(index, p, qps, status, reward, error, m)
 
 
-class ProcessOptimizers:
+class ProcessOptimizers(Interruptible):
     """The daemon's optimiser factory: one worker process per retune (`create`/`load`), killable on stop."""
 
     def __init__(self, module: str = "tuner.optimize.optimizer") -> None:

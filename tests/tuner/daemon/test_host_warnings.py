@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import logging
 
+from actuators.abilities import Warns
 from tests.daemon_fakes import loop_context
 from tests.fakes import FakeHost
 from tuner.daemon.host_warnings import HostWarnings
 
 
-class NoEnergyHost(FakeHost):
-    absent = {"energy": "no RAPL in this VM"}
-    warnings = ["cpu 3 reads back 2.0 GHz"]
+class NoEnergyHost(FakeHost, Warns):
+    def warnings_by_source(self) -> dict[str, list[str]]:
+        return {"energy": ["energy unavailable: no RAPL in this VM"], "dvfs": ["cpu 3 reads back 2.0 GHz"]}
 
 
 def test_each_warning_is_logged_once_and_startup_lines_stay(tmp_path, caplog):
