@@ -24,7 +24,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -95,9 +95,10 @@ class _Reads:
 def _rpc(table: Any, sla: float, calls: int) -> dict[str, Any]:
     import grpc
 
-    from tuner.daemon.service import GrpcServer, protos
+    from tuner.daemon.service import DaemonApi, GrpcServer, protos
 
-    server = GrpcServer(_Reads(table, sla), GrpcConfig(listen="127.0.0.1:0"))
+    # only GetPowerCurve is called: the one read `_Reads` answers
+    server = GrpcServer(cast(DaemonApi, _Reads(table, sla)), GrpcConfig(listen="127.0.0.1:0"))
     address = server.start()
     pb, services = protos()
     out: dict[str, Any] = {}

@@ -25,7 +25,7 @@ class HostWarnings:
     def refresh(self, extra: dict[str, list[str]] | None = None) -> None:
         """Read the host's warnings now, add `extra` (by source), log each new line once, export the counts."""
         host = self.ctx.host
-        by_host = host.warnings_by_source() if isinstance(host, Warns) else {}
+        by_host: dict[str, list[str]] = host.warnings_by_source() if isinstance(host, Warns) else {}
         found: dict[str, list[str]] = {
             "energy": list(by_host.get("energy", [])),
             "latency": list(by_host.get("latency", [])),

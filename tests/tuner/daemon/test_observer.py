@@ -82,7 +82,7 @@ def test_observe_mode_measures_the_os_policy_and_writes_nothing(tmp_path):
 
 
 def test_observe_on_a_host_without_energy_reports_power_unknown(tmp_path):
-    cfg = write_config(tmp_path, host="tests.tuner.daemon.test_observe:make_vm_host", options={"seed": 2})
+    cfg = write_config(tmp_path, host="tests.tuner.daemon.test_observer:make_vm_host", options={"seed": 2})
     cfg.write_text(cfg.read_text().replace("[host]\n", '[host]\nmode = "observe"\n', 1))
     with Running(cfg) as r:
         wait_for(lambda: sum(b.windows for b in r.daemon.observer.baseline.data.values()) >= 3)
@@ -102,7 +102,7 @@ def test_observe_on_a_host_without_energy_reports_power_unknown(tmp_path):
 
 
 def test_dry_run_writes_nothing_records_nothing_and_says_so(tmp_path, caplog):
-    cfg = write_config(tmp_path, host="tests.tuner.daemon.test_observe:make_dry_host", options={"dry_run": True})
+    cfg = write_config(tmp_path, host="tests.tuner.daemon.test_observer:make_dry_host", options={"dry_run": True})
     with caplog.at_level("WARNING"), Running(cfg) as r:
         wait_for(lambda: r.host.measure_count >= 3)
         s = r.daemon.status()
