@@ -2,7 +2,7 @@
 (`SECTIONS`): the optimiser's settings the daemon exposes (the rows of `TUNER_TABLE` marked `daemon`), the
 daemon's own `[tuning]` keys (`DAEMON_TUNING`), and the other tables. The dataclasses' defaults
 (`tuner.config.schema`), the reader (`tuner.config.parse`) and the configuration reference in docs/daemon.md
-(`tuner.config.reference`) come from these rows."""
+(`tuner.config.daemon_reference`) come from these rows."""
 
 from __future__ import annotations
 

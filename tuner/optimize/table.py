@@ -4,7 +4,7 @@ section and the surfaces that expose it) and `TUNER_TABLE`, one row per `TunerSe
 Everything else is derived from the rows: `TunerSettings`' defaults and validation (`tuner.optimize.settings`),
 the presets (`tuner.optimize.presets`), the daemon's `[tuning]` keys, defaults and reader (`tuner.config.tables`,
 `tuner.config.parse`), `tuner replay`'s flags (`tuner.cli.replay_settings`) and the references in docs/daemon.md
-and docs/replay.md (`python -m tuner.cli.reference`). A row's default is the tuner users get (the learning tuner);
+and docs/replay.md (`python -m tuner.cli.docs_reference`). A row's default is the tuner users get (the learning tuner);
 its `cold` is the dissertation's tuner's value. To add a setting: a row here, a field of the same name and type in
 `TunerSettings` (and in `tuner.config.schema.TuningConfig` if the daemon reads it; both checked at import), a
 line in deploy/tuner.example.toml, then regenerate the docs.

@@ -11,7 +11,7 @@ committed. So:
   (`INSERT ... ON CONFLICT DO NOTHING`) stores them once;
 * many daemons write at once: each inserts its own rows; duplicates are impossible by the same key.
 
-The schema (`tuner.store.schema`) is migrated under a transaction-scoped advisory lock, so daemons
+The schema (`tuner.store.migrations`) is migrated under a transaction-scoped advisory lock, so daemons
 starting together apply each migration once. Reads go to PostgreSQL (plus the spool's unflushed rows);
 while it is unreachable they fall back to the spool alone, with a warning.
 """
@@ -29,7 +29,7 @@ from actuators.host import KnobSpace
 from core.errors import TunerError
 from tuner.store.base import HostInfo, SqlTrials, to_row
 from tuner.store.history import HistoryEntry, in_space
-from tuner.store.schema import LATEST, MIGRATIONS, SCHEMA_VERSION_TABLE, migrations_table
+from tuner.store.migrations import LATEST, MIGRATIONS, SCHEMA_VERSION_TABLE, migrations_table
 from tuner.store.sqlite import SqliteStore
 
 log = logging.getLogger("tuner.store.postgres")

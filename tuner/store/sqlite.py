@@ -20,7 +20,7 @@ from typing import Any
 from core.errors import TunerError
 from tuner.store.base import Row, SqlTrials, to_row
 from tuner.store.history import HistoryEntry
-from tuner.store.schema import LATEST, MIGRATIONS, SCHEMA_VERSION_TABLE, migrations_table
+from tuner.store.migrations import LATEST, MIGRATIONS, SCHEMA_VERSION_TABLE, migrations_table
 
 
 class SqliteStore(SqlTrials):

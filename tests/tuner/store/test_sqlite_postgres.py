@@ -220,7 +220,7 @@ def test_a_new_migration_is_applied_once_to_an_existing_store(
 ) -> None:
     import tuner.store.postgres as pg_mod
     import tuner.store.sqlite as sqlite_mod
-    from tuner.store.schema import MIGRATIONS, Migration
+    from tuner.store.migrations import MIGRATIONS, Migration
 
     s = opener()
     s.add([entry(1)])

@@ -13,10 +13,10 @@ import pytest
 
 import tuner.cli.replay as replay_cli
 from core.errors import TunerError
-from tuner.cli.reference import DOCS, pages, replay_parser, replay_reference
+from tuner.cli.docs_reference import DOCS, pages, replay_parser, replay_reference
 from tuner.cli.replay_settings import add_setting_flags, settings_overrides
 from tuner.config.checks import Checker, read_rows
-from tuner.config.reference import daemon_reference, markers, section, splice
+from tuner.config.daemon_reference import daemon_reference, markers, section, splice
 from tuner.config.tables import SECTIONS, TUNING_TABLE
 from tuner.optimize.table import TUNER_TABLE, Setting
 
@@ -26,7 +26,7 @@ TABLE = (*TUNER_TABLE, THROWAWAY)
 
 def test_the_committed_docs_are_the_generated_text() -> None:
     for path, text in pages().items():
-        assert path.read_text(encoding="utf-8") == text, f"{path}: run python -m tuner.cli.reference"
+        assert path.read_text(encoding="utf-8") == text, f"{path}: run python -m tuner.cli.docs_reference"
     daemon = (DOCS / "daemon.md").read_text(encoding="utf-8")
     for row in TUNING_TABLE:  # every [tuning] key, the daemon's own ones too
         assert f"| `tuning.{row.name}` |" in section(daemon, "configuration reference"), row.name

@@ -1,5 +1,5 @@
-"""`python -m tuner.cli.reference [--check]`: regenerate the generated sections of the docs -- the daemon's
-configuration reference in docs/daemon.md (`tuner.config.reference`, from the declared rows) and `tuner replay`'s
+"""`python -m tuner.cli.docs_reference [--check]`: regenerate the generated sections of the docs -- the daemon's
+configuration reference in docs/daemon.md (`tuner.config.daemon_reference`, from the declared rows) and `tuner replay`'s
 options reference in docs/replay.md (from the replay parser, whose tuner flags come from the settings table).
 `--check`: exit 1 if a page differs from what would be generated."""
 
@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tuner.config.reference import daemon_reference, splice, toml_value
+from tuner.config.daemon_reference import daemon_reference, splice, toml_value
 from tuner.optimize.table import TUNER_TABLE
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -61,7 +61,7 @@ def pages(docs: Path = DOCS) -> dict[Path, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tuner.cli.reference", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m tuner.cli.docs_reference", description=__doc__)
     p.add_argument("--check", action="store_true", help="exit 1 if a page differs from the generated text")
     args = p.parse_args(argv)
     stale = []

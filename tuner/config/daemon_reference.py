@@ -1,6 +1,6 @@
 """The configuration reference in docs/daemon.md, generated from the declared rows (`tuner.config.tables.SECTIONS`):
 one table row per key, with its default, what it accepts and its doc line. `splice` puts generated text between
-the markers of a docs page; `python -m tuner.cli.reference` rewrites the pages, and a test fails when the committed
+the markers of a docs page; `python -m tuner.cli.docs_reference` rewrites the pages, and a test fails when the committed
 text differs from the generated one."""
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def daemon_reference(sections: Mapping[str, tuple[Setting, ...]] = SECTIONS) -> 
 def markers(name: str) -> tuple[str, str]:
     """The lines around a generated section of a docs page."""
     return (
-        f"<!-- generated: {name} (python -m tuner.cli.reference); do not edit by hand -->",
+        f"<!-- generated: {name} (python -m tuner.cli.docs_reference); do not edit by hand -->",
         f"<!-- end of generated: {name} -->",
     )
 
