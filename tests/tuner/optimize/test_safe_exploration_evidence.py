@@ -96,7 +96,8 @@ def test_line_step_is_shortened_where_latency_climbs_toward_the_limit() -> None:
 def test_safe_radius_is_validated_in_one_line() -> None:
     for bad in (-0.1, math.nan, 3.0, "0.2"):
         with pytest.raises(
-            TunerError, match=r"safe_radius: expected (a number|a normalised knob distance in \[0, 2\]), got "
+            TunerError,
+            match=r"safe_radius: expected (a number|a normalised knob distance in \[0, 2\] \(0 = off\)), got ",
         ) as exc:
             cold_settings(safe_radius=bad)
         assert "\n" not in str(exc.value)
