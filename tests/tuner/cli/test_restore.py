@@ -4,27 +4,13 @@ dead process saved -- through the kit's file-backed NIC, never the real one."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from actuators.fakehw import FileNic, create, make_fake_host
 from actuators.fakehw.kit import IFACE
 from actuators.fakehw.nic import nic_path
 from actuators.host import OperatingPoint
+from tests.fakefs import kit_knobs as knob_files
 from tuner.cli.app import main
-
-
-def knob_files(root: Path) -> dict[str, object]:
-    """The kit's knobs by file: every CPU's governor (its `scaling_setspeed` only under userspace, where it means
-    something -- the kernel shows `<unsupported>` otherwise) and the NIC's whole state."""
-    out: dict[str, object] = {}
-    for gov in sorted((root / "sys/devices/system/cpu").glob("cpu[0-9]*/cpufreq/scaling_governor")):
-        out[str(gov.relative_to(root))] = name = gov.read_text().strip()
-        if name == "userspace":
-            out[str(gov.with_name("scaling_setspeed").relative_to(root))] = gov.with_name(
-                "scaling_setspeed"
-            ).read_text()
-    out[IFACE] = json.loads(nic_path(root, IFACE).read_text())
-    return out
 
 
 class Counter:
