@@ -318,7 +318,9 @@ def make_real_host(
     if problems:
         raise HostPartsError(problems + _restore_dead_run(io, store))
     if "latency" in parts:
-        _attach_latency(host, latency, qps, root)
+        # the prober runs on this machine, whatever `root` fakes: its client settings (governor, C-states of the
+        # CPUs it runs on) are read from the live kernel's paths -- `root` only when it is them (`live_root`)
+        _attach_latency(host, latency, qps, root if live_root else Path("/"))
     return host
 
 
@@ -339,8 +341,11 @@ def _make_qps(qps: str | QpsSource | None) -> Any:
     return qps
 
 
-def _attach_latency(host: RealHost, latency: dict[str, Any] | LatencySource | None, qps_spec: Any, root: Path) -> None:
-    """Give `host` its latency source: the one given, or one built from a `[host.options.latency]` table. A prober
+def _attach_latency(
+    host: RealHost, latency: dict[str, Any] | LatencySource | None, qps_spec: Any, probe_root: Path
+) -> None:
+    """Give `host` its latency source: the one given, or one built from a `[host.options.latency]` table (a prober
+    reads its client settings under `probe_root`, the paths of the machine it runs on). A prober
     targets the memcached of `qps_spec` unless told otherwise; when both name the same server, its own requests are
     subtracted from the QPS count (`probe_counts_in_qps`)."""
     if latency is not None and not isinstance(latency, dict):
@@ -351,7 +356,7 @@ def _attach_latency(host: RealHost, latency: dict[str, Any] | LatencySource | No
     qps_server = _memcached_of(qps_spec)
     if kind == "prober" and "target" not in opts and qps_server:
         opts["target"] = qps_server  # probe the server whose load is counted
-    source = _latency_source(kind, opts, root)
+    source = _latency_source(kind, opts, probe_root)
     if kind == "prober" and qps_server is not None:
         from actuators.latency.prober import Prober
 

@@ -10,12 +10,15 @@ unimplemented register. `FakeNic` is a mocked ethtool ioctl layer.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import struct
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from actuators.fakehw.kit import IFACE
+from actuators.fakehw.nic import nic_path
 from actuators.fakehw.tree import (  # noqa: F401  (re-exported: the builders live in the product's kit)
     advance_zone,
     cpu_online,
@@ -275,3 +278,17 @@ def realhost_tree(root: Path, ncpu: int, ctl0: int, extra_ifaces: tuple[str, ...
     nic = FakeNic()
     nic.add("eth1", rx_usecs=1)
     return nic
+
+
+def kit_knobs(root: Path) -> dict[str, object]:
+    """The kit's knobs by file: every CPU's governor (its `scaling_setspeed` only under userspace, where it means
+    something -- the kernel shows `<unsupported>` otherwise) and the NIC's whole state."""
+    out: dict[str, object] = {}
+    for gov in sorted((root / "sys/devices/system/cpu").glob("cpu[0-9]*/cpufreq/scaling_governor")):
+        out[str(gov.relative_to(root))] = name = gov.read_text().strip()
+        if name == "userspace":
+            out[str(gov.with_name("scaling_setspeed").relative_to(root))] = gov.with_name(
+                "scaling_setspeed"
+            ).read_text()
+    out[IFACE] = json.loads(nic_path(root, IFACE).read_text())
+    return out

@@ -11,8 +11,8 @@ layer), plus a `Host` factory over it::
 Latency and QPS are real (memcached, the prober); frequency, ITR and power are the kit's. See docs/fake-hardware.md.
 """
 
-from actuators.fakehw.kit import HardwareModel, create, is_kit, make_fake_host
+from actuators.fakehw.kit import HardwareModel, create, is_kit, make_fake_host, nic_under
 from actuators.fakehw.nic import FileNic
 from actuators.fakehw.power import PowerModel
 
-__all__ = ["FileNic", "HardwareModel", "PowerModel", "create", "is_kit", "make_fake_host"]
+__all__ = ["FileNic", "HardwareModel", "PowerModel", "create", "is_kit", "make_fake_host", "nic_under"]

@@ -40,6 +40,18 @@ def is_kit(root: str | Path) -> bool:
     return (Path(root) / MARKER).is_file()
 
 
+def nic_under(root: str | Path) -> Any:
+    """The NIC backend for `--root ROOT` in the one-shot commands (`tuner restore`, `tuner set`, `tuner doctor`):
+    the kit's file-backed NIC (`FileNic`) when `root` is a kit -- the backend its daemon wrote through, so the
+    same saved originals go back to the same place -- else `actuators.real.default_nic` (the live kernel's
+    ethtool under `/`, none under another root). Never a real NIC for a kit."""
+    if is_kit(root):
+        return FileNic(root)
+    from actuators.real import default_nic
+
+    return default_nic(Path(root))
+
+
 def create(root: str | Path, cpus: int = 2) -> Path:
     """Build the fake tree under `root` (refuses a non-empty directory that is not a kit; resets a kit)."""
     root = Path(root)

@@ -37,6 +37,7 @@ from actuators.latency.engine import ProberConfig, ProbeWindow, ThreadProber, ne
 from actuators.latency.memcached import MemcachedAddress, as_address
 from actuators.latency.probe_env import ClientSettings, local_path_reason, read_client_settings, target_warning
 from core.errors import HostError
+from core.lifeline import PARENT_GONE, Lifeline, follow_parent, new_lifeline, spawned_from_main_thread
 
 if TYPE_CHECKING:
     import argparse
@@ -115,7 +116,8 @@ class ProcessProber:
     """Runs a `ThreadProber` in a child interpreter (`python -c ...`, its own GIL and session).
 
     Commands and `ProbeWindow`s travel over two pipes as `multiprocessing.connection` messages. The
-    child exits when told to, or when the parent goes away (EOF on its command pipe).
+    child exits when told to, or quietly when the parent goes away: its lifeline pipe (`core.lifeline`) closes,
+    or a read or write on its pipes finds them closed.
     """
 
     #: First call: starting the interpreter and importing numpy/scipy/hdrh.
@@ -127,6 +129,7 @@ class ProcessProber:
         self.process: subprocess.Popen[bytes] | None = None
         self._tx: Connection | None = None  # commands to the child, set and cleared with `process`
         self._rx: Connection | None = None  # its answers
+        self._lifeline: int | None = None  # the write end the child watches (never written)
         self._closed = False
 
     def begin(self) -> None:
@@ -155,6 +158,8 @@ class ProcessProber:
 
         cmd_r, cmd_w = os.pipe()
         res_r, res_w = os.pipe()
+        life_r, life_w = new_lifeline()
+        line = Lifeline(os.getpid(), life_r, spawned_from_main_thread())
         env = dict(os.environ)
         pkg_root = str(Path(__file__).resolve().parents[2])  # importable without an installed package
         env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -167,21 +172,23 @@ class ProcessProber:
                     str(cmd_r),
                     str(res_w),
                     json.dumps(asdict(self.config)),
+                    json.dumps(asdict(line)),
                 ],
-                pass_fds=(cmd_r, res_w),
+                pass_fds=(cmd_r, res_w, life_r),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 env=env,
                 start_new_session=True,  # Ctrl-C goes to the parent, which closes us
             )
         except OSError as exc:
-            for fd in (cmd_r, cmd_w, res_r, res_w):
+            for fd in (cmd_r, cmd_w, res_r, res_w, life_r, life_w):
                 os.close(fd)
             raise HostError(f"cannot start the prober process: {exc.strerror or exc}") from None
-        os.close(cmd_r)
-        os.close(res_w)
+        for fd in (cmd_r, res_w, life_r):
+            os.close(fd)
         self._tx = Connection(cmd_w, readable=False)
         self._rx = Connection(res_r, writable=False)
+        self._lifeline = life_w
 
     def _call(self, cmd: str, timeout_s: float) -> Any:
         if self._closed:
@@ -206,11 +213,13 @@ class ProcessProber:
         return payload
 
     def _abandon(self, grace_s: float = 0.0) -> None:
-        proc, tx, rx = self.process, self._tx, self._rx
-        self.process = self._tx = self._rx = None
+        proc, tx, rx, life = self.process, self._tx, self._rx, self._lifeline
+        self.process = self._tx = self._rx = self._lifeline = None
         for conn in (tx, rx):
             if conn is not None:
                 conn.close()
+        if life is not None:
+            os.close(life)
         if proc is not None:
             try:
                 proc.wait(timeout=grace_s) if grace_s else None
@@ -225,35 +234,55 @@ def _serve() -> None:
     """Child interpreter: serve begin/end/close for one `ThreadProber` until told to close or orphaned."""
     from multiprocessing.connection import Connection
 
+    follow_parent(Lifeline(**json.loads(sys.argv[4])))
     import scipy.stats  # noqa: F401 - import now, not inside the first window (it would steal the GIL)
 
     rx = Connection(int(sys.argv[1]), writable=False)
     tx = Connection(int(sys.argv[2]), readable=False)
-    engine = ThreadProber(ProberConfig(**json.loads(sys.argv[3])))
+    serve(rx, tx, ThreadProber(ProberConfig(**json.loads(sys.argv[3]))))
+
+
+def serve(rx: Connection, tx: Connection, engine: ThreadProber | Any) -> None:
+    """Answer the commands read from `rx` on `tx` until "close", or until a pipe is found closed (the parent is
+    gone: stop probing and return, quietly -- there is nobody to report to)."""
     while True:
         try:
             cmd = rx.recv()
-        except (EOFError, OSError):
-            cmd = "close"  # parent gone
-        try:
-            if cmd == "close":
-                engine.close()
-                try:
-                    tx.send(("ok", None))
-                except OSError:
-                    pass
-                return
-            if cmd == "begin":
-                engine.begin()
-                tx.send(("ok", None))
-            elif cmd == "end":
-                tx.send(("ok", engine.end()))
-            else:
-                raise HostError(f"prober: unknown command {cmd!r}")
-        except HostError as exc:
-            tx.send(("err", str(exc)))
-        except Exception as exc:  # noqa: BLE001 - report, keep serving
-            tx.send(("err", f"prober: {type(exc).__name__}: {exc}"))
+        except PARENT_GONE:
+            cmd = "close"
+        if cmd == "close":
+            engine.close()
+            _reply(tx, ("ok", None))
+            return
+        if not _reply(tx, _answer(engine, cmd)):
+            engine.close()
+            return
+
+
+def _answer(engine: ThreadProber | Any, cmd: object) -> tuple[str, Any]:
+    """The reply to `cmd`: ("ok", payload) or ("err", one line)."""
+    try:
+        if cmd == "begin":
+            engine.begin()
+            return "ok", None
+        if cmd == "end":
+            return "ok", engine.end()
+        raise HostError(f"prober: unknown command {cmd!r}")
+    except HostError as exc:
+        return "err", str(exc)
+    except Exception as exc:  # noqa: BLE001 - report, keep serving
+        return "err", f"prober: {type(exc).__name__}: {exc}"
+
+
+def _reply(tx: Connection, message: tuple[str, Any]) -> bool:
+    """Send `message`; False when the parent is gone (its end of the pipe is closed)."""
+    try:
+        tx.send(message)
+    except PARENT_GONE:
+        return False
+    except Exception as exc:  # noqa: BLE001 - e.g. a payload that cannot be pickled: say so instead
+        return _reply(tx, ("err", f"prober: cannot send the answer: {type(exc).__name__}: {exc}"))
+    return True
 
 
 # -- standalone: run the prober anywhere (e.g. a client machine) and print the hook JSON ----------

@@ -51,10 +51,11 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from actuators.abilities import Closable
+    from actuators.fakehw import nic_under
     from actuators.latency.memcached import MemcachedAddress
     from actuators.linux.doctor import format_report, run_checks
     from actuators.linux.hwio import HardwareIO
-    from actuators.real import _as_tuple, _cores, default_nic
+    from actuators.real import _as_tuple, _cores
 
     config = None
     if args.config:
@@ -67,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     MemcachedAddress.parse(args.memcached)  # a malformed address is a usage error (exit 2), not "cannot tune"
     cores = _cores(args.cores)
     root = Path(args.root)
-    nic = default_nic(root)
+    nic = nic_under(root)
     io = HardwareIO(root, nic, dry_run=True)  # doctor never writes; dry run makes sure of it
     try:
         report = run_checks(io, _as_tuple(args.iface), args.memcached, cores)

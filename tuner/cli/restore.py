@@ -12,7 +12,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Write back every original value the tuner (daemon, `tuner set`, a crashed process) "
         "saved under the state dir, newest first, then forget them. Safe to run twice.",
     )
-    p.add_argument("--root", default="/", help="prefix for /sys, /dev, /proc (a fake tree in tests)")
+    p.add_argument(
+        "--root",
+        default="/",
+        help="prefix for /sys, /dev, /proc (a fake tree in tests; a fake-hardware kit, NIC included)",
+    )
     p.add_argument("--state-dir", help="where originals were saved (default: ROOT/var/lib/tuner)")
     p.add_argument("--dry-run", action="store_true", help="print the writes it would make, make none")
     p.set_defaults(func=run)
@@ -22,9 +26,9 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from actuators.abilities import Closable
+    from actuators.fakehw import nic_under
     from actuators.linux.hwio import COALESCE, HardwareIO, describe
     from actuators.linux.originals import OriginalsStore, default_state_dir, restore_originals
-    from actuators.real import default_nic
 
     root = Path(args.root)
     store = OriginalsStore(Path(args.state_dir) if args.state_dir else default_state_dir(root), root)
@@ -32,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     if not entries:
         print(f"nothing to restore: no saved originals in {store.path}")
         return 0
-    nic = default_nic(root) if any(e.kind == COALESCE for e in entries) else None
+    nic = nic_under(root) if any(e.kind == COALESCE for e in entries) else None
     io = HardwareIO(root, nic, dry_run=args.dry_run)
     try:
         report = restore_originals(io, store)

@@ -27,6 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from actuators.fakehw import nic_under
     from actuators.linux.hwio import describe
     from actuators.real import make_real_host
     from core.errors import TunerError
@@ -44,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
         force=args.force,
         parts=parts,
+        nic=nic_under(args.root) if "itr" in parts else None,
     )
     try:
         warnings = host.apply(itr_us=args.itr, dvfs_ghz=args.dvfs)

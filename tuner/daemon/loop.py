@@ -393,11 +393,14 @@ class Daemon:
                 return reason
             if self.ctx.state.held is None:
                 return "startup"
-            if time.time() - self.ctx.state.last_retune_time >= self.ctx.config.tuning.retune_period_s:
-                return "schedule"
-            if self.ctx.requests.load:
+            if self.ctx.requests.load:  # the load moved (or came back from idle): the more specific reason
                 self.ctx.requests.load = False
                 return "load"
+            # the period runs from the last retune; a host that has held only the idle point since it started has
+            # had none: from that first hold
+            since = self.ctx.state.last_retune_time or float(self.ctx.state.held.get("time") or time.time())
+            if time.time() - since >= self.ctx.config.tuning.retune_period_s:
+                return "schedule"
         return None
 
     # ------------------------------------------------------------------ shutdown

@@ -16,6 +16,7 @@ become `TunerSettings` fields of the same names.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from typing import Any
 from actuators.abilities import Closable, Interruptible
 from actuators.host import KnobSpace, Measurement, OperatingPoint
 from core.errors import TunerError
+from core.lifeline import PARENT_GONE, Lifeline, follow_parent, spawned_from_main_thread
 
 #: Longest a single optimiser call may take before the worker is considered hung.
 CALL_TIMEOUT_S = 900.0
@@ -182,20 +184,24 @@ def _child_setup(module: str) -> tuple[Any, str | None]:
         return None, f"cannot import the optimiser {module!r}: {type(exc).__name__}: {exc}"
 
 
-def _serve(conn: Any, module: str) -> None:  # pragma: no cover - runs in the child (end-to-end tests)
+def _serve(conn: Any, module: str, lifeline: Lifeline | None = None) -> None:
+    """The worker's loop: answer the daemon's calls until "close". It ends quietly when the daemon is gone: its
+    `lifeline` closes (`core.lifeline`), or the pipe is found closed (EOF, a broken pipe, a reset)."""
+    if lifeline is not None:
+        follow_parent(lifeline)
     mod, broken = _child_setup(module)
     opt: Any = None  # the optimiser module's Optimizer, created or loaded by name
     while True:
         try:
             op, args = conn.recv()
-        except (EOFError, OSError):
+        except PARENT_GONE:
+            return
+        if op == "close":
+            _send(conn, ("ok", None))
             return
         try:
             if broken:
                 raise RuntimeError(broken)
-            if op == "close":
-                conn.send(("ok", None))
-                return
             if op in ("create", "load"):
                 opt = _create(mod, args) if op == "create" else mod.Optimizer.from_json(args[0])
                 result: Any = _capabilities(opt)
@@ -203,9 +209,28 @@ def _serve(conn: Any, module: str) -> None:  # pragma: no cover - runs in the ch
                 result = OPERATIONS[op](opt, args)
             else:
                 raise ValueError(f"unknown operation {op!r}")
-            conn.send(("ok", result))
+            reply: tuple[str, Any] = ("ok", result)
         except Exception as exc:  # noqa: BLE001 - reported to the daemon, which decides
-            conn.send(("err", f"{type(exc).__name__}: {exc}"))
+            reply = ("err", f"{type(exc).__name__}: {exc}")
+        if not _send(conn, reply):
+            return
+
+
+def _send(conn: Any, reply: tuple[str, Any]) -> bool:
+    """Send `reply`; False when the daemon is gone (the pipe is closed)."""
+    try:
+        conn.send(reply)
+    except PARENT_GONE:
+        return False
+    except Exception as exc:  # noqa: BLE001 - e.g. a result that cannot be pickled: say so instead
+        return _send(conn, ("err", f"cannot send the result: {type(exc).__name__}: {exc}"))
+    return True
+
+
+def _serve_following(conn: Any, module: str, line: Lifeline, watched: Any) -> None:  # pragma: no cover - child
+    """The worker process's entry: `_serve` with the lifeline's read end as the child received it (its fd
+    number there, not the parent's)."""
+    _serve(conn, module, Lifeline(line.parent_pid, watched.fileno(), line.pdeathsig))
 
 
 # ------------------------------------------------------------------------------------------------ parent side
@@ -216,9 +241,15 @@ class OptimizerProxy(Closable):
 
     def __init__(self, ctx: Any, module: str) -> None:
         self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_serve, args=(child, module), name="tuner-optimizer", daemon=True)
+        # the child watches `watched` and ends when our end, `self._lifeline`, closes (we never write to it)
+        watched, self._lifeline = ctx.Pipe(duplex=False)
+        line = Lifeline(os.getpid(), -1, spawned_from_main_thread())  # the child's fd number is `watched`'s there
+        self._proc = ctx.Process(
+            target=_serve_following, args=(child, module, line, watched), name="tuner-optimizer", daemon=True
+        )
         self._proc.start()
         child.close()
+        watched.close()
         self._lock = threading.Lock()
         self._capabilities: frozenset[str] = frozenset()
 
@@ -302,6 +333,7 @@ class OptimizerProxy(Closable):
             self._proc.kill()
             self._proc.join(5.0)
         self._conn.close()
+        self._lifeline.close()
 
 
 def _record(row: tuple, m: Measurement | None) -> Record:
