@@ -1,16 +1,21 @@
 """Start-up checks: the whole configuration against this machine, before the daemon serves anything.
 
-The same checks back `tuner doctor --config FILE`. `[host.options]` is checked against the host factory's
-signature, then the host is built -- a real host tries every part (NIC coalescing and driver profile, DVFS
-backend and cores, RAPL, the QPS source, the latency source) and names every one that cannot work -- and the
-knob space must leave something inside `[knobs]`. Every problem goes into one `StartupError` (exit status
-`core.errors.EXIT_CONFIG`, which the systemd unit does not restart on): nothing is retried in a loop.
+The same checks back `tuner daemon --check` and `tuner doctor --config FILE`, in dry run (`check_startup`): the
+state directory must be one the daemon can create and write (`tuner.daemon.state.unusable_dir`, which the
+daemon's own `StateStore.ensure` runs first); `[host.options]` is checked against the host factory's signature,
+then the host is built -- a real host tries every part (NIC coalescing and driver profile, DVFS backend and cores,
+RAPL, the QPS source, the latency source) and names every one that cannot work -- and the knob space must leave
+something inside `[knobs]`. Every problem is one `FILE:LINE: field: ...` line at the key it comes from
+(`locate_problem`), all of them in one `StartupError` (exit status `core.errors.EXIT_CONFIG`, which the systemd
+unit does not restart on): nothing is retried in a loop.
 
 Observe mode needs only the sensors (QPS, latency; energy if there is any); tuning needs every part.
 """
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 from actuators.abilities import Closable
@@ -20,6 +25,8 @@ from core.errors import StartupError, TunerError
 MODES = ("tune", "observe")
 #: What observe mode builds of a host whose factory takes `parts` (the real host): sensors only, energy optional.
 OBSERVE_PARTS = {"parts": ("energy", "qps", "latency"), "optional": ("energy",)}
+#: Characters of a problem's text an error line keeps (its start and end; the rest is elided, its length said).
+PROBLEM_MAX = 400
 
 
 def host_options(spec: str, options: dict[str, Any], mode: str, *, dry_run: bool = False) -> dict[str, Any]:
@@ -40,36 +47,90 @@ def is_dry_run(options: dict[str, Any]) -> bool:
     return bool(options.get("dry_run"))
 
 
+def clipped(text: str, limit: int = PROBLEM_MAX) -> str:
+    """`text` on one line, at most about `limit` characters: its start and end kept, the length said."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit * 2 // 3]}...{text[-limit // 4 :]} ({len(text)} characters)"
+
+
+def locate_problem(config: Any, table: str, key: str | None, message: str) -> str:
+    """`FILE:LINE: table.key: message` at the key's line in the config's text (its table's header when the key is
+    not written; `table.key: message` for a config not read from a file)."""
+    from tuner.config.checks import Checker
+
+    path, text = getattr(config, "path", None), getattr(config, "source", "")
+    checker = Checker(Path(path) if path is not None else Path("<config>"), text or "")
+    checker.error(table, key, clipped(message))
+    line = checker.errors[0]
+    return line if path is not None else line.split(": ", 1)[1]
+
+
+def host_problem(config: Any, problem: str) -> str:
+    """A problem of building the host, at the `[host.options]` key it names first as a word (not inside a path or
+    a flag), else at `[host]`."""
+    spec, options = config.host.spec, config.host.options
+    problem = problem.removeprefix(f"{spec}: ").removeprefix(f"--host {spec!r}: ")
+    named = [
+        (m.start(), key) for key in options if (m := re.search(rf"(?<![\w/.-]){re.escape(key)}(?![\w/-])", problem))
+    ]
+    if named:
+        return locate_problem(config, "host.options", min(named)[1], problem)
+    return locate_problem(config, "host", None, problem)
+
+
+def state_problems(config: Any) -> list[str]:
+    """The state directory's problem (`state.dir` line), found without writing; [] when the daemon can use it."""
+    from tuner.daemon.state import unusable_dir
+
+    reason = unusable_dir(Path(config.state_dir))
+    return [] if reason is None else [state_problem(config, reason)]
+
+
+def state_problem(config: Any, reason: str) -> str:
+    from tuner.config.checks import shown
+
+    message = f"expected a directory the daemon can create and write, got {shown(str(config.state_dir))}: {reason}"
+    return locate_problem(config, "state", "dir", message)
+
+
 def build_host(config: Any, *, dry_run: bool = False) -> Host:
     """The configured host, built after checking its options; a `StartupError` listing every problem."""
     from tuner.daemon.plain import bounded_space
     from tuner.hosts import check_options, make_host
 
     spec, options, mode = config.host.spec, dict(config.host.options), getattr(config.host, "mode", "tune")
-    problems = check_options(spec, options)
+    problems = check_options(spec, options, "")
     if problems:
-        raise StartupError(problems)
+        raise StartupError([host_problem(config, p) for p in problems])
     try:
         host = make_host(spec, **host_options(spec, options, mode, dry_run=dry_run))
     except TunerError as exc:
-        raise StartupError(getattr(exc, "problems", None) or [str(exc)]) from None
+        raise StartupError([host_problem(config, p) for p in getattr(exc, "problems", None) or [str(exc)]]) from None
     if mode != "observe":
         try:
             bounded_space(host.knobs(), config.knobs)
         except TunerError as exc:
             _close(host)
-            raise StartupError([str(exc)]) from None
+            raise StartupError([locate_problem(config, "knobs", None, str(exc))]) from None
     return host
 
 
 def check_config(config: Any) -> list[str]:
-    """Every problem the start-up checks find (doctor's `--config`); the host is built in dry run and closed."""
+    """Every problem building the host finds (doctor's `--config`); the host is built in dry run and closed."""
     try:
         host = build_host(config, dry_run=True)
     except StartupError as exc:
         return list(exc.problems)
     _close(host)
     return []
+
+
+def check_startup(config: Any) -> list[str]:
+    """Every problem the daemon's start-up would find, found in dry run (`tuner daemon --check`): no knob written,
+    no server bound, no state written, no process left: the state directory, then the host (`check_config`)."""
+    return state_problems(config) + check_config(config)
 
 
 def _close(host: Any) -> None:
