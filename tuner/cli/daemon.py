@@ -59,6 +59,36 @@ def check(path: str) -> Any:
     return config
 
 
+def start(config: Any, *, optimizers: Any = None) -> Any:
+    """The daemon of `config`, started (state opened, host built, servers bound, READY sent) the way
+    `tuner daemon` starts it; what the start-up checks refuse is a `ConfigError` (exit status 78) with the
+    `FILE:LINE: field: ...` lines `--check` prints, and whatever did start is stopped again."""
+    from core.errors import ConfigError, InputError, StartupError
+    from tuner.daemon.loop import Daemon
+    from tuner.daemon.startup import serving_problems, state_problem
+    from tuner.daemon.state import StateDirError
+
+    problems = serving_problems(config)  # as `--check` finds them: before anything is bound or written
+    if problems:
+        raise ConfigError("\n".join(problems))
+    daemon = Daemon(config, optimizers=optimizers)
+    try:
+        daemon.start()
+    except InputError as exc:  # a file the config names changed between the check above and the start
+        daemon._shutdown()
+        raise ConfigError(str(exc)) from None
+    except StartupError as exc:  # what `--check` reports too: one `FILE:LINE: field: ...` line per problem
+        daemon._shutdown()
+        raise ConfigError("\n".join(exc.problems)) from None
+    except StateDirError as exc:  # the state directory cannot be created or written (exit 78, like --check)
+        daemon._shutdown()
+        raise ConfigError(state_problem(config, exc.reason)) from None
+    except BaseException:
+        daemon._shutdown()  # restore knobs and close what did start
+        raise
+    return daemon
+
+
 def read_config(path: str) -> Any:
     """The validated config; a `ConfigError` (one `FILE:LINE: field: ...` line per problem, exit status 78,
     which the systemd unit does not restart on) when the file is invalid or unreadable."""
@@ -73,9 +103,8 @@ def read_config(path: str) -> Any:
 
 def serve(config_path: str, *, optimizers: Any = None, log_level: str = "info") -> int:
     """Run the daemon from `config_path` with signal handling; returns the exit status (0 after SIGTERM)."""
-    from core.errors import ConfigError, InputError, StartupError, TunerError
-    from tuner.daemon.startup import state_problem
-    from tuner.daemon.state import StateDirError
+    from core.errors import TunerError
+    from core.memory import limit_arenas
 
     config = read_config(config_path)
     journald = bool(os.environ.get("JOURNAL_STREAM"))
@@ -84,30 +113,13 @@ def serve(config_path: str, *, optimizers: Any = None, log_level: str = "info") 
         stream=sys.stderr,
         format="%(levelname)s %(name)s: %(message)s" if journald else "%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    from core.memory import limit_arenas
-    from tuner.daemon.loop import Daemon
-
     limit_arenas()  # before any thread starts: a steady RSS over months (core.memory)
-    daemon = Daemon(config, optimizers=optimizers)
     # Signal handlers only queue the signal (SimpleQueue.put is reentrant); the main thread acts on it, and
     # the control loop runs on its own thread -- no lock is ever taken inside a signal handler.
     signals: queue.SimpleQueue = queue.SimpleQueue()
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, lambda n, _frame: signals.put(n))
-    try:
-        daemon.start()
-    except InputError as exc:  # a file the config names (token, TLS key) is unreadable or empty
-        daemon._shutdown()
-        raise ConfigError(str(exc)) from None
-    except StartupError as exc:  # what `--check` reports too: one `FILE:LINE: field: ...` line per problem
-        daemon._shutdown()
-        raise ConfigError("\n".join(exc.problems)) from None
-    except StateDirError as exc:  # the state directory cannot be created or written (exit 78, like --check)
-        daemon._shutdown()
-        raise ConfigError(state_problem(config, exc.reason)) from None
-    except BaseException:
-        daemon._shutdown()  # restore knobs and close what did start
-        raise
+    daemon = start(config, optimizers=optimizers)
     result: list[int] = []
 
     def loop() -> None:

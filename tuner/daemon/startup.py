@@ -95,6 +95,42 @@ def state_problem(config: Any, reason: str) -> str:
     return locate_problem(config, "state", "dir", message)
 
 
+def serving_problems(config: Any) -> list[str]:
+    """What starting the servers would refuse, found without binding anything: a unix socket whose directory
+    cannot be made or written (`grpc.listen`), a file `[grpc]` names that cannot be read (the token must not be
+    empty). `tuner daemon` runs this before it starts, `--check` with the rest."""
+    from tuner.config.checks import shown
+    from tuner.daemon.state import unusable_dir
+
+    problems = []
+    grpc = config.grpc
+    if grpc.listen.startswith("unix:"):
+        path = grpc.listen[len("unix:") :]
+        path = path[2:] if path.startswith("//") else path
+        reason = unusable_dir(Path(path).parent)
+        if reason is not None:
+            problems.append(
+                locate_problem(
+                    config,
+                    "grpc",
+                    "listen",
+                    f"cannot create the socket's directory {shown(str(Path(path).parent))}: {reason}",
+                )
+            )
+    for key in ("tls_cert", "tls_key", "tls_client_ca", "token_file"):
+        file = getattr(grpc, key)
+        try:
+            data = b"x" if file is None else file.read_bytes()
+        except OSError as exc:
+            problems.append(
+                locate_problem(config, "grpc", key, f"cannot read {shown(str(file))}: {exc.strerror or exc}")
+            )
+            continue
+        if key == "token_file" and not data.strip():  # as `tuner.config.read_token` reads it
+            problems.append(locate_problem(config, "grpc", key, f"expected a non-empty token in {shown(str(file))}"))
+    return problems
+
+
 def build_host(config: Any, *, dry_run: bool = False) -> Host:
     """The configured host, built after checking its options; a `StartupError` listing every problem."""
     from tuner.daemon.plain import bounded_space
@@ -129,8 +165,9 @@ def check_config(config: Any) -> list[str]:
 
 def check_startup(config: Any) -> list[str]:
     """Every problem the daemon's start-up would find, found in dry run (`tuner daemon --check`): no knob written,
-    no server bound, no state written, no process left: the state directory, then the host (`check_config`)."""
-    return state_problems(config) + check_config(config)
+    no server bound, no state written, no process left: the state directory, the servers' socket and files
+    (`serving_problems`), then the host (`check_config`)."""
+    return state_problems(config) + serving_problems(config) + check_config(config)
 
 
 def _close(host: Any) -> None:

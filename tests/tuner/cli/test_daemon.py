@@ -89,3 +89,21 @@ def test_check_reports_every_problem_of_file_state_and_host_at_once(tmp_path):
         "state.dir",
         "host.options.load_schedule",
     ]
+
+
+def test_a_socket_directory_or_token_the_servers_cannot_use_is_refused_by_check_and_daemon_alike(tmp_path):
+    (tmp_path / "in-a-file").write_text("x")
+    (tmp_path / "empty-token").write_text("\n")
+    cfg = _config(tmp_path)
+    text = cfg.read_text().replace(f"unix://{tmp_path}/t.sock", f"unix://{tmp_path}/in-a-file/t.sock")
+    cfg.write_text(text.replace("[metrics]", 'token_file = "empty-token"\n\n[metrics]'))
+    check, daemon = _both(cfg)
+    assert (
+        check
+        == daemon
+        == [
+            f"{cfg}:8: grpc.listen: cannot create the socket's directory '{tmp_path}/in-a-file': Not a directory",
+            f"{cfg}:9: grpc.token_file: expected a non-empty token in '{tmp_path}/empty-token'",
+        ]
+    )
+    assert not (tmp_path / "st").exists()  # refused before the state directory was made
