@@ -166,3 +166,110 @@ def check_trace(tmp: Path, data: bytes, *, skip_bad: bool) -> tuple[int, list[st
         except ValueError:
             bad.append("--json output is not JSON")
     return code, bad
+
+
+# ------------------------------------------------------------------ `--check` against the real start-up (sim host)
+
+#: Outcomes of `check_then_start`: what --check said and what the daemon's own start-up did with the same file.
+START_OUTCOMES = ("accepted-and-started", "refused-with-78", "accepted-not-started", "refused-not-started")
+
+
+def start_base(tmp: Path) -> bytes:
+    """The example config made to start under `tmp` on the simulated host: state in `tmp/state`, the gRPC socket
+    in `tmp`, metrics on an ephemeral loopback port."""
+    text = config_base().decode()
+    text = text.replace('dir = "/var/lib/tuner"', 'dir = "state"')
+    text = text.replace('"unix:///run/tuner/tuner.sock"', f'"unix://{tmp}/t.sock"')
+    return text.replace('listen = "127.0.0.1:9464"', 'listen = "127.0.0.1:0"').encode()
+
+
+def _inside(path: Path | None, tmp: Path) -> bool:
+    return path is None or Path(path).resolve().is_relative_to(tmp.resolve())
+
+
+def outside_sandbox(config, tmp: Path) -> str | None:
+    """Why starting the daemon of `config` could write or bind outside `tmp` and loopback (None: it cannot): a
+    host other than the simulator, a state directory elsewhere that the start would create, a socket elsewhere,
+    a fixed or non-loopback port, a trial store elsewhere."""
+    from tuner.config import is_loopback
+    from tuner.daemon.state import unusable_dir
+
+    grpc, history = config.grpc, config.history
+    socket = Path(grpc.listen.removeprefix("unix:").removeprefix("//")) if grpc.listen.startswith("unix:") else None
+    checks = {
+        "host": config.host.spec == "sim" and "load" not in config.host.options,
+        "state.dir": _inside(config.state_dir, tmp) or unusable_dir(Path(config.state_dir)) is not None,
+        "grpc.listen": _inside(socket, tmp) if socket else is_loopback(grpc.listen) and grpc.listen.endswith(":0"),
+        "metrics.listen": config.metrics_listen is None
+        or (is_loopback(config.metrics_listen) and config.metrics_listen.endswith(":0")),
+        "history": _inside(history.file, tmp)
+        and (history.url == "" or history.url.startswith("sqlite:///") and _inside(Path(history.url[10:]), tmp)),
+    }
+    bad = [key for key, ok in checks.items() if not ok]
+    return ", ".join(bad) or None
+
+
+def _get_status(daemon) -> None:
+    """`GetStatus` over the daemon's own gRPC address (with its token); an `RpcError` if it does not answer."""
+    import grpc
+
+    from tuner.daemon.service import protos
+
+    cfg = daemon.config.grpc
+    if cfg.tls_cert is not None:
+        return  # a TLS server: its client certificate is the mutant's business
+    pb, services = protos()
+    metadata = [("authorization", f"Bearer {cfg.token_file.read_bytes().strip().decode()}")] if cfg.token_file else []
+    with grpc.insecure_channel(daemon.grpc_address) as channel:
+        services.TunerStub(channel).GetStatus(pb.GetStatusRequest(), timeout=10, metadata=metadata)
+
+
+def real_start(path: Path, tmp: Path) -> tuple[str, int, list[str]]:
+    """The daemon's own start-up on the config at `path` (in process, as `tuner daemon` starts it, a light
+    optimiser and no control loop): ("started" after it answered GetStatus and stopped, "refused" with its exit
+    status and lines, or "not-tried" with why: it could write or bind outside `tmp`)."""
+    from core.errors import ConfigError, TunerError
+    from tests.daemon_fakes import FakeOptimizers
+    from tuner.cli.daemon import read_config, start
+
+    try:
+        config = read_config(str(path))
+    except ConfigError as exc:
+        return "refused", exc.exit_status, str(exc).splitlines()
+    why = outside_sandbox(config, tmp)
+    if why is not None:
+        return "not-tried", 0, [why]
+    try:
+        daemon = start(config, optimizers=FakeOptimizers())
+    except TunerError as exc:
+        return "refused", int(getattr(exc, "exit_status", 2)), str(exc).splitlines()
+    try:
+        _get_status(daemon)
+    finally:
+        daemon._shutdown()
+    return "started", 0, []
+
+
+def check_then_start(tmp: Path, data: bytes) -> tuple[str, list[str]]:
+    """`tuner daemon --check` on `data`, then the daemon's own start-up on the same file: (outcome, what is
+    wrong). What --check accepts must start and answer GetStatus; what it refuses (78, `FILE:LINE` lines) the
+    start-up must refuse with 78 and lines --check printed too."""
+    from core.errors import EXIT_CONFIG
+
+    path = tmp / "tuner.toml"
+    path.write_bytes(data)
+    code, _, err = run_cli(["daemon", "--check", "--config", str(path)])
+    bad = problems_with_errors(code, err, path, failure=EXIT_CONFIG)
+    checked = err.removeprefix("tuner: error: ").splitlines()
+    started, status, lines = real_start(path, tmp)
+    if started == "not-tried":
+        return ("accepted-not-started" if code == 0 else "refused-not-started"), bad
+    if code == 0 and started != "started":
+        bad.append(f"--check accepted it, the start-up refused it with {status}: {lines[:3]}")
+    if code != 0 and started == "started":
+        bad.append(f"--check refused it ({checked[:3]}), the daemon started")
+    if code != 0 and started == "refused":
+        if status != EXIT_CONFIG:
+            bad.append(f"the start-up refused it with {status}, not {EXIT_CONFIG}: {lines[:3]}")
+        bad += [f"a start-up line --check did not print: {line[:200]!r}" for line in lines if line not in checked]
+    return ("accepted-and-started" if code == 0 else "refused-with-78"), bad
