@@ -103,9 +103,11 @@ def mutate(base: bytes, mutations: list[tuple[str, int, bytes]], values: tuple[s
 
 
 def config_base() -> bytes:
-    """The example config, made to point its state at a relative directory (the check never writes)."""
+    """The example config, made to point its state at a relative directory and its socket into /tmp (`--check`
+    runs the start-up checks in dry run: it writes neither, but the places must be ones a user may write)."""
     text = (REPO / "deploy" / "tuner.example.toml").read_text()
-    return text.encode()
+    text = text.replace('dir = "/var/lib/tuner"', 'dir = "state"')
+    return text.replace('"unix:///run/tuner/tuner.sock"', '"unix:///tmp/tuner-fuzz/t.sock"').encode()
 
 
 def trace_base(lines: int = 120) -> bytes:
@@ -176,11 +178,13 @@ START_OUTCOMES = ("accepted-and-started", "refused-with-78", "accepted-not-start
 
 def start_base(tmp: Path) -> bytes:
     """The example config made to start under `tmp` on the simulated host: state in `tmp/state`, the gRPC socket
-    in `tmp`, metrics on an ephemeral loopback port."""
-    text = config_base().decode()
-    text = text.replace('dir = "/var/lib/tuner"', 'dir = "state"')
-    text = text.replace('"unix:///run/tuner/tuner.sock"', f'"unix://{tmp}/t.sock"')
-    return text.replace('listen = "127.0.0.1:9464"', 'listen = "127.0.0.1:0"').encode()
+    in `tmp`, metrics on an ephemeral loopback port -- those three tables first, so that a truncated mutant
+    still names them rather than the defaults outside `tmp`."""
+    text = config_base().decode().replace('"unix:///tmp/tuner-fuzz/t.sock"', f'"unix://{tmp}/t.sock"')
+    text = text.replace('listen = "127.0.0.1:9464"', 'listen = "127.0.0.1:0"')
+    sections = re.split(r"(?m)^(?=\[)", text)
+    first = [sec for sec in sections if sec.startswith(("[state]", "[grpc]", "[metrics]"))]
+    return "".join(first + [sec for sec in sections if sec not in first]).encode()
 
 
 def _inside(path: Path | None, tmp: Path) -> bool:
