@@ -65,10 +65,10 @@ def start(config: Any, *, optimizers: Any = None) -> Any:
     `FILE:LINE: field: ...` lines `--check` prints, and whatever did start is stopped again."""
     from core.errors import ConfigError, InputError, StartupError
     from tuner.daemon.loop import Daemon
-    from tuner.daemon.startup import serving_problems, state_problem
+    from tuner.daemon.startup import before_start, state_problem
     from tuner.daemon.state import StateDirError
 
-    problems = serving_problems(config)  # as `--check` finds them: before anything is bound or written
+    problems = before_start(config)  # as `--check` finds them: before anything is bound or written
     if problems:
         raise ConfigError("\n".join(problems))
     daemon = Daemon(config, optimizers=optimizers)

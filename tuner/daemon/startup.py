@@ -14,6 +14,7 @@ Observe mode needs only the sensors (QPS, latency; energy if there is any); tuni
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,24 @@ def state_problems(config: Any) -> list[str]:
 
     reason = unusable_dir(Path(config.state_dir))
     return [] if reason is None else [state_problem(config, reason)]
+
+
+def store_problems(config: Any) -> list[str]:
+    """A SQLite trial store at a path SQLite cannot open (`history.url`); [] otherwise."""
+    from tuner.config.checks import shown
+    from tuner.daemon.state import SQLITE_PATH_MAX
+
+    url = config.history.url
+    if url.startswith("sqlite:///") and len(os.fsencode(url[len("sqlite://") :] + "-journal")) > SQLITE_PATH_MAX:
+        message = f"expected a path SQLite can open (at most {SQLITE_PATH_MAX} bytes), got {shown(url)}"
+        return [locate_problem(config, "history", "url", message)]
+    return []
+
+
+def before_start(config: Any) -> list[str]:
+    """What `tuner daemon` checks before it starts anything (the state directory and the host are checked by
+    the start itself): the servers' socket and files, the trial store's path."""
+    return serving_problems(config) + store_problems(config)
 
 
 def state_problem(config: Any, reason: str) -> str:
@@ -166,8 +185,8 @@ def check_config(config: Any) -> list[str]:
 def check_startup(config: Any) -> list[str]:
     """Every problem the daemon's start-up would find, found in dry run (`tuner daemon --check`): no knob written,
     no server bound, no state written, no process left: the state directory, the servers' socket and files
-    (`serving_problems`), then the host (`check_config`)."""
-    return state_problems(config) + serving_problems(config) + check_config(config)
+    (`serving_problems`), the trial store's path, then the host (`check_config`)."""
+    return state_problems(config) + before_start(config) + check_config(config)
 
 
 def _close(host: Any) -> None:

@@ -127,9 +127,11 @@ def keep(kind: str) -> int:
     return {"trials": KEEP_TRIALS, "decisions": KEEP_DECISIONS, "windows": KEEP_WINDOWS}[kind]
 
 
-#: Bytes a path may have (Linux PATH_MAX less its NUL), and what the store's own files add to the directory's.
-PATH_MAX = 4095
-FILES_ROOM = 128
+#: Bytes of the longest path SQLite opens (its unix VFS's MAX_PATHNAME): the trial store and its spool are files
+#: in the state directory (`tuner.store`), so the directory leaves room for the longest of their names.
+SQLITE_PATH_MAX = 512
+#: Bytes the state directory's path may have.
+DIR_MAX = SQLITE_PATH_MAX - len("/trials-spool.sqlite-journal")
 
 
 class StateDirError(TunerError):
@@ -153,8 +155,8 @@ def unusable_dir(directory: Path) -> str | None:
     if b"\0" in encoded:
         return "embedded null byte"
     too_long = os.strerror(errno.ENAMETOOLONG)
-    if len(encoded) + FILES_ROOM > PATH_MAX:
-        return f"{too_long} ({len(encoded)} bytes; at most {PATH_MAX - FILES_ROOM} leave room for the files in it)"
+    if len(encoded) > DIR_MAX:
+        return f"{too_long} ({len(encoded)} bytes; at most {DIR_MAX} leave room for the trial store's files in it)"
     if any(len(os.fsencode(part)) > 255 for part in directory.parts):
         return f"{too_long} (a name over 255 bytes)"
     for place in (directory, *directory.parents):

@@ -103,3 +103,10 @@ def test_a_socket_directory_or_token_the_servers_cannot_use_is_refused_by_check_
     assert check[0].endswith("in-a-file': Not a directory")
     assert check[1].startswith(f"{cfg}:10: grpc.token_file: expected a non-empty token in ")
     assert not (tmp_path / "st").exists()  # refused before the state directory was made
+
+
+def test_a_sqlite_trial_store_path_too_long_for_sqlite_is_refused_by_check_and_daemon_alike(tmp_path):
+    cfg = _config(tmp_path)
+    cfg.write_text(cfg.read_text() + f'\n[history]\nurl = "sqlite:///{tmp_path}/{"s" * 500}.sqlite"\n')
+    check, daemon = _both(cfg)
+    assert check == daemon and len(check) == 1 and check[0].startswith(f"{cfg}:14: history.url: expected a path SQLite")

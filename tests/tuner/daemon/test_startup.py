@@ -50,3 +50,9 @@ def test_a_config_not_read_from_a_file_names_the_field_alone_and_long_text_is_cl
     assert locate_problem(Config(), "state", "dir", "why") == "state.dir: why"
     text = clipped("x" * 1000 + "\n" + "tail")
     assert len(text) < 400 and text.endswith("xx tail (1005 characters)") and "\n" not in text
+
+
+def test_a_sqlite_trial_store_sqlite_cannot_open_is_refused_at_history_url(tmp_path):
+    cfg = _config(tmp_path, f'[history]\nurl = "sqlite:///{tmp_path}/{"s" * 500}.sqlite"\n')
+    assert [p.split(": ")[1] for p in check_startup(cfg)] == ["history.url"]
+    assert check_startup(_config(tmp_path, f'[history]\nurl = "sqlite:///{tmp_path}/t.sqlite"\n')) == []

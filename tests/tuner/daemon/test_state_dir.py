@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from core.errors import TunerError
-from tuner.daemon.state import FILES_ROOM, PATH_MAX, StateDirError, StateStore, unusable_dir
+from tuner.daemon.state import DIR_MAX, StateDirError, StateStore, unusable_dir
 
 
 def test_a_usable_directory_existing_or_to_be_made_has_no_problem_and_checking_makes_nothing(tmp_path):
@@ -36,11 +36,15 @@ def test_what_the_os_would_refuse_is_found_without_writing(tmp_path, name, why):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
 
 
-def test_a_directory_just_short_enough_for_its_files_is_usable(tmp_path):
-    room = PATH_MAX - FILES_ROOM - len(str(tmp_path)) - 1
+def test_a_directory_just_short_enough_for_the_trial_stores_files_is_usable_and_one_byte_more_is_not(tmp_path):
+    room = DIR_MAX - len(str(tmp_path)) - 1
     deep = tmp_path.joinpath(*["d" * 99] * (room // 100), "e" * (room % 100 or 1))
-    assert len(str(deep)) <= PATH_MAX - FILES_ROOM and unusable_dir(deep) is None
+    assert len(str(deep)) == DIR_MAX and unusable_dir(deep) is None
+    assert "File name too long" in (unusable_dir(Path(f"{deep}f")) or "")
     StateStore(deep).ensure()  # and really usable: made, written, locked
+    from tuner.store.sqlite import SqliteStore
+
+    SqliteStore(deep / "trials-spool.sqlite").close()  # the longest name of a file the store keeps there
 
 
 def test_ensure_raises_state_dir_error_shortened_and_in_use_stays_a_plain_error(tmp_path):
