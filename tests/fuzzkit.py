@@ -5,6 +5,11 @@ A valid input (the example config, the head of the bundled sample trace) is muta
 replaced, lines duplicated, a value swapped for a hostile one -- and the command must either succeed or exit 2
 with one line per problem that names the file, and never raise. Used by `tests/system/test_fuzz_mutation.py` (a few
 hundred examples) and `bench/fuzz.py` (a larger run).
+
+`check_then_start` takes a mutant further: after `--check`, the daemon's own start-up on the same file (the
+simulated host, in process): what --check accepts must start and answer GetStatus, what it refuses the start-up
+must refuse with 78 and lines --check printed (`tests/system/test_fuzz_check_start.py`, `bench/fuzz.py --targets
+start`).
 """
 
 from __future__ import annotations
