@@ -5,6 +5,11 @@ A valid input (the example config, the head of the bundled sample trace) is muta
 replaced, lines duplicated, a value swapped for a hostile one -- and the command must either succeed or exit 2
 with one line per problem that names the file, and never raise. Used by `tests/system/test_fuzz_mutation.py` (a few
 hundred examples) and `bench/fuzz.py` (a larger run).
+
+`check_then_start` takes a mutant further: after `--check`, the daemon's own start-up on the same file (the
+simulated host, in process): what --check accepts must start and answer GetStatus, what it refuses the start-up
+must refuse with 78 and lines --check printed (`tests/system/test_fuzz_check_start.py`, `bench/fuzz.py --targets
+start`).
 """
 
 from __future__ import annotations
@@ -103,9 +108,11 @@ def mutate(base: bytes, mutations: list[tuple[str, int, bytes]], values: tuple[s
 
 
 def config_base() -> bytes:
-    """The example config, made to point its state at a relative directory (the check never writes)."""
+    """The example config, made to point its state at a relative directory and its socket into /tmp (`--check`
+    runs the start-up checks in dry run: it writes neither, but the places must be ones a user may write)."""
     text = (REPO / "deploy" / "tuner.example.toml").read_text()
-    return text.encode()
+    text = text.replace('dir = "/var/lib/tuner"', 'dir = "state"')
+    return text.replace('"unix:///run/tuner/tuner.sock"', '"unix:///tmp/tuner-fuzz/t.sock"').encode()
 
 
 def trace_base(lines: int = 120) -> bytes:
@@ -166,3 +173,112 @@ def check_trace(tmp: Path, data: bytes, *, skip_bad: bool) -> tuple[int, list[st
         except ValueError:
             bad.append("--json output is not JSON")
     return code, bad
+
+
+# ------------------------------------------------------------------ `--check` against the real start-up (sim host)
+
+#: Outcomes of `check_then_start`: what --check said and what the daemon's own start-up did with the same file.
+START_OUTCOMES = ("accepted-and-started", "refused-with-78", "accepted-not-started", "refused-not-started")
+
+
+def start_base(tmp: Path) -> bytes:
+    """The example config made to start under `tmp` on the simulated host: state in `tmp/state`, the gRPC socket
+    in `tmp`, metrics on an ephemeral loopback port -- those three tables first, so that a truncated mutant
+    still names them rather than the defaults outside `tmp`."""
+    text = config_base().decode().replace('"unix:///tmp/tuner-fuzz/t.sock"', f'"unix://{tmp}/t.sock"')
+    text = text.replace('listen = "127.0.0.1:9464"', 'listen = "127.0.0.1:0"')
+    sections = re.split(r"(?m)^(?=\[)", text)
+    first = [sec for sec in sections if sec.startswith(("[state]", "[grpc]", "[metrics]"))]
+    return "".join(first + [sec for sec in sections if sec not in first]).encode()
+
+
+def _inside(path: Path | None, tmp: Path) -> bool:
+    return path is None or Path(path).resolve().is_relative_to(tmp.resolve())
+
+
+def outside_sandbox(config, tmp: Path) -> str | None:
+    """Why starting the daemon of `config` could write or bind outside `tmp` and loopback (None: it cannot): a
+    host other than the simulator, a state directory elsewhere that the start would create, a socket elsewhere,
+    a fixed or non-loopback port, a trial store elsewhere."""
+    from tuner.config import is_loopback
+    from tuner.daemon.state import unusable_dir
+
+    grpc, history = config.grpc, config.history
+    socket = Path(grpc.listen.removeprefix("unix:").removeprefix("//")) if grpc.listen.startswith("unix:") else None
+    checks = {
+        "host": config.host.spec == "sim" and "load" not in config.host.options,
+        "state.dir": _inside(config.state_dir, tmp) or unusable_dir(Path(config.state_dir)) is not None,
+        "grpc.listen": _inside(socket, tmp) if socket else is_loopback(grpc.listen) and grpc.listen.endswith(":0"),
+        "metrics.listen": config.metrics_listen is None
+        or (is_loopback(config.metrics_listen) and config.metrics_listen.endswith(":0")),
+        "history": _inside(history.file, tmp)
+        and (history.url == "" or history.url.startswith("sqlite:///") and _inside(Path(history.url[10:]), tmp)),
+    }
+    bad = [key for key, ok in checks.items() if not ok]
+    return ", ".join(bad) or None
+
+
+def _get_status(daemon) -> None:
+    """`GetStatus` over the daemon's own gRPC address (with its token); an `RpcError` if it does not answer."""
+    import grpc
+
+    from tuner.daemon.service import protos
+
+    cfg = daemon.config.grpc
+    if cfg.tls_cert is not None:
+        return  # a TLS server: its client certificate is the mutant's business
+    pb, services = protos()
+    metadata = [("authorization", f"Bearer {cfg.token_file.read_bytes().strip().decode()}")] if cfg.token_file else []
+    with grpc.insecure_channel(daemon.grpc_address) as channel:
+        services.TunerStub(channel).GetStatus(pb.GetStatusRequest(), timeout=10, metadata=metadata)
+
+
+def real_start(path: Path, tmp: Path) -> tuple[str, int, list[str]]:
+    """The daemon's own start-up on the config at `path` (in process, as `tuner daemon` starts it, a light
+    optimiser and no control loop): ("started" after it answered GetStatus and stopped, "refused" with its exit
+    status and lines, or "not-tried" with why: it could write or bind outside `tmp`)."""
+    from core.errors import ConfigError, TunerError
+    from tests.daemon_fakes import FakeOptimizers
+    from tuner.cli.daemon import read_config, start
+
+    try:
+        config = read_config(str(path))
+    except ConfigError as exc:
+        return "refused", exc.exit_status, str(exc).splitlines()
+    why = outside_sandbox(config, tmp)
+    if why is not None:
+        return "not-tried", 0, [why]
+    try:
+        daemon = start(config, optimizers=FakeOptimizers())
+    except TunerError as exc:
+        return "refused", int(getattr(exc, "exit_status", 2)), str(exc).splitlines()
+    try:
+        _get_status(daemon)
+    finally:
+        daemon._shutdown()
+    return "started", 0, []
+
+
+def check_then_start(tmp: Path, data: bytes) -> tuple[str, list[str]]:
+    """`tuner daemon --check` on `data`, then the daemon's own start-up on the same file: (outcome, what is
+    wrong). What --check accepts must start and answer GetStatus; what it refuses (78, `FILE:LINE` lines) the
+    start-up must refuse with 78 and lines --check printed too."""
+    from core.errors import EXIT_CONFIG
+
+    path = tmp / "tuner.toml"
+    path.write_bytes(data)
+    code, _, err = run_cli(["daemon", "--check", "--config", str(path)])
+    bad = problems_with_errors(code, err, path, failure=EXIT_CONFIG)
+    checked = err.removeprefix("tuner: error: ").splitlines()
+    started, status, lines = real_start(path, tmp)
+    if started == "not-tried":
+        return ("accepted-not-started" if code == 0 else "refused-not-started"), bad
+    if code == 0 and started != "started":
+        bad.append(f"--check accepted it, the start-up refused it with {status}: {lines[:3]}")
+    if code != 0 and started == "started":
+        bad.append(f"--check refused it ({checked[:3]}), the daemon started")
+    if code != 0 and started == "refused":
+        if status != EXIT_CONFIG:
+            bad.append(f"the start-up refused it with {status}, not {EXIT_CONFIG}: {lines[:3]}")
+        bad += [f"a start-up line --check did not print: {line[:200]!r}" for line in lines if line not in checked]
+    return ("accepted-and-started" if code == 0 else "refused-with-78"), bad

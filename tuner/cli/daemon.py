@@ -1,8 +1,8 @@
 """`tuner daemon --config FILE`: run the tuning service (systemd Type=notify) until SIGTERM/SIGINT.
 
 Exit statuses: 0 after SIGTERM/SIGINT (knobs restored); 78 (EX_CONFIG, `core.errors.EXIT_CONFIG`) when the
-config file is invalid or unreadable (`--check` too) or the start-up checks fail -- systemd does not restart on
-it; 2 for a command-line usage error (argparse) and other errors at start (an address in use); 1 when the
+config file is invalid or unreadable or the start-up checks fail (`--check` runs them too, in dry run) -- systemd
+does not restart on it; 2 for a command-line usage error (argparse) and other errors at start (an address in use); 1 when the
 control loop crashed (knobs restored; systemd restarts it).
 """
 
@@ -30,7 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--check",
         action="store_true",
-        help="validate the config and exit (0 if valid, 78 if not: one line per problem)",
+        help="validate the config and run the start-up checks in dry run, then exit (0 if the daemon would start, "
+        "78 if not: one line per problem)",
     )
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.set_defaults(func=run)
@@ -38,10 +39,54 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.check:
-        read_config(args.config)
+        check(args.config)
         print(f"{args.config}: OK")
         return 0
     return serve(args.config, log_level=args.log_level)
+
+
+def check(path: str) -> Any:
+    """`--check`: the config read and validated, then the daemon's start-up checks run in dry run
+    (`tuner.daemon.startup.check_startup`: no knob written, no server bound, no state written); a `ConfigError`
+    with one `FILE:LINE: field: ...` line per problem, the lines the daemon itself would refuse to start with."""
+    from core.errors import ConfigError
+    from tuner.daemon.startup import check_startup
+
+    config = read_config(path)
+    problems = check_startup(config)
+    if problems:
+        raise ConfigError("\n".join(problems))
+    return config
+
+
+def start(config: Any, *, optimizers: Any = None) -> Any:
+    """The daemon of `config`, started (state opened, host built, servers bound, READY sent) the way
+    `tuner daemon` starts it; what the start-up checks refuse is a `ConfigError` (exit status 78) with the
+    `FILE:LINE: field: ...` lines `--check` prints, and whatever did start is stopped again."""
+    from core.errors import ConfigError, InputError, StartupError
+    from tuner.daemon.loop import Daemon
+    from tuner.daemon.startup import before_start, state_problem
+    from tuner.daemon.state import StateDirError
+
+    problems = before_start(config)  # as `--check` finds them: before anything is bound or written
+    if problems:
+        raise ConfigError("\n".join(problems))
+    daemon = Daemon(config, optimizers=optimizers)
+    try:
+        daemon.start()
+    except InputError as exc:  # a file the config names changed between the check above and the start
+        daemon._shutdown()
+        raise ConfigError(str(exc)) from None
+    except StartupError as exc:  # what `--check` reports too: one `FILE:LINE: field: ...` line per problem
+        daemon._shutdown()
+        raise ConfigError("\n".join(exc.problems)) from None
+    except StateDirError as exc:  # the state directory cannot be created or written (exit 78, like --check)
+        daemon._shutdown()
+        raise ConfigError(state_problem(config, exc.reason)) from None
+    except BaseException:
+        daemon._shutdown()  # restore knobs and close what did start
+        raise
+    return daemon
 
 
 def read_config(path: str) -> Any:
@@ -58,7 +103,8 @@ def read_config(path: str) -> Any:
 
 def serve(config_path: str, *, optimizers: Any = None, log_level: str = "info") -> int:
     """Run the daemon from `config_path` with signal handling; returns the exit status (0 after SIGTERM)."""
-    from core.errors import ConfigError, InputError, TunerError
+    from core.errors import TunerError
+    from core.memory import limit_arenas
 
     config = read_config(config_path)
     journald = bool(os.environ.get("JOURNAL_STREAM"))
@@ -67,24 +113,13 @@ def serve(config_path: str, *, optimizers: Any = None, log_level: str = "info") 
         stream=sys.stderr,
         format="%(levelname)s %(name)s: %(message)s" if journald else "%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    from core.memory import limit_arenas
-    from tuner.daemon.loop import Daemon
-
     limit_arenas()  # before any thread starts: a steady RSS over months (core.memory)
-    daemon = Daemon(config, optimizers=optimizers)
     # Signal handlers only queue the signal (SimpleQueue.put is reentrant); the main thread acts on it, and
     # the control loop runs on its own thread -- no lock is ever taken inside a signal handler.
     signals: queue.SimpleQueue = queue.SimpleQueue()
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, lambda n, _frame: signals.put(n))
-    try:
-        daemon.start()
-    except InputError as exc:  # a file the config names (token, TLS key) is unreadable or empty
-        daemon._shutdown()
-        raise ConfigError(str(exc)) from None
-    except BaseException:
-        daemon._shutdown()  # restore knobs and close what did start
-        raise
+    daemon = start(config, optimizers=optimizers)
     result: list[int] = []
 
     def loop() -> None:

@@ -77,9 +77,9 @@ def run(args: argparse.Namespace) -> int:
             nic.close()
     problems: list[str] = []
     if config is not None:
-        from tuner.daemon.startup import check_config
+        from tuner.daemon.startup import check_startup
 
-        problems = check_config(config)
+        problems = check_startup(config)
     if args.json:
         out = report.to_json()
         if config is not None:

@@ -4,6 +4,7 @@ config's fields share."""
 
 from __future__ import annotations
 
+import datetime
 import ipaddress
 import math
 import re
@@ -32,25 +33,35 @@ def known_rewards() -> tuple[str, ...]:
     return DEFAULT_REWARDS
 
 
-_TABLE_RE = re.compile(r"^\s*\[\s*([A-Za-z0-9_.\"' -]+?)\s*\]\s*(#.*)?$")
+_TABLE_RE = re.compile(r"^\s*\[\[?\s*([A-Za-z0-9_.\"' -]+?)\s*\]\]?\s*(#.*)?$")
+
+
+def _header(line: str) -> str | None:
+    """The name of a `[table]` or `[[array]]` header line (quotes and spaces dropped), None for any other line."""
+    m = _TABLE_RE.match(line)
+    if not m:
+        return None
+    return m.group(1).replace('"', "").replace("'", "").replace(" ", "")
 
 
 def locate(lines: list[str], table: str, key: str | None) -> int:
     """1-based line of `key` inside `[table]`, or of `table.key =` at the top level (the table header when key is
-    None or not found; 1 if neither is there). The key may be bare or quoted."""
+    None or not found; 1 if neither is there). The key may be bare or quoted; a key that is itself a table
+    (`[table.key]`, `[table.key.sub]`, `[[table.key]]`) is found at its first header."""
     current = ""
     header_line = 0
     quoted = rf"""(?:{re.escape(key)}|"{re.escape(key)}"|'{re.escape(key)}')""" if key else ""
-    key_re = re.compile(rf"^\s*{quoted}\s*=") if key else None
-    dotted_re = re.compile(rf"^\s*{re.escape(table.split('.')[-1])}\s*\.\s*{quoted}\s*=") if key and table else None
+    key_re = re.compile(rf"^\s*{quoted}\s*[=.]") if key else None
+    dotted_re = re.compile(rf"^\s*{re.escape(table.split('.')[-1])}\s*\.\s*{quoted}\s*[=.]") if key and table else None
+    whole = f"{table}.{key}" if table and key else (key or "")
     for number, line in enumerate(lines, start=1):
-        m = _TABLE_RE.match(line)
-        if m and not line.lstrip().startswith("[["):
-            current = m.group(1).replace('"', "").replace("'", "").replace(" ", "")
+        name = _header(line)
+        if name is not None:
+            current = name
             if current == table and not header_line:
                 header_line = number
-            if key and current == (f"{table}.{key}" if table else key):
-                return number  # the key is itself a table: [table.key]
+            if key and (current == whole or current.startswith(whole + ".")):
+                return number  # the key is itself a table: [table.key], [table.key.sub] or [[table.key]]
             continue
         if current == table and key_re and key_re.match(line):
             return number
@@ -59,9 +70,22 @@ def locate(lines: list[str], table: str, key: str | None) -> int:
     return header_line or 1
 
 
+def as_written(value: Any) -> str:
+    """`value` as an error line echoes it: its repr, except TOML's dates and times, which read as ISO text
+    (inside arrays and inline tables too)."""
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    if isinstance(value, list):
+        return "[" + ", ".join(as_written(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k!r}: {as_written(v)}" for k, v in value.items()) + "}"
+    return repr(value)
+
+
 def shown(value: Any) -> str:
-    """`value` for an error line: its repr when short, else its ends and length (a line stays a line)."""
-    text = repr(value)
+    """`value` for an error line: as written (`as_written`) when short, else its ends and length (a line stays a
+    line)."""
+    text = as_written(value)
     if len(text) <= 80:
         return text
     return f"{text[:40]}...{text[-20:]} ({len(value) if isinstance(value, str | list | dict) else len(text)} long)"

@@ -50,7 +50,8 @@ def parse_config(text: str, path: Path) -> Config:
     base = path.parent
     c = Checker(path, text)
     for key in sorted(set(data) - set(SECTIONS)):
-        c.error("", key, f"unknown table: expected one of {', '.join(sorted(SECTIONS))}")
+        what = "unknown table" if isinstance(data[key], dict | list) else "unknown top-level key"
+        c.error("", key, f"{what}: expected one of the tables {', '.join(sorted(SECTIONS))}")
     host = HostConfig(**read_rows(c, data, "host", SECTIONS["host"]))
     check_host_options(c, host)
     knobs = KnobBounds(**read_rows(c, data, "knobs", SECTIONS["knobs"]))
@@ -74,6 +75,7 @@ def parse_config(text: str, path: Path) -> Config:
         grpc=grpc_cfg,
         metrics_listen=None if metrics_listen in ("", "off") else metrics_listen,
         history=history,
+        source=text,
     )
 
 

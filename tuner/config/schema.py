@@ -136,6 +136,8 @@ class Config:
     grpc: GrpcConfig = field(default_factory=GrpcConfig)
     metrics_listen: str | None = default("metrics", "listen")
     history: HistoryConfig = field(default_factory=HistoryConfig)
+    #: The file's text as read: start-up problems found later are located at their key's line (`locate_problem`).
+    source: str = field(default="", repr=False, compare=False)
 
     @property
     def history_path(self) -> Path:

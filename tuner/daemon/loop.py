@@ -376,7 +376,8 @@ class Daemon:
                 if not isinstance(point, OperatingPoint):
                     raise TunerError(f"expected a held point, got {point!r}")
                 self.ctx.apply(point)
-                log.info("holding %s from %s", point, held.get("retune_id"))
+                origin = held.get("retune_id") or f"the {held.get('reason') or 'last'} hold"  # a hold has no retune
+                log.info("holding %s from %s", point, origin)
             except TunerError as exc:
                 if is_permanent(exc):
                     raise

@@ -24,10 +24,12 @@ In memory every row's point (and its measurement's) is an `OperatingPoint`; the 
 from __future__ import annotations
 
 import base64
+import errno
 import fcntl
 import json
 import logging
 import os
+import stat
 import zlib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -125,6 +127,58 @@ def keep(kind: str) -> int:
     return {"trials": KEEP_TRIALS, "decisions": KEEP_DECISIONS, "windows": KEEP_WINDOWS}[kind]
 
 
+#: Bytes of the longest path SQLite opens (its unix VFS's MAX_PATHNAME): the trial store and its spool are files
+#: in the state directory (`tuner.store`), so the directory leaves room for the longest of their names.
+SQLITE_PATH_MAX = 512
+#: Bytes the state directory's path may have.
+DIR_MAX = SQLITE_PATH_MAX - len("/trials-spool.sqlite-journal")
+
+
+class StateDirError(TunerError):
+    """The state directory cannot be created or written (not "in use": that may pass); `reason` says why."""
+
+    def __init__(self, directory: Path, reason: str) -> None:
+        from tuner.config.checks import shown
+
+        self.reason = reason
+        super().__init__(f"state.dir {shown(str(directory))}: not writable: {reason}")
+
+
+def unusable_dir(directory: Path) -> str | None:
+    """Why a state directory could not be created and written at `directory`, found without writing anything
+    (None: it can be): a path the OS refuses (too long for the store's files, a name too long, a NUL byte), a
+    file in its place, an ancestor that is a file, no permission to write where it would be created."""
+    try:
+        encoded = os.fsencode(directory)
+    except (UnicodeError, ValueError) as exc:
+        return str(exc)
+    if b"\0" in encoded:
+        return "embedded null byte"
+    too_long = os.strerror(errno.ENAMETOOLONG)
+    if len(encoded) > DIR_MAX:
+        return f"{too_long} ({len(encoded)} bytes; at most {DIR_MAX} leave room for the trial store's files in it)"
+    if any(len(os.fsencode(part)) > 255 for part in directory.parts):
+        return f"{too_long} (a name over 255 bytes)"
+    for place in (directory, *directory.parents):
+        try:
+            st = os.stat(place)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            return exc.strerror or str(exc)
+        if not stat.S_ISDIR(st.st_mode):
+            return os.strerror(errno.ENOTDIR) if place == directory else f"{place} is not a directory"
+        if not os.access(place, os.W_OK | os.X_OK):
+            return (
+                os.strerror(errno.EACCES) if place == directory else f"cannot create it in {place}: permission denied"
+            )
+        break
+    for sub in ("experiments", "journal"):
+        if (directory / sub).exists() and not (directory / sub).is_dir():
+            return f"{directory / sub} is not a directory"
+    return None
+
+
 class StateStore:
     """Reads and atomically writes the daemon's state under one directory."""
 
@@ -145,7 +199,12 @@ class StateStore:
         self._zcache: tuple[str | None, str] = (None, "")
 
     def ensure(self) -> None:
-        """Create the directory (0700) and lock it for this process, or raise `TunerError` saying why not."""
+        """Create the directory (0700) and lock it for this process, or raise `StateDirError` saying why it cannot
+        be written (`unusable_dir` first: what `tuner daemon --check` finds) or `TunerError` when another daemon
+        holds it."""
+        reason = unusable_dir(self.dir)
+        if reason is not None:
+            raise StateDirError(self.dir, reason)
         try:
             self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
             self.exp_dir.mkdir(exist_ok=True, mode=0o700)
@@ -155,12 +214,14 @@ class StateStore:
             probe.unlink()
             fd = os.open(self.dir / "daemon.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:
-            raise TunerError(f"state.dir {self.dir}: not writable: {exc.strerror or exc}") from None
+            raise StateDirError(self.dir, exc.strerror or str(exc)) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             os.close(fd)
-            raise TunerError(f"state.dir {self.dir}: in use by another tuner daemon") from None
+            from tuner.config.checks import shown
+
+            raise TunerError(f"state.dir {shown(str(self.dir))}: in use by another tuner daemon") from None
         self._lock_fd: int | None = fd  # held until the process exits (or `release`)
 
     def release(self) -> None:
