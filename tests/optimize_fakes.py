@@ -3,6 +3,8 @@ measurements, fake-host trial histories, contextual settings and a seeded safe o
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from actuators.host import PERCENTILES, KnobSpace, Measurement, OperatingPoint, apply_point
@@ -15,6 +17,26 @@ from tuner.optimize.settings import Objective, TunerSettings
 SMALL = KnobSpace(tuple(range(2, 403, 16)), (1.2, 1.6, 2.0, 2.4, 2.9))  # 26 ITR x 5 DVFS
 OBJ = Objective("constrained", 99, 500)
 MAXQ = 1e6
+
+#: Every setting the optimiser members' tests depend on, spelled out (the dataclass's defaults are not what they test)
+MEMBER_SETTINGS: dict[str, Any] = {
+    "trials": 8,
+    "sobol_trials": 4,
+    "seed": 3,
+    "itr_resolution_us": 8,
+    "context": False,
+    "history_max_trials": 100,
+    "stop_ei_pct": 0.0,
+    "safe_delta": 0.0,
+    "safe_radius": 0.2,
+    "safe_model_error": 0.0,
+    "safe_sd_scale": 1.0,
+    "refit_every": 1,
+    "hyper_iters": 0,
+    "peak_step": False,
+    "acquisition": "ax",
+    "refine_step": False,
+}
 
 
 def meas(p99: float, power: float, qps: float = 1e5, seconds: float = 5.0) -> Measurement:

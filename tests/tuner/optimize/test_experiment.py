@@ -10,32 +10,12 @@ import pytest
 
 from actuators.host import PERCENTILES, KnobSpace, Measurement, OperatingPoint, apply_point
 from tests.fakes import FakeHost
+from tests.optimize_fakes import MEMBER_SETTINGS as BASE
 from tuner.optimize.experiment import ExperimentModel
 from tuner.optimize.settings import Objective, TunerSettings
 
 SPACE = KnobSpace(tuple(range(2, 403, 16)), (1.2, 1.6, 2.0, 2.4, 2.9))  # 26 ITR x 5 DVFS
 OBJ = Objective("constrained", 99, 500)
-
-
-#: Every setting these tests depend on, spelled out (the dataclass's defaults are not what is tested)
-BASE: dict[str, Any] = {
-    "trials": 8,
-    "sobol_trials": 4,
-    "seed": 3,
-    "itr_resolution_us": 8,
-    "context": False,
-    "history_max_trials": 100,
-    "stop_ei_pct": 0.0,
-    "safe_delta": 0.0,
-    "safe_radius": 0.2,
-    "safe_model_error": 0.0,
-    "safe_sd_scale": 1.0,
-    "refit_every": 1,
-    "hyper_iters": 0,
-    "peak_step": False,
-    "acquisition": "ax",
-    "refine_step": False,
-}
 
 
 def _settings(**kw: Any) -> TunerSettings:
