@@ -249,13 +249,17 @@ _OPEN_PREFIXES = (
 
 
 class _TokenInterceptor(grpc.ServerInterceptor):
-    """Requires `authorization: Bearer <token>` (constant-time compare) on the Tuner API."""
+    """Requires exactly one `authorization: Bearer <token>` (constant-time compare) on the Tuner API: two or
+    more `authorization` headers are refused even if one is right (a proxy that adds its own must not let a
+    client's guess through, nor the other way round)."""
 
     def __init__(self, token: bytes) -> None:
         self._expected = b"Bearer " + token
 
         def deny(request: Any, context: Any) -> Any:
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, "expected metadata 'authorization: Bearer <token>'")
+            context.abort(
+                grpc.StatusCode.UNAUTHENTICATED, "expected exactly one metadata 'authorization: Bearer <token>'"
+            )
 
         self._deny = grpc.unary_unary_rpc_method_handler(deny)
         self._deny_stream = grpc.unary_stream_rpc_method_handler(deny)
@@ -264,11 +268,12 @@ class _TokenInterceptor(grpc.ServerInterceptor):
     def intercept_service(self, continuation: Any, details: Any) -> Any:
         if details.method.startswith(_OPEN_PREFIXES):
             return continuation(details)
-        given = b""
-        for key, value in details.invocation_metadata or ():
-            if key == "authorization":
-                given = value.encode() if isinstance(value, str) else bytes(value)
-        if hmac.compare_digest(given, self._expected):
+        given = [
+            value.encode() if isinstance(value, str) else bytes(value)
+            for key, value in details.invocation_metadata or ()
+            if key.lower() == "authorization"
+        ]
+        if len(given) == 1 and hmac.compare_digest(given[0], self._expected):
             return continuation(details)
         handler = continuation(details)
         if handler is None:

@@ -226,7 +226,15 @@ def test_bearer_token_required_when_configured(tmp_path):
             )
             good = ReflectionClient(ch, metadata=[("authorization", "Bearer s3cret-token")])
             assert good.call("GetStatus").version
-            for md in ([], [("authorization", "Bearer wrong")], [("authorization", "s3cret-token")]):
+            right, wrong = ("authorization", "Bearer s3cret-token"), ("authorization", "Bearer wrong")
+            for md in (
+                [],
+                [wrong],
+                [("authorization", "s3cret-token")],
+                [wrong, right],
+                [right, wrong],
+                [right, right],
+            ):
                 bad = ReflectionClient.__new__(ReflectionClient)
                 bad.__dict__.update(good.__dict__, metadata=md)
                 with pytest.raises(grpc.RpcError) as e:
