@@ -7,6 +7,13 @@ the examples and CLI runs, how many inputs were accepted / refused, the wall tim
 failing example (minimised by hypothesis) if any.
 
     .venv/bin/python bench/fuzz.py [--examples 3000] [--targets config,trace] [--seed 0]
+
+Target `rpc` (`--targets rpc [--count 10000] [--rpcs GetStatus,...]`) starts `tuner daemon` on the simulated
+host (a subprocess, its gRPC on a unix socket) and sends `--count` requests per RPC drawn by hypothesis from
+`tests/rpckit.py` (the strategies of `tests/tuner/daemon/test_service_inputs.py`) with drawn extra metadata;
+each call must get an allowed status code within its deadline, an answer without NaN or infinity, and leave
+the policy as it was (an accepted `SetPolicy` sets what it asked, and is undone). Reports per RPC the counts of
+each status code and of problems, the first problems, and the tracebacks in the daemon's log.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -68,17 +76,170 @@ def run_target(name: str, examples: int, seed: int) -> dict:
     }
 
 
+RPC_CONFIG = """[host]
+spec = "sim"
+[host.options]
+seed = 1
+qps = 200000
+[tuning]
+trials = 4
+sobol_trials = 4
+window_s = 0.2
+settle_s = 0
+[state]
+dir = "state"
+[grpc]
+listen = "unix://{sock}"
+[metrics]
+listen = "off"
+"""
+
+
+def start_rpc_daemon(tmp: Path) -> tuple[Any, Path]:
+    """`tuner daemon` on the simulated host in `tmp` (log in tmp/daemon.log); (process, socket) once it serves."""
+    import os
+    import subprocess
+
+    sock = tmp / "t.sock"
+    (tmp / "tuner.toml").write_text(RPC_CONFIG.format(sock=sock))
+    log = open(tmp / "daemon.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tuner.cli", "daemon", "--config", str(tmp / "tuner.toml")],
+        cwd=tmp,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 120
+    while not sock.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise SystemExit(f"daemon did not start; see {tmp / 'daemon.log'}")
+        time.sleep(0.2)
+    return proc, sock
+
+
+def rpc_one(pb: Any, stub: Any, rpc: str, fields: dict, metadata: list) -> tuple[str, list[str]]:
+    """One drawn request of `rpc` checked (`tests.rpckit`): (status code name, problems)."""
+    from tests.rpckit import DEADLINE_S, call, non_finite, outcome_problems, policy_of, request
+
+    before = policy_of(stub.GetStatus(pb.GetStatusRequest(), timeout=DEADLINE_S))
+    code, resp, took, details = call(stub, rpc, request(pb, rpc, fields), metadata=metadata)
+    problems = outcome_problems(rpc, code, details, took)
+    if resp is not None and non_finite(resp):
+        problems.append(f"not finite: {non_finite(resp)}")
+    after = policy_of(stub.GetStatus(pb.GetStatusRequest(), timeout=DEADLINE_S))
+    if rpc == "SetPolicy" and code.name == "OK":
+        asked = tuple(
+            before[i] if fields[k] is None else fields[k] for i, k in enumerate(("sla_us", "percentile", "reward"))
+        )
+        if after[0] != asked[0] or abs(after[1] - asked[1]) > 1e-9 or after[2] != asked[2]:
+            problems.append(f"policy {after} after SetPolicy {asked}")
+        stub.SetPolicy(
+            pb.SetPolicyRequest(sla_us=before[0], percentile=before[1], reward=before[2]), timeout=DEADLINE_S
+        )
+    elif after != before:
+        problems.append(f"policy changed {before} -> {after}")
+    return code.name, [f"{rpc} {str(fields)[:300]}: {p}" for p in problems]
+
+
+def rpc_target(pb: Any, stub: Any, rpc: str, count: int, seed: int) -> dict:
+    """`count` drawn requests of `rpc`: counts per status code, problems, wall time."""
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as hseed
+    from hypothesis import strategies as st
+
+    from tests.rpckit import FIELDS
+
+    # extra metadata a client may send: any lowercase key (not the reserved grpc- ones), printable values
+    meta = st.lists(
+        st.tuples(
+            st.from_regex(r"[a-z][a-z0-9_.-]{0,30}", fullmatch=True),
+            st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=200),
+        ).filter(lambda kv: not kv[0].startswith("grpc-") and kv[0] not in ("te", "content-type", "user-agent")),
+        max_size=3,
+    )
+    codes: Counter = Counter()
+    problems: list[str] = []
+
+    def one(fields: dict, metadata: list) -> None:
+        code, bad = rpc_one(pb, stub, rpc, fields, metadata)
+        codes[code] += 1
+        problems.extend(bad)
+
+    test = settings(
+        max_examples=count,
+        deadline=None,
+        database=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )(given(fields=FIELDS[rpc], metadata=meta)(one))
+    t0 = time.perf_counter()
+    hseed(seed)(test)()
+    return {
+        "requests": sum(codes.values()),
+        "codes": dict(sorted(codes.items())),
+        "problems": len(problems),
+        "first_problems": problems[:5],
+        "wall_s": round(time.perf_counter() - t0, 1),
+    }
+
+
+def run_rpc(count: int, seed: int, rpcs: list[str]) -> dict:
+    """The `rpc` target: one daemon on the simulated host, `count` drawn requests per RPC in `rpcs`."""
+    import grpc
+
+    from tuner.daemon.service import protos
+
+    pb, services = protos()
+    with tempfile.TemporaryDirectory(prefix="tuner-fuzz-rpc-") as d:
+        tmp = Path(d)
+        proc, sock = start_rpc_daemon(tmp)
+        try:
+            with grpc.insecure_channel(f"unix://{sock}") as ch:
+                stub = services.TunerStub(ch)
+                per_rpc = {rpc: rpc_target(pb, stub, rpc, count, seed) for rpc in rpcs}
+        finally:
+            proc.terminate()
+            exit_code = proc.wait(60)
+        log = (tmp / "daemon.log").read_text(errors="replace")
+    tracebacks = log.count("Traceback (most recent call last)")
+    bad_codes = sum(n for r in per_rpc.values() for c, n in r["codes"].items() if c in ("UNKNOWN", "INTERNAL"))
+    return {
+        "target": "rpc",
+        "host": "sim",
+        "count_per_rpc": count,
+        "rpcs": per_rpc,
+        "unknown_or_internal": bad_codes,
+        "daemon_log_tracebacks": tracebacks,
+        "daemon_exit_code": exit_code,
+        "ok": bad_codes == 0
+        and tracebacks == 0
+        and exit_code == 0
+        and all(r["problems"] == 0 for r in per_rpc.values()),
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--examples", type=int, default=3000, help="hypothesis examples per target (default 3000)")
-    ap.add_argument("--targets", default="config,trace", help="comma list of config, trace")
+    ap.add_argument("--targets", default="config,trace", help="comma list of config, trace, rpc")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--count", type=int, default=10_000, help="target rpc: drawn requests per RPC (default 10000)")
+    ap.add_argument("--rpcs", default="", help="target rpc: comma list of RPCs (default: all eight)")
     args = ap.parse_args()
     targets = [t for t in args.targets.split(",") if t]
     for t in targets:
-        if t not in ("config", "trace"):
-            ap.error(f"--targets: unknown target {t!r}: expected config, trace")
-    results = [run_target(t, args.examples, args.seed) for t in targets]
+        if t not in ("config", "trace", "rpc"):
+            ap.error(f"--targets: unknown target {t!r}: expected config, trace, rpc")
+    from tests.rpckit import RPCS
+
+    rpcs = [r for r in args.rpcs.split(",") if r] or list(RPCS)
+    if set(rpcs) - set(RPCS) or args.count < 1:
+        ap.error(f"--rpcs: expected some of {', '.join(RPCS)}; --count: expected >= 1")
+    results = [
+        run_rpc(args.count, args.seed, rpcs) if t == "rpc" else run_target(t, args.examples, args.seed) for t in targets
+    ]
     print(json.dumps({"results": results, "ok": all(r["ok"] for r in results)}, indent=2))
     return 0 if all(r["ok"] for r in results) else 1
 
