@@ -121,7 +121,16 @@ def start_rpc_daemon(tmp: Path) -> tuple[Any, Path]:
 
 def rpc_one(pb: Any, stub: Any, rpc: str, fields: dict, metadata: list) -> tuple[str, list[str]]:
     """One drawn request of `rpc` checked (`tests.rpckit`): (status code name, problems)."""
-    from tests.rpckit import DEADLINE_S, call, non_finite, outcome_problems, policy_of, request
+    from tests.rpckit import (
+        DEADLINE_S,
+        call,
+        non_finite,
+        outcome_problems,
+        policy_asked,
+        policy_of,
+        request,
+        same_policy,
+    )
 
     before = policy_of(stub.GetStatus(pb.GetStatusRequest(), timeout=DEADLINE_S))
     code, resp, took, details = call(stub, rpc, request(pb, rpc, fields), metadata=metadata)
@@ -130,10 +139,8 @@ def rpc_one(pb: Any, stub: Any, rpc: str, fields: dict, metadata: list) -> tuple
         problems.append(f"not finite: {non_finite(resp)}")
     after = policy_of(stub.GetStatus(pb.GetStatusRequest(), timeout=DEADLINE_S))
     if rpc == "SetPolicy" and code.name == "OK":
-        asked = tuple(
-            before[i] if fields[k] is None else fields[k] for i, k in enumerate(("sla_us", "percentile", "reward"))
-        )
-        if after[0] != asked[0] or abs(after[1] - asked[1]) > 1e-9 or after[2] != asked[2]:
+        asked = policy_asked(before, fields)
+        if not same_policy(after, asked):
             problems.append(f"policy {after} after SetPolicy {asked}")
         stub.SetPolicy(
             pb.SetPolicyRequest(sla_us=before[0], percentile=before[1], reward=before[2]), timeout=DEADLINE_S

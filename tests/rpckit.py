@@ -231,3 +231,18 @@ def non_finite(msg: Any, path: str = "") -> list[str]:
 def policy_of(status: Any) -> tuple[float, float, str]:
     p = status.policy
     return (p.sla_us, p.percentile, p.reward)
+
+
+def policy_asked(before: tuple[float, float, str], fields: dict[str, Any]) -> tuple[float, float, str]:
+    """The policy a `SetPolicy` with `fields` asks for over `before` (unset fields keep their value)."""
+    sla, pct, reward = (fields.get(k) for k in ("sla_us", "percentile", "reward"))
+    return (
+        before[0] if sla is None else float(sla),
+        before[1] if pct is None else float(pct),
+        before[2] if reward is None else str(reward),
+    )
+
+
+def same_policy(a: tuple[float, float, str], b: tuple[float, float, str]) -> bool:
+    """Equal policies (a percentile within 1e-9: the daemon snaps it to the one it knows)."""
+    return a[0] == b[0] and math.isclose(a[1], b[1], abs_tol=1e-9) and a[2] == b[2]

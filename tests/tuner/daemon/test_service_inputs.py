@@ -6,14 +6,24 @@ accepted `SetPolicy`, which sets exactly what it asked for (and is undone before
 from __future__ import annotations
 
 import logging
-import math
 
 import grpc
 import pytest
 from hypothesis import HealthCheck, given, settings
 
 from tests.daemon_fakes import Running, wait_for, write_config
-from tests.rpckit import DEADLINE_S, FIELDS, RPCS, call, non_finite, outcome_problems, policy_of, request
+from tests.rpckit import (
+    DEADLINE_S,
+    FIELDS,
+    RPCS,
+    call,
+    non_finite,
+    outcome_problems,
+    policy_asked,
+    policy_of,
+    request,
+    same_policy,
+)
 from tests.store_fakes import entry
 from tuner.daemon.service import protos
 from tuner.store.sqlite import SqliteStore
@@ -76,10 +86,7 @@ def _check(pb, stub, rpc: str, fields: dict, tracebacks: list[str]) -> None:
     if rpc != "SetPolicy" or code != grpc.StatusCode.OK:
         assert after == before, (rpc, fields)
         return
-    asked = tuple(
-        before[i] if fields[k] is None else fields[k] for i, k in enumerate(("sla_us", "percentile", "reward"))
-    )
-    assert after[0] == asked[0] and math.isclose(after[1], asked[1], abs_tol=1e-9) and after[2] == asked[2]
+    assert same_policy(after, policy_asked(before, fields)), (fields, before, after)
     assert policy_of(pb.Status(policy=resp)) == after  # the answer is the policy now in force
     restore = pb.SetPolicyRequest(sla_us=before[0], percentile=before[1], reward=before[2])
     stub.SetPolicy(restore, timeout=DEADLINE_S)
