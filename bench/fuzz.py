@@ -9,7 +9,7 @@ failing example (minimised by hypothesis) if any.
     .venv/bin/python bench/fuzz.py [--examples 3000] [--targets config,trace] [--seed 0]
 
 Target `rpc` (`--targets rpc [--count 10000] [--rpcs GetStatus,...]`) starts `tuner daemon` on the simulated
-host (a subprocess, its gRPC on a unix socket) and sends `--count` requests per RPC drawn by hypothesis from
+host (a subprocess, its gRPC on a unix socket), waits for its first decision, and sends `--count` requests per RPC drawn by hypothesis from
 `tests/rpckit.py` (the strategies of `tests/tuner/daemon/test_service_inputs.py`) with drawn extra metadata;
 each call must get an allowed status code within its deadline, an answer without NaN or infinity, and leave
 the policy as it was (an accepted `SetPolicy` sets what it asked, and is undone). Reports per RPC the counts of
@@ -119,8 +119,9 @@ def start_rpc_daemon(tmp: Path) -> tuple[Any, Path]:
     return proc, sock
 
 
-def rpc_one(pb: Any, stub: Any, rpc: str, fields: dict, metadata: list) -> tuple[str, list[str]]:
-    """One drawn request of `rpc` checked (`tests.rpckit`): (status code name, problems)."""
+def rpc_one(pb: Any, stub: Any, rpc: str, fields: dict, metadata: list, before: tuple) -> tuple[str, list[str], tuple]:
+    """One drawn request of `rpc` checked (`tests.rpckit`), the policy `before` it in force: (status code name,
+    problems, the policy after it)."""
     from tests.rpckit import (
         DEADLINE_S,
         call,
@@ -132,7 +133,6 @@ def rpc_one(pb: Any, stub: Any, rpc: str, fields: dict, metadata: list) -> tuple
         same_policy,
     )
 
-    before = policy_of(stub.GetStatus(pb.GetStatusRequest(), timeout=DEADLINE_S))
     code, resp, took, details = call(stub, rpc, request(pb, rpc, fields), metadata=metadata)
     problems = outcome_problems(rpc, code, details, took)
     if resp is not None and non_finite(resp):
@@ -145,9 +145,12 @@ def rpc_one(pb: Any, stub: Any, rpc: str, fields: dict, metadata: list) -> tuple
         stub.SetPolicy(
             pb.SetPolicyRequest(sla_us=before[0], percentile=before[1], reward=before[2]), timeout=DEADLINE_S
         )
+        after = policy_of(stub.GetStatus(pb.GetStatusRequest(), timeout=DEADLINE_S))
+        if after != before:
+            problems.append(f"policy {after} after restoring {before}")
     elif after != before:
         problems.append(f"policy changed {before} -> {after}")
-    return code.name, [f"{rpc} {str(fields)[:300]}: {p}" for p in problems]
+    return code.name, [f"{rpc} {str(fields)[:300]}: {p}" for p in problems], after
 
 
 def rpc_target(pb: Any, stub: Any, rpc: str, count: int, seed: int) -> dict:
@@ -156,7 +159,7 @@ def rpc_target(pb: Any, stub: Any, rpc: str, count: int, seed: int) -> dict:
     from hypothesis import seed as hseed
     from hypothesis import strategies as st
 
-    from tests.rpckit import FIELDS
+    from tests.rpckit import DEADLINE_S, FIELDS, policy_of
 
     # extra metadata a client may send: any lowercase key (not the reserved grpc- ones), printable values
     meta = st.lists(
@@ -168,11 +171,14 @@ def rpc_target(pb: Any, stub: Any, rpc: str, count: int, seed: int) -> dict:
     )
     codes: Counter = Counter()
     problems: list[str] = []
+    policy = [policy_of(stub.GetStatus(pb.GetStatusRequest(), timeout=DEADLINE_S))]
 
     def one(fields: dict, metadata: list) -> None:
-        code, bad = rpc_one(pb, stub, rpc, fields, metadata)
+        code, bad, policy[0] = rpc_one(pb, stub, rpc, fields, metadata, policy[0])
         codes[code] += 1
         problems.extend(bad)
+        if sum(codes.values()) % 1000 == 0:
+            print(f"{rpc}: {sum(codes.values())} requests, {dict(codes)}", file=sys.stderr, flush=True)
 
     test = settings(
         max_examples=count,
@@ -183,13 +189,30 @@ def rpc_target(pb: Any, stub: Any, rpc: str, count: int, seed: int) -> dict:
     )(given(fields=FIELDS[rpc], metadata=meta)(one))
     t0 = time.perf_counter()
     hseed(seed)(test)()
-    return {
+    result = {
         "requests": sum(codes.values()),
         "codes": dict(sorted(codes.items())),
         "problems": len(problems),
         "first_problems": problems[:5],
         "wall_s": round(time.perf_counter() - t0, 1),
     }
+    print(json.dumps({rpc: result}), file=sys.stderr, flush=True)
+    return result
+
+
+def first_decision(pb: Any, stub: Any, timeout_s: float = 600.0) -> None:
+    """Wait for the daemon's first decision: before it `WatchDecisions` has nothing to send first."""
+    import grpc
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if stub.GetStatus(pb.GetStatusRequest(), timeout=5).last_retune_time > 0:
+                return
+        except grpc.RpcError:
+            pass
+        time.sleep(0.5)
+    raise SystemExit(f"no decision within {timeout_s:g} s")
 
 
 def run_rpc(count: int, seed: int, rpcs: list[str]) -> dict:
@@ -205,6 +228,7 @@ def run_rpc(count: int, seed: int, rpcs: list[str]) -> dict:
         try:
             with grpc.insecure_channel(f"unix://{sock}") as ch:
                 stub = services.TunerStub(ch)
+                first_decision(pb, stub)
                 per_rpc = {rpc: rpc_target(pb, stub, rpc, count, seed) for rpc in rpcs}
         finally:
             proc.terminate()
