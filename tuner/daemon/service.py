@@ -213,9 +213,18 @@ class _Watchers:
             self._n -= 1
 
 
+def _wake(q: queue.Queue) -> None:
+    """Wake a stream's wait on its queue (None: no decision, look at the call again)."""
+    try:
+        q.put_nowait(None)
+    except queue.Full:  # a full queue wakes it anyway
+        pass
+
+
 def _watch_decisions(pb: Any, daemon: DaemonApi, watchers: _Watchers, context: Any) -> Iterator[Any]:
     watchers.enter(context)
     q, latest = daemon.subscribe()
+    context.add_callback(lambda: _wake(q))  # a cancelled stream gives its place back at once
     try:
         if latest is not None:
             yield decision_msg(pb, latest)
@@ -224,7 +233,8 @@ def _watch_decisions(pb: Any, daemon: DaemonApi, watchers: _Watchers, context: A
                 d = q.get(timeout=0.25)
             except queue.Empty:
                 continue
-            yield decision_msg(pb, d)
+            if d is not None:
+                yield decision_msg(pb, d)
     finally:
         daemon.unsubscribe(q)
         watchers.leave()
