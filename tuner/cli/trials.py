@@ -262,10 +262,11 @@ def run_import(args: argparse.Namespace) -> int:
 
 
 def run_fleet(args: argparse.Namespace) -> int:
-    from tuner.store.fleet import check_query, fleet_report
+    from tuner.store.fleet import check_class, check_query, fleet_report
     from tuner.store.open import open_store
 
     check_query(args.percentile, args.sla, args.band_pct, names=("--percentile", "--sla", "--band-pct"))
+    check_class(args.hw_class or "", "--class")
     cfg = _config(args.config)
     url = args.url if args.url is not None else (cfg.history.url if cfg is not None else "")
     state_dir = args.state_dir or (cfg.state_dir if cfg is not None else DEFAULT_STATE_DIR)

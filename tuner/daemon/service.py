@@ -41,6 +41,31 @@ SERVICE_NAME = "tuner.v1.Tuner"
 PROTO_ROOT = Path(__file__).resolve().parents[1] / "proto" / "tuner"
 MAX_WATCHERS = 8
 MAX_WORKERS = MAX_WATCHERS + 8
+#: The longest free-text field a request may carry (`Retune.reason`, `ListTrials.retune_id`, `SetPolicy.reward`).
+MAX_TEXT_CHARS = 200
+#: A refusal's message is one line of at most this many characters: an error that echoes a 100 kB input
+#: would exceed the client's metadata limit (16 kB) and arrive as RESOURCE_EXHAUSTED without its message.
+MAX_DETAIL_CHARS = 300
+
+
+def refuse(context: Any, code: grpc.StatusCode, message: str) -> None:
+    """Abort the call with `code` and `message` made one line of at most `MAX_DETAIL_CHARS` characters."""
+    line = " ".join(message.split())
+    if len(line) > MAX_DETAIL_CHARS:
+        line = line[: MAX_DETAIL_CHARS - 1] + "…"
+    context.abort(code, line)
+
+
+def check_text(context: Any, name: str, value: str) -> None:
+    """INVALID_ARGUMENT unless `value` is at most `MAX_TEXT_CHARS` printable characters (no NUL, newline or
+    other control character: free text goes to the log, where a newline would forge a line)."""
+    if len(value) > MAX_TEXT_CHARS or not value.isprintable():
+        refuse(
+            context,
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"{name}: expected at most {MAX_TEXT_CHARS} printable characters, got {len(value)} characters"
+            + ("" if value.isprintable() else " with control or format characters"),
+        )
 
 
 @lru_cache(maxsize=1)
@@ -90,7 +115,7 @@ def _operating_point(pb: Any, daemon: DaemonApi, request: Any, context: Any) -> 
     try:
         a = daemon.operating_point(request.qps, request.sla_us, request.percentile)
     except TunerError as exc:
-        context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        refuse(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
     return pb.OperatingPointResponse(
         point=point_msg(pb, a.point),
         predicted_latency_us=finite(a.latency_us),
@@ -111,7 +136,7 @@ def _power_curve(pb: Any, daemon: DaemonApi, request: Any, context: Any) -> Any:
             request.sla_us, request.percentile, request.qps_min, request.qps_max, int(request.points)
         )
     except TunerError as exc:
-        context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        refuse(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
     lo, hi = c.measured_qps or (0.0, 0.0)
     return pb.PowerCurve(
         sla_us=c.sla_us,
@@ -140,15 +165,14 @@ def _fleet_view(pb: Any, daemon: DaemonApi, request: Any, context: Any) -> Any:
     try:
         report = daemon.fleet_view(request.sla_us, request.percentile, request.band_pct, request.hw_class)
     except InputError as exc:
-        context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        refuse(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
     except TunerError as exc:  # the store cannot be read (e.g. a fleet database down, no spool yet)
-        context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        refuse(context, grpc.StatusCode.UNAVAILABLE, str(exc))
     return fleet_msg(pb, report)
 
 
 def _retune(pb: Any, daemon: DaemonApi, request: Any, context: Any) -> Any:
-    if len(request.reason) > 200:
-        context.abort(grpc.StatusCode.INVALID_ARGUMENT, "reason: expected at most 200 characters")
+    check_text(context, "reason", request.reason)
     ok, message = daemon.request_retune("rpc")
     if ok:
         log.info("retune requested over gRPC%s", f": {request.reason}" if request.reason else "")
@@ -156,6 +180,8 @@ def _retune(pb: Any, daemon: DaemonApi, request: Any, context: Any) -> Any:
 
 
 def _set_policy(pb: Any, daemon: DaemonApi, request: Any, context: Any) -> Any:
+    if request.HasField("reward"):
+        check_text(context, "reward", request.reward)
     try:
         p = daemon.set_policy(
             request.sla_us if request.HasField("sla_us") else None,
@@ -163,7 +189,7 @@ def _set_policy(pb: Any, daemon: DaemonApi, request: Any, context: Any) -> Any:
             request.reward if request.HasField("reward") else None,
         )
     except TunerError as exc:
-        context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        refuse(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
     return policy_msg(pb, p)
 
 
@@ -187,9 +213,18 @@ class _Watchers:
             self._n -= 1
 
 
+def _wake(q: queue.Queue) -> None:
+    """Wake a stream's wait on its queue (None: no decision, look at the call again)."""
+    try:
+        q.put_nowait(None)
+    except queue.Full:  # a full queue wakes it anyway
+        pass
+
+
 def _watch_decisions(pb: Any, daemon: DaemonApi, watchers: _Watchers, context: Any) -> Iterator[Any]:
     watchers.enter(context)
     q, latest = daemon.subscribe()
+    context.add_callback(lambda: _wake(q))  # a cancelled stream gives its place back at once
     try:
         if latest is not None:
             yield decision_msg(pb, latest)
@@ -198,7 +233,8 @@ def _watch_decisions(pb: Any, daemon: DaemonApi, watchers: _Watchers, context: A
                 d = q.get(timeout=0.25)
             except queue.Empty:
                 continue
-            yield decision_msg(pb, d)
+            if d is not None:
+                yield decision_msg(pb, d)
     finally:
         daemon.unsubscribe(q)
         watchers.leave()
@@ -225,6 +261,7 @@ def make_servicer(daemon: DaemonApi) -> Any:
             return _fleet_view(pb, daemon, request, context)
 
         def ListTrials(self, request: Any, context: Any) -> Any:
+            check_text(context, "retune_id", request.retune_id)
             rows = daemon.trials(limit=int(request.limit), retune_id=request.retune_id)
             return pb.ListTrialsResponse(trials=[trial_msg(pb, t) for t in rows])
 
@@ -249,13 +286,17 @@ _OPEN_PREFIXES = (
 
 
 class _TokenInterceptor(grpc.ServerInterceptor):
-    """Requires `authorization: Bearer <token>` (constant-time compare) on the Tuner API."""
+    """Requires exactly one `authorization: Bearer <token>` (constant-time compare) on the Tuner API: two or
+    more `authorization` headers are refused even if one is right (a proxy that adds its own must not let a
+    client's guess through, nor the other way round)."""
 
     def __init__(self, token: bytes) -> None:
         self._expected = b"Bearer " + token
 
         def deny(request: Any, context: Any) -> Any:
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, "expected metadata 'authorization: Bearer <token>'")
+            context.abort(
+                grpc.StatusCode.UNAUTHENTICATED, "expected exactly one metadata 'authorization: Bearer <token>'"
+            )
 
         self._deny = grpc.unary_unary_rpc_method_handler(deny)
         self._deny_stream = grpc.unary_stream_rpc_method_handler(deny)
@@ -264,11 +305,12 @@ class _TokenInterceptor(grpc.ServerInterceptor):
     def intercept_service(self, continuation: Any, details: Any) -> Any:
         if details.method.startswith(_OPEN_PREFIXES):
             return continuation(details)
-        given = b""
-        for key, value in details.invocation_metadata or ():
-            if key == "authorization":
-                given = value.encode() if isinstance(value, str) else bytes(value)
-        if hmac.compare_digest(given, self._expected):
+        given = [
+            value.encode() if isinstance(value, str) else bytes(value)
+            for key, value in details.invocation_metadata or ()
+            if key.lower() == "authorization"
+        ]
+        if len(given) == 1 and hmac.compare_digest(given[0], self._expected):
             return continuation(details)
         handler = continuation(details)
         if handler is None:

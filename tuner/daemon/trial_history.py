@@ -39,13 +39,14 @@ class TrialHistory:
         """The best known point per hardware class and load band from this daemon's trial store
         (`tuner.store.fleet.FleetReport`); 0 = the policy's SLA / percentile and 10 % bands. `InputError` for
         a bad query, `TunerError` when the store cannot be read."""
-        from tuner.store.fleet import DEFAULT_BAND_PCT, check_query, fleet_report
+        from tuner.store.fleet import DEFAULT_BAND_PCT, check_class, check_query, fleet_report
 
         pol = self.ctx.policy()
         sla = sla_us or pol.sla_us
         pct = percentile or pol.percentile
         band = band_pct or DEFAULT_BAND_PCT
         check_query(pct, sla, band, names=("percentile", "sla_us", "band_pct"))
+        check_class(hw_class, "hw_class")
         with self._guard:
             return fleet_report(
                 self._open(), percentile=float(pct), sla_us=float(sla), band_pct=float(band), hw_class=hw_class

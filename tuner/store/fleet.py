@@ -4,7 +4,8 @@ Trials are re-scored under one objective (`percentile`, `sla_us`): each measurem
 Loads fall into geometric bands of `band_pct` % (band k holds loads in [base * r^k, base * r^(k+1)),
 r = 1 + band_pct/100, base 1 QPS), so a band is as wide, relatively, as the daemon's load-change trigger.
 Within a (class, band) trials at the same point are pooled (mean power, mean latency at the percentile);
-the best point is the one of lowest mean power whose mean latency meets the SLA. Trials of a host flagged as
+the best point is the one of lowest mean power whose mean latency meets the SLA. The width is bounded to
+[`MIN_BAND_PCT`, `MAX_BAND_PCT`] % (why: at their definitions). Trials of a host flagged as
 drifting are left out, as in the class warm start. A band where no point met the SLA is reported with
 `point` None, so a scheduler sees that the class has no known safe point there.
 
@@ -28,6 +29,14 @@ from tuner.store.history import HistoryEntry
 
 #: The default load band width (%): the daemon's default load-change trigger (`tuning.load_change_pct`).
 DEFAULT_BAND_PCT = 10.0
+#: The band widths (%) a query may ask for. Below 0.1 % a band is narrower than a measured load's own noise
+#: (a window's QPS varies by more than that), so bands would split trials of one load apart, and 1 QPS .. 1e10
+#: QPS would take ~23,000 bands; near 0 the ratio 1 + pct/100 rounds to 1.0 and the band index divides by 0.
+#: Above 1000 % one band spans more than a decade of load, which is no longer "a load" a point is tuned for.
+MIN_BAND_PCT = 0.1
+MAX_BAND_PCT = 1000.0
+#: The longest hardware class id a query may name (ids are 16 hex digits).
+MAX_CLASS_CHARS = 64
 
 
 @dataclass(frozen=True)
@@ -60,9 +69,13 @@ class FleetRow:
 
 
 def band_of(qps: float, band_pct: float) -> tuple[int, float, float]:
-    """(band index, low, high) of the geometric band holding `qps`."""
+    """(band index, low, high) of the geometric band holding `qps` (loads below 1 QPS in band 0); `InputError`
+    for a width outside [`MIN_BAND_PCT`, `MAX_BAND_PCT`] or a load that is not a finite number."""
+    check_band(band_pct, "band_pct")
+    if not math.isfinite(qps):
+        raise InputError(f"qps {qps!r}: expected a finite load")
     r = 1.0 + band_pct / 100.0
-    k = math.floor(math.log(max(qps, 1.0)) / math.log(r))
+    k = math.floor(math.log(min(max(qps, 1.0), 1e300)) / math.log(r))  # 1e300: r ** (k + 1) stays finite
     return k, r**k, r ** (k + 1)
 
 
@@ -84,7 +97,7 @@ def fleet_view(
         if e.host in drifting or m is None or percentile not in m.latency_us:
             continue
         p, lat = m.power_w, m.latency_us[percentile]
-        if not (math.isfinite(p) and math.isfinite(lat)):
+        if not (math.isfinite(p) and math.isfinite(lat) and math.isfinite(e.record.qps)):
             continue
         k, _, _ = band_of(e.record.qps, band_pct)
         key = (e.hw_class, k)
@@ -132,19 +145,40 @@ class FleetReport:
         }
 
 
+def _show(v: object) -> str:
+    return f"{v:g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else repr(v)[:40]
+
+
+def check_band(band_pct: Any, name: str) -> None:
+    """`InputError` naming the field `name` unless `band_pct` is a width in [`MIN_BAND_PCT`, `MAX_BAND_PCT`] %."""
+    if (
+        isinstance(band_pct, bool)
+        or not isinstance(band_pct, (int, float))
+        or not MIN_BAND_PCT <= band_pct <= MAX_BAND_PCT
+    ):
+        raise InputError(f"{name} {_show(band_pct)}: expected a band width in [{MIN_BAND_PCT:g}, {MAX_BAND_PCT:g}] %")
+
+
+def check_class(hw_class: Any, name: str) -> None:
+    """`InputError` naming the field `name` unless `hw_class` is a class id of at most `MAX_CLASS_CHARS`
+    printable characters (ids are 16 hex digits; empty = every class)."""
+    if not isinstance(hw_class, str) or len(hw_class) > MAX_CLASS_CHARS or not hw_class.isprintable():
+        raise InputError(
+            f"{name} {_show(hw_class)}: expected a class id of at most {MAX_CLASS_CHARS} printable characters"
+        )
+
+
 def check_query(percentile: float, sla_us: float, band_pct: float, *, names: tuple[str, str, str]) -> None:
     """`InputError` (one line, naming the field by `names` = its names for percentile, SLA, band) unless the
-    percentile is one the host measures and the SLA and the band width are finite numbers > 0."""
+    percentile is one the host measures, the SLA a finite number > 0 and the band width in [`MIN_BAND_PCT`,
+    `MAX_BAND_PCT`] %."""
     from actuators.host import PERCENTILES
 
-    def show(v: object) -> str:
-        return f"{v:g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else repr(v)
-
     if isinstance(percentile, bool) or percentile not in PERCENTILES:
-        raise InputError(f"{names[0]} {show(percentile)}: expected one of {', '.join(f'{p:g}' for p in PERCENTILES)}")
-    for name, v in ((names[1], sla_us), (names[2], band_pct)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v > 0):
-            raise InputError(f"{name} {show(v)}: expected a number > 0")
+        raise InputError(f"{names[0]} {_show(percentile)}: expected one of {', '.join(f'{p:g}' for p in PERCENTILES)}")
+    if isinstance(sla_us, bool) or not isinstance(sla_us, (int, float)) or not (math.isfinite(sla_us) and sla_us > 0):
+        raise InputError(f"{names[1]} {_show(sla_us)}: expected a number > 0")
+    check_band(band_pct, names[2])
 
 
 def fleet_report(
@@ -171,4 +205,17 @@ def fleet_report(
     return FleetReport(store.location, percentile, sla_us, band_pct, rows, classes, sorted(drifting))
 
 
-__all__ = ["DEFAULT_BAND_PCT", "FleetReport", "FleetRow", "band_of", "check_query", "fleet_report", "fleet_view"]
+__all__ = [
+    "DEFAULT_BAND_PCT",
+    "MAX_BAND_PCT",
+    "MIN_BAND_PCT",
+    "FleetReport",
+    "FleetRow",
+    "MAX_CLASS_CHARS",
+    "band_of",
+    "check_band",
+    "check_class",
+    "check_query",
+    "fleet_report",
+    "fleet_view",
+]

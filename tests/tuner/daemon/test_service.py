@@ -226,7 +226,15 @@ def test_bearer_token_required_when_configured(tmp_path):
             )
             good = ReflectionClient(ch, metadata=[("authorization", "Bearer s3cret-token")])
             assert good.call("GetStatus").version
-            for md in ([], [("authorization", "Bearer wrong")], [("authorization", "s3cret-token")]):
+            right, wrong = ("authorization", "Bearer s3cret-token"), ("authorization", "Bearer wrong")
+            for md in (
+                [],
+                [wrong],
+                [("authorization", "s3cret-token")],
+                [wrong, right],
+                [right, wrong],
+                [right, right],
+            ):
                 bad = ReflectionClient.__new__(ReflectionClient)
                 bad.__dict__.update(good.__dict__, metadata=md)
                 with pytest.raises(grpc.RpcError) as e:
@@ -349,3 +357,21 @@ def test_tls_with_client_certificates(tmp_path):
         with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
             with pytest.raises(grpc.RpcError):
                 health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5)
+
+
+def test_cancelled_watch_streams_give_their_place_back(client, running):
+    """A client that opens and cancels streams one after another is not refused for streams it already closed
+    (they used to hold their place until the next 0.25 s poll: 16 of 24 were RESOURCE_EXHAUSTED)."""
+    from tuner.daemon.service import MAX_WATCHERS
+
+    refused = 0
+    for _ in range(3 * MAX_WATCHERS):
+        stream = client.call("WatchDecisions")
+        try:
+            assert next(stream).retune_id
+        except grpc.RpcError as e:
+            assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, e.code()
+            refused += 1
+        finally:
+            stream.cancel()
+    assert refused <= MAX_WATCHERS // 2

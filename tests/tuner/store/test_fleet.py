@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
 
+from core.errors import InputError
 from tests.store_fakes import entry
 from tuner.cli.app import main
-from tuner.store.fleet import band_of, fleet_view
+from tuner.store.fleet import band_of, check_query, fleet_view
 from tuner.store.sqlite import SqliteStore
 
 
@@ -73,6 +75,40 @@ def test_fleet_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFix
     assert "--percentile 97: expected one of" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("band_pct", [1e-300, 1e-15, 0.09, 1000.5, 1e300, math.inf, math.nan, -1.0])
+def test_band_widths_outside_the_meaningful_range_are_refused(band_pct: float) -> None:
+    with pytest.raises(InputError, match=r"band_pct .*: expected a band width in \[0.1, 1000\] %"):
+        band_of(200e3, band_pct)  # safe on its own (1 + 1e-300/100 == 1.0 made the index divide by 0)
+    with pytest.raises(InputError, match=r"--band-pct .*: expected a band width in \[0.1, 1000\] %"):
+        check_query(99.0, 500.0, band_pct, names=("--percentile", "--sla", "--band-pct"))
+
+
+def test_band_edges_and_extreme_loads_stay_finite() -> None:
+    for pct in (0.1, 1000.0):
+        check_query(99.0, 500.0, pct, names=("p", "s", "b"))
+        for qps in (0.0, 0.5, 1.0, 200e3, 1e300, 1.7e308):
+            k, lo, hi = band_of(qps, pct)
+            assert math.isfinite(lo) and math.isfinite(hi) and lo < hi
+    with pytest.raises(InputError, match="qps nan: expected a finite load"):
+        band_of(math.nan, 10.0)
+
+
+@pytest.mark.parametrize("value", ["1e-15", "1e-300", "0.05", "1001", "nan", "inf"])
+def test_fleet_cli_refuses_a_band_width_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    s = SqliteStore(tmp_path / "trials.sqlite")
+    _fill(s)
+    s.close()
+    assert main(["trials", "fleet", "--state-dir", str(tmp_path), f"--band-pct={value}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--band-pct" in err and "expected a band width in [0.1, 1000] %" in err
+    assert "Traceback" not in err
+    assert main(["trials", "fleet", "--state-dir", str(tmp_path), "--band-pct", "0.1", "--json"]) == 0
+    assert main(["trials", "fleet", "--state-dir", str(tmp_path), "--class", "c" * 65]) == 2
+    assert "--class" in capsys.readouterr().err
+
+
 def test_daemon_serves_the_fleet_view_over_grpc(tmp_path: Path) -> None:
     """`GetFleetView` through a real gRPC channel to a running daemon, answered from its trial store: the
     policy's SLA by default, a request's SLA / class / band, drifting hosts left out, trials another process
@@ -114,7 +150,13 @@ def test_daemon_serves_the_fleet_view_over_grpc(tmp_path: Path) -> None:
             w.close()
             c2 = stub.GetFleetView(pb.GetFleetViewRequest(sla_us=500, hw_class="c2", band_pct=25), timeout=10)
             assert c2.band_pct == 25.0 and [(b.point.itr_us, b.trials, b.hosts) for b in c2.bands] == [(120, 2, 2)]
-            for bad, word in (({"percentile": 97.0}, "percentile 97"), ({"band_pct": -1.0}, "band_pct -1")):
+            for bad, word in (
+                ({"percentile": 97.0}, "percentile 97"),
+                ({"band_pct": -1.0}, "band_pct -1"),
+                ({"band_pct": 1e-300}, "band_pct 1e-300: expected a band width in [0.1, 1000] %"),
+                ({"band_pct": 5000.0}, "band_pct 5000"),
+                ({"hw_class": "c1\x00" * 30}, "hw_class"),
+            ):
                 with pytest.raises(grpc.RpcError) as err:
                     stub.GetFleetView(pb.GetFleetViewRequest(**bad), timeout=10)
                 assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and word in (err.value.details() or "")
