@@ -25,6 +25,7 @@ import signal
 import sys
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 #: What a read or write on a child's control pipe raises once the parent is gone.
 PARENT_GONE: tuple[type[BaseException], ...] = (EOFError, OSError)
@@ -82,3 +83,16 @@ def _arm_pdeathsig() -> None:
         libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
     except (OSError, AttributeError):
         pass  # the lifeline pipe still ends us
+
+
+def send_to_parent(conn: Any, message: tuple[str, Any], who: str = "") -> bool:
+    """Send `message` on the child's reply pipe; False when the parent is gone (`PARENT_GONE`). A message that
+    cannot be sent (e.g. a payload that cannot be pickled) is replaced by an ("err", ...) saying so, `who`
+    prefixed."""
+    try:
+        conn.send(message)
+    except PARENT_GONE:
+        return False
+    except Exception as exc:  # noqa: BLE001 - say so instead of dying with the request unanswered
+        return send_to_parent(conn, ("err", f"{who}cannot send the answer: {type(exc).__name__}: {exc}"), who)
+    return True

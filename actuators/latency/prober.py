@@ -37,7 +37,7 @@ from actuators.latency.engine import ProberConfig, ProbeWindow, ThreadProber, ne
 from actuators.latency.memcached import MemcachedAddress, as_address
 from actuators.latency.probe_env import ClientSettings, local_path_reason, read_client_settings, target_warning
 from core.errors import HostError
-from core.lifeline import PARENT_GONE, Lifeline, follow_parent, new_lifeline, spawned_from_main_thread
+from core.lifeline import PARENT_GONE, Lifeline, follow_parent, new_lifeline, send_to_parent, spawned_from_main_thread
 
 if TYPE_CHECKING:
     import argparse
@@ -252,9 +252,9 @@ def serve(rx: Connection, tx: Connection, engine: ThreadProber | Any) -> None:
             cmd = "close"
         if cmd == "close":
             engine.close()
-            _reply(tx, ("ok", None))
+            send_to_parent(tx, ("ok", None), "prober: ")
             return
-        if not _reply(tx, _answer(engine, cmd)):
+        if not send_to_parent(tx, _answer(engine, cmd), "prober: "):
             engine.close()
             return
 
@@ -272,17 +272,6 @@ def _answer(engine: ThreadProber | Any, cmd: object) -> tuple[str, Any]:
         return "err", str(exc)
     except Exception as exc:  # noqa: BLE001 - report, keep serving
         return "err", f"prober: {type(exc).__name__}: {exc}"
-
-
-def _reply(tx: Connection, message: tuple[str, Any]) -> bool:
-    """Send `message`; False when the parent is gone (its end of the pipe is closed)."""
-    try:
-        tx.send(message)
-    except PARENT_GONE:
-        return False
-    except Exception as exc:  # noqa: BLE001 - e.g. a payload that cannot be pickled: say so instead
-        return _reply(tx, ("err", f"prober: cannot send the answer: {type(exc).__name__}: {exc}"))
-    return True
 
 
 # -- standalone: run the prober anywhere (e.g. a client machine) and print the hook JSON ----------

@@ -25,7 +25,7 @@ from typing import Any
 from actuators.abilities import Closable, Interruptible
 from actuators.host import KnobSpace, Measurement, OperatingPoint
 from core.errors import TunerError
-from core.lifeline import PARENT_GONE, Lifeline, follow_parent, spawned_from_main_thread
+from core.lifeline import PARENT_GONE, Lifeline, follow_parent, send_to_parent, spawned_from_main_thread
 
 #: Longest a single optimiser call may take before the worker is considered hung.
 CALL_TIMEOUT_S = 900.0
@@ -197,7 +197,7 @@ def _serve(conn: Any, module: str, lifeline: Lifeline | None = None) -> None:
         except PARENT_GONE:
             return
         if op == "close":
-            _send(conn, ("ok", None))
+            send_to_parent(conn, ("ok", None))
             return
         try:
             if broken:
@@ -212,19 +212,8 @@ def _serve(conn: Any, module: str, lifeline: Lifeline | None = None) -> None:
             reply: tuple[str, Any] = ("ok", result)
         except Exception as exc:  # noqa: BLE001 - reported to the daemon, which decides
             reply = ("err", f"{type(exc).__name__}: {exc}")
-        if not _send(conn, reply):
+        if not send_to_parent(conn, reply):
             return
-
-
-def _send(conn: Any, reply: tuple[str, Any]) -> bool:
-    """Send `reply`; False when the daemon is gone (the pipe is closed)."""
-    try:
-        conn.send(reply)
-    except PARENT_GONE:
-        return False
-    except Exception as exc:  # noqa: BLE001 - e.g. a result that cannot be pickled: say so instead
-        return _send(conn, ("err", f"cannot send the result: {type(exc).__name__}: {exc}"))
-    return True
 
 
 def _serve_following(conn: Any, module: str, line: Lifeline, watched: Any) -> None:  # pragma: no cover - child
