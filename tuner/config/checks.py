@@ -194,6 +194,10 @@ def non_negative(value: float) -> str | None:
     return None if value >= 0 else "a value >= 0"
 
 
+#: Characters a gRPC client's target URI gives a meaning of its own (list separator, query, fragment, escapes).
+URI_SPECIAL = frozenset(",?#%")
+
+
 def check_grpc_address(address: str) -> str | None:
     """None if `address` is `unix:PATH` or `HOST:PORT`; else what was expected."""
     if address.startswith("unix:"):
@@ -203,6 +207,10 @@ def check_grpc_address(address: str) -> str | None:
             return "unix:///absolute/path.sock"
         if len(path.encode()) > 107:
             return "a unix socket path of at most 107 bytes"
+        if any(c in URI_SPECIAL or not c.isprintable() for c in path):
+            # a gRPC client reads the target as a URI: "a,b" is two addresses, "?" starts a query -- the daemon
+            # would serve on a path no client can name
+            return "a unix socket path without ',', '?', '#', '%' or control characters"
         return None
     return check_host_port(address)
 

@@ -55,3 +55,19 @@ def test_shown_keeps_reprs_and_shortens_past_80_characters():
     assert shown("a") == "'a'" and shown([1, "b"]) == "[1, 'b']" and shown({"k": 1}) == "{'k': 1}"
     long = shown("x" * 5000)
     assert len(long) < 100 and long.endswith("(5000 long)")
+
+
+@pytest.mark.parametrize("path", ["/run/t.sock,", "/run/a,b.sock", "/run/t.sock?x", "/run/t#1.sock", "/run/t%20.sock"])
+def test_a_unix_socket_path_a_grpc_client_cannot_name_is_refused_at_its_line(tmp_path, path):
+    """A gRPC client reads its target as a URI (',' separates addresses, '?' starts a query): a daemon serving
+    on such a path could never be reached, so the config is refused instead."""
+    lines = _errors(f'[state]\ndir = "s"\n\n[grpc]\nlisten = "unix://{path}"\n', tmp_path)
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"{tmp_path / 't.toml'}:5: grpc.listen: ")
+    assert "without ',', '?', '#', '%' or control characters" in lines[0]
+
+
+def test_an_ordinary_unix_socket_path_is_accepted(tmp_path):
+    path = tmp_path / "t.toml"
+    path.write_text(f'[state]\ndir = "{tmp_path / "s"}"\n\n[grpc]\nlisten = "unix://{tmp_path}/tuner-1.sock"\n')
+    assert load_config(path).grpc.listen == f"unix://{tmp_path}/tuner-1.sock"
