@@ -1,0 +1,47 @@
+"""What every energy source gives a trial window, and what a slowly updating power reader gives it.
+
+An `EnergySource` is read like RAPL's `EnergyMeter`: `begin()` at a window's start, `poll()` at least every
+`poll_interval_s`, `end()` for the window's joules (total and per zone). `info` says what the source is and
+how fast it updates, so a trial window never ends before the source has updated often enough.
+
+A `PowerReader` is a source that answers one reading at a time and updates every 1-5 s (a BMC, a PDU exporter
+in Prometheus): a power in watts (a gauge) or a cumulative energy in joules (a counter), stamped with the
+time it was read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    """An energy source's name (the `source` label), what it covers, how often and how finely it updates."""
+
+    source: str  # rapl | ipmi | redfish | prometheus
+    zones: tuple[str, ...]  # the `zone` labels it reports: package-0, dram, psys, platform, ...
+    update_period_s: float  # how often a new value appears (RAPL ~0.001 s, a BMC 1-5 s)
+    resolution: float  # the smallest step of one reading, in `resolution_unit`
+    resolution_unit: str  # "J" (a counter) or "W" (a power reading)
+
+
+@dataclass(frozen=True)
+class PowerSample:
+    """One reading: `watts` (a gauge) or `joules` (a cumulative counter), read at monotonic time `t`."""
+
+    t: float
+    watts: float | None = None
+    joules: float | None = None
+
+
+@runtime_checkable
+class PowerReader(Protocol):
+    """One slowly updating power or energy reading (BMC, Prometheus); `read` raises `HostError` on a fault."""
+
+    @property
+    def info(self) -> SourceInfo: ...
+
+    def read(self) -> PowerSample: ...
+
+    def close(self) -> None: ...
