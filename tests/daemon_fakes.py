@@ -12,6 +12,7 @@ import fcntl
 import json
 import os
 import random
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -406,6 +407,22 @@ listen = "{metrics}"
     path = tmp / "tuner.toml"
     path.write_text(text)
     return path
+
+
+def start_daemon(cfg: Path, cwd: Path, stdout: Any, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """`tuner daemon`'s entry point (`serve`) on `cfg` in a child process, with the light optimiser in its worker
+    (no Ax: fast); `env` adds to this process's environment, stderr goes with stdout."""
+    repo = Path(__file__).resolve().parents[1]
+    full_env = {**os.environ, "PYTHONPATH": str(repo), **(env or {})}
+    text = stdout == subprocess.PIPE
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.daemon_fakes", str(cfg)],
+        cwd=cwd,
+        env=full_env,
+        stdout=stdout,
+        stderr=subprocess.STDOUT,
+        text=text,
+    )
 
 
 def wait_for(pred: Any, timeout: float = 10.0, interval: float = 0.01) -> Any:

@@ -14,7 +14,7 @@ import psutil
 
 from actuators.fakehw import create
 from tests.children import kill_and_find_orphans
-from tests.daemon_fakes import wait_for, write_config
+from tests.daemon_fakes import start_daemon, wait_for, write_config
 from tests.fakefs import kit_knobs as knob_files
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,13 +46,7 @@ def test_sigkill_leaves_no_child_no_traceback_and_restore_puts_the_kit_back(tmp_
     )
     log_path = tmp_path / "daemon.log"
     with open(log_path, "w") as log:
-        daemon = subprocess.Popen(
-            [PY, "-m", "tests.daemon_fakes", str(cfg)],
-            cwd=tmp_path,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        daemon = start_daemon(cfg, tmp_path, log)
     try:
         # mid-retune: trials under way (the kit's knobs changed), the prober's child and the worker both running
         wait_for(

@@ -16,17 +16,14 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests.daemon_fakes import read_knobs, read_state, wait_for, write_config
+from tests.daemon_fakes import read_knobs, read_state, start_daemon, wait_for, write_config
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
 
 
 def _start(cfg: Path) -> subprocess.Popen:
-    """`tuner daemon`'s entry point (`serve`) with the light optimiser in its worker process (no Ax: fast)."""
-    cmd = [PY, "-m", "tests.daemon_fakes", str(cfg)]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return start_daemon(cfg, REPO, subprocess.PIPE)
 
 
 def _serving(sock: Path) -> bool:
@@ -156,15 +153,7 @@ def test_sd_notify_ready_watchdog_stopping(tmp_path):
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as srv:
         srv.bind("\0" + name)
         srv.settimeout(20)
-        env = {**os.environ, "PYTHONPATH": str(REPO), "NOTIFY_SOCKET": "@" + name, "WATCHDOG_USEC": "200000"}
-        p = subprocess.Popen(
-            [PY, "-m", "tests.daemon_fakes", str(cfg)],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+        p = start_daemon(cfg, REPO, subprocess.PIPE, {"NOTIFY_SOCKET": "@" + name, "WATCHDOG_USEC": "200000"})
         try:
             msgs = [srv.recv(200).decode()]
             assert msgs[0].startswith("READY=1")
@@ -188,13 +177,7 @@ def test_sighup_reload_rejects_bad_file_and_applies_good_one(tmp_path):
     cfg = write_config(tmp_path, sla_us=900.0, window_s=0.05)
     log = tmp_path / "daemon.log"
     with open(log, "w") as out:
-        p = subprocess.Popen(
-            [PY, "-m", "tests.daemon_fakes", str(cfg)],
-            cwd=REPO,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+        p = start_daemon(cfg, REPO, out)
     try:
         wait_for(lambda: (read_state(tmp_path).get("held") or {}).get("reason") == "startup", timeout=20)
         good = cfg.read_text()
