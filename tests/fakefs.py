@@ -27,11 +27,13 @@ from actuators.fakehw.tree import (  # noqa: F401  (re-exported: the builders li
     cpuinfo,
     net_iface,
     powercap_zone,
+    proc_status,
     write,
 )
 from actuators.linux import hwio
 from actuators.linux.rapl import EnergyCounter, EnergyMeter
 from actuators.sensors import LatencyWindow
+from core.errors import HostError
 
 MSR_FILE_BYTES = 0x1000
 STRIDE = 8
@@ -110,10 +112,6 @@ def cpuid_only(root: Path, ncpus: int) -> None:
     """`/dev/cpu/N/` without `msr` (module not loaded)."""
     for cpu in range(ncpus):
         write(root / "dev/cpu" / str(cpu) / "cpuid", "")
-
-
-def proc_status(root: Path, cap_eff: int) -> None:
-    write(root / "proc/self/status", f"Name:\ttuner\nCapInh:\t0000000000000000\nCapEff:\t{cap_eff:016x}\n")
 
 
 def proc_modules(root: Path, modules: list[str]) -> None:
@@ -292,3 +290,46 @@ def kit_knobs(root: Path) -> dict[str, object]:
             ).read_text()
     out[IFACE] = json.loads(nic_path(root, IFACE).read_text())
     return out
+
+
+class PstateKernelIO(hwio.HardwareIO):
+    """A HardwareIO whose fake intel_pstate/amd-pstate in active mode acts like the kernel (before freq-QoS) on
+    the policy limits: a `scaling_min_freq` above the current maximum or a `scaling_max_freq` below the current
+    minimum is refused with EINVAL, and `scaling_cur_freq` follows the window (a busy core at its top, `stuck`
+    cores held where they are by a power limit). `writes` lists every sysfs write, in order."""
+
+    stuck: frozenset[int] = frozenset()
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.writes: list[tuple[str, str]] = []
+
+    def apply(self, setting: hwio.Setting) -> None:
+        name = setting.target.rsplit("/", 1)[-1]
+        if setting.kind == hwio.SYSFS and name in ("scaling_min_freq", "scaling_max_freq") and not self.dry_run:
+            d = setting.target.rsplit("/", 1)[0]
+            lo, hi = (int(self.read_text(f"{d}/{a}")) for a in ("scaling_min_freq", "scaling_max_freq"))
+            new = int(setting.value)
+            if (name == "scaling_min_freq" and new > hi) or (name == "scaling_max_freq" and new < lo):
+                raise HostError(f"kernel refused {setting.value!r} for {self.path(setting.target)} (EINVAL)")
+        super().apply(setting)
+        if setting.kind == hwio.SYSFS:
+            self.writes.append((setting.target, str(setting.value)))
+            if name in ("scaling_min_freq", "scaling_max_freq") and not self.dry_run:
+                d = setting.target.rsplit("/", 1)[0]
+                if int(d.split("/")[-2].removeprefix("cpu")) not in self.stuck:
+                    write(self.path(f"{d}/scaling_cur_freq"), self.read_text(f"{d}/scaling_max_freq"))
+
+
+class HwpFollowsRequest(hwio.HardwareIO):
+    """A HardwareIO whose fake HWP CPU runs at the level it is asked (IA32_HWP_REQUEST's desired field) and shows
+    it in IA32_PERF_STATUS bits 15:8 (100 MHz levels), except on `stuck` CPUs."""
+
+    stuck: frozenset[int] = frozenset()
+
+    def apply(self, setting: hwio.Setting) -> None:
+        super().apply(setting)
+        if setting.kind == hwio.MSR and setting.reg == 0x774 and not self.dry_run:
+            cpu = int(setting.target)
+            if cpu not in self.stuck:
+                set_msr(self.root, cpu, 0x198, ((setting.value >> 16) & 0xFF) << 8)

@@ -13,8 +13,8 @@ is no window left for EPP to choose in, and on Xeons EPP also steers the uncore 
 call -- so the tuner neither writes nor has to restore them. Originals of min and max are saved before the first
 write (`hwio.Transaction`) and put back by `tuner restore`, newest first, which widens the window again.
 
-The grid: `cpuinfo_min_freq` up to the sustained maximum (`base_frequency` on intel_pstate,
-`amd_pstate_nominal_freq` on amd-pstate when present, else `cpuinfo_max_freq`) in 100 MHz steps. Read-back: the
+The grid: `cpuinfo_min_freq` up to the sustained maximum (`base_frequency` on intel_pstate with HWP, else
+`cpuinfo_max_freq`, which on amd-pstate includes boost when boost is on) in 100 MHz steps. Read-back: the
 limits must read back within 50 MHz (an error otherwise); the running frequency (`scaling_cur_freq`) is polled for
 `settle_s` and a core more than one 100 MHz bin away is a warning -- an idle core reports less than its pin, and a
 power or thermal limit may hold a busy one below it.
@@ -36,7 +36,7 @@ LIMIT_TOLERANCE_KHZ = 50_000
 RUNNING_TOLERANCE_KHZ = 100_000  # one bin
 STEP_KHZ = 100_000
 ACTIVE_DRIVERS = {"intel_pstate": "intel_pstate", "amd-pstate-epp": "amd_pstate", "amd-pstate": "amd_pstate"}
-SUSTAINED = ("base_frequency", "amd_pstate_nominal_freq")
+SUSTAINED = "base_frequency"  # intel_pstate with HWP: the guaranteed (non-turbo) frequency
 
 
 def active_driver(io: HardwareIO, cpu: int) -> tuple[str, str] | None:
@@ -98,10 +98,8 @@ class MinMaxBackend:
         if self._freqs is None:
             cpu = self.cores[0]
             lo, hi = self._khz(cpu, "cpuinfo_min_freq"), self._khz(cpu, "cpuinfo_max_freq")
-            for attr in SUSTAINED:
-                if self.io.path(f"{freq_dir(cpu)}/{attr}").exists():
-                    hi = min(hi, self._khz(cpu, attr))
-                    break
+            if self.io.path(f"{freq_dir(cpu)}/{SUSTAINED}").exists():
+                hi = min(hi, self._khz(cpu, SUSTAINED))
             khz = range(-(-lo // STEP_KHZ) * STEP_KHZ, hi + 1, STEP_KHZ)
             freqs = tuple(round(k / 1e6, 3) for k in khz)
             if not freqs:
