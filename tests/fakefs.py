@@ -333,3 +333,22 @@ class HwpFollowsRequest(hwio.HardwareIO):
             cpu = int(setting.target)
             if cpu not in self.stuck:
                 set_msr(self.root, cpu, 0x198, ((setting.value >> 16) & 0xFF) << 8)
+
+
+HWP_CAPS = 35 | (29 << 8) | (8 << 16) | (12 << 24)  # highest 3.5, guaranteed 2.9, most efficient 0.8, lowest 1.2 GHz
+HWP_BOOT_REQUEST = (
+    (0x2A << 32) | (0x80 << 24) | 35 << 8 | 12
+)  # intel_pstate's under powersave: min 12, max 35, EPP 0x80
+
+
+def hwp_host(
+    root: Path, ncpus: int = 2, request: int = HWP_BOOT_REQUEST, caps: int = HWP_CAPS, enabled: int = 1
+) -> None:
+    """CPUs with HWP (`enabled`) and its MSRs -- capabilities, request, PERF_STATUS at the top, APERF/MPERF -- and
+    no cpufreq directory (no driver manages HWP)."""
+    cpu_online(root, ncpus)
+    msr_files(
+        root,
+        ncpus,
+        {0x770: enabled, 0x771: caps, 0x774: request, 0x198: 35 << 8, 0xE8: 0, 0xE7: 0},
+    )

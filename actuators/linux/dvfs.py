@@ -20,9 +20,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from actuators.linux.dvfs_common import CPU_DIR, IA32_PERF_STATUS, IA32_PM_ENABLE, check_in
-from actuators.linux.dvfs_common import freq_dir as _freq_dir
 from actuators.linux.dvfs_active import MinMaxBackend
+from actuators.linux.dvfs_common import CPU_DIR as CPU_DIR  # re-exported: the MSRs and paths the callers name
+from actuators.linux.dvfs_common import IA32_PERF_STATUS as IA32_PERF_STATUS
+from actuators.linux.dvfs_common import IA32_PM_ENABLE as IA32_PM_ENABLE
+from actuators.linux.dvfs_common import check_in
+from actuators.linux.dvfs_common import freq_dir as _freq_dir
 from actuators.linux.hwio import MSR, SYSFS, HardwareIO, Setting
 from actuators.linux.hwp import HwpBackend
 from core.errors import HostError

@@ -114,7 +114,10 @@ class MinMaxBackend:
         out: list[Setting] = []
         for cpu in self.cores:
             d = freq_dir(cpu)
-            lo, hi = Setting(SYSFS, f"{d}/scaling_min_freq", str(khz)), Setting(SYSFS, f"{d}/scaling_max_freq", str(khz))
+            lo, hi = (
+                Setting(SYSFS, f"{d}/scaling_min_freq", str(khz)),
+                Setting(SYSFS, f"{d}/scaling_max_freq", str(khz)),
+            )
             out += [hi, lo] if khz >= self._khz(cpu, "scaling_min_freq") else [lo, hi]
         return out
 
