@@ -277,7 +277,7 @@ def make_real_host(
     """Build a `RealHost` (the `real` host of `tuner.hosts.make_host`; keys match `[host.options]`).
 
     `iface`: interface(s) to tune (default: the only NIC bound to a driver); `backend`: DVFS backend
-    (auto | msr | cpufreq); `cores`: CPU list (default all online); `energy`: auto | powercap | msr;
+    (auto | cpufreq | msr | minmax | hwp); `cores`: CPU list (default all online); `energy`: auto | powercap | msr;
     `qps`: a `QpsSource` or a spec (`memcached:HOST:PORT`, `memcached:unix:/path`, `nic:IFACE`);
     `latency`: a `LatencySource` or a table `{kind = "prober" | "prometheus" | "command" | "file", ...}`
     whose other keys go to that source (prober: `target`, `rate_hz`, ...); `parts`: which

@@ -45,6 +45,7 @@ class E2EConfig:
     qps: float = 2000.0
     step: float = 1.5
     mode: str = "tune"  # "tune" (fake-hardware kit) or "observe" (the real host: nothing written)
+    kit: str = "acpi"  # the kit's CPUs (`actuators.fakehw.kit.KINDS`): acpi, hwp (intel_pstate active), amd
     optimizer: str = "light"  # "light" (tests.daemon_fakes, no Ax) or "ax" (tuner daemon)
     window_s: float = 2.0
     trials: int = 3
@@ -176,7 +177,8 @@ def run_e2e(tmp: Path, cfg: E2EConfig = E2EConfig()) -> dict[str, Any]:
     t_step = None
     try:
         if cfg.mode == "tune":
-            create(tmp / "hw")
+            create(tmp / "hw", kind=cfg.kit)
+            (tmp / "boot_knobs.json").write_text(json.dumps(_knobs_after_sigterm(tmp)))
         conf = _config(tmp, cfg, server.address)
         procs.append(_generator(tmp, "gen_a", server.address, cfg.qps, TRACE_START_S, cfg))
         _wait(lambda: _sending(tmp / "gen_a.hlog"), cfg.timeout_s, "the generator's first second")
@@ -388,8 +390,12 @@ def _phases(steady: list[dict[str, Any]], t_step: float | None) -> dict[str, dic
 def _knobs_after_sigterm(tmp: Path) -> dict[str, Any]:
     hw = tmp / "hw"
     cpus = sorted((hw / "sys/devices/system/cpu").glob("cpu[0-9]*"))
+    files = ("scaling_min_freq", "scaling_max_freq", "energy_performance_preference")
     return {
         "governors": [(c / "cpufreq/scaling_governor").read_text().strip() for c in cpus],
+        "limits": [
+            {f: (c / "cpufreq" / f).read_text().strip() for f in files if (c / "cpufreq" / f).exists()} for c in cpus
+        ],
         "nic": FileNic(hw).get_coalesce(IFACE),
     }
 
@@ -443,9 +449,17 @@ def analyse(
         "windows": rows,
     }
     if cfg.mode == "tune":
-        report["knobs_after_sigterm"] = _knobs_after_sigterm(tmp)
-        report["knobs_restored"] = all(g == "ondemand" for g in report["knobs_after_sigterm"]["governors"]) and (
-            report["knobs_after_sigterm"]["nic"]["use_adaptive_rx_coalesce"] == 1
-            and report["knobs_after_sigterm"]["nic"]["rx_coalesce_usecs"] == 1
+        after = report["knobs_after_sigterm"] = _knobs_after_sigterm(tmp)
+        boot = json.loads((tmp / "boot_knobs.json").read_text())
+        report["knobs_restored"] = (
+            after["governors"] == boot["governors"]
+            and after["limits"] == boot["limits"]
+            and after["nic"]["use_adaptive_rx_coalesce"] == 1
+            and after["nic"]["rx_coalesce_usecs"] == 1
         )
+        report["trial_points"] = [  # (asked, read back from the kit while measuring) per completed trial
+            (t.get("point"), (t.get("measurement") or {}).get("point"))
+            for t in state.get("trials", [])
+            if t.get("status") == "completed"
+        ]
     return report

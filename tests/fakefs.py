@@ -27,11 +27,13 @@ from actuators.fakehw.tree import (  # noqa: F401  (re-exported: the builders li
     cpuinfo,
     net_iface,
     powercap_zone,
+    proc_status,
     write,
 )
 from actuators.linux import hwio
 from actuators.linux.rapl import EnergyCounter, EnergyMeter
 from actuators.sensors import LatencyWindow
+from core.errors import HostError
 
 MSR_FILE_BYTES = 0x1000
 STRIDE = 8
@@ -110,10 +112,6 @@ def cpuid_only(root: Path, ncpus: int) -> None:
     """`/dev/cpu/N/` without `msr` (module not loaded)."""
     for cpu in range(ncpus):
         write(root / "dev/cpu" / str(cpu) / "cpuid", "")
-
-
-def proc_status(root: Path, cap_eff: int) -> None:
-    write(root / "proc/self/status", f"Name:\ttuner\nCapInh:\t0000000000000000\nCapEff:\t{cap_eff:016x}\n")
 
 
 def proc_modules(root: Path, modules: list[str]) -> None:
@@ -292,3 +290,65 @@ def kit_knobs(root: Path) -> dict[str, object]:
             ).read_text()
     out[IFACE] = json.loads(nic_path(root, IFACE).read_text())
     return out
+
+
+class PstateKernelIO(hwio.HardwareIO):
+    """A HardwareIO whose fake intel_pstate/amd-pstate in active mode acts like the kernel (before freq-QoS) on
+    the policy limits: a `scaling_min_freq` above the current maximum or a `scaling_max_freq` below the current
+    minimum is refused with EINVAL, and `scaling_cur_freq` follows the window (a busy core at its top, `stuck`
+    cores held where they are by a power limit). `writes` lists every sysfs write, in order."""
+
+    stuck: frozenset[int] = frozenset()
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.writes: list[tuple[str, str]] = []
+
+    def apply(self, setting: hwio.Setting) -> None:
+        name = setting.target.rsplit("/", 1)[-1]
+        if setting.kind == hwio.SYSFS and name in ("scaling_min_freq", "scaling_max_freq") and not self.dry_run:
+            d = setting.target.rsplit("/", 1)[0]
+            lo, hi = (int(self.read_text(f"{d}/{a}")) for a in ("scaling_min_freq", "scaling_max_freq"))
+            new = int(setting.value)
+            if (name == "scaling_min_freq" and new > hi) or (name == "scaling_max_freq" and new < lo):
+                raise HostError(f"kernel refused {setting.value!r} for {self.path(setting.target)} (EINVAL)")
+        super().apply(setting)
+        if setting.kind == hwio.SYSFS:
+            self.writes.append((setting.target, str(setting.value)))
+            if name in ("scaling_min_freq", "scaling_max_freq") and not self.dry_run:
+                d = setting.target.rsplit("/", 1)[0]
+                if int(d.split("/")[-2].removeprefix("cpu")) not in self.stuck:
+                    write(self.path(f"{d}/scaling_cur_freq"), self.read_text(f"{d}/scaling_max_freq"))
+
+
+class HwpFollowsRequest(hwio.HardwareIO):
+    """A HardwareIO whose fake HWP CPU runs at the level it is asked (IA32_HWP_REQUEST's desired field) and shows
+    it in IA32_PERF_STATUS bits 15:8 (100 MHz levels), except on `stuck` CPUs."""
+
+    stuck: frozenset[int] = frozenset()
+
+    def apply(self, setting: hwio.Setting) -> None:
+        super().apply(setting)
+        if setting.kind == hwio.MSR and setting.reg == 0x774 and not self.dry_run:
+            cpu = int(setting.target)
+            if cpu not in self.stuck:
+                set_msr(self.root, cpu, 0x198, ((setting.value >> 16) & 0xFF) << 8)
+
+
+HWP_CAPS = 35 | (29 << 8) | (8 << 16) | (12 << 24)  # highest 3.5, guaranteed 2.9, most efficient 0.8, lowest 1.2 GHz
+HWP_BOOT_REQUEST = (
+    (0x2A << 32) | (0x80 << 24) | 35 << 8 | 12
+)  # intel_pstate's under powersave: min 12, max 35, EPP 0x80
+
+
+def hwp_host(
+    root: Path, ncpus: int = 2, request: int = HWP_BOOT_REQUEST, caps: int = HWP_CAPS, enabled: int = 1
+) -> None:
+    """CPUs with HWP (`enabled`) and its MSRs -- capabilities, request, PERF_STATUS at the top, APERF/MPERF -- and
+    no cpufreq directory (no driver manages HWP)."""
+    cpu_online(root, ncpus)
+    msr_files(
+        root,
+        ncpus,
+        {0x770: enabled, 0x771: caps, 0x774: request, 0x198: 35 << 8, 0xE8: 0, 0xE7: 0},
+    )

@@ -7,7 +7,7 @@ import argparse
 import signal
 import sys
 
-from actuators.fakehw.kit import HardwareModel, create, is_kit
+from actuators.fakehw.kit import KINDS, HardwareModel, create, is_kit, kit_kind
 from core.errors import TunerError
 
 
@@ -16,13 +16,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("dir", help="kit directory (created; an existing kit is reused)")
     p.add_argument("--cpus", type=int, default=2, help="fake CPUs (default 2)")
     p.add_argument("--memcached", metavar="HOST:PORT", help="load for the power model from this memcached's stats")
+    p.add_argument(
+        "--kind",
+        choices=KINDS,
+        help="the CPUs: acpi (acpi-cpufreq, userspace governor; the default for a new kit), hwp (intel_pstate "
+        "active, HWP on) or amd (amd-pstate active, EPP); another kind than an existing kit's needs --reset",
+    )
     p.add_argument("--reset", action="store_true", help="rebuild an existing kit (knobs back to boot values)")
     p.add_argument("--create-only", action="store_true", help="build the tree and exit")
     args = p.parse_args(argv)
     try:
+        if is_kit(args.dir) and not args.reset and args.kind not in (None, kit_kind(args.dir)):
+            raise TunerError(f"{args.dir}: the kit is {kit_kind(args.dir)}, not {args.kind}: add --reset to rebuild it")
         if args.reset or not is_kit(args.dir):
-            create(args.dir, args.cpus)
-        print(f"fakehw: kit in {args.dir}", file=sys.stderr)
+            create(args.dir, args.cpus, args.kind or (kit_kind(args.dir) if is_kit(args.dir) else "acpi"))
+        print(f"fakehw: kit ({kit_kind(args.dir)}) in {args.dir}", file=sys.stderr)
         if args.create_only:
             return 0
         qps = None

@@ -1,6 +1,8 @@
 """The fake-hardware kit: a fake host under a directory, its hardware model, and a `Host` factory over it.
 
-`create(root)` builds `<root>/sys` and `<root>/proc` as the kernel shows them on a small acpi-cpufreq server:
+`create(root)` builds `<root>/sys` and `<root>/proc` as the kernel shows them on a small acpi-cpufreq server
+(`kind="hwp"`: an Intel box with intel_pstate active and HWP on; `kind="amd"`: amd-pstate in active mode -- both
+as the kernel boots them by default, tuned through min/max pinning):
 `cpus` CPUs with cpufreq (ondemand governor, userspace available, `scaling_setspeed`), one RAPL package zone
 (`intel-rapl:0`, powercap `energy_uj`), and an ixgbe NIC `eth1` whose coalescing lives in a file (`FileNic`).
 `HardwareModel` plays the hardware: it advances `energy_uj` by `PowerModel` power at the frequency the
@@ -16,6 +18,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -33,7 +36,13 @@ ZONE = "intel-rapl:0"
 RAPL_RANGE_UJ = 262_143_328_850
 FREQS_KHZ = (1_200_000, 1_600_000, 2_000_000, 2_400_000, 2_900_000)
 MARKER = "fakehw/KIT"
+KIND_FILE = "fakehw/KIND"
 LOCK = "fakehw/model.lock"
+# what the kit's CPUs are: an acpi-cpufreq box (userspace governor), an Intel box with intel_pstate active and HWP
+# on, an AMD box with amd-pstate in active (EPP) mode -- the last two as the kernel boots them by default
+KINDS = ("acpi", "hwp", "amd")
+ACTIVE_MIN_KHZ, ACTIVE_BASE_KHZ, HWP_TURBO_KHZ = 1_200_000, 2_900_000, 3_500_000
+ACTIVE_DRIVERS = ("intel_pstate", "amd-pstate-epp")
 
 
 def is_kit(root: str | Path) -> bool:
@@ -52,20 +61,49 @@ def nic_under(root: str | Path) -> Any:
     return default_nic(Path(root))
 
 
-def create(root: str | Path, cpus: int = 2) -> Path:
-    """Build the fake tree under `root` (refuses a non-empty directory that is not a kit; resets a kit)."""
+def kit_kind(root: str | Path) -> str:
+    """The kit's CPU kind (one of `KINDS`); kits made before kinds existed are `acpi`."""
+    path = Path(root) / KIND_FILE
+    return path.read_text().strip() if path.is_file() else "acpi"
+
+
+def create(root: str | Path, cpus: int = 2, kind: str = "acpi") -> Path:
+    """Build the fake tree under `root` (refuses a non-empty directory that is not a kit; resets a kit). `kind`:
+    `acpi` (acpi-cpufreq, ondemand, userspace available), `hwp` (intel_pstate active, HWP on, powersave, EPP,
+    1.2 GHz .. 2.9 GHz base, 3.5 GHz turbo) or `amd` (amd-pstate-epp active, powersave, EPP, 1.2 .. 2.9 GHz)."""
     root = Path(root)
     if root.exists() and any(root.iterdir()) and not is_kit(root):
         raise HostError(f"{root}: not empty and not a fake-hardware kit: give a new or empty directory")
     if not 1 <= cpus <= 256:
         raise HostError(f"cpus {cpus}: expected 1..256")
+    if kind not in KINDS:
+        raise HostError(f"kit kind {kind!r}: expected one of {', '.join(KINDS)}")
+    if is_kit(root):
+        for old in ("sys", "proc"):  # a kit rebuilt as another kind keeps no file of the old one
+            shutil.rmtree(root / old, ignore_errors=True)
     tree.cpu_online(root, cpus)
-    tree.cpufreq(root, cpus, available_khz=list(FREQS_KHZ), min_khz=FREQS_KHZ[0], max_khz=FREQS_KHZ[-1])
+    vendor, flags = "GenuineIntel", "fpu msr"
+    if kind == "acpi":
+        tree.cpufreq(root, cpus, available_khz=list(FREQS_KHZ), min_khz=FREQS_KHZ[0], max_khz=FREQS_KHZ[-1])
+    elif kind == "hwp":
+        tree.active_pstate(
+            root, cpus, driver="intel_pstate", status_dir="intel_pstate", min_khz=ACTIVE_MIN_KHZ,
+            max_khz=HWP_TURBO_KHZ, base_khz=ACTIVE_BASE_KHZ,
+        )  # fmt: skip
+        flags = "fpu msr hwp hwp_epp"
+    else:
+        tree.active_pstate(
+            root, cpus, driver="amd-pstate-epp", status_dir="amd_pstate", min_khz=ACTIVE_MIN_KHZ,
+            max_khz=ACTIVE_BASE_KHZ,
+        )  # fmt: skip
+        vendor, flags = "AuthenticAMD", "fpu msr cppc"
     tree.powercap_zone(root, "package-0", ZONE, 0, RAPL_RANGE_UJ, max_power_uw=95_000_000)
     tree.net_iface(root, IFACE, "ixgbe")
-    tree.cpuinfo(root, "GenuineIntel", cpus, flags="fpu msr")
+    tree.cpuinfo(root, vendor, cpus, flags=flags)
+    tree.proc_status(root, (1 << 41) - 1)  # writing the kit's files needs no capability: it has them all
     create_nic(root, IFACE)
-    tree.write(root / MARKER, f"fake-hardware kit: {cpus} CPUs, cpufreq, RAPL {ZONE}, NIC {IFACE} (ixgbe)")
+    tree.write(root / KIND_FILE, kind)
+    tree.write(root / MARKER, f"fake-hardware kit: {cpus} CPUs ({kind}), cpufreq, RAPL {ZONE}, NIC {IFACE} (ixgbe)")
     return root
 
 
@@ -91,7 +129,9 @@ class HardwareModel:
         d = self.root / "sys/devices/system/cpu" / cpu / "cpufreq"
         gov = (d / "scaling_governor").read_text().strip()
         khz = FREQS_KHZ[-1]
-        if gov == "userspace":
+        if (d / "scaling_driver").read_text().strip() in ACTIVE_DRIVERS:
+            khz = self._active_khz(d)
+        elif gov == "userspace":
             with contextlib.suppress(ValueError):
                 khz = int((d / "scaling_setspeed").read_text())
         elif gov == "powersave":
@@ -100,6 +140,16 @@ class HardwareModel:
         if cur.read_text().strip() != str(khz):
             tree.write(cur, str(khz))
         return khz / 1e6
+
+    @staticmethod
+    def _active_khz(d: Path) -> int:
+        """The driver in active mode: the hardware picks within scaling_min..max_freq and under load (memcached's)
+        climbs to the top of that window, capped at the sustained `base_frequency` (the model has no turbo)."""
+        try:
+            lo, hi = (int((d / f).read_text()) for f in ("scaling_min_freq", "scaling_max_freq"))
+        except ValueError:
+            return FREQS_KHZ[-1]
+        return max(lo, min(hi, ACTIVE_BASE_KHZ))
 
     def _rx_usecs(self) -> int | None:
         nic = FileNic(self.root)
@@ -170,7 +220,7 @@ def make_fake_host(root: str, model: bool = True, seed: int | None = None, **opt
         raise HostError(f"{root}: not a fake-hardware kit (create it: python -m actuators.fakehw {root})")
     if not nic_path(Path(root), IFACE).exists():
         raise HostError(f"{root}: the kit's NIC file is missing (recreate the kit)")
-    options.setdefault("backend", "cpufreq")
+    options.setdefault("backend", "cpufreq" if kit_kind(root) == "acpi" else "auto")
     options.setdefault("iface", IFACE)
     host = make_real_host(root=root, nic=FileNic(root), **options)
     if model:

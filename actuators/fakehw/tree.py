@@ -51,6 +51,44 @@ def cpufreq(
         write(root / "sys/devices/system/cpu/intel_pstate/status", pstate_status)
 
 
+def active_pstate(
+    root: Path,
+    ncpus: int,
+    *,
+    driver: str,
+    status_dir: str,
+    min_khz: int,
+    max_khz: int,
+    base_khz: int | None = None,
+    epp: str = "balance_performance",
+) -> None:
+    """A frequency driver in active mode as the kernel boots it (intel_pstate with HWP: `driver="intel_pstate"`,
+    `status_dir="intel_pstate"`, `base_khz`; amd-pstate EPP: `"amd-pstate-epp"`, `"amd_pstate"`): `powersave`
+    governor, no `userspace`, the EPP files, `<status_dir>/status` = active."""
+    cpufreq(
+        root,
+        ncpus,
+        driver=driver,
+        governor="powersave",
+        governors="performance powersave",
+        min_khz=min_khz,
+        max_khz=max_khz,
+    )
+    for cpu in range(ncpus):
+        d = root / f"sys/devices/system/cpu/cpu{cpu}/cpufreq"
+        write(d / "energy_performance_preference", epp)
+        write(
+            d / "energy_performance_available_preferences",
+            "default performance balance_performance balance_power power",
+        )
+        if base_khz is not None:
+            write(d / "base_frequency", str(base_khz))
+    write(root / f"sys/devices/system/cpu/{status_dir}/status", "active")
+    if status_dir == "intel_pstate":
+        write(root / "sys/devices/system/cpu/intel_pstate/hwp_dynamic_boost", "0")
+        write(root / "sys/devices/system/cpu/intel_pstate/no_turbo", "0")
+
+
 def powercap_zone(
     root: Path, name: str, zone: str, energy_uj: int, max_range_uj: int, max_power_uw: int | None = None
 ) -> Path:
@@ -94,6 +132,11 @@ def cpuinfo(root: Path, vendor: str, ncpus: int = 1, flags: str = "fpu msr") -> 
         root / "proc/cpuinfo",
         "\n\n".join(f"processor\t: {i}\nvendor_id\t: {vendor}\nflags\t\t: {flags}" for i in range(ncpus)),
     )
+
+
+def proc_status(root: Path, cap_eff: int) -> None:
+    """`/proc/self/status` with the effective capabilities `cap_eff`."""
+    write(root / "proc/self/status", f"Name:\ttuner\nCapInh:\t0000000000000000\nCapEff:\t{cap_eff:016x}\n")
 
 
 def cpuidle(root: Path, ncpus: int, states: list[tuple[str, int]] | None = None) -> None:

@@ -15,14 +15,15 @@ from typing import Any
 
 from actuators.latency.memcached import MemcachedAddress
 from actuators.linux.dvfs import (
+    BACKENDS,
     CPU_DIR,
     IA32_PM_ENABLE,
-    CpufreqBackend,
-    MsrBackend,
     format_cpu_list,
+    make_backend,
     online_cpus,
     require_online,
 )
+from actuators.linux.dvfs_active import active_driver
 from actuators.linux.hwio import HardwareIO, nic_driver
 from actuators.linux.itr import ADAPTIVE_RX, RX_USECS, physical_interfaces, profile_for
 from actuators.linux.msr import msr_path
@@ -86,11 +87,12 @@ def _status_of(findings: Iterable[Finding], check: str) -> str | None:
 
 
 def summarize(findings: list[Finding]) -> Report:
-    """Can the tuner run? Needs: DVFS (cpufreq backend, or MSR backend with CAP_SYS_RAWIO), ITR (a NIC
+    """Can the tuner run? Needs: DVFS (cpufreq or minmax backend, or msr/hwp backend with CAP_SYS_RAWIO), ITR (a NIC
     with coalescing, ok or unverified driver, and CAP_NET_ADMIN), RAPL energy, memcached reachable."""
     usable = (OK, WARN)
-    dvfs = _status_of(findings, "dvfs-cpufreq") in usable or (
-        _status_of(findings, "dvfs-msr") in usable and _status_of(findings, "cap-sys-rawio") == OK
+    rawio = _status_of(findings, "cap-sys-rawio") == OK
+    dvfs = any(_status_of(findings, f"dvfs-{b}") in usable for b in ("cpufreq", "minmax")) or (
+        rawio and any(_status_of(findings, f"dvfs-{b}") in usable for b in ("msr", "hwp"))
     )
     itr = (
         any(f.check.startswith("nic:") and f.status in usable for f in findings)
@@ -184,9 +186,10 @@ def check_hwp(io: HardwareIO, cpu: int, platform: Platform = Platform()) -> Find
         if enabled:
             return Finding(
                 "hwp",
-                FAIL,
-                "HWP enabled (IA32_PM_ENABLE 0x770 bit 0 = 1): IA32_PERF_CTL is ignored",
-                "boot with intel_pstate=no_hwp for --backend msr, or use cpufreq (intel_pstate=passive)",
+                INFO,
+                "HWP enabled (IA32_PM_ENABLE 0x770 bit 0 = 1): IA32_PERF_CTL is ignored (no --backend msr); "
+                "the minmax and hwp backends pin the frequency with HWP on",
+                "nothing needed; only --backend msr wants intel_pstate=no_hwp (a reboot)",
             )
         return Finding("hwp", OK, "HWP off (IA32_PM_ENABLE 0x770 bit 0 = 0)")
     except HostError as exc:
@@ -195,9 +198,10 @@ def check_hwp(io: HardwareIO, cpu: int, platform: Platform = Platform()) -> Find
         if io.path(f"{CPU_DIR}/intel_pstate/hwp_dynamic_boost").exists():  # exists only with HWP on
             return Finding(
                 "hwp",
-                FAIL,
-                "HWP enabled (intel_pstate exposes hwp_dynamic_boost): IA32_PERF_CTL is ignored",
-                "boot with intel_pstate=no_hwp for --backend msr, or use cpufreq",
+                INFO,
+                "HWP enabled (intel_pstate exposes hwp_dynamic_boost): IA32_PERF_CTL is ignored (no --backend msr)",
+                "nothing needed: the minmax backend pins through intel_pstate; only --backend msr wants "
+                "intel_pstate=no_hwp (a reboot)",
             )
         try:
             flags = io.read_text("proc/cpuinfo")
@@ -245,24 +249,32 @@ def check_cpufreq(io: HardwareIO, cpu: int, platform: Platform = Platform()) -> 
 
 def _backend_fixes(platform: Platform) -> dict[str, str]:
     if platform.virtual:
-        return {"cpufreq": VM_ADVICE, "msr": VM_ADVICE}
+        return dict.fromkeys(BACKENDS, VM_ADVICE)
+    active = "needs intel_pstate or amd-pstate in active mode (the kernel's default)"
     if platform.amd:
         return {
-            "cpufreq": "boot with amd_pstate=passive (or acpi-cpufreq), with the userspace governor",
-            "msr": "the MSR backend drives Intel's IA32_PERF_CTL; on AMD use cpufreq (amd_pstate=passive)",
+            "cpufreq": "echo passive > /sys/devices/system/cpu/amd_pstate/status (at run time) or boot with "
+            "amd_pstate=passive (or acpi-cpufreq), with the userspace governor",
+            "msr": "the MSR backend drives Intel's IA32_PERF_CTL; on AMD use cpufreq or minmax",
+            "minmax": active,
+            "hwp": "Intel HWP only; on AMD use minmax (amd-pstate active) or cpufreq",
         }
     return {
-        "cpufreq": "boot with intel_pstate=passive (or acpi-cpufreq), with the userspace governor",
+        "cpufreq": "echo passive > /sys/devices/system/cpu/intel_pstate/status (at run time) or boot with "
+        "intel_pstate=passive (or acpi-cpufreq), with the userspace governor",
         "msr": "modprobe msr, CAP_SYS_RAWIO, HWP off (intel_pstate=no_hwp)",
+        "minmax": active,
+        "hwp": "modprobe msr, CAP_SYS_RAWIO, HWP on, hwp_dynamic_boost off",
     }
 
 
 def check_dvfs_backends(io: HardwareIO, cores: tuple[int, ...], platform: Platform = Platform()) -> list[Finding]:
-    """Both backends' preflight; each failing one's fix names the other only when the other works."""
+    """Every backend's preflight; each failing one's fix names another only when that one works. Then which one
+    `--backend auto` takes, and, with the driver in active mode, the run-time status switch as an optional step."""
     out = []
     fixes = _backend_fixes(platform)
-    for cls in (CpufreqBackend, MsrBackend):
-        backend = cls(io, cores)
+    for name in BACKENDS:
+        backend = make_backend(name, io, cores)
         try:
             backend.preflight()
             freqs = backend.frequencies()
@@ -278,12 +290,35 @@ def check_dvfs_backends(io: HardwareIO, cores: tuple[int, ...], platform: Platfo
         except HostError as exc:
             out.append(Finding(f"dvfs-{backend.name}", FAIL, str(exc), fixes[backend.name]))
     working = [f.check.removeprefix("dvfs-") for f in out if f.status == OK]
-    return [
+    out = [
         Finding(f.check, f.status, f.detail, f"{f.fix}; or use --backend {working[0]} (usable here)")
         if f.status == FAIL and working
         else f
         for f in out
     ]
+    return out + _dvfs_choice(io, cores, working)
+
+
+def _dvfs_choice(io: HardwareIO, cores: tuple[int, ...], working: list[str]) -> list[Finding]:
+    if not working:
+        return [Finding("dvfs", FAIL, "no DVFS backend works here (each one's reason above)", "see dvfs-* fixes")]
+    how = {"cpufreq": "userspace governor", "msr": "IA32_PERF_CTL", "minmax": "scaling_min/max pinning"}
+    what = how.get(working[0], "IA32_HWP_REQUEST min = max = desired")
+    out = [Finding("dvfs", OK, f"--backend auto uses {working[0]} ({what}): can be tuned without a reboot")]
+    driver = active_driver(io, cores[0])
+    if driver is not None:
+        status = f"/{CPU_DIR}/{driver[1]}/status"
+        out.append(
+            Finding(
+                "pstate-status",
+                INFO,
+                f"{driver[0]} in active mode (the kernel's default): tuned as it is, by pinning its min/max",
+                f"optional step, never taken by the tuner: `echo passive > {status}` switches the driver at run "
+                f"time to passive mode, whose userspace governor the cpufreq backend uses (`echo active > "
+                f"{status}` switches back)",
+            )
+        )
+    return out
 
 
 def check_rapl(io: HardwareIO, platform: Platform = Platform()) -> Finding:

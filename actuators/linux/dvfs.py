@@ -3,12 +3,14 @@
 MSR: the target ratio goes in IA32_PERF_CTL (0x199) bits 15:8 (GHz = ratio x 0.1, the 100 MHz bus
 clock), the running ratio is read back from IA32_PERF_STATUS (0x198). With HWP on (IA32_PM_ENABLE 0x770
 bit 0) the CPU ignores PERF_CTL, so the backend refuses. Where a cpufreq governor is active it would
-overwrite PERF_CTL, so the governor is set to `userspace` first.
+overwrite PERF_CTL, so the governor is set to `userspace` first. With the driver in active mode (HWP,
+amd-pstate EPP) `choose_backend` falls back to the `minmax` backend (`dvfs_active`: scaling_min/max pinning)
+or the `hwp` backend (`hwp`: IA32_HWP_REQUEST), which need no reboot.
 
 cpufreq: `scaling_governor=userspace`, `scaling_setspeed` in kHz. Available frequencies come from
 `scaling_available_frequencies` (acpi-cpufreq) or `cpuinfo_min_freq..cpuinfo_max_freq` in 100 MHz steps
 (intel_pstate passive, amd-pstate), kept within the operator's `scaling_min/max_freq`. intel_pstate in
-active mode has no userspace governor: switch it to passive. AMD hosts use this backend.
+active mode has no userspace governor (the `minmax` backend pins it instead). AMD hosts use this backend.
 """
 
 from __future__ import annotations
@@ -18,16 +20,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from actuators.linux.dvfs_active import MinMaxBackend
+from actuators.linux.dvfs_common import CPU_DIR as CPU_DIR  # re-exported: the MSRs and paths the callers name
+from actuators.linux.dvfs_common import IA32_PERF_STATUS as IA32_PERF_STATUS
+from actuators.linux.dvfs_common import IA32_PM_ENABLE as IA32_PM_ENABLE
+from actuators.linux.dvfs_common import check_in
+from actuators.linux.dvfs_common import freq_dir as _freq_dir
 from actuators.linux.hwio import MSR, SYSFS, HardwareIO, Setting
-from core.errors import HostError, KnobRangeError
+from actuators.linux.hwp import HwpBackend
+from core.errors import HostError
 
 log = logging.getLogger(__name__)
 
-IA32_PERF_STATUS = 0x198
 IA32_PERF_CTL = 0x199
-IA32_PM_ENABLE = 0x770
 MSR_PLATFORM_INFO = 0xCE
-CPU_DIR = "sys/devices/system/cpu"
 BUS_GHZ = 0.1
 SETSPEED_TOLERANCE_KHZ = 50_000
 
@@ -109,10 +115,6 @@ def require_online(io: HardwareIO, cores: tuple[int, ...]) -> tuple[int, ...]:
     return cores
 
 
-def _freq_dir(cpu: int) -> str:
-    return f"{CPU_DIR}/cpu{cpu}/cpufreq"
-
-
 class DvfsBackend(Protocol):
     name: str
     cores: tuple[int, ...]
@@ -126,14 +128,6 @@ class DvfsBackend(Protocol):
     def verify(self, ghz: float) -> list[str]: ...
 
     def current(self) -> float | None: ...
-
-
-def _check_in(ghz: float, freqs: tuple[float, ...], what: str) -> float:
-    for f in freqs:
-        if abs(f - float(ghz)) <= 5e-4:
-            return f
-    listed = ", ".join(f"{f:g}" for f in freqs)
-    raise KnobRangeError(f"DVFS {ghz!r} GHz is not available ({what}): expected one of {listed}")
 
 
 @dataclass
@@ -191,7 +185,7 @@ class CpufreqBackend:
         return tuple(freqs)
 
     def plan(self, ghz: float) -> list[Setting]:
-        ghz = _check_in(ghz, self.frequencies(), "cpufreq")
+        ghz = check_in(ghz, self.frequencies(), "cpufreq")
         khz = str(int(round(ghz * 1e6)))
         governors = [Setting(SYSFS, f"{_freq_dir(c)}/scaling_governor", "userspace") for c in self.cores]
         speeds = [Setting(SYSFS, f"{_freq_dir(c)}/scaling_setspeed", khz) for c in self.cores]
@@ -292,7 +286,7 @@ class MsrBackend:
         return out
 
     def plan(self, ghz: float) -> list[Setting]:
-        ghz = _check_in(ghz, self.frequencies(), "msr")
+        ghz = check_in(ghz, self.frequencies(), "msr")
         self.preflight()
         ratio = ghz_to_ratio(ghz)
         settings = self._governor_settings()
@@ -336,28 +330,46 @@ class MsrBackend:
         return ratio_to_ghz(ratios.pop()) if len(ratios) == 1 else None
 
 
+BACKENDS = ("cpufreq", "msr", "minmax", "hwp")  # the order `auto` tries them in
+
+
+def make_backend(name: str, io: HardwareIO, cores: tuple[int, ...]) -> DvfsBackend:
+    """The backend called `name` (one of `BACKENDS`) over `cores`, not yet checked."""
+    classes: dict[str, type] = {
+        "cpufreq": CpufreqBackend,
+        "msr": MsrBackend,
+        "minmax": MinMaxBackend,
+        "hwp": HwpBackend,
+    }
+    backend: DvfsBackend = classes[name](io, cores)
+    return backend
+
+
 def choose_backend(io: HardwareIO, cores: tuple[int, ...] | None = None, prefer: str = "auto") -> DvfsBackend:
-    """The DVFS backend to use: `prefer` ('msr' | 'cpufreq') or, with 'auto', cpufreq when it offers the
-    userspace governor, else MSR. Raises `HostError` explaining why none works."""
+    """The DVFS backend to use: `prefer` (one of `BACKENDS`) or, with 'auto', the first that works of: cpufreq
+    when it offers the userspace governor, MSR (IA32_PERF_CTL) with HWP off, then -- the driver in active mode --
+    min/max pinning through cpufreq, then IA32_HWP_REQUEST. Raises `HostError` explaining why none works."""
     cores = require_online(io, tuple(cores)) if cores else online_cpus(io)
-    if prefer not in ("auto", "msr", "cpufreq"):
-        raise HostError(f"--backend {prefer!r}: expected auto, msr or cpufreq")
-    if prefer in ("cpufreq", "msr"):
-        chosen, other = (CpufreqBackend, MsrBackend) if prefer == "cpufreq" else (MsrBackend, CpufreqBackend)
-        backend: DvfsBackend = chosen(io, cores)
+    if prefer != "auto" and prefer not in BACKENDS:
+        raise HostError(f"--backend {prefer!r}: expected auto, {', '.join(BACKENDS)}")
+    if prefer != "auto":
+        backend = make_backend(prefer, io, cores)
         try:
             backend.preflight()
         except HostError as exc:
-            alternative = other(io, cores)
-            try:
-                alternative.preflight()
-            except HostError:
-                raise exc from None  # offer the other backend only when it works here
-            raise HostError(f"{exc}; --backend {alternative.name} works on this host") from None
+            for name in BACKENDS:
+                if name == prefer:
+                    continue
+                try:
+                    make_backend(name, io, cores).preflight()
+                except HostError:
+                    continue
+                raise HostError(f"{exc}; --backend {name} works on this host") from None
+            raise exc from None  # offer another backend only when it works here
         return backend
     reasons = []
-    for cls in (CpufreqBackend, MsrBackend):
-        backend = cls(io, cores)
+    for name in BACKENDS:
+        backend = make_backend(name, io, cores)
         try:
             backend.preflight()
             return backend

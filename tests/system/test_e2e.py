@@ -37,6 +37,21 @@ def test_tuning_loop_on_the_fake_kit_under_real_load(tmp_path) -> None:
 
 
 @pytest.mark.skipif(memcached_binary() is None, reason="memcached binary not installed (Debian package `memcached`)")
+@pytest.mark.parametrize("kit", ["hwp", "amd"])
+def test_tuning_loop_on_the_kernels_default_pstate_drivers(tmp_path, kit) -> None:
+    """The daemon on the kit's Intel HWP box and amd-pstate box, as the kernel boots them (driver active, powersave,
+    EPP): `auto` pins through scaling_min/max, every trial measured at the frequency it asked for (read back from
+    the kit while measuring), a load step retuned, and every CPU's min, max, EPP and governor back after SIGTERM."""
+    r = run_e2e(tmp_path, E2EConfig(kit=kit, trials=2, hold_windows=1, timeout_s=45.0))
+    assert r["daemon_exit_status"] == 0
+    assert sum(r["tracebacks"].values()) == 0, r["tracebacks"]
+    assert r["knobs_restored"], r["knobs_after_sigterm"]
+    assert r["retune_reasons"][0] == "startup" and r["load_retune_after_step"], r["retune_reasons"]
+    assert len(r["trial_points"]) >= 2 and all(asked == seen for asked, seen in r["trial_points"]), r["trial_points"]
+    assert {p["dvfs_ghz"] for p, _ in r["trial_points"]} <= {round(1.2 + i / 10, 1) for i in range(18)}
+
+
+@pytest.mark.skipif(memcached_binary() is None, reason="memcached binary not installed (Debian package `memcached`)")
 def test_observe_mode_on_this_host_under_real_load(tmp_path) -> None:
     """The real host (this VM: no RAPL, no cpufreq) in observe mode: QPS from memcached stats tracks the
     generators, nothing is written, no trial is recorded, power is unknown."""

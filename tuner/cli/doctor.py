@@ -14,8 +14,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "doctor",
         help="check this host for what tuning needs (read-only)",
         description="Read-only checks: msr module, CAP_SYS_RAWIO / CAP_NET_ADMIN, HWP, cpufreq driver and "
-        "governor, available frequencies, RAPL domains, NIC driver and coalescing, memcached, the prober's "
-        "own governor and C-states, and whether this is a VM. With --config, also the daemon's start-up checks "
+        "governor, every DVFS backend with its frequencies and the one `--backend auto` takes (intel_pstate or "
+        "amd-pstate in active mode: pinned through scaling_min/max, no reboot), RAPL domains, NIC driver and "
+        "coalescing, memcached, the prober's own governor and C-states, and whether this is a VM. With --config, also the daemon's start-up checks "
         "of that file. Exit 0 when the tuner can run here (with --config: when the daemon would start), 1 when "
         "it cannot, 2 on bad arguments.",
     )

@@ -17,7 +17,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--itr", type=int, metavar="US", help="static rx-usecs (adaptive moderation off)")
     p.add_argument("--dvfs", type=float, metavar="GHZ", help="CPU frequency in GHz for the tuned cores")
     p.add_argument("--iface", metavar="IF[,IF...]", help="NIC(s) to set (default: the only physical NIC)")
-    p.add_argument("--backend", choices=("auto", "msr", "cpufreq"), default="auto", help="DVFS backend")
+    p.add_argument(
+        "--backend", choices=("auto", "cpufreq", "msr", "minmax", "hwp"), default="auto", help="DVFS backend"
+    )
     p.add_argument("--cores", metavar="LIST", help="CPU list, e.g. 0-7,16 (default: all online)")
     p.add_argument("--root", default="/", help="prefix for /sys, /dev, /proc (a fake tree in tests)")
     p.add_argument("--state-dir", help="where originals are saved (default: ROOT/var/lib/tuner)")

@@ -96,3 +96,45 @@ class _NoLatency:
         raise AssertionError
 
     def close(self) -> None: ...
+
+
+@pytest.mark.parametrize(
+    ("kind", "driver", "status"), [("hwp", "intel_pstate", "intel_pstate"), ("amd", "amd-pstate-epp", "amd_pstate")]
+)
+def test_active_pstate_kits_as_the_kernel_boots_them_and_pinned_by_the_real_host(
+    tmp_path, kind, driver, status
+) -> None:
+    root = create(tmp_path / "hw", kind=kind)
+    cpufreq = root / "sys/devices/system/cpu/cpu0/cpufreq"
+    assert (cpufreq / "scaling_driver").read_text().strip() == driver
+    assert (root / f"sys/devices/system/cpu/{status}/status").read_text().strip() == "active"
+    assert (cpufreq / "scaling_governor").read_text().strip() == "powersave"
+    assert "userspace" not in (cpufreq / "scaling_available_governors").read_text()
+    assert (cpufreq / "energy_performance_preference").read_text().strip() == "balance_performance"
+    host = make_fake_host(str(root), model=False, qps=Counter(), latency=_NoLatency(), state_dir=str(tmp_path / "s"))
+    assert host.dvfs is not None and host.dvfs.name == "minmax"
+    assert host.knobs().dvfs_ghz[0] == 1.2 and host.knobs().dvfs_ghz[-1] == 2.9
+    hw = HardwareModel(root, None)
+    hw.step(0.1, 0.0)
+    assert (cpufreq / "scaling_cur_freq").read_text().strip() == "2900000"  # busy at the top of the window
+    apply_point(host, OperatingPoint(100, 1.6))
+    hw.step(0.1, 0.0)
+    assert (cpufreq / "scaling_cur_freq").read_text().strip() == "1600000" and host.point() == OperatingPoint(100, 1.6)
+    host.restore()
+    assert host.point() is None and (cpufreq / "scaling_min_freq").read_text().strip() == "1200000"
+
+
+def test_the_command_plays_a_kind_and_keeps_a_kit_from_changing_kind_silently(tmp_path) -> None:
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "actuators.fakehw", str(tmp_path / "hw"), "--create-only", *args]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+
+    assert run("--kind", "amd").returncode == 0
+    assert (tmp_path / "hw/sys/devices/system/cpu/amd_pstate/status").exists()
+    bad = run("--kind", "hwp")
+    assert (
+        bad.returncode == 2 and "the kit is amd, not hwp: add --reset" in bad.stderr and "Traceback" not in bad.stderr
+    )
+    assert run("--kind", "hwp", "--reset").returncode == 0
+    assert (tmp_path / "hw/sys/devices/system/cpu/intel_pstate/status").exists()
+    assert not (tmp_path / "hw/sys/devices/system/cpu/amd_pstate").exists()  # nothing of the old kind left

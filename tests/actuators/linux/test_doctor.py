@@ -91,16 +91,25 @@ def test_tunable_host(tmp_path, fake_memcached):
     assert "=> the tuner can run on this host" in doctor.format_report(report)
 
 
-def test_hwp_and_missing_caps_block_with_fixes(tmp_path):
+def test_hwp_host_pins_through_minmax_and_missing_caps_block_with_fixes(tmp_path):
     io, _ = good_host(tmp_path, hwp=True, caps=0)
     report = doctor.run_checks(io, ("eth1",), "127.0.0.1:1", (0, 1))
     f = by_check(report)
-    assert not report.can_tune and set(report.missing) == {"dvfs", "itr", "memcached"}
-    assert f["hwp"].status == "fail" and "intel_pstate=no_hwp" in f["hwp"].fix
+    assert not report.can_tune and set(report.missing) == {"itr", "memcached"}  # DVFS needs no capability here
+    assert f["hwp"].status == "info" and "intel_pstate=no_hwp" in f["hwp"].fix and "minmax" in f["hwp"].detail
+    assert f["dvfs-msr"].status == "fail" and f["dvfs-minmax"].status == "ok"
+    assert "without a reboot" in f["dvfs"].detail and "minmax" in f["dvfs"].detail
     assert f["cap-net-admin"].status == "fail" and "AmbientCapabilities" in f["cap-net-admin"].fix
     assert "not reachable" in f["memcached"].detail
     text = doctor.format_report(report)
-    assert "cannot tune this host: missing dvfs, itr, memcached" in text and "fix: " in text
+    assert "cannot tune this host: missing itr, memcached" in text and "fix: " in text
+
+
+def nothing_works(root):
+    """An HWP host whose intel_pstate is passive without the userspace governor: no backend works."""
+    io, nic = good_host(root, hwp=True)
+    fakefs.write(root / "sys/devices/system/cpu/intel_pstate/status", "passive")
+    return io, nic
 
 
 def test_unsupported_nic_and_no_msr_module(tmp_path):
@@ -173,7 +182,7 @@ def test_hwp_seen_through_intel_pstate_without_msr(tmp_path):
     fakefs.cpuid_only(tmp_path, 1)
     fakefs.write(tmp_path / "sys/devices/system/cpu/intel_pstate/hwp_dynamic_boost", "0")
     finding = doctor.check_hwp(HardwareIO(tmp_path, dry_run=True), 0)
-    assert finding.status == "fail" and "hwp_dynamic_boost" in finding.detail
+    assert finding.status == "info" and "hwp_dynamic_boost" in finding.detail and "no_hwp" in finding.fix
 
 
 @pytest.mark.parametrize(
@@ -224,9 +233,10 @@ def test_other_backend_offered_only_when_it_works(tmp_path):
     io, _ = good_host(tmp_path)  # msr works, cpufreq (intel_pstate active) does not
     f = by_check(doctor.run_checks(io, ("eth1",), "127.0.0.1:1", (0, 1)))
     assert "--backend msr (usable here)" in f["dvfs-cpufreq"].fix
-    io, _ = good_host(tmp_path / "hwp", hwp=True)  # now msr fails too: no backend to offer
+    io, _ = nothing_works(tmp_path / "hwp")  # now every backend fails: none to offer
     f = by_check(doctor.run_checks(io, ("eth1",), "127.0.0.1:1", (0, 1)))
-    assert f["dvfs-msr"].status == "fail" and f["dvfs-cpufreq"].status == "fail"
+    assert {f[f"dvfs-{b}"].status for b in ("msr", "cpufreq", "minmax", "hwp")} == {"fail"}
+    assert f["dvfs"].status == "fail"
     texts = [x.detail + x.fix for x in f.values()]
     assert not any("--backend msr" in t and "usable" in t for t in texts)
     assert not any("use --backend" in t for t in texts)
@@ -241,7 +251,10 @@ def test_backend_choice_names_offline_cpu_and_offers_only_a_working_backend(tmp_
         choose_backend(io, (0, 1, 2), "msr")
     with pytest.raises(HostError, match="--backend msr works on this host"):
         choose_backend(io, (0, 1), "cpufreq")
-    io, _ = good_host(tmp_path / "hwp", hwp=True)
+    io, _ = good_host(tmp_path / "hwp", hwp=True)  # HWP on, intel_pstate active: min/max pinning works
+    with pytest.raises(HostError, match="--backend minmax works on this host"):
+        choose_backend(io, (0, 1), "cpufreq")
+    io, _ = nothing_works(tmp_path / "none")
     with pytest.raises(HostError) as e:
         choose_backend(io, (0, 1), "cpufreq")
     assert "--backend" not in str(e.value)
