@@ -7,6 +7,7 @@ import argparse
 import signal
 import sys
 
+from actuators.fakehw.drivers import DRIVERS
 from actuators.fakehw.kit import HardwareModel, create, is_kit
 from core.errors import TunerError
 
@@ -15,13 +16,14 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m actuators.fakehw", description=__doc__)
     p.add_argument("dir", help="kit directory (created; an existing kit is reused)")
     p.add_argument("--cpus", type=int, default=2, help="fake CPUs (default 2)")
+    p.add_argument("--nic", choices=sorted(DRIVERS), default="ixgbe", help="the driver eth1 plays (default ixgbe)")
     p.add_argument("--memcached", metavar="HOST:PORT", help="load for the power model from this memcached's stats")
     p.add_argument("--reset", action="store_true", help="rebuild an existing kit (knobs back to boot values)")
     p.add_argument("--create-only", action="store_true", help="build the tree and exit")
     args = p.parse_args(argv)
     try:
         if args.reset or not is_kit(args.dir):
-            create(args.dir, args.cpus)
+            create(args.dir, args.cpus, args.nic)
         print(f"fakehw: kit in {args.dir}", file=sys.stderr)
         if args.create_only:
             return 0

@@ -2,7 +2,9 @@
 
 `create(root)` builds `<root>/sys` and `<root>/proc` as the kernel shows them on a small acpi-cpufreq server:
 `cpus` CPUs with cpufreq (ondemand governor, userspace available, `scaling_setspeed`), one RAPL package zone
-(`intel-rapl:0`, powercap `energy_uj`), and an ixgbe NIC `eth1` whose coalescing lives in a file (`FileNic`).
+(`intel-rapl:0`, powercap `energy_uj`), and a NIC `eth1` whose coalescing lives in a file (`FileNic`), played as
+ixgbe or as another driver of `actuators.fakehw.drivers.DRIVERS` (`nic="mlx5_core"`: a ConnectX port with its
+4095 µs period, 65535 frames and CQE timer mode).
 `HardwareModel` plays the hardware: it advances `energy_uj` by `PowerModel` power at the frequency the
 governor / `scaling_setspeed` set, the ITR the NIC has and the load memcached reports, and mirrors the set
 frequency into `scaling_cur_freq`. `make_fake_host(root=...)` is `make_real_host` over that tree (the daemon's
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from actuators.fakehw import tree
+from actuators.fakehw.drivers import DRIVERS
 from actuators.fakehw.nic import FileNic, create_nic, nic_path
 from actuators.fakehw.power import PowerModel
 from core.errors import HostError
@@ -52,20 +55,23 @@ def nic_under(root: str | Path) -> Any:
     return default_nic(Path(root))
 
 
-def create(root: str | Path, cpus: int = 2) -> Path:
-    """Build the fake tree under `root` (refuses a non-empty directory that is not a kit; resets a kit)."""
+def create(root: str | Path, cpus: int = 2, nic: str = "ixgbe") -> Path:
+    """Build the fake tree under `root` (refuses a non-empty directory that is not a kit; resets a kit); `nic` is
+    the driver the NIC plays (a key of `DRIVERS`)."""
     root = Path(root)
     if root.exists() and any(root.iterdir()) and not is_kit(root):
         raise HostError(f"{root}: not empty and not a fake-hardware kit: give a new or empty directory")
     if not 1 <= cpus <= 256:
         raise HostError(f"cpus {cpus}: expected 1..256")
+    if nic not in DRIVERS:
+        raise HostError(f"nic {nic!r}: expected one of {', '.join(DRIVERS)}")
     tree.cpu_online(root, cpus)
     tree.cpufreq(root, cpus, available_khz=list(FREQS_KHZ), min_khz=FREQS_KHZ[0], max_khz=FREQS_KHZ[-1])
     tree.powercap_zone(root, "package-0", ZONE, 0, RAPL_RANGE_UJ, max_power_uw=95_000_000)
-    tree.net_iface(root, IFACE, "ixgbe")
+    tree.net_iface(root, IFACE, DRIVERS[nic].name)
     tree.cpuinfo(root, "GenuineIntel", cpus, flags="fpu msr")
-    create_nic(root, IFACE)
-    tree.write(root / MARKER, f"fake-hardware kit: {cpus} CPUs, cpufreq, RAPL {ZONE}, NIC {IFACE} (ixgbe)")
+    create_nic(root, IFACE, nic)
+    tree.write(root / MARKER, f"fake-hardware kit: {cpus} CPUs, cpufreq, RAPL {ZONE}, NIC {IFACE} ({nic})")
     return root
 
 
