@@ -214,6 +214,10 @@ try:
     io.get_coalesce("eth0")
 except HostError as exc:
     out["eth0"] = str(exc)
+try:
+    out["pflags"] = PyrouteEthtool().priv_flags("lo")  # ETHTOOL_GSSET_INFO / GPFLAGS: reads only
+except OSError as exc:
+    out["pflags"] = exc.errno
 print(json.dumps(out))
 """
 
@@ -243,3 +247,4 @@ def test_real_ioctl_path_in_a_private_network_namespace():
         "NIC lo (driver virtual) does not support interrupt coalescing (ETHTOOL_SCOALESCE: EOPNOTSUPP)"
     )
     assert out["eth0"] == "no network interface 'eth0' (ENODEV)"
+    assert out["pflags"] == errno.EOPNOTSUPP  # lo has no private flags
