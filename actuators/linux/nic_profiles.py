@@ -13,16 +13,17 @@ itself accepts. Sources (Linux `drivers/net/ethernet/...`, functions named in ea
   up to 8160 µs; adaptive through use-adaptive-rx.
 - mlx5_core (mellanox/mlx5/core/en_ethtool.c `mlx5e_ethtool_set_coalesce`): the CQ moderation period in µs, up to
   `MLX5E_MAX_COAL_TIME` = `MLX5_MAX_CQ_PERIOD` = 2^12 - 1 = 4095 (the 12-bit `cq_period` of `mlx5_ifc_cqc_bits`),
-  frames up to `MLX5_MAX_CQ_COUNT` = 2^16 - 1 = 65535 (16-bit `cq_max_count`); beyond either -> ERANGE (EINVAL
-  before 6.12). Adaptive is DIM (`rx_dim_enabled`, use-adaptive-rx). The timer starts at the first CQE (CQE mode,
+  frames up to `MLX5_MAX_CQ_COUNT` = 2^16 - 1 = 65535 (16-bit `cq_max_count`); beyond either -> ERANGE.
+  Adaptive is DIM (`rx_dim_enabled`, use-adaptive-rx). The timer starts at the first CQE (CQE mode,
   priv-flag `rx_cqe_moder`, the default where `cq_period_start_from_cqe` is supported) or at the last EQE (EQE
   mode); ETHTOOL_SCOALESCE cannot switch it (netlink `cqe-mode-rx` or the priv flag can), so the tuner reads it
   and leaves it. `rx-frames` is set to 65535 so the period alone paces interrupts, as ixgbe's EITR does (the
   default 32 frames fires early above 32 packets per period).
 - bnxt_en (broadcom/bnxt/bnxt_ethtool.c `bnxt_set_coalesce`, bnxt.c `bnxt_hwrm_set_coal_params`): rx-usecs is
   stored as given (`coal_ticks`, read back as is) and converted to firmware timer units (`usec * 1000 /
-  timer_units`, `bnxt_usec_to_coal_tmr`; the units are firmware-reported, 80 ns on current parts -- from the
-  driver's default, not re-measured), a u16, so 1 µs steps apply exactly up to 5242 µs. Adaptive is DIM
+  timer_units`, `bnxt_usec_to_coal_tmr`; the units are reported by the firmware, 80 ns being the driver's default in
+  `bnxt_hwrm_coal_params_qcaps`, not a value read from a card), a u16, so 1 µs steps apply exactly up to
+  5242 µs. Adaptive is DIM
   (`BNXT_FLAG_DIM`); turning it off jumps to `reset_coalesce` and ignores the rest of that same request, so
   adaptive goes off in its own write first.
 - ena (amazon/ena/ena_ethtool.c `ena_set_coalesce`, ena_com.c `ena_com_update_nonadaptive_moderation_interval`):
