@@ -210,6 +210,7 @@ class NicItr:
             wanted = {RX_USECS: prof.applied(itr_us), **dict(prof.extra)}
             wrong = {k: got.get(k) for k, v in wanted.items() if got.get(k) != v}
             if not wrong:
+                self._mapped.get(ifname, {}).pop(itr_us, None)  # read back as asked: no longer stands for another
                 continue
             usecs = got.get(RX_USECS)
             if isinstance(usecs, int):

@@ -166,6 +166,7 @@ def test_ena_with_a_coarser_delay_resolution_is_warned_once_and_mapped_back(tmp_
     assert nic.get_coalesce("eth1")[RX_USECS] == 4 and itr.current() == 5  # not retried: kept and counted as 5
     assert set_itr(io, store, itr, 7) == [] and itr.current() == 7
     assert set_itr(io, store, itr, 8) == [] and itr.current() == 8  # a value the device applies exactly
+    assert set_itr(io, store, itr, 4) == [] and itr.current() == 4  # 4 is itself again, not the 7 it stood for
     assert itr.notes == [note]
     restore_originals(io, store)
     assert nic.get_coalesce("eth1")[ADAPTIVE_RX] == 1
