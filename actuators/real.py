@@ -73,7 +73,8 @@ class RealHost(Host, AtomicApply, Closable, HardwareClassified, Interruptible, W
 
     def apply(self, itr_us: int | None = None, dvfs_ghz: float | None = None) -> list[str]:
         """Set DVFS then ITR in one transaction: everything is validated before the first write, and if
-        any write or read-back fails, every value this call changed is put back. Returns warnings."""
+        any write or read-back fails, every value this call changed is put back. Returns warnings (DVFS read-back, and
+        NICs whose driver applied another rx-usecs than its profile says, the first time for each)."""
         itr, dvfs = (
             self._need("itr") if itr_us is not None else None,
             self._need("dvfs") if dvfs_ghz is not None else None,
@@ -81,6 +82,7 @@ class RealHost(Host, AtomicApply, Closable, HardwareClassified, Interruptible, W
         dvfs_plan = dvfs.plan(dvfs_ghz) if dvfs is not None else []
         itr_plan = itr.plan(itr_us) if itr is not None else []
         warnings: list[str] = []
+        itr_notes: list[str] = []
         with Transaction(self.io, self.store) as txn:
             for setting in dvfs_plan:
                 txn.write(setting)
@@ -89,9 +91,9 @@ class RealHost(Host, AtomicApply, Closable, HardwareClassified, Interruptible, W
             for setting in itr_plan:
                 txn.write(setting)
             if itr is not None and not self.io.dry_run:
-                itr.verify(itr_us)
+                itr_notes = itr.verify(itr_us)  # new read-back mismatches; the host keeps them in `itr.notes`
         self.warnings = warnings
-        return warnings
+        return warnings + itr_notes
 
     def point(self) -> OperatingPoint | None:
         if self.itr is None or self.dvfs is None:  # built without knobs (observe): the OS is in charge
@@ -181,7 +183,8 @@ class RealHost(Host, AtomicApply, Closable, HardwareClassified, Interruptible, W
     def warnings_by_source(self) -> dict[str, list[str]]:
         """What limits this host's measurements, by source: "energy" -- parts that could not be built (e.g. no
         RAPL: energy unknown), "latency" -- the latency source's warnings (a same-host prober cannot see ITR
-        delay; a failing source says so instead of raising), "dvfs" -- read-back warnings of the last `apply`."""
+        delay; a failing source says so instead of raising), "dvfs" -- read-back warnings of the last `apply`,
+        "itr" -- NICs whose driver applied another rx-usecs than its profile says (kept, one line per NIC)."""
         latency: list[str] = []
         if isinstance(self.latency, WarningSource):
             try:
@@ -192,10 +195,11 @@ class RealHost(Host, AtomicApply, Closable, HardwareClassified, Interruptible, W
             "energy": [f"{part} unavailable: {why}" for part, why in self.absent.items()],
             "latency": latency,
             "dvfs": [str(w) for w in self.warnings],
+            "itr": list(self.itr.notes) if self.itr is not None else [],
         }
 
     def notices(self) -> list[str]:
-        """`warnings_by_source` in one list (energy, latency, DVFS), for the log, `GetStatus` and metrics."""
+        """`warnings_by_source` in one list (energy, latency, DVFS, ITR), for the log, `GetStatus` and metrics."""
         return [line for lines in self.warnings_by_source().values() for line in lines]
 
     def hardware_class(self) -> HardwareClass:

@@ -7,6 +7,7 @@ import argparse
 import signal
 import sys
 
+from actuators.fakehw.drivers import DRIVERS
 from actuators.fakehw.kit import KINDS, HardwareModel, create, is_kit, kit_kind
 from core.errors import TunerError
 
@@ -15,6 +16,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m actuators.fakehw", description=__doc__)
     p.add_argument("dir", help="kit directory (created; an existing kit is reused)")
     p.add_argument("--cpus", type=int, default=2, help="fake CPUs (default 2)")
+    p.add_argument("--nic", choices=sorted(DRIVERS), default="ixgbe", help="the driver eth1 plays (default ixgbe)")
     p.add_argument("--memcached", metavar="HOST:PORT", help="load for the power model from this memcached's stats")
     p.add_argument(
         "--kind",
@@ -29,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
         if is_kit(args.dir) and not args.reset and args.kind not in (None, kit_kind(args.dir)):
             raise TunerError(f"{args.dir}: the kit is {kit_kind(args.dir)}, not {args.kind}: add --reset to rebuild it")
         if args.reset or not is_kit(args.dir):
-            create(args.dir, args.cpus, args.kind or (kit_kind(args.dir) if is_kit(args.dir) else "acpi"))
+            create(args.dir, args.cpus, args.kind or (kit_kind(args.dir) if is_kit(args.dir) else "acpi"), args.nic)
         print(f"fakehw: kit ({kit_kind(args.dir)}) in {args.dir}", file=sys.stderr)
         if args.create_only:
             return 0

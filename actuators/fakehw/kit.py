@@ -4,7 +4,9 @@
 (`kind="hwp"`: an Intel box with intel_pstate active and HWP on; `kind="amd"`: amd-pstate in active mode -- both
 as the kernel boots them by default, tuned through min/max pinning):
 `cpus` CPUs with cpufreq (ondemand governor, userspace available, `scaling_setspeed`), one RAPL package zone
-(`intel-rapl:0`, powercap `energy_uj`), and an ixgbe NIC `eth1` whose coalescing lives in a file (`FileNic`).
+(`intel-rapl:0`, powercap `energy_uj`), and a NIC `eth1` whose coalescing lives in a file (`FileNic`), played as
+ixgbe or as another driver of `actuators.fakehw.drivers.DRIVERS` (`nic="mlx5_core"`: a ConnectX port with its
+4095 µs period, 65535 frames and CQE timer mode).
 `HardwareModel` plays the hardware: it advances `energy_uj` by `PowerModel` power at the frequency the
 governor / `scaling_setspeed` set, the ITR the NIC has and the load memcached reports, and mirrors the set
 frequency into `scaling_cur_freq`. `make_fake_host(root=...)` is `make_real_host` over that tree (the daemon's
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from actuators.fakehw import tree
+from actuators.fakehw.drivers import DRIVERS
 from actuators.fakehw.nic import FileNic, create_nic, nic_path
 from actuators.fakehw.power import PowerModel
 from core.errors import HostError
@@ -67,10 +70,11 @@ def kit_kind(root: str | Path) -> str:
     return path.read_text().strip() if path.is_file() else "acpi"
 
 
-def create(root: str | Path, cpus: int = 2, kind: str = "acpi") -> Path:
+def create(root: str | Path, cpus: int = 2, kind: str = "acpi", nic: str = "ixgbe") -> Path:
     """Build the fake tree under `root` (refuses a non-empty directory that is not a kit; resets a kit). `kind`:
     `acpi` (acpi-cpufreq, ondemand, userspace available), `hwp` (intel_pstate active, HWP on, powersave, EPP,
-    1.2 GHz .. 2.9 GHz base, 3.5 GHz turbo) or `amd` (amd-pstate-epp active, powersave, EPP, 1.2 .. 2.9 GHz)."""
+    1.2 GHz .. 2.9 GHz base, 3.5 GHz turbo) or `amd` (amd-pstate-epp active, powersave, EPP, 1.2 .. 2.9 GHz);
+    `nic` is the driver the NIC plays (a key of `DRIVERS`)."""
     root = Path(root)
     if root.exists() and any(root.iterdir()) and not is_kit(root):
         raise HostError(f"{root}: not empty and not a fake-hardware kit: give a new or empty directory")
@@ -78,6 +82,8 @@ def create(root: str | Path, cpus: int = 2, kind: str = "acpi") -> Path:
         raise HostError(f"cpus {cpus}: expected 1..256")
     if kind not in KINDS:
         raise HostError(f"kit kind {kind!r}: expected one of {', '.join(KINDS)}")
+    if nic not in DRIVERS:
+        raise HostError(f"nic {nic!r}: expected one of {', '.join(DRIVERS)}")
     if is_kit(root):
         for old in ("sys", "proc"):  # a kit rebuilt as another kind keeps no file of the old one
             shutil.rmtree(root / old, ignore_errors=True)
@@ -98,12 +104,12 @@ def create(root: str | Path, cpus: int = 2, kind: str = "acpi") -> Path:
         )  # fmt: skip
         vendor, flags = "AuthenticAMD", "fpu msr cppc"
     tree.powercap_zone(root, "package-0", ZONE, 0, RAPL_RANGE_UJ, max_power_uw=95_000_000)
-    tree.net_iface(root, IFACE, "ixgbe")
+    tree.net_iface(root, IFACE, DRIVERS[nic].name)
     tree.cpuinfo(root, vendor, cpus, flags=flags)
     tree.proc_status(root, (1 << 41) - 1)  # writing the kit's files needs no capability: it has them all
-    create_nic(root, IFACE)
+    create_nic(root, IFACE, nic)
     tree.write(root / KIND_FILE, kind)
-    tree.write(root / MARKER, f"fake-hardware kit: {cpus} CPUs ({kind}), cpufreq, RAPL {ZONE}, NIC {IFACE} (ixgbe)")
+    tree.write(root / MARKER, f"fake-hardware kit: {cpus} CPUs ({kind}), cpufreq, RAPL {ZONE}, NIC {IFACE} ({nic})")
     return root
 
 

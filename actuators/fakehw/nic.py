@@ -1,9 +1,9 @@
 """A file-backed fake NIC: the ethtool coalescing ioctl (`NicIoctl`) over JSON files, one per interface.
 
-`<root>/fakehw/nic/<ifname>.json` holds `{"coalesce": {...}, "lro": false}`; writes replace the file atomically,
-so several processes (the daemon, `tuner set`, the kit's power model) see one consistent NIC. Values are checked
-as ixgbe checks them (rx-usecs 0..1022; 1 = the driver's dynamic mode), errors are `OSError` with the kernel's
-errno, exactly what the real ioctl layer raises.
+`<root>/fakehw/nic/<ifname>.json` holds `{"driver": "ixgbe", "coalesce": {...}, "lro": false, "priv_flags": {}}`;
+writes replace the file atomically, so several processes (the daemon, `tuner set`, the kit's power model) see one
+consistent NIC. Each write goes through the driver's own rule (`actuators.fakehw.drivers`: its limits, rounding
+and quirks), errors are `OSError` with the driver's errno, exactly what the real ioctl layer raises.
 """
 
 from __future__ import annotations
@@ -13,27 +13,20 @@ import json
 from pathlib import Path
 from typing import Any
 
+from actuators.fakehw.drivers import DRIVERS
 from core.fsutil import atomic_write
 
 NIC_DIR = "fakehw/nic"
-MAX_RX_USECS = 1022
 
 
 def nic_path(root: Path, ifname: str) -> Path:
     return Path(root) / NIC_DIR / f"{ifname}.json"
 
 
-def create_nic(root: Path, ifname: str, rx_usecs: int = 1, adaptive: int = 1, lro: bool = False) -> None:
-    """Create (or reset) the fake NIC `ifname` with its boot-time coalescing."""
-    state = {
-        "coalesce": {
-            "rx_coalesce_usecs": rx_usecs,
-            "use_adaptive_rx_coalesce": adaptive,
-            "rx_max_coalesced_frames": 0,
-            "tx_coalesce_usecs": 0,
-        },
-        "lro": lro,
-    }
+def create_nic(root: Path, ifname: str, driver: str = "ixgbe", lro: bool = False) -> None:
+    """Create (or reset) the fake NIC `ifname` played as `driver` (a key of `DRIVERS`), at its boot coalescing."""
+    fake = DRIVERS[driver]
+    state = {"driver": driver, "coalesce": dict(fake.boot), "lro": lro, "priv_flags": dict(fake.priv_flags)}
     path = nic_path(root, ifname)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, json.dumps(state).encode(), mode=0o644)
@@ -57,14 +50,17 @@ class FileNic:
 
     def set_coalesce(self, ifname: str, values: dict[str, int]) -> None:
         state = self._load(ifname)
-        usecs = values.get("rx_coalesce_usecs", state["coalesce"]["rx_coalesce_usecs"])
-        if not isinstance(usecs, int) or not 0 <= usecs <= MAX_RX_USECS:
+        old = state["coalesce"]
+        if any(k not in old or isinstance(v, bool) or not isinstance(v, int) or v < 0 for k, v in values.items()):
             raise OSError(errno.EINVAL, "Invalid argument")
-        state["coalesce"].update({k: int(v) for k, v in values.items()})
+        state["coalesce"] = DRIVERS[state.get("driver", "ixgbe")].apply(old, {**old, **values})
         atomic_write(nic_path(self.root, ifname), json.dumps(state).encode(), mode=0o644)
 
     def lro_enabled(self, ifname: str) -> bool:
         return bool(self._load(ifname)["lro"])
+
+    def priv_flags(self, ifname: str) -> dict[str, bool]:
+        return {k: bool(v) for k, v in self._load(ifname).get("priv_flags", {}).items()}
 
     def close(self) -> None:
         pass

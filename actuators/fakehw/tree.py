@@ -123,6 +123,8 @@ def net_iface(root: Path, ifname: str, driver: str | None) -> None:
         target.mkdir(parents=True, exist_ok=True)
         (d / "device").mkdir(exist_ok=True)
         link = d / "device" / "driver"
+        if link.is_symlink() and Path(os.readlink(link)) != target:
+            link.unlink()  # a kit reset with another driver
         if not link.is_symlink():
             os.symlink(target, link)
 

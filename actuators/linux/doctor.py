@@ -24,9 +24,10 @@ from actuators.linux.dvfs import (
     require_online,
 )
 from actuators.linux.dvfs_active import active_driver
-from actuators.linux.hwio import HardwareIO, nic_driver
-from actuators.linux.itr import ADAPTIVE_RX, RX_USECS, physical_interfaces, profile_for
+from actuators.linux.hwio import HardwareIO, NicPrivFlags, nic_driver
+from actuators.linux.itr import physical_interfaces
 from actuators.linux.msr import msr_path
+from actuators.linux.nic_profiles import ADAPTIVE_RX, PROFILES, RX_FRAMES, RX_USECS, profile_for
 from actuators.linux.rapl import cpu_vendor, discover_meter
 from core.errors import HostError
 
@@ -343,7 +344,31 @@ def check_rapl(io: HardwareIO, platform: Platform = Platform()) -> Finding:
     )
 
 
+def _nic_seen(io: HardwareIO, ifname: str, values: dict[str, int]) -> str:
+    """What the interface has now: rx-usecs, adaptive, rx-frames, LRO and any CQE/EQE timer-mode private flag."""
+    seen = f"rx-usecs {values.get(RX_USECS)}, adaptive-rx {'on' if values.get(ADAPTIVE_RX) else 'off'}"
+    if values.get(RX_FRAMES):
+        seen += f", rx-frames {values[RX_FRAMES]}"
+    try:
+        seen += f", LRO {'on' if io.require_nic().lro_enabled(ifname) else 'off'}"
+    except (HostError, OSError):
+        pass
+    nic = io.nic
+    if isinstance(nic, NicPrivFlags):
+        try:
+            flags = nic.priv_flags(ifname)
+        except (HostError, OSError):
+            flags = {}
+        for name in sorted(f for f in flags if f.startswith("rx_cqe_moder")):
+            seen += (
+                f", timer mode {'CQE' if flags[name] else 'EQE'} (priv-flag {name} {'on' if flags[name] else 'off'})"
+            )
+    return seen
+
+
 def check_nics(io: HardwareIO, ifaces: tuple[str, ...]) -> list[Finding]:
+    """Per interface: the driver, its coalescing now, and what the tuner will do with it (the profile: range,
+    step, how adaptive goes off, the fields it sets and those it leaves)."""
     ifaces = ifaces or physical_interfaces(io.root)
     if not ifaces:
         return [
@@ -361,33 +386,25 @@ def check_nics(io: HardwareIO, ifaces: tuple[str, ...]) -> list[Finding]:
                     f"nic:{ifname}",
                     FAIL,
                     str(exc),
-                    "use a NIC whose driver implements ethtool coalescing (ixgbe, i40e, ice, ...)",
+                    f"use a NIC whose driver implements ethtool coalescing ({', '.join(sorted(PROFILES))})",
                 )
             )
             continue
-        seen = f"rx-usecs {values.get(RX_USECS)}, adaptive-rx {'on' if values.get(ADAPTIVE_RX) else 'off'}"
-        try:
-            lro = io.require_nic().lro_enabled(ifname)
-            seen += f", LRO {'on' if lro else 'off'}"
-        except (HostError, OSError):
-            pass
+        seen = _nic_seen(io, ifname, values)
         if prof.verified:
             out.append(
-                Finding(
-                    f"nic:{ifname}",
-                    OK,
-                    f"driver {driver}: coalescing readable ({seen}); ITR "
-                    f"{prof.min_us}..{prof.max_us} µs step {prof.step_us}",
-                )
+                Finding(f"nic:{ifname}", OK, f"driver {driver}: coalescing readable ({seen}); {prof.describe()}")
             )
         else:
             out.append(
                 Finding(
                     f"nic:{ifname}",
                     WARN,
-                    f"driver {driver}: coalescing readable ({seen}) but no verified profile; whether "
-                    f"it accepts static rx-usecs shows only on the first set (doctor never writes)",
-                    "prefer ixgbe/i40e/ice; `tuner set --itr N --dry-run`, then a real set, to try",
+                    f"driver {driver}: coalescing readable ({seen}) but no verified profile (known: "
+                    f"{', '.join(sorted(PROFILES))}): unverified; whether it accepts static rx-usecs shows only on "
+                    f"the first set (doctor never writes)",
+                    "`tuner set --itr N --force --dry-run`, then a real set with --force (host option force = true), "
+                    "to try",
                 )
             )
     return out

@@ -14,7 +14,7 @@ import logging
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from actuators.linux.msr import read_msr, write_msr
 from core.errors import HostError, is_permanent, permanent_errno
@@ -72,6 +72,14 @@ class NicIoctl(Protocol):
     def set_coalesce(self, ifname: str, values: dict[str, int]) -> None: ...
 
     def lro_enabled(self, ifname: str) -> bool: ...
+
+
+@runtime_checkable
+class NicPrivFlags(Protocol):
+    """An ethtool layer that can also read the driver's private flags (ETHTOOL_GPFLAGS), e.g. mlx5's
+    `rx_cqe_moder` (CQE vs EQE timer mode). Optional: asked with isinstance; read only."""
+
+    def priv_flags(self, ifname: str) -> dict[str, bool]: ...
 
 
 class UnavailableNic:

@@ -75,6 +75,7 @@ def test_the_real_host_says_its_limits_by_source(tmp_path: Path) -> None:
         "energy": ["energy unavailable: no RAPL"],
         "latency": ["latency source warnings unavailable: socket gone"],
         "dvfs": ["cpu 3 reads 2.1 GHz"],
+        "itr": [],
     }
     assert host.notices() == [line for lines in host.warnings_by_source().values() for line in lines]
 

@@ -24,7 +24,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--root", default="/", help="prefix for /sys, /dev, /proc (a fake tree in tests)")
     p.add_argument("--state-dir", help="where originals are saved (default: ROOT/var/lib/tuner)")
     p.add_argument("--dry-run", action="store_true", help="print every write it would make, make none")
-    p.add_argument("--force", action="store_true", help="allow ITR below 8 µs on ixgbe with LRO on")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="allow ITR below 8 µs on ixgbe with LRO on, and static rx-usecs on a driver without a verified profile",
+    )
     p.set_defaults(func=run)
 
 

@@ -1,5 +1,6 @@
 """What limits the host now, by source: energy it cannot measure, the latency source's warnings (a same-host
-prober cannot see ITR delay), DVFS read-back warnings of the last apply, start-up notes and a permanent fault.
+prober cannot see ITR delay), DVFS read-back warnings of the last apply, NICs whose driver applied another rx-usecs
+than its profile says, start-up notes and a permanent fault.
 Each new line is logged once; the counts by source are exported (`tuner_host_warnings`)."""
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class HostWarnings:
             "energy": list(by_host.get("energy", [])),
             "latency": list(by_host.get("latency", [])),
             "dvfs": list(by_host.get("dvfs", [])),
+            "itr": list(by_host.get("itr", [])),
             **{source: list(self._by_source.get(source, [])) for source in STICKY},
         }
         for source, lines in (extra or {}).items():

@@ -15,7 +15,7 @@ LOOP_STATES = ("starting", "retuning", "holding", "observing", "degraded", "stop
 #: What the daemon does (`[host] mode`, `dry_run`).
 MODES = ("tune", "observe", "dry_run")
 #: Where a host warning comes from (label values of `tuner_host_warnings`).
-WARNING_SOURCES = ("latency", "energy", "dvfs", "startup", "fault")
+WARNING_SOURCES = ("latency", "energy", "dvfs", "itr", "startup", "fault")
 
 
 def _percentile_label(pct: float) -> str:

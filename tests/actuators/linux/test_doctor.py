@@ -258,3 +258,31 @@ def test_backend_choice_names_offline_cpu_and_offers_only_a_working_backend(tmp_
     with pytest.raises(HostError) as e:
         choose_backend(io, (0, 1), "cpufreq")
     assert "--backend" not in str(e.value)
+
+
+def test_doctor_lists_per_interface_what_it_will_tune(tmp_path):
+    from actuators.fakehw.nic import FileNic, create_nic
+
+    for ifname, driver in (("eth1", "mlx5_core"), ("eth2", "bnxt_en"), ("eth3", "igb"), ("eth4", "sfc")):
+        fakefs.net_iface(tmp_path, ifname, driver)
+        create_nic(tmp_path, ifname, "ixgbe" if driver == "sfc" else driver)
+    f = by_check_list(doctor.check_nics(HardwareIO(tmp_path, FileNic(tmp_path), dry_run=True), ()))
+    mlx5, bnxt, igb, sfc = f["nic:eth1"], f["nic:eth2"], f["nic:eth3"], f["nic:eth4"]
+    assert mlx5.status == "ok" and mlx5.detail.startswith(
+        "driver mlx5_core: coalescing readable (rx-usecs 8, adaptive-rx on, rx-frames 32, LRO off, "
+        "timer mode CQE (priv-flag rx_cqe_moder on)); profile mlx5_core: rx-usecs 1..1022 µs step 1 (driver "
+        "applies up to 4095 µs;"
+    )
+    assert "adaptive off: use-adaptive-rx off (DIM); sets rx-frames 65535; leaves the CQE/EQE timer mode" in mlx5.detail
+    assert mlx5.detail.endswith("[en_ethtool.c mlx5e_ethtool_set_coalesce]")
+    assert "adaptive off: use-adaptive-rx off (DIM) in its own write first" in bnxt.detail
+    assert "sets nothing else; leaves rx-frames, rx-usecs-irq, cqe-mode-rx" in bnxt.detail
+    assert "rx-usecs 10..1022 µs step 1 (driver applies up to 8191 µs" in igb.detail
+    assert "rx-usecs 1 = dynamic mode, 3 = dynamic conservative" in igb.detail
+    assert sfc.status == "warn"
+    assert "no verified profile (known: bnxt_en, ena, i40e, ice, igb, igc, ixgbe, mlx5_core)" in sfc.detail
+    assert "unverified" in sfc.detail and "--force" in sfc.fix
+
+
+def by_check_list(findings):
+    return {f.check: f for f in findings}
