@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import html
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,13 +98,17 @@ def _esc(text: object) -> str:
 
 
 def _cell(value: Cell, spec: str | None) -> str:
-    """One `<td>`: numbers right-aligned with their full value in `data-value`."""
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+    """One `<td>`: numbers (numpy's too) right-aligned with their full value in `data-value`."""
+    if value is None or (isinstance(value, numbers.Real) and not math.isfinite(value)):
         return '<td class="num">-</td>'
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return f"<td>{_esc(value)}</td>"
-    shown = format(value, spec if spec is not None else (".4g" if isinstance(value, float) else "d"))
-    return f'<td class="num" data-value="{_esc(repr(value))}">{_esc(shown)}</td>'
+    exact: int | float = int(value) if isinstance(value, numbers.Integral) else float(value)
+    try:
+        shown = format(exact, spec if spec is not None else ("d" if isinstance(exact, int) else ".4g"))
+    except ValueError:  # a spec for the other kind of number ("d" given a float)
+        shown = format(exact, ".4g")
+    return f'<td class="num" data-value="{_esc(repr(exact))}">{_esc(shown)}</td>'
 
 
 def _table_html(t: Table) -> str:

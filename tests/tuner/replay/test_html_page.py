@@ -70,6 +70,15 @@ def test_plotly_js_inlined_once_and_only_with_a_figure() -> None:
     assert "<script" not in no_figs and len(no_figs) < 10_000
 
 
+def test_numpy_numbers_and_a_spec_of_the_other_kind() -> None:
+    import numpy as np
+
+    p = Page(Report("t").table("x", ["a", "b"], [[np.float64(0.5), np.int64(7)], [2.5, 3]], formats={"a": "d"}).html())
+    t = p.table("x")
+    assert [(c.text, c.value) for c in t.rows[0]] == [("0.5", "0.5"), ("7", "7")]
+    assert [(c.text, c.value) for c in t.rows[1]] == [("2.5", "2.5"), ("3", "3")]
+
+
 def test_rows_must_fit_the_header() -> None:
     with pytest.raises(ValueError, match="every row needs 2 cells"):
         Report("t").table("bad", ["a", "b"], [[1]]).html()
