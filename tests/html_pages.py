@@ -50,6 +50,8 @@ class Page(HTMLParser):
         self.urls: list[tuple[str, str, str]] = []  # (tag, attribute, value)
         self.scripts: list[dict[str, str | None]] = []
         self.styles: list[str] = []
+        self.notes = ""  # every `<p class="note">`, joined
+        self._in_note = False
         self._stack: list[str] = []
         self._text: list[str] = []
         self._section = ""
@@ -62,8 +64,12 @@ class Page(HTMLParser):
         for k, v in attrs:
             if k in _URL_ATTRS and v is not None:
                 self.urls.append((tag, k, v))
-        if tag in ("title", "h1", "h2", "code", "script", "style", "td", "th"):
+        if tag in ("title", "h1", "h2", "code", "script", "style", "td", "th") or (tag, a.get("class")) == (
+            "p",
+            "note",
+        ):
             self._text = []
+            self._in_note = tag == "p"
         if tag == "script":
             self.scripts.append(a)
         if tag == "table":
@@ -91,6 +97,9 @@ class Page(HTMLParser):
             self.command = text
         elif tag == "style":
             self.styles.append(text)
+        elif tag == "p" and self._in_note:
+            self.notes += text + "\n"
+            self._in_note = False
         elif tag == "script":
             self._script_end(text)
         elif tag == "th" and self.tables:

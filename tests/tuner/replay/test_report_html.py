@@ -139,3 +139,61 @@ def test_chromium_draws_the_plots(run: Run, tmp_path: Path) -> None:
     power, latency, knobs = (drawn.lines[d] for d in run.page.plot_divs)
     # every policy's line and the offered load are drawn; knobs: ITR and GHz for each policy with a point
     assert power >= len(POLICIES) + 1 and latency >= len(POLICIES) + 1 and knobs >= 2 * (len(POLICIES) - 1)
+
+
+def _result(days: int, oracle_available: bool) -> Any:
+    """A hand-made result: 2 windows per day, tuner/linux-default/oracle, no steady states (percentiles unknown)."""
+    from actuators.host import OperatingPoint
+    from tuner.optimize.settings import Objective, TunerSettings
+    from tuner.replay.run import PolicyResult, ReplayResult, ReplayWindow, WindowResult
+
+    windows = tuple(ReplayWindow(i, 3600.0 * i, 3600.0, 100_000.0 * (1 + i), day=i // 2) for i in range(2 * days))
+
+    def run(policy: str, watts: float, trials: int = 0) -> PolicyResult:
+        point = None if policy == "linux-default" else OperatingPoint(100, 1.2)
+        ws = [
+            WindowResult(
+                policy,
+                w.index,
+                w.start_s,
+                w.seconds,
+                w.qps,
+                point,
+                None,
+                watts * w.seconds,
+                w.seconds,
+                trials,
+                day=w.day,
+            )
+            for w in windows
+        ]
+        return PolicyResult(policy, ws)
+
+    oracle = run("oracle", 50.0) if oracle_available else PolicyResult("oracle", available=False, note="no model")
+    policies = {"tuner": run("tuner", 60.0, trials=2), "linux-default": run("linux-default", 120.0), "oracle": oracle}
+    return ReplayResult(Objective(), TunerSettings(), "fake", 0, "t.csv", windows, policies)
+
+
+def test_per_day_table_and_day_column_on_a_multi_day_schedule() -> None:
+    from tuner.replay.report_html import replay_page
+
+    p = Page(replay_page(_result(days=2, oracle_available=True)).html())
+    t = p.table("The tuner per day")
+    assert [c.text for c in t.column("day")] == ["0", "1"] and [c.text for c in t.column("x oracle")] == ["1.200"] * 2
+    assert [c.text for c in t.column("energy (kJ)")] == ["432.0", "432.0"]  # 2 h at 60 W
+    w = p.table("Per window")
+    assert [c.text for c in w.column("day")] == ["0", "0", "1", "1"]
+    assert [c.text for c in w.column("tuner p99 (µs)")] == ["-"] * 4  # no steady state: unknown, not 0
+    assert "The per-window and the hourly oracle" not in [t.section for t in p.tables]  # only one oracle ran
+
+
+def test_an_unavailable_policy_is_a_row_of_dashes_with_its_note() -> None:
+    from tuner.replay.report_html import replay_page
+
+    p = Page(replay_page(_result(days=1, oracle_available=False)).html())
+    t = p.table("Summary per policy (constrained, p99 <= 500 µs)")
+    assert {c.text for c in t.row("oracle")[1:]} == {"-"}
+    assert "The tuner per day" not in [t.section for t in p.tables]
+    w = p.table("Per window")
+    assert "day" not in w.header and "oracle W" not in w.header and len(w.rows) == 2
+    assert "oracle: no model" in p.notes
