@@ -12,6 +12,7 @@ then the file, then the command line. Rarely used flags are left out of `--help`
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import time
 from collections.abc import Callable
@@ -226,6 +227,7 @@ def _run(args: argparse.Namespace) -> int:
             save_trials=args.save_trials,
             day_noise=day_noise,
             host_options={**host_options_from_args(args), **({} if load is None else {"load": load})},
+            command=shlex.join(["tuner", *getattr(args, "_argv", ["replay"])]),
         )
     finally:
         if load is not None:
@@ -292,8 +294,10 @@ def execute(
     save_trials: Path | None = None,
     day_noise: float | None = None,
     host_options: dict | None = None,
+    command: str | None = None,
 ) -> int:
-    """Run the replay with a progress bar, print the report and write the files (and `save_trials`)."""
+    """Run the replay with a progress bar, print the report and write the files (and `save_trials`); `command` is
+    shown on top of report.html."""
     from tuner.replay.run import ReplayWindow
 
     factory, first = _host_factory(host_spec, settings.seed, host_options or {})
@@ -315,7 +319,7 @@ def execute(
         result.meta["day_noise"] = day_noise
     if history_path is not None:
         result.meta["history"] = {"file": str(history_path), "trials": len(history)}
-    _write_outputs(result, out, save_trials=save_trials, as_json=as_json, quiet=quiet)
+    _write_outputs(result, out, save_trials=save_trials, as_json=as_json, quiet=quiet, command=command)
     return 0
 
 
@@ -379,12 +383,14 @@ def _replay_with_progress(
         return replay(factory, windows, objective, settings, progress=progress, **kw)
 
 
-def _write_outputs(result: Any, out: Path, *, save_trials: Path | None, as_json: bool, quiet: bool) -> None:
+def _write_outputs(
+    result: Any, out: Path, *, save_trials: Path | None, as_json: bool, quiet: bool, command: str | None = None
+) -> None:
     """The files under `out` (and `save_trials`), then the report (or the JSON summary) on stdout."""
     from tuner.cli.output import print_json, table_console
     from tuner.replay.report import print_report, summary, write_files, write_trials
 
-    paths = write_files(result, out)
+    paths = write_files(result, out, command=command)
     if save_trials is not None:
         save_trials.parent.mkdir(parents=True, exist_ok=True)
         n = write_trials(result, save_trials)

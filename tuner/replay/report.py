@@ -1,4 +1,5 @@
-"""Replay report: rich tables, `summary.json`, `windows.csv` and fig. 7.6-style PNGs (matplotlib Agg, lazy)."""
+"""Replay report: rich tables, `summary.json`, `windows.csv`, fig. 7.6-style PNGs (matplotlib Agg, lazy) and
+`report.html` (`tuner.replay.report_html`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from tuner.replay.report_html import write_html
 from tuner.replay.run import ReplayResult
 from tuner.replay.summary import day_summaries, days, oracle_comparison, policy_summary
 
@@ -90,8 +92,9 @@ def window_rows(result: ReplayResult) -> list[dict[str, Any]]:
     return rows
 
 
-def write_files(result: ReplayResult, out: Path) -> list[Path]:
-    """Write summary.json, windows.csv and the PNGs into `out` (created); returns the paths."""
+def write_files(result: ReplayResult, out: Path, command: str | None = None) -> list[Path]:
+    """Write summary.json, windows.csv, trials.jsonl, the PNGs and report.html (with `command` on top) into `out`
+    (created); returns the paths."""
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     p = out / SUMMARY
@@ -108,6 +111,7 @@ def write_files(result: ReplayResult, out: Path) -> list[Path]:
     if write_trials(result, out / TRIALS):
         paths.append(out / TRIALS)
     paths.extend(write_plots(result, out))
+    paths.append(write_html(result, out, command))
     return paths
 
 
