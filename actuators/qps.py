@@ -287,12 +287,20 @@ class NicRxQps:
         """Nothing to release (for symmetry with `MemcachedStatsQps`)."""
 
 
-def qps_source_from_spec(spec: str, timeout_s: float = 1.0) -> MemcachedStatsQps | NicRxQps:
-    """`memcached:HOST:PORT`, `memcached:unix:/path`, `nic:IFACE` or `nic:IFACE:COUNTER`."""
+def qps_source_from_spec(spec: str, timeout_s: float = 1.0) -> QpsSource:
+    """`memcached:HOST:PORT`, `memcached:unix:/path`, `redis:HOST:PORT`, `redis:unix:/path` (Redis or Valkey:
+    `actuators.qps_redis`), `nic:IFACE` or `nic:IFACE:COUNTER`."""
     kind, sep, rest = spec.partition(":")
     if kind == "memcached" and sep and rest:
         return MemcachedStatsQps(rest, timeout_s=timeout_s)
+    if kind == "redis" and sep and rest:
+        from actuators.qps_redis import RedisInfoQps
+
+        return RedisInfoQps(rest, timeout_s=timeout_s)
     if kind == "nic" and sep and rest:
         iface, _, counter = rest.partition(":")
         return NicRxQps(iface, counter or "packets_recv")
-    raise HostError(f"QPS source {spec!r}: expected memcached:HOST:PORT, memcached:unix:/path or nic:IFACE[:COUNTER]")
+    raise HostError(
+        f"QPS source {spec!r}: expected memcached:HOST:PORT, memcached:unix:/path, redis:HOST:PORT, "
+        "redis:unix:/path or nic:IFACE[:COUNTER]"
+    )

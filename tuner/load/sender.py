@@ -24,12 +24,8 @@ from multiprocessing.connection import Connection
 import numpy as np
 
 from actuators.latency.engine import SEND_INTERRUPTED_NS
-from actuators.latency.memcached import (
-    RX_ANCILLARY_BYTES,
-    MemcachedAddress,
-    enable_rx_timestamps,
-    rx_timestamp_ns,
-)
+from actuators.latency.memcached import MemcachedAddress
+from actuators.latency.stream import RX_ANCILLARY_BYTES, enable_rx_timestamps, rx_timestamp_ns
 from tuner.load.plan import MN, Plan
 
 _ERR = b"ERROR"
