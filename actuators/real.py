@@ -20,13 +20,13 @@ from actuators.abilities import AtomicApply, Closable, HardwareClassified, Inter
 from actuators.host import Host, KnobSpace, Measurement, OperatingPoint
 from actuators.hwclass import HardwareClass
 from actuators.latency.memcached import same_server
+from actuators.latency.servers import parse_address, server_of
 from actuators.linux.dvfs import DvfsBackend, choose_backend, parse_cpu_list
 from actuators.linux.hwio import HardwareIO, NicIoctl, Transaction, UnavailableNic, describe
 from actuators.linux.itr import NicItr, physical_interfaces
 from actuators.linux.originals import OriginalsStore, RestoreReport, default_state_dir, restore_originals
 from actuators.linux.rapl import EnergyMeter, discover_meter
 from actuators.sensors import LatencySource, QpsSource, ServerStats, WarningSource
-from actuators.servers import parse_address, server_of
 from core.errors import HostError, HostPartsError
 
 log = logging.getLogger(__name__)
@@ -365,9 +365,11 @@ def _attach_latency(
     if kind == "prober" and qps_server is not None:
         from actuators.latency.prober import Prober
 
-        counted = parse_address(*qps_server)
-        same = isinstance(source, Prober) and source.config.protocol == qps_server[0]
-        host.probe_counts_in_qps = same and same_server(counted, source.address)
+        host.probe_counts_in_qps = (
+            isinstance(source, Prober)
+            and source.config.protocol == qps_server[0]
+            and same_server(parse_address(*qps_server), source.address)
+        )
     host.latency = source
 
 

@@ -16,9 +16,9 @@ from actuators.latency.dist import PERCENTILES, HdrDist, histogram_quantiles
 from actuators.latency.memcached import MemcachedAddress, MemcachedClient, check_key
 from actuators.latency.probe_env import cpu_list
 from actuators.latency.resp import RespClient
+from actuators.latency.servers import SERVER_KINDS, parse_address
 from actuators.latency.stream import ServerTimeout
 from actuators.sensors import LatencyWindow
-from actuators.servers import SERVER_KINDS, parse_address
 from core.errors import HostError
 
 #: HdrHistogram range: 1 ns .. 60 s, 3 significant digits (<= 0.1 % quantisation).

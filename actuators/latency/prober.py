@@ -37,7 +37,7 @@ from actuators.latency.dist import histogram_quantiles
 from actuators.latency.engine import ProberConfig, ProbeWindow, ThreadProber, new_histogram, record_ns
 from actuators.latency.memcached import MemcachedAddress
 from actuators.latency.probe_env import ClientSettings, local_path_reason, read_client_settings, target_warning
-from actuators.servers import SERVER_KINDS, parse_address
+from actuators.latency.servers import SERVER_KINDS, parse_address
 from core.errors import HostError
 from core.lifeline import PARENT_GONE, Lifeline, follow_parent, new_lifeline, send_to_parent, spawned_from_main_thread
 

@@ -8,7 +8,7 @@ import json
 import sys
 from typing import Any
 
-from actuators.servers import SERVER_KINDS
+from actuators.latency.servers import SERVER_KINDS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

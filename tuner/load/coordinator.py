@@ -23,7 +23,7 @@ from hdrh.histogram import HdrHistogram
 
 from actuators.latency.hlog import LAG_TAG, ON_TIME_NS, RESPONSE_TAG, SERVICE_TAG, HlogWriter
 from actuators.latency.memcached import MemcachedAddress
-from actuators.servers import parse_address
+from actuators.latency.servers import parse_address
 from core.errors import HostError, TunerError
 from tuner.load.hist import new_histogram, percentiles_us, record_ns
 from tuner.load.plan import Plan

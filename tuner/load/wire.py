@@ -75,5 +75,5 @@ def _resp_delete(key: bytes) -> bytes:
 
 MEMCACHED = Wire("memcached", _mc_get, _mc_set, _mc_delete, count_mn, b"", b"set ")
 RESP = Wire("redis", _resp_get, _resp_set, _resp_delete, count_replies, b"\n", b"*3\r\n$3\r\nSET\r\n")
-#: Every protocol `tuner load --protocol` speaks, by name (`actuators.servers.SERVER_KINDS`).
+#: Every protocol `tuner load --protocol` speaks, by name (`actuators.latency.servers.SERVER_KINDS`).
 WIRES: dict[str, Wire] = {"memcached": MEMCACHED, "redis": RESP}
