@@ -319,12 +319,10 @@ class RedisInfoQps:
         self.last: RedisStats | None = None
 
     def _connect(self) -> Any:
-        try:
-            import redis
-            from redis.backoff import NoBackoff
-            from redis.retry import Retry
-        except ImportError:
-            raise HostError("the redis QPS source needs redis-py: pip install 'tuner[redis]'") from None
+        import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
         a = self.address
         where: dict[str, Any] = {"unix_socket_path": a.path} if a.path is not None else {"host": a.host, "port": a.port}
         return redis.Redis(
@@ -337,12 +335,15 @@ class RedisInfoQps:
 
     def info(self) -> dict[str, Any]:
         """`INFO all` (every section with commandstats) as redis-py parses it; HostError naming the address."""
-        import redis
+        try:
+            import redis
+        except ImportError:
+            raise HostError("the redis QPS source needs redis-py: pip install 'tuner[redis]'") from None
 
         with self._lock:
-            if self._client is None:
-                self._client = self._connect()
             try:
+                if self._client is None:
+                    self._client = self._connect()  # connects now (one connection, no pool)
                 return dict(self._client.info("all"))
             except redis.RedisError as exc:
                 self._close()

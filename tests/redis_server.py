@@ -38,8 +38,11 @@ def _answers(family: int, addr: object) -> bool:
         return False
 
 
-def start_redis(socket_path: str | None = None, extra_args: tuple[str, ...] = ()) -> RedisServer:
-    """Start redis-server (TCP on 127.0.0.1:free port, or only `socket_path`) and wait until it answers."""
+def start_redis(
+    socket_path: str | None = None, extra_args: tuple[str, ...] = (), port: int | None = None
+) -> RedisServer:
+    """Start redis-server (TCP on 127.0.0.1 and `port`, default a free one, or only `socket_path`) and wait until it
+    answers."""
     binary = redis_binary()
     if binary is None:
         raise FileNotFoundError("redis-server binary not found (apt-get install redis-server)")
@@ -49,7 +52,7 @@ def start_redis(socket_path: str | None = None, extra_args: tuple[str, ...] = ()
             args += ["--port", "0", "--unixsocket", socket_path, "--unixsocketperm", "600"]
             family, addr, address, port = socket.AF_UNIX, socket_path, f"unix:{socket_path}", None
         else:
-            port = free_port()
+            port = port or free_port()
             args += ["--port", str(port)]
             family, addr, address = socket.AF_INET, ("127.0.0.1", port), f"127.0.0.1:{port}"
         proc = subprocess.Popen([*args, *extra_args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
