@@ -269,6 +269,7 @@ class RedisStats:
     run_id: str
     uptime_s: int
     version: str
+    server_time_us: int = 0  # the server's clock when it answered (`server_time_usec`, Redis 5+; 0 if absent)
 
     @classmethod
     def parse(cls, info: Mapping[str, Any], origin: str) -> RedisStats:
@@ -297,6 +298,7 @@ class RedisStats:
             run_id=str(info.get("run_id", "")),
             uptime_s=num("uptime_in_seconds"),
             version=server_version(info),
+            server_time_us=int(info.get("server_time_usec", 0) or 0),
         )
 
     @property

@@ -1,7 +1,7 @@
 """`tuner load --protocol redis` against Redis's own INFO counters: is the schedule what the server served? (JSON)
 
 For each rate, Poisson GETs (3 % SETs) over RESP to Debian's redis-server on 127.0.0.1 (a free port, no
-persistence) for --seconds, while a thread reads the server's INFO every 0.1 s (`actuators.qps.RedisInfoQps`: data
+persistence) for --seconds, while a thread reads the server's INFO every 0.1 s (stamped by the server's clock) (`actuators.qps.RedisInfoQps`: data
 commands only, its own INFO reads not counted). Per run: the requests the server counted over the run against the
 requests scheduled (the whole run, and each full second, the server's counter interpolated at the run's second
 boundaries), the generator's own per-second completions, its send lag and latency, and the server's CPU per request.
@@ -40,24 +40,30 @@ POLL_S = 0.1
 
 
 class InfoPoller:
-    """Reads the server's request count every `POLL_S` in a thread: (epoch time, count) pairs."""
+    """Reads the server's request count every `POLL_S` in a thread: (time, count) pairs, the time the server's own
+    clock when it answered (INFO's `server_time_usec`: this machine's clock on loopback, so no client scheduling
+    delay in the stamps)."""
 
     def __init__(self, source: RedisInfoQps) -> None:
         self.source = source
         self.reads: list[tuple[float, float]] = []
         self._stop = threading.Event()
+        self._first = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while True:
             t0 = time.time()
             count = self.source.total_requests()
-            self.reads.append(((t0 + time.time()) / 2, count))  # the read's midpoint
+            stamp = (self.source.last.server_time_us / 1e6) if self.source.last else 0.0
+            self.reads.append((stamp or (t0 + time.time()) / 2, count))  # the server's clock, else the midpoint
+            self._first.set()
             if self._stop.wait(POLL_S):
                 return
 
     def __enter__(self) -> InfoPoller:
         self._thread.start()
+        self._first.wait(10.0)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -84,7 +90,8 @@ def one_run(address: str, qps: float, seconds: float, procs: int, conns: int, se
     full = int(seconds)
     scheduled = plan.per_second(full)
     served_by_second = [poller.at(start + k + 1) - poller.at(start + k) for k in range(full)]
-    served = poller.at(start + seconds + 1.0) - poller.at(start - 0.05)  # the run and its drain
+    # the whole run: from the last read before the start to the last read (after every reply came back)
+    served = poller.reads[-1][1] - max((c for t, c in poller.reads if t <= start), default=poller.reads[0][1])
     errors = [abs(got / want - 1) for got, want in zip(served_by_second, scheduled.tolist(), strict=True) if want]
     run_error = abs(served / len(plan) - 1)
     worst = max(errors) if errors else None
