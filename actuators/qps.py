@@ -1,6 +1,7 @@
-"""Offered-load readers (`QpsSource`): memcached's own `stats` counters, or NIC rx packets (psutil).
+"""Offered-load readers (`QpsSource`): memcached's own `stats` counters, Redis's or Valkey's own `INFO`
+counters, or NIC rx packets (psutil).
 
-Both expose a monotonically increasing `total_requests()`; the rate is the difference of two reads
+All expose a monotonically increasing `total_requests()`; the rate is the difference of two reads
 over their time apart (`counter_rate`, `RateMeter`).
 
 Counter resets are treated as a restart, not an error: when memcached restarts (its `pid` or start
@@ -21,6 +22,24 @@ Which memcached counters count requests (verified against memcached 1.6.18, see 
 Not counted by memcached at all: `version`, `stats`, `mn`, `verbosity`, `quit`. `cmd_meta` is not used
 (meta commands already count in the classic counters above). The unit is therefore *key
 operations per second*, which equals requests/s for single-key traffic.
+
+Redis and Valkey (`RedisInfoQps`, verified against Debian's redis-server 7.0.15, see
+tests/actuators/test_qps_redis.py): the count is `total_commands_processed` (INFO stats) less the calls of the
+commands that ask the server about itself rather than read or write the cache (`NOT_REQUESTS`, from INFO commandstats): `INFO` -- this source's own
+reads, and any monitoring's --, the connection handshake (`HELLO`, `AUTH`, `CLIENT ...`), `PING`, `CONFIG`,
+`COMMAND`, `SLOWLOG`, `LATENCY`, `MEMORY`. So reading does not inflate the load, as memcached's `stats` does not
+count itself. Every data command counts once, whatever its keys (`MGET a b c` is 1, where memcached counts 3 keys
+for `get a b c`): for single-key traffic, commands are requests. Commands the server rejects (unknown, wrong
+arity) count nowhere. The prober's own GETs and SETs do count, and `actuators.real` subtracts them when both name
+the same server.
+
+A restart (INFO server's `run_id` changes, or the count goes down, e.g. after `CONFIG RESETSTAT`) is counted
+from the new value, so `total_requests()` never decreases (`MonotonicTotal`).
+
+Why redis-py here: a read once a second needs no timing control, and redis-py parses INFO's sections and
+commandstats' fields and reconnects after a restart; its handshake commands (HELLO, CLIENT SETINFO) are among
+those not counted. Raw RESP is for the prober and `tuner load` (`actuators.latency.resp`). Valkey answers the same
+INFO, naming itself in `server_name:valkey` and `valkey_version`.
 """
 
 from __future__ import annotations
@@ -32,6 +51,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from actuators.latency.memcached import MemcachedAddress, MemcachedClient, as_address
+from actuators.latency.resp import redis_address
 from actuators.sensors import QpsSource
 from core.errors import HostError
 
@@ -223,6 +243,149 @@ class MemcachedStatsQps:
             self._client.close()
 
 
+# -- Redis / Valkey INFO ---------------------------------------------------------------------------
+#: Commands (commandstats names before `|`) that are not cache requests: introspection and the handshake.
+NOT_REQUESTS: frozenset[str] = frozenset(
+    {"info", "hello", "auth", "client", "ping", "config", "command", "slowlog", "latency", "memory", "select"}
+)
+
+
+def server_version(server: Mapping[str, Any]) -> str:
+    """`redis 7.0.15` or `valkey 8.0.1` from INFO server (Valkey names itself in `server_name`, and reports
+    `valkey_version` beside the `redis_version` it keeps for compatibility)."""
+    if str(server.get("server_name", "")).lower() == "valkey" or "valkey_version" in server:
+        return f"valkey {server.get('valkey_version', server.get('redis_version', '?'))}"
+    return f"redis {server.get('redis_version', '?')}"
+
+
+@dataclass(frozen=True)
+class RedisStats:
+    """The parts of INFO the tuner uses. `requests` is `total_commands_processed` less `not_requests`."""
+
+    requests: int
+    total_commands: int
+    not_requests: int
+    pid: int
+    run_id: str
+    uptime_s: int
+    version: str
+    server_time_us: int = 0  # the server's clock when it answered (`server_time_usec`, Redis 5+; 0 if absent)
+
+    @classmethod
+    def parse(cls, info: Mapping[str, Any], origin: str) -> RedisStats:
+        """Build from INFO as redis-py parses it (commandstats' `cmdstat_NAME` entries as dicts); HostError naming
+        `origin` when a field is missing or not a number."""
+
+        def num(name: str) -> int:
+            if name not in info:
+                raise HostError(f"redis {origin}: INFO has no {name!r} (not Redis or Valkey?)")
+            try:
+                return int(info[name])
+            except (TypeError, ValueError):
+                raise HostError(f"redis {origin}: INFO {name}={info[name]!r} is not an integer") from None
+
+        total = num("total_commands_processed")
+        skipped = 0
+        for key, value in info.items():
+            if isinstance(key, str) and key.startswith("cmdstat_") and isinstance(value, Mapping):
+                if key[8:].split("|", 1)[0].lower() in NOT_REQUESTS:
+                    skipped += int(value.get("calls", 0))
+        return cls(
+            requests=max(total - skipped, 0),
+            total_commands=total,
+            not_requests=skipped,
+            pid=num("process_id"),
+            run_id=str(info.get("run_id", "")),
+            uptime_s=num("uptime_in_seconds"),
+            version=server_version(info),
+            server_time_us=int(info.get("server_time_usec", 0) or 0),
+        )
+
+    @property
+    def epoch(self) -> str:
+        """Changes when the server restarts (`run_id`: a fresh random id at every start)."""
+        return self.run_id or f"{self.pid}"
+
+
+class RedisInfoQps:
+    """`QpsSource` from a Redis/Valkey server's `INFO` over TCP or a unix socket (one redis-py connection)."""
+
+    def __init__(self, address: str | MemcachedAddress, timeout_s: float = 1.0) -> None:
+        self.address = redis_address(address)
+        self.timeout_s = timeout_s
+        self._client: Any = None
+        self._sections: tuple[str, ...] = ("server", "stats", "commandstats")
+        self._total = MonotonicTotal()
+        self._lock = threading.Lock()
+        self.last: RedisStats | None = None
+
+    def _connect(self) -> Any:
+        import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        a = self.address
+        where: dict[str, Any] = {"unix_socket_path": a.path} if a.path is not None else {"host": a.host, "port": a.port}
+        return redis.Redis(
+            **where,
+            socket_timeout=self.timeout_s,
+            socket_connect_timeout=self.timeout_s,
+            retry=Retry(NoBackoff(), 1),  # a stale connection (the server restarted): one fresh try, no backoff
+            single_connection_client=True,
+        )
+
+    def info(self) -> dict[str, Any]:
+        """INFO's server, stats and commandstats sections (`INFO all` before Redis 7, which takes one section) as
+        redis-py parses them; HostError naming the address. The three sections are a tenth of `INFO all`: a quick
+        read, taken close to the time the caller stamps it."""
+        try:
+            import redis
+        except ImportError:
+            raise HostError("the redis QPS source needs redis-py: pip install 'tuner[redis]'") from None
+
+        with self._lock:
+            try:
+                if self._client is None:
+                    self._client = self._connect()  # connects now (one connection, no pool)
+                if self._sections:
+                    try:
+                        return dict(self._client.info(*self._sections))
+                    except redis.ResponseError:  # before Redis 7: one section per INFO
+                        self._sections = ()
+                return dict(self._client.info("all"))
+            except redis.RedisError as exc:
+                self._close()
+                raise HostError(f"redis {self.address}: INFO failed: {' '.join(str(exc).split()) or exc}") from None
+
+    def snapshot(self) -> RedisStats:
+        """Read INFO now (redis-py reconnects after a dropped connection; a failure is one HostError)."""
+        self.last = RedisStats.parse(self.info(), str(self.address))
+        return self.last
+
+    def total_requests(self) -> float:
+        """Requests served (see the module docstring), monotonic across restarts."""
+        snap = self.snapshot()
+        with self._lock:
+            return self._total.update(snap.requests, snap.epoch)
+
+    @property
+    def resets(self) -> int:
+        """How many restarts / counter decreases were seen."""
+        return self._total.resets
+
+    def _close(self) -> None:
+        if self._client is not None:
+            try:
+                self._client.close()
+            finally:
+                self._client = None
+
+    def close(self) -> None:
+        """Close the INFO connection."""
+        with self._lock:
+            self._close()
+
+
 # -- NIC counters -----------------------------------------------------------------------------------
 NIC_COUNTERS = ("packets_recv", "packets_sent", "bytes_recv", "bytes_sent")
 
@@ -287,12 +450,18 @@ class NicRxQps:
         """Nothing to release (for symmetry with `MemcachedStatsQps`)."""
 
 
-def qps_source_from_spec(spec: str, timeout_s: float = 1.0) -> MemcachedStatsQps | NicRxQps:
-    """`memcached:HOST:PORT`, `memcached:unix:/path`, `nic:IFACE` or `nic:IFACE:COUNTER`."""
+def qps_source_from_spec(spec: str, timeout_s: float = 1.0) -> QpsSource:
+    """`memcached:HOST:PORT`, `memcached:unix:/path`, `redis:HOST:PORT`, `redis:unix:/path` (Redis or Valkey:
+    `actuators.qps_redis`), `nic:IFACE` or `nic:IFACE:COUNTER`."""
     kind, sep, rest = spec.partition(":")
     if kind == "memcached" and sep and rest:
         return MemcachedStatsQps(rest, timeout_s=timeout_s)
+    if kind == "redis" and sep and rest:
+        return RedisInfoQps(rest, timeout_s=timeout_s)
     if kind == "nic" and sep and rest:
         iface, _, counter = rest.partition(":")
         return NicRxQps(iface, counter or "packets_recv")
-    raise HostError(f"QPS source {spec!r}: expected memcached:HOST:PORT, memcached:unix:/path or nic:IFACE[:COUNTER]")
+    raise HostError(
+        f"QPS source {spec!r}: expected memcached:HOST:PORT, memcached:unix:/path, redis:HOST:PORT, "
+        "redis:unix:/path or nic:IFACE[:COUNTER]"
+    )

@@ -20,6 +20,7 @@ from actuators.abilities import AtomicApply, Closable, HardwareClassified, Inter
 from actuators.host import Host, KnobSpace, Measurement, OperatingPoint
 from actuators.hwclass import HardwareClass
 from actuators.latency.memcached import same_server
+from actuators.latency.servers import parse_address, server_of
 from actuators.linux.dvfs import DvfsBackend, choose_backend, parse_cpu_list
 from actuators.linux.hwio import HardwareIO, NicIoctl, Transaction, UnavailableNic, describe
 from actuators.linux.itr import NicItr, physical_interfaces
@@ -204,7 +205,8 @@ class RealHost(Host, AtomicApply, Closable, HardwareClassified, Interruptible, W
 
     def hardware_class(self) -> HardwareClass:
         """This machine's class: /proc/cpuinfo's model, online cores, the tuned NIC's driver (sysfs link),
-        memcached's `stats` version (when the QPS source is memcached) and the kernel release. Reads only."""
+        the server's version (when the QPS source reads the server's own statistics: memcached's `1.6.18`, Redis's
+        `redis 7.0.15`, Valkey's `valkey 8.0.1`) and the kernel release. Reads only."""
         from actuators import hwclass
 
         root = self.io.root
@@ -282,12 +284,13 @@ def make_real_host(
 
     `iface`: interface(s) to tune (default: the only NIC bound to a driver); `backend`: DVFS backend
     (auto | cpufreq | msr | minmax | hwp); `cores`: CPU list (default all online); `energy`: auto | powercap | msr;
-    `qps`: a `QpsSource` or a spec (`memcached:HOST:PORT`, `memcached:unix:/path`, `nic:IFACE`);
+    `qps`: a `QpsSource` or a spec (`memcached:HOST:PORT`, `memcached:unix:/path`, `redis:HOST:PORT`,
+    `redis:unix:/path` -- Redis or Valkey --, `nic:IFACE`);
     `latency`: a `LatencySource` or a table `{kind = "prober" | "prometheus" | "command" | "file", ...}`
     whose other keys go to that source (prober: `target`, `rate_hz`, ...); `parts`: which
     components to build (the manual `tuner set` builds only what it needs); `optional`: parts that may be
     missing (observe mode: energy) -- left None with the reason in `RealHost.absent`. The prober's
-    `target` defaults to the memcached of `qps`, and its own requests are subtracted from the QPS count
+    `target` and `protocol` default to the server of `qps`, and its own requests are subtracted from the QPS count
     whenever both name the same server, whatever the spelling (`localhost` or `127.0.0.1`). `live_root`: `root` is this
     kernel's own /sys and /proc mounted elsewhere (a container with the host's paths under /host, where the
     runtime masks /sys/devices/virtual/powercap), so NIC coalescing goes to the live kernel's ethtool
@@ -349,23 +352,28 @@ def _attach_latency(
     host: RealHost, latency: dict[str, Any] | LatencySource | None, qps_spec: Any, probe_root: Path
 ) -> None:
     """Give `host` its latency source: the one given, or one built from a `[host.options.latency]` table (a prober
-    reads its client settings under `probe_root`, the paths of the machine it runs on). A prober
-    targets the memcached of `qps_spec` unless told otherwise; when both name the same server, its own requests are
-    subtracted from the QPS count (`probe_counts_in_qps`)."""
+    reads its client settings under `probe_root`, the paths of the machine it runs on). A prober speaks the
+    protocol of the server `qps_spec` names (memcached or redis) and targets it unless told otherwise; when both name
+    the same server, its own requests are subtracted from the QPS count (`probe_counts_in_qps`)."""
     if latency is not None and not isinstance(latency, dict):
         host.latency = latency
         return
     opts = dict(latency or {})
     kind = opts.pop("kind", "prober")
-    qps_server = _memcached_of(qps_spec)
-    if kind == "prober" and "target" not in opts and qps_server:
-        opts["target"] = qps_server  # probe the server whose load is counted
+    qps_server = server_of(qps_spec)
+    if kind == "prober" and qps_server is not None:
+        opts.setdefault("protocol", qps_server[0])  # speak the counted server's protocol
+        if "target" not in opts and opts["protocol"] == qps_server[0]:
+            opts["target"] = qps_server[1]  # probe the server whose load is counted
     source = _latency_source(kind, opts, probe_root)
     if kind == "prober" and qps_server is not None:
         from actuators.latency.prober import Prober
 
-        target = source.config.target if isinstance(source, Prober) else None
-        host.probe_counts_in_qps = target is not None and same_server(qps_server, target)
+        host.probe_counts_in_qps = (
+            isinstance(source, Prober)
+            and source.config.protocol == qps_server[0]
+            and same_server(parse_address(*qps_server), source.address)
+        )
     host.latency = source
 
 
@@ -381,13 +389,6 @@ def _restore_dead_run(io: HardwareIO, store: OriginalsStore) -> list[str]:
     for setting in report.restored:
         log.warning("restored a previous run's setting before reporting missing parts: %s", describe(setting, io.root))
     return []
-
-
-def _memcached_of(qps_spec: Any) -> str | None:
-    """The memcached address of a `memcached:ADDR` QPS spec, else None."""
-    if isinstance(qps_spec, str) and qps_spec.startswith("memcached:"):
-        return qps_spec.split(":", 1)[1]
-    return None
 
 
 def _latency_source(kind: str, opts: dict[str, Any], root: Path) -> LatencySource:

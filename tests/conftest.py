@@ -1,7 +1,7 @@
-"""Fixtures shared by test modules in every directory: throwaway memcached and PostgreSQL servers.
+"""Fixtures shared by test modules in every directory: throwaway memcached, Redis and PostgreSQL servers.
 
-The servers themselves are started by the helper modules (`tests.memcached_server`, `tests.pg_server`), which
-bench/ scripts use too; a test asks for a server by naming the fixture as an argument."""
+The servers themselves are started by the helper modules (`tests.memcached_server`, `tests.redis_server`,
+`tests.pg_server`), which bench/ scripts use too; a test asks for a server by naming the fixture as an argument."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 
 from tests.memcached_server import MemcachedServer, memcached_binary, start_memcached
 from tests.pg_server import PgServer, start_pg
+from tests.redis_server import RedisServer, redis_binary, start_redis
 
 
 def _skip_without_memcached() -> None:
@@ -36,6 +37,33 @@ def memcached_unix(tmp_path: Path) -> Iterator[MemcachedServer]:
     """A fresh memcached on a unix socket in the test's temp dir, killed at teardown."""
     _skip_without_memcached()
     server = start_memcached(socket_path=str(tmp_path / "memcached.sock"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _skip_without_redis() -> None:
+    if redis_binary() is None:
+        pytest.skip("redis-server binary not installed (Debian package `redis-server`)")
+
+
+@pytest.fixture
+def redis_server() -> Iterator[RedisServer]:
+    """A fresh redis-server (no persistence) on 127.0.0.1 and a free port, killed at teardown."""
+    _skip_without_redis()
+    server = start_redis()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def redis_unix(tmp_path: Path) -> Iterator[RedisServer]:
+    """A fresh redis-server (no persistence) on a unix socket in the test's temp dir only, killed at teardown."""
+    _skip_without_redis()
+    server = start_redis(socket_path=str(tmp_path / "redis.sock"))
     try:
         yield server
     finally:

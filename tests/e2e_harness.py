@@ -1,5 +1,6 @@
-"""End to end on this machine: real memcached, `tuner load` replaying the bundled trace, the daemon driving the
-fake-hardware kit (tuning) or the real host (observe), and the checks both the e2e test and bench/e2e.py make.
+"""End to end on this machine: real memcached (or redis-server: `E2EConfig.server`), `tuner load` replaying the
+bundled trace, the daemon driving the fake-hardware kit (tuning) or the real host (observe), and the checks both
+the e2e test and bench/e2e.py make.
 
 `run_e2e` starts memcached on 127.0.0.1 (a free port), a generator at `qps` from `--start` into the trace's busy
 hours, the daemon (its process: `tests.daemon_fakes` with the light optimiser, or `tuner daemon` with Ax), waits
@@ -32,6 +33,7 @@ from actuators.fakehw.kit import IFACE
 from actuators.latency.dist import histogram_quantiles
 from actuators.latency.hlog import read_log
 from tests.memcached_server import start_memcached
+from tests.redis_server import start_redis
 from tuner.daemon.state import StateStore
 from tuner.load.hist import new_histogram
 
@@ -54,6 +56,7 @@ class E2EConfig:
     processes: int = 1
     connections: int = 2
     timeout_s: float = 120.0
+    server: str = "memcached"  # or "redis" (Debian's redis-server; the prober and the generators speak RESP)
 
 
 def _wait(pred: Any, timeout_s: float, what: str) -> Any:
@@ -79,15 +82,16 @@ def _config(tmp: Path, cfg: E2EConfig, address: str) -> Path:
     latency = {"kind": "prober", "target": address, "rate_hz": cfg.prober_hz}
     if cfg.mode == "tune":
         spec = "actuators.fakehw:make_fake_host"
-        options = {"root": str(hw), "qps": f"memcached:{address}", "state_dir": str(tmp / "hwstate")}
+        options = {"root": str(hw), "qps": f"{cfg.server}:{address}", "state_dir": str(tmp / "hwstate")}
     else:
         spec = "real"
-        options = {"qps": f"memcached:{address}", "state_dir": str(tmp / "hwstate")}
+        options = {"qps": f"{cfg.server}:{address}", "state_dir": str(tmp / "hwstate")}
     opt_lines = "\n".join(f"{k} = {json.dumps(v)}" for k, v in options.items())
     lat_lines = "\n".join(f"{k} = {json.dumps(v)}" for k, v in latency.items())
     text = f"""
 [host]
 spec = "{spec}"
+server = "{cfg.server}"
 {'mode = "observe"' if cfg.mode == "observe" else ""}
 [host.options]
 {opt_lines}
@@ -149,6 +153,8 @@ def _generator(tmp: Path, name: str, address: str, qps: float, start_s: float, c
         str(tmp / f"{name}.json"),
         "--seed",
         str(len(name)),
+        "--protocol",
+        cfg.server,
     ]
     err = open(tmp / f"{name}.err", "w")
     return subprocess.Popen(
@@ -170,7 +176,7 @@ def run_e2e(tmp: Path, cfg: E2EConfig = E2EConfig()) -> dict[str, Any]:
     """Run the scenario under `tmp` and return its report (see the module doc); raises TimeoutError if a stage
     never happens."""
     tmp.mkdir(parents=True, exist_ok=True)
-    server = start_memcached(extra_args=("-m", "64", "-c", "256"))
+    server = start_memcached(extra_args=("-m", "64", "-c", "256")) if cfg.server == "memcached" else start_redis()
     procs: list[subprocess.Popen] = []
     daemon = None
     poller = None

@@ -1,5 +1,5 @@
 """The probe engine of `actuators.latency.prober`: its settings (`ProberConfig`), its window (`ProbeWindow`),
-and `ThreadProber`, the open-loop paced memcached requests into an HdrHistogram (see the `prober` module
+and `ThreadProber`, the open-loop paced memcached or Redis requests into an HdrHistogram (see the `prober` module
 docstring for the measurement method)."""
 
 from __future__ import annotations
@@ -13,8 +13,11 @@ from dataclasses import dataclass, field, replace
 from hdrh.histogram import HdrHistogram
 
 from actuators.latency.dist import PERCENTILES, HdrDist, histogram_quantiles
-from actuators.latency.memcached import MemcachedAddress, MemcachedClient, MemcachedTimeout, as_address, check_key
+from actuators.latency.memcached import MemcachedAddress, MemcachedClient, check_key
 from actuators.latency.probe_env import cpu_list
+from actuators.latency.resp import RespClient
+from actuators.latency.servers import SERVER_KINDS, parse_address
+from actuators.latency.stream import ServerTimeout
 from actuators.sensors import LatencyWindow
 from core.errors import HostError
 
@@ -48,7 +51,8 @@ class ProberConfig:
     round robin; `set_every` N makes every Nth probe a set (0: gets only); `timeout_s` per request;
     `spin_us` busy-wait before each intended send time (timer slack); `busy_poll` spin while waiting
     for replies; `isolation` "process" (own interpreter, default) or "thread"; `cpus` pins the probe
-    loop (empty: inherit); `confidence` of the percentile CIs.
+    loop (empty: inherit); `confidence` of the percentile CIs; `protocol` the server's: memcached, or redis (RESP
+    GET and SET of the prober's own keys: Redis or Valkey).
     """
 
     target: str = "127.0.0.1:11211"
@@ -63,6 +67,7 @@ class ProberConfig:
     confidence: float = 0.95
     isolation: str = "process"
     cpus: tuple[int, ...] = ()
+    protocol: str = "memcached"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cpus", tuple(int(c) for c in self.cpus))
@@ -78,7 +83,9 @@ class ProberConfig:
             raise HostError("prober set_every must be >= 0, timeout_s > 0, spin_us >= 0")
         if not 0 < self.confidence < 1:
             raise HostError(f"prober confidence {self.confidence!r}: expected 0 < c < 1")
-        as_address(self.target)  # fail early on a malformed address
+        if self.protocol not in SERVER_KINDS:
+            raise HostError(f"prober protocol {self.protocol!r}: expected one of {', '.join(SERVER_KINDS)}")
+        parse_address(self.protocol, self.target)  # fail early on a malformed address
         try:
             check_key(f"{self.key_prefix}{self.keys - 1}")
         except ValueError as exc:
@@ -122,7 +129,8 @@ class ThreadProber:
         self._keep = keep_samples
         self._samples: list[tuple[int, int, int, int]] = []
         self._epoch_offset = 0  # epoch ns minus clock ns, fixed at begin()
-        self.address: MemcachedAddress = as_address(config.target)
+        self.address: MemcachedAddress = parse_address(config.protocol, config.target)
+        self._client_class = RespClient if config.protocol == "redis" else MemcachedClient
         self._clock = clock_ns
         self._period_ns = 1e9 / config.rate_hz
         self._keys = [f"{config.key_prefix}{i}" for i in range(config.keys)]
@@ -197,7 +205,8 @@ class ThreadProber:
             raise HostError(f"prober: {self._pin_error}")
         if errors:
             raise HostError(
-                f"memcached {self.address}: {errors} of {intended} probe requests failed in the window: {last_error}"
+                f"{self.config.protocol} {self.address}: {errors} of {intended} probe requests failed in the window: "
+                f"{last_error}"
             )
         window = self._summarise(hist, lag, seconds, intended, timeouts, incomplete, misses)
         return window if samples is None else replace(window, samples=samples)
@@ -226,7 +235,7 @@ class ThreadProber:
         return self._origin + int(k * self._period_ns)
 
     def _seed(self) -> None:
-        with MemcachedClient(self.address, self.config.timeout_s) as client:
+        with self._client_class(self.address, self.config.timeout_s) as client:
             for key in self._keys:
                 client.set(key, self._value)
         self._seeded = True
@@ -246,7 +255,7 @@ class ThreadProber:
         n = int(hist.get_total_count())
         if n == 0:
             raise HostError(
-                f"memcached {self.address}: no probe replies in a {seconds:.3f} s window at "
+                f"{self.config.protocol} {self.address}: no probe replies in a {seconds:.3f} s window at "
                 f"{self.config.rate_hz:g} Hz (window shorter than one probe interval?)"
             )
         n, values, cis = histogram_quantiles(hist, PERCENTILES, self.config.confidence)
@@ -274,7 +283,7 @@ class ThreadProber:
             except OSError as exc:
                 with self._cv:  # every window fails loudly rather than silently probing unpinned
                     self._pin_error = f"cannot pin the prober to CPUs {cpu_list(self.config.cpus)}: {exc.strerror}"
-        client = MemcachedClient(
+        client = self._client_class(
             self.address, self.config.timeout_s, busy_poll=self.config.busy_poll, rx_timestamps=self._keep
         )
         spin_ns = int(self.config.spin_us * 1e3)
@@ -322,7 +331,7 @@ class ThreadProber:
     def _has_work(self) -> bool:
         return self._active and (self._stop_at is None or self._intended(self._k) < self._stop_at)
 
-    def _request(self, client: MemcachedClient, k: int) -> str:
+    def _request(self, client: MemcachedClient | RespClient, k: int) -> str:
         """One probe request: 'ok', 'miss', 'timeout', or an error text."""
         key = self._keys[k % len(self._keys)]
         every = self.config.set_every
@@ -331,7 +340,7 @@ class ThreadProber:
                 client.set(key, self._value)
                 return "ok"
             return "ok" if client.get(key) is not None else "miss"
-        except MemcachedTimeout:
+        except ServerTimeout:
             client.close()
             return "timeout"
         except HostError as exc:

@@ -1,4 +1,5 @@
-"""Built-in latency prober: real memcached requests at a fixed low rate, open-loop, into an HdrHistogram.
+"""Built-in latency prober: real memcached (or Redis/Valkey: `ProberConfig.protocol`) requests at a fixed low rate,
+open-loop, into an HdrHistogram.
 
 Open-loop pacing (wrk2 / HdrHistogram convention, Maricq et al. 2018, Antoniou et al.): request k is
 *intended* at `t0 + k / rate` and its latency is measured from that intended time, not from when it
@@ -34,8 +35,9 @@ from typing import TYPE_CHECKING, Any
 
 from actuators.latency.dist import histogram_quantiles
 from actuators.latency.engine import ProberConfig, ProbeWindow, ThreadProber, new_histogram, record_ns
-from actuators.latency.memcached import MemcachedAddress, as_address
+from actuators.latency.memcached import MemcachedAddress
 from actuators.latency.probe_env import ClientSettings, local_path_reason, read_client_settings, target_warning
+from actuators.latency.servers import SERVER_KINDS, parse_address
 from core.errors import HostError
 from core.lifeline import PARENT_GONE, Lifeline, follow_parent, new_lifeline, send_to_parent, spawned_from_main_thread
 
@@ -86,7 +88,7 @@ class Prober:
         elif overrides:
             raise TypeError("pass either a ProberConfig or keyword overrides, not both")
         self.config = config
-        self.address: MemcachedAddress = as_address(config.target)
+        self.address: MemcachedAddress = parse_address(config.protocol, config.target)
         self.settings: ClientSettings | None = (
             read_client_settings(settings_root, cpus=config.cpus or None) if settings_root is not None else None
         )
@@ -125,7 +127,7 @@ class ProcessProber:
 
     def __init__(self, config: ProberConfig) -> None:
         self.config = config
-        self.address = as_address(config.target)
+        self.address = parse_address(config.protocol, config.target)
         self.process: subprocess.Popen[bytes] | None = None
         self._tx: Connection | None = None  # commands to the child, set and cleared with `process`
         self._rx: Connection | None = None  # its answers
@@ -280,7 +282,10 @@ def _parser(description: str) -> argparse.ArgumentParser:
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m actuators.latency.prober", description=description)
-    ap.add_argument("--target", required=True, help="memcached HOST:PORT or unix:/path (the server's NIC address)")
+    ap.add_argument("--target", required=True, help="the server's HOST:PORT or unix:/path (its NIC address)")
+    ap.add_argument(
+        "--protocol", choices=SERVER_KINDS, default="memcached", help="the server's: memcached or redis (Valkey too)"
+    )
     # flags are ProberConfig's field names ([host.options.latency] keys) with dashes: one name per option
     ap.add_argument("--rate-hz", type=float, default=200.0, help="probes per second (default 200)")
     ap.add_argument("--timeout-s", type=float, default=0.5, help="per-request timeout in s (default 0.5)")
@@ -308,7 +313,7 @@ def _parser(description: str) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m actuators.latency.prober`: probe a memcached for a window and print hook JSON on stdout.
+    """`python -m actuators.latency.prober`: probe a memcached (or Redis) for a window and print hook JSON on stdout.
 
     With `--until-eof` it probes until its stdin closes, which is how `CommandLatency(mode="span")`
     drives it, locally or over ssh from the tuner host.
@@ -328,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
             set_every=args.set_every,
             isolation="thread",
             cpus=cpus,
+            protocol=args.protocol,
         )
         engine = ThreadProber(config, keep_samples=args.hlog is not None)
         try:

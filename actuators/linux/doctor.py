@@ -35,6 +35,8 @@ OK, WARN, FAIL, INFO = "ok", "warn", "fail", "info"
 CAP_NET_ADMIN, CAP_SYS_RAWIO = 12, 17
 AMD_VENDORS = ("AuthenticAMD", "HygonGenuine")
 VM_ADVICE = "no RAPL/MSR/cpufreq in most VMs: run on bare metal"
+#: The findings of cache servers (`check_memcached`, `actuators.linux.doctor_redis.check_redis`).
+SERVER_CHECKS = ("memcached", "redis")
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,8 @@ def summarize(findings: list[Finding]) -> Report:
         and _status_of(findings, "cap-net-admin") == OK
     )
     energy = _status_of(findings, "rapl") in usable
-    memcached = _status_of(findings, "memcached") in usable
+    # the cache server checked (memcached by default, or --redis): each must answer
+    servers = [(f.check, f.status in usable) for f in findings if f.check in SERVER_CHECKS] or [("memcached", False)]
     cores = _status_of(findings, "cpus") != FAIL
     missing = tuple(
         name
@@ -109,7 +112,7 @@ def summarize(findings: list[Finding]) -> Report:
             ("dvfs", dvfs),
             ("itr", itr),
             ("energy", energy),
-            ("memcached", memcached),
+            *servers,
         )
         if not good
     )
@@ -471,10 +474,12 @@ def _check_cores(io: HardwareIO, cores: tuple[int, ...] | None, findings: list[F
 def run_checks(
     io: HardwareIO,
     ifaces: tuple[str, ...] = (),
-    memcached: str = "127.0.0.1:11211",
+    memcached: str | None = "127.0.0.1:11211",
     cores: tuple[int, ...] | None = None,
+    servers: Iterable[Finding] = (),
 ) -> Report:
-    """All checks, read-only (`io` should be dry-run so even a bug cannot write)."""
+    """All checks, read-only (`io` should be dry-run so even a bug cannot write); `memcached` None skips that
+    server's check, `servers` are the findings of other cache servers checked (`doctor_redis.check_redis`)."""
     platform = read_platform(io)
     findings: list[Finding] = [check_platform(platform)]
     cpus = _check_cores(io, cores, findings)
@@ -485,7 +490,9 @@ def run_checks(
     findings += check_dvfs_backends(io, cpus, platform)
     findings.append(check_rapl(io, platform))
     findings += check_nics(io, ifaces)
-    findings.append(check_memcached(memcached))
+    if memcached is not None:
+        findings.append(check_memcached(memcached))
+    findings += servers
     findings.append(check_prober(io))
     return summarize(findings)
 

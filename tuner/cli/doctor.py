@@ -16,7 +16,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Read-only checks: msr module, CAP_SYS_RAWIO / CAP_NET_ADMIN, HWP, cpufreq driver and "
         "governor, every DVFS backend with its frequencies and the one `--backend auto` takes (intel_pstate or "
         "amd-pstate in active mode: pinned through scaling_min/max, no reboot), RAPL domains, NIC driver and "
-        "coalescing, memcached, the prober's own governor and C-states, and whether this is a VM. With --config, also the daemon's start-up checks "
+        "coalescing, memcached (or Redis/Valkey with --redis), the prober's own governor and C-states, and whether "
+        "this is a VM. With --config, also the daemon's start-up checks "
         "of that file. Exit 0 when the tuner can run here (with --config: when the daemon would start), 1 when "
         "it cannot, 2 on bad arguments.",
     )
@@ -25,6 +26,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--memcached", default=None, metavar="ADDR", help="HOST:PORT or unix:/path (default 127.0.0.1:11211)"
     )
+    p.add_argument(
+        "--redis",
+        default=None,
+        metavar="ADDR",
+        help="check this Redis or Valkey (HOST:PORT or unix:/path) instead of memcached (both, with --memcached)",
+    )
     p.add_argument("--cores", metavar="LIST", help="CPU list to check (default: all online)")
     p.add_argument("--config", "-c", metavar="FILE", help="also run the daemon's start-up checks on this config")
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
@@ -32,11 +39,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _from_config(args: argparse.Namespace, config: Any) -> None:
-    """Take root, iface, cores and the memcached address from a `real` host's options unless given."""
+    """Take root, iface, cores and the server's address (memcached or redis) from a `real` host's options unless
+    given."""
     if config.host.spec != "real":
         return
+    from actuators.latency.servers import default_spec
+
     o = config.host.options
-    qps = o.get("qps", "memcached:127.0.0.1:11211")
+    qps = o.get("qps", default_spec(getattr(config.host, "server", "memcached")))
     if args.root is None and o.get("root"):
         args.root = str(o["root"])
     if args.iface is None and o.get("iface"):
@@ -45,6 +55,8 @@ def _from_config(args: argparse.Namespace, config: Any) -> None:
         args.cores = o["cores"] if isinstance(o["cores"], str) else ",".join(str(c) for c in o["cores"])
     if args.memcached is None and isinstance(qps, str) and qps.startswith("memcached:"):
         args.memcached = qps.split(":", 1)[1]
+    if args.redis is None and args.memcached is None and isinstance(qps, str) and qps.startswith("redis:"):
+        args.redis = qps.split(":", 1)[1]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -54,7 +66,9 @@ def run(args: argparse.Namespace) -> int:
     from actuators.abilities import Closable
     from actuators.fakehw import nic_under
     from actuators.latency.memcached import MemcachedAddress
+    from actuators.latency.resp import redis_address
     from actuators.linux.doctor import format_report, run_checks
+    from actuators.linux.doctor_redis import check_redis
     from actuators.linux.hwio import HardwareIO
     from actuators.real import _as_tuple, _cores
 
@@ -65,14 +79,19 @@ def run(args: argparse.Namespace) -> int:
         config = load_config(args.config)  # an invalid file: one line per problem, exit 2
         _from_config(args, config)
     args.root = args.root or "/"
-    args.memcached = args.memcached or "127.0.0.1:11211"
-    MemcachedAddress.parse(args.memcached)  # a malformed address is a usage error (exit 2), not "cannot tune"
+    if args.redis is None:
+        args.memcached = args.memcached or "127.0.0.1:11211"
+    else:
+        redis_address(args.redis)  # a malformed address is a usage error (exit 2), not "cannot tune"
+    if args.memcached is not None:
+        MemcachedAddress.parse(args.memcached)
     cores = _cores(args.cores)
     root = Path(args.root)
     nic = nic_under(root)
     io = HardwareIO(root, nic, dry_run=True)  # doctor never writes; dry run makes sure of it
     try:
-        report = run_checks(io, _as_tuple(args.iface), args.memcached, cores)
+        servers = [check_redis(args.redis)] if args.redis is not None else []
+        report = run_checks(io, _as_tuple(args.iface), args.memcached, cores, servers)
     finally:
         if isinstance(nic, Closable):
             nic.close()

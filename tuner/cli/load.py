@@ -1,4 +1,5 @@
-"""`tuner load`: an open-loop memcached load generator (Poisson or a replayed cache trace); `tuner load merge`."""
+"""`tuner load`: an open-loop memcached or Redis/Valkey load generator (Poisson or a replayed cache trace);
+`tuner load merge`."""
 
 from __future__ import annotations
 
@@ -7,19 +8,27 @@ import json
 import sys
 from typing import Any
 
+from actuators.latency.servers import SERVER_KINDS
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "load",
-        help="open-loop memcached load (Poisson or a cache trace) with HdrHistogram latency",
-        description="Send memcached requests open-loop: every send time is fixed in advance (Poisson arrivals "
+        help="open-loop memcached or Redis load (Poisson or a cache trace) with HdrHistogram latency",
+        description="Send memcached (or, with --protocol redis, Redis/Valkey) requests open-loop: every send time is fixed in advance (Poisson arrivals "
         "for --qps, the trace's timestamps scaled for --trace) and latency is measured from the scheduled time, "
         "so a stall in the server or in the generator shows up in the tail instead of being hidden "
         "(no coordinated omission). Prints achieved QPS and p50/p99/p99.9 each second, the generator's own send "
         "lag, and writes an HdrHistogram interval log. Only the --server you name is contacted; runs are "
         "bounded by --duration. `tuner load merge A.hlog B.hlog` adds the logs of shards run on several clients.",
     )
-    p.add_argument("--server", metavar="HOST:PORT", help="memcached to load (host:port, [v6]:port, unix:/path)")
+    p.add_argument("--server", metavar="HOST:PORT", help="the server to load (host:port, [v6]:port, unix:/path)")
+    p.add_argument(
+        "--protocol",
+        choices=SERVER_KINDS,
+        default=SERVER_KINDS[0],
+        help="the server's protocol: memcached (default) or redis (RESP GET/SET/DEL: Redis, Valkey)",
+    )
     src = p.add_mutually_exclusive_group()
     src.add_argument("--qps", type=float, help="Poisson arrivals at this rate (requests/s)")
     src.add_argument(
@@ -96,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     if args.trace is None and (args.peak_qps is not None or args.time_scale is not None or args.start):
         raise TunerError("tuner load: --peak-qps, --time-scale and --start apply to --trace only")
     settings = LoadSettings(
-        address_of(args.server),
+        address_of(args.server, args.protocol),
         args.duration,
         args.processes,
         args.connections,
@@ -113,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
             key_bytes=args.key_size,
             value_bytes=args.value_size,
             set_ratio=args.set_ratio,
+            protocol=args.protocol,
         )
     else:
         path, scale = _trace_scale(args)
@@ -123,9 +133,10 @@ def run(args: argparse.Namespace) -> int:
             start_s=args.start,
             shard=Shard.parse(args.shard),
             seed=args.seed,
+            protocol=args.protocol,
         )
     if args.qps is not None and not args.no_warm:
-        warm(settings.address, warm_requests(plan))
+        warm(settings.address, warm_requests(plan), protocol=args.protocol)
     note = "" if settings.address.is_loopback() else ""
     if settings.address.is_loopback():
         note = " (loopback: no NIC between client and server, so NIC interrupt settings have no effect here)"

@@ -52,7 +52,7 @@ def parse_config(text: str, path: Path) -> Config:
     for key in sorted(set(data) - set(SECTIONS)):
         what = "unknown table" if isinstance(data[key], dict | list) else "unknown top-level key"
         c.error("", key, f"{what}: expected one of the tables {', '.join(sorted(SECTIONS))}")
-    host = HostConfig(**read_rows(c, data, "host", SECTIONS["host"]))
+    host = _server_kind(c, data, HostConfig(**read_rows(c, data, "host", SECTIONS["host"])))
     check_host_options(c, host)
     knobs = KnobBounds(**read_rows(c, data, "knobs", SECTIONS["knobs"]))
     policy = PolicyConfig(**read_rows(c, data, "policy", SECTIONS["policy"]))
@@ -130,6 +130,22 @@ def _grpc(c: Checker, values: dict, base: Path) -> GrpcConfig:
 def _history(c: Checker, values: dict, base: Path) -> HistoryConfig:
     file = _config_path(c, "history", "file", values["file"], base) if values["file"] else None
     return HistoryConfig(**{**values, "file": file})
+
+
+def _server_kind(c: Checker, data: dict, host: HostConfig) -> HostConfig:
+    """`[host] server`, or when it is not written the kind `[host.options] qps` names; a `qps` naming another kind
+    than the one written is an error at its line."""
+    from actuators.latency.servers import server_of
+
+    raw = data.get("host")
+    written = isinstance(raw, dict) and "server" in raw
+    named = server_of(host.options.get("qps"))
+    if named is None or named[0] == host.server:
+        return host
+    if not written:
+        return replace(host, server=named[0])
+    c.error("host.options", "qps", f"expected a {host.server} server (host.server), got {shown(host.options['qps'])}")
+    return host
 
 
 def check_host_options(c: Checker, host: HostConfig) -> None:

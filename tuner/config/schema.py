@@ -22,6 +22,7 @@ class HostConfig:
     spec: str = default("host", "spec")
     options: dict[str, Any] = field(default_factory=dict)
     mode: str = default("host", "mode")  # "observe": measure at the OS's own settings, write nothing, record no trials
+    server: str = default("host", "server")  # the cache server's kind: memcached or redis (Redis, Valkey)
 
 
 @dataclass(frozen=True)

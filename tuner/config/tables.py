@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from actuators.latency.servers import SERVER_KINDS
 from tuner.config.checks import (
     ALLOWED_PERCENTILES,
     DEFAULT_REWARDS,
@@ -117,6 +118,14 @@ SECTIONS: dict[str, tuple[Setting, ...]] = {
             "tune",
             "observe: measure at the OS's own settings, write no knob, record no trials",
             choices=HOST_MODES,
+        ),
+        Setting(
+            "server",
+            str,
+            SERVER_KINDS[0],
+            "the cache server the QPS source, the prober and `tuner doctor` speak to: memcached, or redis (Redis and "
+            "Valkey); default: the kind `options.qps` names, else memcached (its default qps: the kind on 127.0.0.1)",
+            choices=SERVER_KINDS,
         ),
     ),
     "knobs": _in(

@@ -30,13 +30,24 @@ OBSERVE_PARTS = {"parts": ("energy", "qps", "latency"), "optional": ("energy",)}
 PROBLEM_MAX = 400
 
 
-def host_options(spec: str, options: dict[str, Any], mode: str, *, dry_run: bool = False) -> dict[str, Any]:
+def host_options(
+    spec: str, options: dict[str, Any], mode: str, *, dry_run: bool = False, server: str = "memcached"
+) -> dict[str, Any]:
     """`[host.options]` plus what the mode sets: observe builds no knobs on a factory that can leave them out;
-    `dry_run` forces the factory's dry run (doctor: nothing can be written)."""
+    `dry_run` forces the factory's dry run (doctor: nothing can be written); a `server` other than memcached is the
+    default `qps` (the kind on 127.0.0.1) and the prober's protocol, on a factory that takes `qps` and `latency` (the
+    real host's options)."""
     from tuner.hosts import factory_options
 
     names, _, var_kw = factory_options(spec)
     out = dict(options)
+    if server != "memcached" and (("qps" in names and "latency" in names) or var_kw):
+        from actuators.latency.servers import default_spec
+
+        out.setdefault("qps", default_spec(server))
+        latency = out.get("latency")
+        if isinstance(latency, dict) and latency.get("kind", "prober") == "prober":
+            out["latency"] = {"protocol": server, **latency}
     if mode == "observe" and all(k in names for k in OBSERVE_PARTS):
         out.update(OBSERVE_PARTS)
     if dry_run and ("dry_run" in names or var_kw):
@@ -160,7 +171,8 @@ def build_host(config: Any, *, dry_run: bool = False) -> Host:
     if problems:
         raise StartupError([host_problem(config, p) for p in problems])
     try:
-        host = make_host(spec, **host_options(spec, options, mode, dry_run=dry_run))
+        server = getattr(config.host, "server", "memcached")
+        host = make_host(spec, **host_options(spec, options, mode, dry_run=dry_run, server=server))
     except TunerError as exc:
         raise StartupError([host_problem(config, p) for p in getattr(exc, "problems", None) or [str(exc)]]) from None
     if mode != "observe":

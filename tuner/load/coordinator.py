@@ -23,10 +23,12 @@ from hdrh.histogram import HdrHistogram
 
 from actuators.latency.hlog import LAG_TAG, ON_TIME_NS, RESPONSE_TAG, SERVICE_TAG, HlogWriter
 from actuators.latency.memcached import MemcachedAddress
+from actuators.latency.servers import parse_address
 from core.errors import HostError, TunerError
 from tuner.load.hist import new_histogram, percentiles_us, record_ns
-from tuner.load.plan import MN, Plan
+from tuner.load.plan import Plan
 from tuner.load.sender import WorkerSpec, run_worker
+from tuner.load.wire import WIRES
 
 NS = 1_000_000_000
 #: Longest run (s): a load run is bounded in time as well as in requests.
@@ -144,29 +146,33 @@ class LoadResult:
         }
 
 
-def warm(address: MemcachedAddress, requests: list[bytes], timeout_s: float = 10.0) -> None:
-    """Store the given pipelined requests (a Poisson plan's keys) before the run, waiting for every reply."""
+def warm(
+    address: MemcachedAddress, requests: list[bytes], timeout_s: float = 10.0, protocol: str = "memcached"
+) -> None:
+    """Store the given pipelined requests (a Poisson plan's keys, in the server's `protocol`) before the run,
+    waiting for every reply."""
     from tuner.load.sender import _connect
 
+    count = WIRES[protocol].count
     try:
         sock = _connect(address, timeout_s)
     except OSError as exc:
-        raise HostError(f"memcached {address}: cannot connect: {exc.strerror or type(exc).__name__}") from None
+        raise HostError(f"{protocol} {address}: cannot connect: {exc.strerror or type(exc).__name__}") from None
     sock.setblocking(True)
     sock.settimeout(timeout_s)
     try:
         for i in range(0, len(requests), 500):
             batch = requests[i : i + 500]
             sock.sendall(b"".join(batch))
-            got, tail = 0, b""
+            got, tail = 0, WIRES[protocol].first_tail
             while got < len(batch):
                 data = sock.recv(1 << 16)
                 if not data:
-                    raise HostError(f"memcached {address}: connection closed while storing the key set")
-                got += data.count(MN) + (tail + data[:3]).count(MN)
-                tail = data[-3:]
+                    raise HostError(f"{protocol} {address}: connection closed while storing the key set")
+                k, _, tail = count(data, len(data), tail)
+                got += k
     except OSError as exc:
-        raise HostError(f"memcached {address}: storing the key set failed: {exc}") from None
+        raise HostError(f"{protocol} {address}: storing the key set failed: {exc}") from None
     finally:
         sock.close()
 
@@ -202,6 +208,7 @@ def run_load(
         settings.drain_s,
         spin_ns=int(settings.spin_us * 1000),
         batch_ns=int(settings.batch_us * 1000),
+        protocol=plan.protocol,
     )
     pipes, procs = [], []
     for w in range(settings.processes):
@@ -368,9 +375,10 @@ def _report(second: Second, writer: HlogWriter | None, on_second: Callable[[Seco
         on_second(second)
 
 
-def address_of(text: str) -> MemcachedAddress:
-    """Parse `--server` (host:port, [v6]:port or unix:/path); a one-line error otherwise."""
-    addr = MemcachedAddress.parse(text)
+def address_of(text: str, protocol: str = "memcached") -> MemcachedAddress:
+    """Parse `--server` (host:port, [v6]:port or unix:/path; a bare host is at the `protocol`'s default port); a
+    one-line error otherwise."""
+    addr = parse_address(protocol, text)
     if addr.path is None:
         with contextlib.suppress(OSError):
             socket.getaddrinfo(addr.host, addr.port)

@@ -8,10 +8,11 @@ Two sources:
   the row's timestamp scaled by `time_scale` (the trace's second-resolution timestamps are spread uniformly
   at random within their second, which is what a Poisson process looks like given its count per second).
 
-Requests are pre-encoded memcached text-protocol commands, each followed by a meta no-op (`mn`), so a reply
-stream is split into per-request replies by counting `MN\\r\\n` without parsing it (values are ours, filled with
-`x`, so they never contain it). Read operations (get, gets) become `get`, writes (set, add, replace, cas, append,
-prepend, incr, decr) become `set` of the row's value size, delete stays `delete`.
+Requests are pre-encoded in the server's protocol (`tuner.load.wire`): memcached text-protocol commands, each
+followed by a meta no-op (`mn`), so a reply stream is split into per-request replies by counting `MN\\r\\n` without
+parsing it (values are ours, filled with `x`, so they never contain it); or RESP for Redis and Valkey. Read
+operations (get, gets) become a get (`get` / `GET`), writes (set, add, replace, cas, append, prepend, incr, decr) a
+set of the row's value size (`set` / `SET`), delete a delete (`delete` / `DEL`): the trace's mix, either way.
 
 A plan stores 12 bytes per request (int64 time, int32 template index) plus its distinct templates; sharing
 between worker processes is by fork (copy-on-write).
@@ -30,9 +31,9 @@ import numpy as np
 from core.errors import InputError, TunerError
 from traces.compression import open_chunks
 from traces.format import OPS, Row, RowError, parse_row
+from tuner.load.wire import MEMCACHED, MN, WIRES, Wire
 
-#: The reply terminator every request ends with (`mn` -> `MN\r\n`).
-MN = b"MN\r\n"
+__all__ = ["MN", "Plan", "Shard", "poisson_plan", "trace_plan", "warm_requests"]
 #: Most requests one run may plan (12 bytes each: 30 M = 360 MB): bounded runs, bounded memory.
 MAX_REQUESTS = 30_000_000
 #: Largest value a set carries (memcached's default item limit is 1 MiB including the item header).
@@ -76,13 +77,16 @@ class Plan:
     templates: list[bytes]
     ops: dict[str, int]  # requests per protocol operation (get/set/delete)
     source: str
+    protocol: str = "memcached"  # the server's (`tuner.load.wire.WIRES`)
 
     def __len__(self) -> int:
         return int(self.times_ns.size)
 
     def part(self, index: int, count: int) -> Plan:
         """Every `count`-th request from `index` (how requests are dealt to processes and connections)."""
-        return Plan(self.times_ns[index::count], self.template[index::count], self.templates, {}, self.source)
+        return Plan(
+            self.times_ns[index::count], self.template[index::count], self.templates, {}, self.source, self.protocol
+        )
 
     def per_second(self, seconds: int) -> np.ndarray:
         """Scheduled requests in each second of the run."""
@@ -90,16 +94,11 @@ class Plan:
         return np.bincount(sec[sec < seconds], minlength=seconds)[:seconds]
 
 
-def encode_get(key: bytes) -> bytes:
-    return b"get " + key + b"\r\nmn\r\n"
-
-
-def encode_set(key: bytes, value_bytes: int) -> bytes:
-    return b"set %s 0 0 %d\r\n%s\r\nmn\r\n" % (key, value_bytes, b"x" * value_bytes)
-
-
-def encode_delete(key: bytes) -> bytes:
-    return b"delete " + key + b"\r\nmn\r\n"
+def wire_of(protocol: str) -> Wire:
+    """The `Wire` of `protocol` (memcached or redis); a one-line error otherwise."""
+    if protocol not in WIRES:
+        raise TunerError(f"--protocol {protocol!r}: expected one of {', '.join(WIRES)}")
+    return WIRES[protocol]
 
 
 def _check_count(n: float) -> None:
@@ -119,9 +118,12 @@ def poisson_plan(
     key_bytes: int = 30,
     value_bytes: int = 200,
     set_ratio: float = 0.03,
+    protocol: str = "memcached",
 ) -> Plan:
     """Poisson arrivals at `qps` for `duration_s`; each request a get (or a set, with probability `set_ratio`)
-    of a key drawn uniformly from `keys` keys of `key_bytes` bytes, sets carrying `value_bytes` bytes."""
+    of a key drawn uniformly from `keys` keys of `key_bytes` bytes, sets carrying `value_bytes` bytes, in the
+    server's `protocol`."""
+    wire = wire_of(protocol)
     if not (qps > 0 and math.isfinite(qps)):
         raise TunerError(f"--qps must be finite and > 0, got {qps!r}")
     if not (duration_s > 0 and math.isfinite(duration_s)):
@@ -147,7 +149,7 @@ def poisson_plan(
     templates: list[bytes] = []
     for k in range(keys):
         key = KEY_PREFIX + b"%0*d" % (key_bytes - len(KEY_PREFIX), k)
-        templates += [encode_get(key), encode_set(key, value_bytes)]
+        templates += [wire.get(key), wire.set(key, value_bytes)]
     n_set = int(is_set.sum())
     return Plan(
         times,
@@ -155,12 +157,14 @@ def poisson_plan(
         templates,
         {"get": int(times.size) - n_set, "set": n_set},
         f"poisson {qps:g}/s",
+        protocol,
     )
 
 
 def warm_requests(plan: Plan) -> list[bytes]:
     """The sets that store every key a Poisson plan reads (so its gets hit, as mutilate's load phase does)."""
-    return [t for t in plan.templates if t.startswith(b"set ")]
+    wire = wire_of(plan.protocol)
+    return [t for t in plan.templates if wire.stores(t)]
 
 
 def trace_key(anonymized: bytes, key_size: int) -> bytes:
@@ -196,8 +200,9 @@ class _Requests:
     """A plan's requests as they are read: trace second and template per request, the distinct request templates
     and the count per kind."""
 
-    def __init__(self, max_value_bytes: int) -> None:
+    def __init__(self, max_value_bytes: int, wire: Wire = MEMCACHED) -> None:
         self.max_value_bytes = max_value_bytes
+        self.wire = wire
         self.stamps: list[int] = []
         self.tpl: list[int] = []
         self.index: dict[bytes, int] = {}
@@ -208,11 +213,11 @@ class _Requests:
         op = OPS[row.op]
         key = trace_key(row.key, row.key_size)
         if op in _READS:
-            kind, req = "get", encode_get(key)
+            kind, req = "get", self.wire.get(key)
         elif op == _DELETE:
-            kind, req = "delete", encode_delete(key)
+            kind, req = "delete", self.wire.delete(key)
         else:
-            kind, req = "set", encode_set(key, min(row.value_size, self.max_value_bytes))
+            kind, req = "set", self.wire.set(key, min(row.value_size, self.max_value_bytes))
         j = self.index.get(req)
         if j is None:
             j = self.index[req] = len(self.templates)
@@ -233,6 +238,7 @@ def trace_plan(
     shard: Shard = Shard(),
     seed: int = 0,
     max_value_bytes: int = MAX_VALUE_BYTES,
+    protocol: str = "memcached",
 ) -> Plan:
     """The trace rows from `start_s` (trace seconds after its first row) that fall in the first `duration_s`
     seconds of the run when the trace is played `time_scale` times faster than recorded.
@@ -249,7 +255,7 @@ def trace_plan(
     name = os.fspath(path)
     span = duration_s * time_scale  # trace seconds the run covers
     rng = np.random.default_rng(seed)
-    requests = _Requests(max_value_bytes)
+    requests = _Requests(max_value_bytes, wire_of(protocol))
     first: int | None = None
     last = -1
     for line_no, row in _trace_rows(name):
@@ -281,5 +287,10 @@ def trace_plan(
             f"{duration_s:g} s run from trace second {start_s:g} (trace ends at second {last - first})"
         )
     return Plan(
-        times[keep].astype(np.int64), template[keep], requests.templates, requests.ops, f"{name} x{time_scale:g}"
+        times[keep].astype(np.int64),
+        template[keep],
+        requests.templates,
+        requests.ops,
+        f"{name} x{time_scale:g}",
+        protocol,
     )

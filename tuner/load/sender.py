@@ -1,9 +1,9 @@
-"""One generator process: its share of a plan, sent open-loop over a few memcached connections.
+"""One generator process: its share of a plan, sent open-loop over a few memcached (or Redis) connections.
 
 The loop sends every request whose scheduled time has come (back to back on each connection, one `send` per
-connection per pass), reads whatever replies have arrived, and counts completed requests per connection by their
-`MN\\r\\n` terminators (memcached answers a connection's requests in order, so the k-th terminator on a connection
-completes its k-th request). It only stamps times into preallocated arrays -- send time and completion time per
+connection per pass), reads whatever replies have arrived, and counts completed requests per connection without
+parsing the replies (`tuner.load.wire`: memcached's `MN\\r\\n` terminators, or RESP replies; a server answers a
+connection's requests in order, so the k-th reply on a connection completes its k-th request). It only stamps times into preallocated arrays -- send time and completion time per
 request -- and hands the raw stamps to the parent process every `flush_s`; latency is completion minus the
 *scheduled* time (a late send is charged to the request, so coordinated omission cannot hide a stall), send lag
 is send minus scheduled time. `batch_ns` > 0 holds a connection's due requests until the oldest has waited that
@@ -24,15 +24,11 @@ from multiprocessing.connection import Connection
 import numpy as np
 
 from actuators.latency.engine import SEND_INTERRUPTED_NS
-from actuators.latency.memcached import (
-    RX_ANCILLARY_BYTES,
-    MemcachedAddress,
-    enable_rx_timestamps,
-    rx_timestamp_ns,
-)
-from tuner.load.plan import MN, Plan
+from actuators.latency.memcached import MemcachedAddress
+from actuators.latency.stream import RX_ANCILLARY_BYTES, enable_rx_timestamps, rx_timestamp_ns
+from tuner.load.plan import Plan
+from tuner.load.wire import WIRES, Counter
 
-_ERR = b"ERROR"
 # rx_ns of a request sent in one write with others, or onto a connection with requests in flight (memcached
 # answers a connection in order: it waits on them): no service time
 _CLUMPED = -2
@@ -48,6 +44,7 @@ class WorkerSpec:
     spin_ns: int = 200_000
     batch_ns: int = 0  # send a connection's due requests once the oldest has waited this long (fewer syscalls)
     connect_timeout_s: float = 2.0
+    protocol: str = "memcached"  # the server's (`tuner.load.wire.WIRES`)
 
 
 def _connect(address: MemcachedAddress, timeout_s: float) -> socket.socket:
@@ -103,11 +100,12 @@ def run_worker(spec: WorkerSpec, plan: Plan, pipe: Connection) -> None:
                     np.zeros(n, np.int64),
                     np.zeros(n, np.int64),
                     np.full(n, -1, np.int64),
+                    tail=WIRES[spec.protocol].first_tail,
                 )
             )
             enable_rx_timestamps(conns[-1].sock)
     except OSError as exc:
-        pipe.send(("error", f"memcached {spec.address}: cannot connect: {exc.strerror or type(exc).__name__}"))
+        pipe.send(("error", f"{spec.protocol} {spec.address}: cannot connect: {exc.strerror or type(exc).__name__}"))
         return
     pipe.send(("ready", plan.per_second(int(np.ceil(spec.duration_s)))))
     msg = pipe.recv()
@@ -117,7 +115,7 @@ def run_worker(spec: WorkerSpec, plan: Plan, pipe: Connection) -> None:
     try:
         _loop(spec, conns, t0, pipe, stop)
     except OSError as exc:
-        pipe.send(("error", f"memcached {spec.address}: {exc.strerror or type(exc).__name__}"))
+        pipe.send(("error", f"{spec.protocol} {spec.address}: {exc.strerror or type(exc).__name__}"))
     except Exception as exc:  # noqa: BLE001 -- a process boundary: the parent reports it as one line
         pipe.send(("error", f"generator process failed: {type(exc).__name__}: {exc}"))
     finally:
@@ -185,18 +183,15 @@ def _send_due(c: _Conn, now: int, t0: int) -> int:
     return int(c.times[b]) if b < len(c.times) else _NEVER
 
 
-def _read_replies(c: _Conn, buf: bytearray, into: list[memoryview], got: int, real_offset: int) -> int:
-    """Read what arrived on `c` into `buf` and stamp the requests it completes at `got`; returns how many."""
+def _read_replies(c: _Conn, buf: bytearray, into: list[memoryview], got: int, real_offset: int, count: Counter) -> int:
+    """Read what arrived on `c` into `buf` and stamp the requests it completes at `got` (replies counted by the
+    protocol's `count`); returns how many."""
     n, anc, _, _ = c.sock.recvmsg_into(into, RX_ANCILLARY_BYTES)
     if not n:
         raise ConnectionResetError(104, "connection closed by the server")
-    k = buf.count(MN, 0, n)
-    if c.tail:
-        k += (c.tail + buf[: min(n, 3)]).count(MN)
-    if buf.find(_ERR, 0, n) >= 0:
-        c.errors += buf.count(_ERR, 0, n)
-    c.tail = bytes(buf[max(n - 3, 0) : n])
-    k = min(k, c.sent - c.done)  # never more replies than requests sent (a stray MN in a value)
+    k, errors, c.tail = count(buf, n, c.tail)
+    c.errors += errors
+    k = min(k, c.sent - c.done)  # never more replies than requests sent (a stray terminator in a value)
     if k:
         c.done_ns[c.done : c.done + k] = got
         last = c.done + k - 1
@@ -227,6 +222,7 @@ def _loop(spec: WorkerSpec, conns: list[_Conn], t0: int, pipe: Connection, stop:
     into = [memoryview(buf)]
     # kernel receive stamps are CLOCK_REALTIME: this maps them onto the run's clock (monotonic since t0)
     real_offset = time.time_ns() - clock() + t0
+    count = WIRES[spec.protocol].count
     while True:
         now = clock() - t0
         soonest = big
@@ -248,7 +244,7 @@ def _loop(spec: WorkerSpec, conns: list[_Conn], t0: int, pipe: Connection, stop:
         if events:
             got = clock() - t0
             for fd, _ in events:
-                completed += _read_replies(by_fd[fd], buf, into, got, real_offset)
+                completed += _read_replies(by_fd[fd], buf, into, got, real_offset, count)
         if now >= next_flush:
             if stop["flag"]:
                 break
