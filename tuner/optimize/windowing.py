@@ -53,7 +53,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from actuators.host import Host, Measurement
+from actuators.host import Host, Measurement, merged_energy
 from actuators.latency.dist import SampleDist
 from core.errors import TunerError
 from core.stats import quantile_ci_achievable, relative_half_width
@@ -298,9 +298,6 @@ def _fallback(host: Host, first: Measurement, first_s: float, policy: WindowPoli
     rest = host.measure(rest_s)
     main = rest if rest.seconds >= first.seconds else first
     seconds = first.seconds + rest.seconds
-    zones = dict(first.energy_by_zone_j)
-    for z, j in rest.energy_by_zone_j.items():
-        zones[z] = zones.get(z, 0.0) + j
     return Measurement(
         seconds=seconds,
         offered_qps=(first.offered_qps * first.seconds + rest.offered_qps * rest.seconds) / seconds,
@@ -310,7 +307,7 @@ def _fallback(host: Host, first: Measurement, first_s: float, policy: WindowPoli
         latency_ci_us=dict(main.latency_ci_us),
         energy_j=first.energy_j + rest.energy_j,
         point=main.point,
-        energy_by_zone_j=zones,
         ci_known=main.ci_known,
         latency_dist=None,
+        **merged_energy([first, rest]),
     )
