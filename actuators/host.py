@@ -132,7 +132,9 @@ class Measurement:
     energy_known: bool = True
     energy_source: str = ""  # the source behind `energy_j` (rapl, ipmi, ...; "" when the host does not say)
     energy_updates: int | None = None  # source updates in the window (None: continuous, e.g. RAPL, the simulator)
-    energy_compare_j: dict[str, dict[str, float]] = field(default_factory=dict)  # shown beside, never tuned on
+    # sources shown beside the tuner's own, never tuned on: total joules by source, and by source and zone
+    energy_compare_j: dict[str, float] = field(default_factory=dict)
+    energy_compare_by_zone_j: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         dist = self.latency_dist
@@ -178,7 +180,8 @@ class Measurement:
         if self.energy_updates is not None:
             out["energy_updates"] = self.energy_updates
         if self.energy_compare_j:
-            out["energy_compare_j"] = {s: dict(z) for s, z in self.energy_compare_j.items()}
+            out["energy_compare_j"] = dict(self.energy_compare_j)
+            out["energy_compare_by_zone_j"] = {s: dict(z) for s, z in self.energy_compare_by_zone_j.items()}
         return out
 
     @classmethod
@@ -205,9 +208,10 @@ class Measurement:
             energy_known=d["energy_j"] is not None,
             energy_source=str(d.get("energy_source", "")),
             energy_updates=None if d.get("energy_updates") is None else int(d["energy_updates"]),
-            energy_compare_j={
+            energy_compare_j={str(s): float(j) for s, j in d.get("energy_compare_j", {}).items()},
+            energy_compare_by_zone_j={
                 str(s): {str(z): float(j) for z, j in zones.items()}
-                for s, zones in d.get("energy_compare_j", {}).items()
+                for s, zones in d.get("energy_compare_by_zone_j", {}).items()
             },
         )
 
@@ -289,13 +293,14 @@ def _sum_zones(parts: Sequence[dict[str, float]]) -> dict[str, float]:
 def merged_energy(ms: Sequence[Measurement]) -> dict[str, Any]:
     """The energy fields of consecutive windows pooled into one (zones, updates and compared sources summed)."""
     updates = [m.energy_updates for m in ms]
-    sources = sorted({s for m in ms for s in m.energy_compare_j})
+    sources = sorted({s for m in ms for s in m.energy_compare_by_zone_j})
     return {
         "energy_by_zone_j": _sum_zones([m.energy_by_zone_j for m in ms]),
         "energy_known": all(m.energy_known for m in ms),
         "energy_source": ms[0].energy_source,
         "energy_updates": None if any(u is None for u in updates) else sum(u for u in updates if u is not None),
-        "energy_compare_j": {s: _sum_zones([m.energy_compare_j.get(s, {}) for m in ms]) for s in sources},
+        "energy_compare_j": _sum_zones([m.energy_compare_j for m in ms]),
+        "energy_compare_by_zone_j": {s: _sum_zones([m.energy_compare_by_zone_j.get(s, {}) for m in ms]) for s in sources},
     }
 
 

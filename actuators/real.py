@@ -182,7 +182,8 @@ class RealHost(Host, AtomicApply, Closable, HardwareClassified, Interruptible, W
             energy_known=reading is not None,
             energy_source=energy.info.source if energy is not None else "",
             energy_updates=reading.updates if reading is not None else None,
-            energy_compare_j={name: dict(r.by_zone_j) for name, r in compared.items()},
+            energy_compare_j={name: r.energy_j for name, r in compared.items()},
+            energy_compare_by_zone_j={name: dict(r.by_zone_j) for name, r in compared.items()},
         )
 
     # -- energy sources: the main one's faults (unknown energy when optional), the compared ones -----------------
