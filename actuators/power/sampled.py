@@ -19,6 +19,7 @@ has failed for `give_up_s` in a row -- or raises a permanent `HostError` -- rais
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from actuators.power.source import EnergyReading, PowerReader, PowerSample, Sour
 from core.errors import HostError
 
 METHODS = ("trapezoid", "hold")
+log = logging.getLogger(__name__)
 
 
 def integrate_watts(samples: list[tuple[float, float]], method: str = "trapezoid") -> float:
@@ -159,3 +161,11 @@ class SampledEnergyMeter:
             )
         backoff = min(self.reader.info.update_period_s * 2.0 ** (self._failures - 1), self.max_backoff_s)
         self._next_read = now + backoff
+        if self._failures == 1:  # once per run of failures: the back-off is said, not each retry
+            log.warning(
+                "energy source %s: %s; backing off (retries up to every %.0f s, gives up after %.0f s)",
+                self.info.source,
+                exc,
+                self.max_backoff_s,
+                self.give_up_s,
+            )
