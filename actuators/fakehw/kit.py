@@ -214,7 +214,7 @@ def _start_bmc(root: str, bmc: str | float, poll_ms: int, options: dict[str, Any
     from actuators.fakehw.bmc import start_bmc
 
     if bmc != "follow" and (isinstance(bmc, bool) or not isinstance(bmc, int | float)):
-        raise HostError(f"bmc: {bmc!r}: expected \"follow\" or a fixed power in watts", permanent=True)
+        raise HostError(f'bmc: {bmc!r}: expected "follow" or a fixed power in watts', permanent=True)
     watts = PLATFORM_W if bmc == "follow" else float(bmc)
     fake = start_bmc(Path(root) / "fakehw/bmc", watts=watts, poll_ms=poll_ms)
     if "energy" in options:

@@ -96,7 +96,8 @@ def summarize(findings: list[Finding]) -> Report:
         any(f.check.startswith("nic:") and f.status in usable for f in findings)
         and _status_of(findings, "cap-net-admin") == OK
     )
-    energy = _status_of(findings, "rapl") in usable
+    # the configured energy source (a BMC, Prometheus) stands in for RAPL when it reads
+    energy = _status_of(findings, "rapl") in usable or _status_of(findings, "energy") == OK
     memcached = _status_of(findings, "memcached") in usable
     cores = _status_of(findings, "cpus") != FAIL
     missing = tuple(
@@ -421,8 +422,10 @@ def run_checks(
     ifaces: tuple[str, ...] = (),
     memcached: str = "127.0.0.1:11211",
     cores: tuple[int, ...] | None = None,
+    extra: list[Finding] | None = None,
 ) -> Report:
-    """All checks, read-only (`io` should be dry-run so even a bug cannot write)."""
+    """All checks, read-only (`io` should be dry-run so even a bug cannot write). `extra`: findings of other checks
+    (the configured energy sources, `actuators.linux.doctor_energy`), weighed with these."""
     platform = read_platform(io)
     findings: list[Finding] = [check_platform(platform)]
     cpus = _check_cores(io, cores, findings)
@@ -432,6 +435,7 @@ def run_checks(
     findings.append(check_cpufreq(io, cpus[0], platform))
     findings += check_dvfs_backends(io, cpus, platform)
     findings.append(check_rapl(io, platform))
+    findings += extra or []
     findings += check_nics(io, ifaces)
     findings.append(check_memcached(memcached))
     findings.append(check_prober(io))

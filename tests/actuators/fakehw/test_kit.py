@@ -126,7 +126,12 @@ def test_make_fake_host_with_a_bmc_measures_energy_over_ipmi(tmp_path) -> None:
 
     root = create(tmp_path / "hw")
     host = make_fake_host(
-        str(root), model=False, qps=Counter(), latency=FakeLatency(), state_dir=str(tmp_path / "st"), bmc=123,
+        str(root),
+        model=False,
+        qps=Counter(),
+        latency=FakeLatency(),
+        state_dir=str(tmp_path / "st"),
+        bmc=123,
         bmc_poll_ms=200,
     )
     try:
