@@ -18,9 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from actuators.fakehw.bmc import start_bmc  # noqa: E402
-from actuators.power.ipmi import make_reader  # noqa: E402
-from core.errors import HostError  # noqa: E402
+from actuators.fakehw.bmc import start_bmc
+from actuators.power.ipmi import make_reader
+from core.errors import HostError
 
 
 def main(reads: int = 20) -> dict[str, object]:
