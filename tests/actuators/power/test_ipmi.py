@@ -94,3 +94,21 @@ def test_bad_options_are_one_line_naming_the_key(options, message):
     with pytest.raises(HostError, match=message.replace(".", r"\.")) as exc:
         make_reader(**options)
     assert "\n" not in str(exc.value) and exc.value.permanent
+
+
+def _fake_ipmitool(tmp_path, dcmi: str) -> str:
+    """An `ipmitool` stand-in answering DCMI with `dcmi` (a BMC that has it), for the path ipmi_sim cannot serve."""
+    tool = tmp_path / "ipmitool"
+    tool.write_text(
+        f'#!/bin/sh\ncase "$*" in\n  *"dcmi power reading"*) printf "%s\\n" "{dcmi}"; exit 0 ;;\n  *) exit 1 ;;\nesac\n'
+    )
+    tool.chmod(0o755)
+    return str(tool)
+
+
+def test_dcmi_is_used_where_the_bmc_has_it(tmp_path):
+    pw = tmp_path / "pw"
+    pw.write_text("x")
+    dcmi = "    Instantaneous power reading:                   212 Watts"
+    reader = make_reader(host="h", user="u", password_file=str(pw), ipmitool=_fake_ipmitool(tmp_path, dcmi))
+    assert reader.read().watts == 212.0 and "DCMI power reading" in reader.describe()
