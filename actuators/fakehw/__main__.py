@@ -4,8 +4,11 @@ SIGTERM/SIGINT (`--create-only` just builds the tree)."""
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
+from pathlib import Path
+from typing import Any
 
 from actuators.fakehw.drivers import DRIVERS
 from actuators.fakehw.kit import KINDS, HardwareModel, create, is_kit, kit_kind
@@ -26,6 +29,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--reset", action="store_true", help="rebuild an existing kit (knobs back to boot values)")
     p.add_argument("--create-only", action="store_true", help="build the tree and exit")
+    p.add_argument(
+        "--bmc",
+        metavar="follow|WATTS",
+        help="also start a fake BMC (ipmi_sim, Debian openipmi) whose power sensor follows the model's power plus "
+        "the platform's (follow) or stays at WATTS; its [host.options.energy] table is printed",
+    )
     args = p.parse_args(argv)
     try:
         if is_kit(args.dir) and not args.reset and args.kind not in (None, kit_kind(args.dir)):
@@ -43,16 +52,37 @@ def main(argv: list[str] | None = None) -> int:
         model = HardwareModel(args.dir, qps)
         if not model.claim():
             raise TunerError(f"{args.dir}: another process already plays this kit's hardware")
+        bmc = _bmc(args.dir, args.bmc, model) if args.bmc else None
         signal.signal(signal.SIGTERM, lambda *_: model.stop())
         print("fakehw: playing the hardware (Ctrl-C or SIGTERM to stop)", file=sys.stderr)
         try:
             model.run()
         except KeyboardInterrupt:
             pass
+        finally:
+            if bmc is not None:
+                bmc.stop()
         return 0
     except TunerError as exc:
         print(f"fakehw: error: {exc}", file=sys.stderr)
         return 2
+
+
+def _bmc(root: str, how: str, model: HardwareModel) -> Any:
+    """Start the kit's fake BMC (following the model, or fixed) and print its energy table."""
+    from actuators.fakehw.bmc import start_bmc
+    from actuators.fakehw.kit import PLATFORM_W
+
+    try:
+        watts = PLATFORM_W if how == "follow" else float(how)
+    except ValueError:
+        raise TunerError(f"--bmc {how!r}: expected follow or a power in watts") from None
+    bmc = start_bmc(Path(root) / "fakehw/bmc", watts=watts)
+    if how == "follow":
+        model.bmc = bmc
+    table = "".join(f"{k} = {json.dumps(v)}\n" for k, v in bmc.reader_options().items())
+    print(f"fakehw: BMC on 127.0.0.1:{bmc.port} (UDP); [host.options.energy]\n{table}", file=sys.stderr)
+    return bmc
 
 
 if __name__ == "__main__":

@@ -38,6 +38,8 @@ IFACE = "eth1"
 ZONE = "intel-rapl:0"
 RAPL_RANGE_UJ = 262_143_328_850
 FREQS_KHZ = (1_200_000, 1_600_000, 2_000_000, 2_400_000, 2_900_000)
+#: What the fake BMC reads beyond the package (fans, PSU loss, DRAM, NIC): the RAPL-to-BMC gap of the kit.
+PLATFORM_W = 40.0
 MARKER = "fakehw/KIT"
 KIND_FILE = "fakehw/KIND"
 LOCK = "fakehw/model.lock"
@@ -130,6 +132,8 @@ class HardwareModel:
         self._thread: threading.Thread | None = None
         self._lock_fd: int | None = None
         self.watts = 0.0
+        self.bmc: Any = None  # a FakeBmc (actuators.fakehw.bmc) whose sensor follows the power, when attached
+        self.platform_w = PLATFORM_W
 
     def _cpu_ghz(self, cpu: str) -> float:
         d = self.root / "sys/devices/system/cpu" / cpu / "cpufreq"
@@ -167,6 +171,8 @@ class HardwareModel:
         ghz = sum(self._cpu_ghz(c) for c in self.cpus) / len(self.cpus)
         self.watts = self.model.watts(ghz, qps, self._rx_usecs())
         tree.advance_zone(self.root, ZONE, int(round(self.watts * dt_s * 1e6)))
+        if self.bmc is not None:  # the BMC sees the whole platform: the package plus what RAPL does not count
+            self.bmc.set_watts(self.watts + self.platform_w)
         return self.watts
 
     def claim(self) -> bool:
@@ -215,10 +221,20 @@ class HardwareModel:
             self._lock_fd = None
 
 
-def make_fake_host(root: str, model: bool = True, seed: int | None = None, **options: Any) -> Any:
+def make_fake_host(
+    root: str,
+    model: bool = True,
+    seed: int | None = None,
+    bmc: str | float | None = None,
+    bmc_poll_ms: int = 1000,
+    **options: Any,
+) -> Any:
     """`make_real_host` over the kit at `root` with its file-backed NIC (cpufreq backend, NIC eth1); the other
     options are `[host.options]` of the real host (qps, latency, state_dir, dry_run, ...). `model` runs the
-    hardware model in this process unless another one already does."""
+    hardware model in this process unless another one already does. `bmc` starts a fake BMC (ipmi_sim, see
+    `actuators.fakehw.bmc`) in `<root>/fakehw/bmc` whose power sensor follows the model's power plus `PLATFORM_W`
+    ("follow") or stays at a fixed number of watts, and reads it over IPMI-over-LAN: as the energy source unless
+    `energy` is given, else beside it (`energy_compare`)."""
     from actuators.qps import qps_source_from_spec
     from actuators.real import make_real_host
 
@@ -228,23 +244,51 @@ def make_fake_host(root: str, model: bool = True, seed: int | None = None, **opt
         raise HostError(f"{root}: the kit's NIC file is missing (recreate the kit)")
     options.setdefault("backend", "cpufreq" if kit_kind(root) == "acpi" else "auto")
     options.setdefault("iface", IFACE)
-    host = make_real_host(root=root, nic=FileNic(root), **options)
+    fake_bmc = _start_bmc(root, bmc, bmc_poll_ms, options) if bmc is not None else None
+    try:
+        host = make_real_host(root=root, nic=FileNic(root), **options)
+    except BaseException:
+        if fake_bmc is not None:
+            fake_bmc.stop()
+        raise
+    hw = None
     if model:
         spec = options.get("qps")
         source = qps_source_from_spec(spec) if isinstance(spec, str) else spec
         hw = HardwareModel(root, source)
         if hw.start():
             host.warnings.append("fake-hardware kit: power is modelled (actuators.fakehw.power), not measured")
-            _attach(host, hw)
+            hw.bmc = fake_bmc if bmc == "follow" else None
+        else:
+            hw = None
+    _attach(host, hw, fake_bmc)
     return host
 
 
-def _attach(host: Any, hw: HardwareModel) -> None:
-    """Stop the model when the host is closed."""
+def _start_bmc(root: str, bmc: str | float, poll_ms: int, options: dict[str, Any]) -> Any:
+    """Start the kit's fake BMC and point `energy` (or, when `energy` is set, `energy_compare`) at it."""
+    from actuators.fakehw.bmc import start_bmc
+
+    if bmc != "follow" and (isinstance(bmc, bool) or not isinstance(bmc, int | float)):
+        raise HostError(f'bmc: {bmc!r}: expected "follow" or a fixed power in watts', permanent=True)
+    watts = PLATFORM_W if bmc == "follow" else float(bmc)
+    fake = start_bmc(Path(root) / "fakehw/bmc", watts=watts, poll_ms=poll_ms)
+    if "energy" in options:
+        options["energy_compare"] = [*options.get("energy_compare", []), fake.reader_options()]
+    else:
+        options["energy"] = fake.reader_options()
+    return fake
+
+
+def _attach(host: Any, hw: HardwareModel | None, bmc: Any) -> None:
+    """Stop the model and the fake BMC when the host is closed."""
     close = host.close
 
     def closing() -> None:
-        hw.stop()
+        if hw is not None:
+            hw.stop()
+        if bmc is not None:
+            bmc.stop()
         close()
 
     host.close = closing

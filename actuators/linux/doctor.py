@@ -101,7 +101,8 @@ def summarize(findings: list[Finding]) -> Report:
         any(f.check.startswith("nic:") and f.status in usable for f in findings)
         and _status_of(findings, "cap-net-admin") == OK
     )
-    energy = _status_of(findings, "rapl") in usable
+    # the configured energy source (a BMC, Prometheus) stands in for RAPL when it reads
+    energy = _status_of(findings, "rapl") in usable or _status_of(findings, "energy") == OK
     # the cache server checked (memcached by default, or --redis): each must answer
     servers = [(f.check, f.status in usable) for f in findings if f.check in SERVER_CHECKS] or [("memcached", False)]
     cores = _status_of(findings, "cpus") != FAIL
@@ -477,9 +478,12 @@ def run_checks(
     memcached: str | None = "127.0.0.1:11211",
     cores: tuple[int, ...] | None = None,
     servers: Iterable[Finding] = (),
+    extra: list[Finding] | None = None,
 ) -> Report:
     """All checks, read-only (`io` should be dry-run so even a bug cannot write); `memcached` None skips that
-    server's check, `servers` are the findings of other cache servers checked (`doctor_redis.check_redis`)."""
+    server's check, `servers` are the findings of other cache servers checked (`doctor_redis.check_redis`),
+    `extra` the findings of other checks (the configured energy sources, `actuators.linux.doctor_energy`),
+    weighed with these."""
     platform = read_platform(io)
     findings: list[Finding] = [check_platform(platform)]
     cpus = _check_cores(io, cores, findings)
@@ -489,6 +493,7 @@ def run_checks(
     findings.append(check_cpufreq(io, cpus[0], platform))
     findings += check_dvfs_backends(io, cpus, platform)
     findings.append(check_rapl(io, platform))
+    findings += extra or []
     findings += check_nics(io, ifaces)
     if memcached is not None:
         findings.append(check_memcached(memcached))

@@ -89,7 +89,8 @@ def _exposed_names() -> set[str]:
     from tuner.daemon.metrics import DaemonMetrics
 
     m = DaemonMetrics.create("test", "sim")
-    m.energy.labels(zone="package").inc(1)
+    m.energy.labels(zone="package", source="rapl").inc(1)
+    m.source_power.labels(source="rapl").set(80.0)
     m.latency.labels(percentile="99").set(1)
     m.set_point(OperatingPoint(50, 2.0))  # present once the tuner holds a point
     m.power.set(80.0)  # present once energy is measured
@@ -114,6 +115,7 @@ def test_dashboard_queries_only_exported_metrics():
         "tuner_latency_seconds",
         "tuner_power_watts",
         "tuner_energy_joules_total",
+        "tuner_energy_source_watts",
         "tuner_trials_total",
         "tuner_retunes_total",
         "tuner_sla_violations_total",

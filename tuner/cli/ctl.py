@@ -182,6 +182,9 @@ def _human(action: str, r: Any) -> str:
             lat = ", ".join(f"p{k} {v:.0f} µs" for k, v in sorted(m.latency_us.items(), key=lambda kv: float(kv[0])))
             power = f"{m.power_w:.1f} W" if m.HasField("power_w") else "power unknown (no energy counter)"
             lines.append(f"last window: {m.offered_qps:.0f} QPS, {lat}, {power}")
+            if m.power_by_source_w:
+                side = ", ".join(f"{k} {v:.1f} W" for k, v in sorted(m.power_by_source_w.items()))
+                lines.append(f"power by energy source: {side}")
         if r.HasField("energy_saved_ratio"):
             lines.append(
                 f"energy saved vs the OS's policy: {100 * r.energy_saved_ratio:.1f} % "

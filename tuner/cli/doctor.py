@@ -59,6 +59,20 @@ def _from_config(args: argparse.Namespace, config: Any) -> None:
         args.redis = qps.split(":", 1)[1]
 
 
+def _energy_specs(config: Any) -> list[tuple[str, Any]] | None:
+    """The configured energy sources of a `real` host, side by side, when a table or a comparison is set."""
+    if config is None:
+        return None
+    o = config.host.options
+    energy, compare = o.get("energy", "auto"), o.get("energy_compare") or []
+    if isinstance(energy, str) and not compare:
+        return None  # RAPL alone: the rapl finding says it all
+    specs: list[tuple[str, Any]] = [("energy", energy)]
+    if isinstance(compare, list):
+        specs += [(f"energy_compare[{i}]", spec) for i, spec in enumerate(compare)]
+    return specs
+
+
 def run(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
@@ -91,7 +105,12 @@ def run(args: argparse.Namespace) -> int:
     io = HardwareIO(root, nic, dry_run=True)  # doctor never writes; dry run makes sure of it
     try:
         servers = [check_redis(args.redis)] if args.redis is not None else []
-        report = run_checks(io, _as_tuple(args.iface), args.memcached, cores, servers)
+        specs = _energy_specs(config)
+        if specs:
+            from actuators.linux.doctor_energy import check_energy_sources
+
+            extra = check_energy_sources(io, specs)
+        report = run_checks(io, _as_tuple(args.iface), args.memcached, cores, servers, extra if specs else None)
     finally:
         if isinstance(nic, Closable):
             nic.close()

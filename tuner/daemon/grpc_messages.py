@@ -39,6 +39,10 @@ def measurement_msg(pb: Any, md: dict | None) -> Any:
         m.power_w, m.energy_j = md["power_w"], md["energy_j"]  # unset: energy unknown on this host
     for k, v in md.get("latency_us", {}).items():
         m.latency_us[k] = float(v)
+    m.energy_source = str(md.get("energy_source", ""))
+    for source, watts in (md.get("power_by_source_w") or {}).items():
+        if watts is not None and math.isfinite(watts):
+            m.power_by_source_w[source] = float(watts)
     if md.get("point") is not None:
         m.point.CopyFrom(point_msg(pb, md["point"]))
     return m

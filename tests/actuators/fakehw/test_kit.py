@@ -138,3 +138,49 @@ def test_the_command_plays_a_kind_and_keeps_a_kit_from_changing_kind_silently(tm
     assert run("--kind", "hwp", "--reset").returncode == 0
     assert (tmp_path / "hw/sys/devices/system/cpu/intel_pstate/status").exists()
     assert not (tmp_path / "hw/sys/devices/system/cpu/amd_pstate").exists()  # nothing of the old kind left
+
+
+def test_the_kits_bmc_follows_the_modelled_power_over_ipmi(tmp_path, fake_bmc) -> None:
+    """A BMC attached to the kit's model reads the package power plus the platform's (the RAPL-to-BMC gap)."""
+    from actuators.fakehw.kit import PLATFORM_W
+    from actuators.power.ipmi import make_reader
+
+    root = create(tmp_path / "hw")
+    hw = HardwareModel(root, None)
+    hw.bmc = fake_bmc
+    watts = hw.step(0.5, 50_000)
+    assert int(fake_bmc.value_file.read_text()) == round(watts + PLATFORM_W)
+    opts = fake_bmc.reader_options()
+    opts.pop("kind")
+    reader = make_reader(**opts)
+    deadline = __import__("time").monotonic() + 5
+    while reader.read().watts != round(watts + PLATFORM_W) and __import__("time").monotonic() < deadline:
+        __import__("time").sleep(0.05)  # poll interval of a bounded wait for ipmi_sim's next sensor poll
+    assert reader.read().watts == round(watts + PLATFORM_W)
+
+
+def test_make_fake_host_with_a_bmc_measures_energy_over_ipmi(tmp_path) -> None:
+    from actuators.fakehw.bmc import ipmi_sim_binary
+
+    if ipmi_sim_binary() is None:
+        pytest.skip("ipmi_sim not installed (Debian package `openipmi`)")
+    from tests.fakefs import FakeLatency
+
+    root = create(tmp_path / "hw")
+    host = make_fake_host(
+        str(root),
+        model=False,
+        qps=Counter(),
+        latency=FakeLatency(),
+        state_dir=str(tmp_path / "st"),
+        bmc=123,
+        bmc_poll_ms=200,
+    )
+    try:
+        assert host.energy.info.source == "ipmi"
+        m = host.measure(0.5)
+        assert m.energy_source == "ipmi" and m.power_w == pytest.approx(123.0, rel=0.02)
+    finally:
+        host.close()
+    with pytest.raises(HostError, match="bmc: 'loud'"):
+        make_fake_host(str(root), model=False, qps=Counter(), latency=_NoLatency(), bmc="loud")

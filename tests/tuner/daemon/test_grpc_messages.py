@@ -67,3 +67,13 @@ def test_status_msg_copies_each_field_by_name():
 def test_point_converters_are_inverse():
     p = OperatingPoint(130, 2.3)
     assert point_from_msg(point_msg(protos()[0], p)) == p
+
+
+def test_the_last_window_carries_its_energy_source_and_the_sources_side_by_side():
+    from tuner.daemon.grpc_messages import measurement_msg
+
+    pb, _ = protos()
+    md = {"seconds": 2.0, "offered_qps": 1.0, "achieved_qps": 1.0, "requests": 3, "energy_j": 400.0, "power_w": 200.0}
+    msg = measurement_msg(pb, {**md, "energy_source": "ipmi", "power_by_source_w": {"ipmi": 200.0, "rapl": None}})
+    assert msg.energy_source == "ipmi" and dict(msg.power_by_source_w) == {"ipmi": 200.0}  # no reading: absent
+    assert measurement_msg(pb, md).energy_source == "" and not measurement_msg(pb, md).power_by_source_w
