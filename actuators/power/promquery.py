@@ -50,16 +50,16 @@ class PromQueryReader:
         try:
             self.url = promapi.check_url(url if isinstance(url, str) else "")
         except HostError:
-            raise _bad(f"url {url!r}: expected http(s)://host:port") from None
+            raise _bad("url", f"{url!r}: expected http(s)://host:port") from None
         if not isinstance(query, str) or not query.strip():
-            raise _bad("query: expected a PromQL expression giving one series")
+            raise _bad("query", "expected a PromQL expression giving one series")
         if metric_type not in KINDS:
-            raise _bad(f"type {metric_type!r}: expected counter (joules) or gauge (watts)")
+            raise _bad("type", f"{metric_type!r}: expected counter (joules) or gauge (watts)")
         if not isinstance(zone, str) or not zone:
-            raise _bad(f"zone {zone!r}: expected a non-empty label value")
+            raise _bad("zone", f"{zone!r}: expected a non-empty label value")
         for name, value in (("timeout_s", timeout_s), ("update_period_s", update_period_s), ("resolution", resolution)):
             if value is not None and not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
-                raise _bad(f"{name} {value!r}: expected a number > 0")
+                raise _bad(name, f"{value!r}: expected a number > 0")
         self.query = query
         self.kind = metric_type
         self.timeout_s = float(timeout_s)
@@ -148,9 +148,9 @@ class PromQueryReader:
         return "cumulative energy in joules" if self.kind == "counter" else "power in watts"
 
 
-def _bad(message: str) -> HostError:
-    """A bad option: permanent (the same options fail the same way)."""
-    return HostError(f"prometheus energy source {message}", permanent=True)
+def _bad(key: str, message: str) -> HostError:
+    """A bad option, named as the configuration's field `energy.KEY`: permanent (the same options fail the same way)."""
+    return HostError(f"energy.{key}: {message} (prometheus energy source)", permanent=True)
 
 
 def _auth_headers(token_file: str | None) -> Mapping[str, str]:
@@ -159,9 +159,9 @@ def _auth_headers(token_file: str | None) -> Mapping[str, str]:
     try:
         token = Path(token_file).read_text().strip()
     except OSError as exc:
-        raise _bad(f"bearer_token_file {token_file!r}: cannot read: {exc.strerror or exc}") from None
+        raise _bad("bearer_token_file", f"{token_file!r}: cannot read: {exc.strerror or exc}") from None
     if not token:
-        raise _bad(f"bearer_token_file {token_file!r}: empty")
+        raise _bad("bearer_token_file", f"{token_file!r}: empty")
     return {"Authorization": f"Bearer {token}"}
 
 
@@ -175,10 +175,10 @@ def make_reader(**options: object) -> PromQueryReader:
     missing option is a one-line permanent `HostError` naming it."""
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
-        raise _bad(f"unknown option {unknown[0]!r} (allowed: {', '.join(OPTIONS)})")
+        raise _bad(unknown[0], f"unknown option (allowed: {', '.join(OPTIONS)})")
     missing = [name for name in ("url", "query") if name not in options]
     if missing:
-        raise _bad(f"{missing[0]}: required")
+        raise _bad(missing[0], "required")
     kwargs = dict(options)
     kwargs["metric_type"] = kwargs.pop("type", "counter")
     return PromQueryReader(**kwargs)  # type: ignore[arg-type]  # each option's type is checked by the constructor

@@ -358,9 +358,9 @@ class RedfishOptions:
     energy_counter: bool = True
 
 
-def _bad(message: str) -> HostError:
-    """A bad option: permanent (the same options fail the same way)."""
-    return HostError(f"redfish energy source {message}", permanent=True)
+def _bad(key: str, message: str) -> HostError:
+    """A bad option, named as the configuration's field `energy.KEY`: permanent (the same options fail the same way)."""
+    return HostError(f"energy.{key}: {message} (redfish energy source)", permanent=True)
 
 
 def parse_options(options: Mapping[str, object]) -> RedfishOptions:
@@ -369,24 +369,24 @@ def parse_options(options: Mapping[str, object]) -> RedfishOptions:
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
         hint = " (put the password in a file: password_file)" if unknown[0] == "password" else ""
-        raise _bad(f"unknown option {unknown[0]!r}{hint} (allowed: {', '.join(OPTIONS)})")
+        raise _bad(unknown[0], f"unknown option{hint} (allowed: {', '.join(OPTIONS)})")
     url = options.get("base_url")
     if not isinstance(url, str) or not re.match(r"^https?://[^/\s]+", url):
-        raise _bad(f"base_url {url!r}: expected https://BMC (or http://host:port)")
+        raise _bad("base_url", f"{url!r}: expected https://BMC (or http://host:port)")
     text = {name: _text(options, name) for name in ("username", "password_file", "chassis", "ca_file")}
     if (text["username"] is None) != (text["password_file"] is None):
-        raise _bad("username and password_file: give both (or neither, for a service without authentication)")
+        raise _bad("username", "give it with password_file, or neither (a service without authentication)")
     auth = options.get("auth", "session")
     if auth not in ("session", "basic"):
-        raise _bad(f"auth {auth!r}: expected session or basic")
+        raise _bad("auth", f"{auth!r}: expected session or basic")
     numbers = {name: _positive(options, name) for name in ("timeout_s", "update_period_s", "resolution")}
     flags = {name: options.get(name, True) for name in ("verify_tls", "energy_counter")}
     for name, flag in flags.items():
         if not isinstance(flag, bool):
-            raise _bad(f"{name} {flag!r}: expected true or false")
+            raise _bad(name, f"{flag!r}: expected true or false")
     zone = options.get("zone", "platform")
     if not isinstance(zone, str) or not zone:
-        raise _bad(f"zone {zone!r}: expected a non-empty label value")
+        raise _bad("zone", f"{zone!r}: expected a non-empty label value")
     cafile = (text["ca_file"] or certifi.where()) if flags["verify_tls"] else None
     return RedfishOptions(
         base_url=url.rstrip("/"),
@@ -407,7 +407,7 @@ def parse_options(options: Mapping[str, object]) -> RedfishOptions:
 def _text(options: Mapping[str, object], name: str) -> str | None:
     value = options.get(name)
     if value is not None and (not isinstance(value, str) or not value):
-        raise _bad(f"{name} {value!r}: expected a non-empty string")
+        raise _bad(name, f"{value!r}: expected a non-empty string")
     return value
 
 
@@ -416,7 +416,7 @@ def _positive(options: Mapping[str, object], name: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise _bad(f"{name} {value!r}: expected a number > 0")
+        raise _bad(name, f"{value!r}: expected a number > 0")
     return float(value)
 
 
@@ -426,9 +426,9 @@ def _password(path: str | None) -> str | None:
     try:
         password = Path(path).read_text().rstrip("\r\n")
     except OSError as exc:
-        raise _bad(f"password_file {path!r}: cannot read: {exc.strerror or exc}") from None
+        raise _bad("password_file", f"{path!r}: cannot read: {exc.strerror or exc}") from None
     if not password:
-        raise _bad(f"password_file {path!r}: empty")
+        raise _bad("password_file", f"{path!r}: empty")
     return password
 
 

@@ -193,17 +193,20 @@ def test_a_counter_reset_keeps_the_joules_going_up_and_no_config_endpoint_assume
 @pytest.mark.parametrize(
     "options,match",
     [
-        ({"url": "ftp://x", "query": "q"}, r"url 'ftp://x': expected http\(s\)"),
-        ({"url": "http://127.0.0.1:9", "query": " "}, "query: expected a PromQL expression"),
-        ({"url": "http://127.0.0.1:9", "query": "q", "type": "rate"}, "type 'rate': expected counter"),
-        ({"url": "http://127.0.0.1:9", "query": "q", "timeout_s": 0}, "timeout_s 0: expected a number > 0"),
-        ({"url": "http://127.0.0.1:9", "query": "q", "password": "x"}, "unknown option 'password'"),
-        ({"query": "q"}, "url: required"),
-        ({"url": "http://127.0.0.1:9", "query": "q", "bearer_token_file": "/nonexistent/t"}, "bearer_token_file"),
+        ({"url": "ftp://x", "query": "q"}, r"energy.url: 'ftp://x': expected http\(s\)"),
+        ({"url": "http://127.0.0.1:9", "query": " "}, "energy.query: expected a PromQL expression"),
+        ({"url": "http://127.0.0.1:9", "query": "q", "type": "rate"}, "energy.type: 'rate': expected counter"),
+        ({"url": "http://127.0.0.1:9", "query": "q", "timeout_s": 0}, "energy.timeout_s: 0: expected a number > 0"),
+        ({"url": "http://127.0.0.1:9", "query": "q", "password": "x"}, "energy.password: unknown option"),
+        ({"query": "q"}, "energy.url: required"),
+        (
+            {"url": "http://127.0.0.1:9", "query": "q", "bearer_token_file": "/nonexistent/t"},
+            "energy.bearer_token_file",
+        ),
     ],
 )
 def test_bad_options_are_one_permanent_line_naming_the_field(options, match):
     with pytest.raises(HostError, match=match) as e:
         make_reader(**options)
     assert is_permanent(e.value) and "\n" not in str(e.value)
-    assert str(e.value).startswith("prometheus energy source ")
+    assert str(e.value).startswith("energy.") and str(e.value).endswith("(prometheus energy source)")

@@ -157,20 +157,23 @@ def test_chassis_selection_errors_are_permanent(bmc_factory, tmp_path):
 @pytest.mark.parametrize(
     "options,match",
     [
-        ({"base_url": "bmc.example"}, r"base_url 'bmc.example': expected https://BMC"),
-        ({"base_url": "https://bmc", "password": "x"}, r"unknown option 'password' \(put the password in a file"),
-        ({"base_url": "https://bmc", "username": "root"}, "username and password_file: give both"),
-        ({"base_url": "https://bmc", "auth": "digest"}, "auth 'digest': expected session or basic"),
-        ({"base_url": "https://bmc", "timeout_s": -1}, "timeout_s -1: expected a number > 0"),
-        ({"base_url": "https://bmc", "verify_tls": "no"}, "verify_tls 'no': expected true or false"),
-        ({"base_url": "https://bmc", "username": "r", "password_file": "/nonexistent"}, "password_file '/nonexistent'"),
+        ({"base_url": "bmc.example"}, r"energy.base_url: 'bmc.example': expected https://BMC"),
+        ({"base_url": "https://bmc", "password": "x"}, r"energy.password: unknown option \(put the password in a file"),
+        ({"base_url": "https://bmc", "username": "root"}, "energy.username: give it with password_file"),
+        ({"base_url": "https://bmc", "auth": "digest"}, "energy.auth: 'digest': expected session or basic"),
+        ({"base_url": "https://bmc", "timeout_s": -1}, "energy.timeout_s: -1: expected a number > 0"),
+        ({"base_url": "https://bmc", "verify_tls": "no"}, "energy.verify_tls: 'no': expected true or false"),
+        (
+            {"base_url": "https://bmc", "username": "r", "password_file": "/nonexistent"},
+            "energy.password_file: '/nonexistent'",
+        ),
     ],
 )
 def test_bad_options_are_one_permanent_line_naming_the_field(options, match):
     with pytest.raises(HostError, match=match) as e:
         make_reader(**options)
     assert is_permanent(e.value) and "\n" not in str(e.value)
-    assert str(e.value).startswith("redfish energy source ")
+    assert str(e.value).startswith("energy.") and str(e.value).endswith("(redfish energy source)")
 
 
 @pytest.mark.parametrize(
