@@ -130,6 +130,11 @@ class Measurement:
     ci_known: bool = True
     latency_dist: LatencyDist | None = field(default=None, compare=False, repr=False)
     energy_known: bool = True
+    energy_source: str = ""  # the source behind `energy_j` (rapl, ipmi, ...; "" when the host does not say)
+    energy_updates: int | None = None  # source updates in the window (None: continuous, e.g. RAPL, the simulator)
+    # sources shown beside the tuner's own, never tuned on: total joules by source, and by source and zone
+    energy_compare_j: dict[str, float] = field(default_factory=dict)
+    energy_compare_by_zone_j: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         dist = self.latency_dist
@@ -165,7 +170,19 @@ class Measurement:
             "energy_j": self.energy_j if self.energy_known else None,
             "point": None if self.point is None else {"itr_us": self.point.itr_us, "dvfs_ghz": self.point.dvfs_ghz},
             "energy_by_zone_j": dict(self.energy_by_zone_j),
-        }
+        } | self._source_dict()
+
+    def _source_dict(self) -> dict[str, Any]:
+        """The energy source's fields, written only when the host gave them (older records stay as they were)."""
+        out: dict[str, Any] = {}
+        if self.energy_source:
+            out["energy_source"] = self.energy_source
+        if self.energy_updates is not None:
+            out["energy_updates"] = self.energy_updates
+        if self.energy_compare_j:
+            out["energy_compare_j"] = dict(self.energy_compare_j)
+            out["energy_compare_by_zone_j"] = {s: dict(z) for s, z in self.energy_compare_by_zone_j.items()}
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Measurement:
@@ -189,6 +206,13 @@ class Measurement:
             energy_by_zone_j={str(k): float(v) for k, v in d.get("energy_by_zone_j", {}).items()},
             ci_known=bool(d.get("ci_known", True)),
             energy_known=d["energy_j"] is not None,
+            energy_source=str(d.get("energy_source", "")),
+            energy_updates=None if d.get("energy_updates") is None else int(d["energy_updates"]),
+            energy_compare_j={str(s): float(j) for s, j in d.get("energy_compare_j", {}).items()},
+            energy_compare_by_zone_j={
+                str(s): {str(z): float(j) for z, j in zones.items()}
+                for s, zones in d.get("energy_compare_by_zone_j", {}).items()
+            },
         )
 
     @classmethod
@@ -232,10 +256,6 @@ class Measurement:
             latency, ci = dist.percentiles(pcts, confidence)
         else:
             latency, ci = percentile_table(dist, pcts, confidence)
-        zones: dict[str, float] = {}
-        for m in ms:
-            for z, j in m.energy_by_zone_j.items():
-                zones[z] = zones.get(z, 0.0) + j
         return cls(
             seconds=seconds,
             offered_qps=sum(m.offered_qps * m.seconds for m in ms) / seconds,
@@ -245,10 +265,9 @@ class Measurement:
             latency_ci_us=ci,
             energy_j=sum(m.energy_j for m in ms),
             point=ms[0].point,
-            energy_by_zone_j=zones,
             ci_known=True,
             latency_dist=dist,
-            energy_known=all(m.energy_known for m in ms),
+            **merged_energy(ms),
         )
 
     def percentile(self, pct: float) -> float:
@@ -261,6 +280,28 @@ class Measurement:
             return None
         lo, hi = self.latency_ci_us[float(pct)]
         return max(hi - lo, 0.0) / (2 * 1.96)
+
+
+def _sum_zones(parts: Sequence[dict[str, float]]) -> dict[str, float]:
+    zones: dict[str, float] = {}
+    for part in parts:
+        for z, j in part.items():
+            zones[z] = zones.get(z, 0.0) + j
+    return zones
+
+
+def merged_energy(ms: Sequence[Measurement]) -> dict[str, Any]:
+    """The energy fields of consecutive windows pooled into one (zones, updates and compared sources summed)."""
+    updates = [m.energy_updates for m in ms]
+    sources = sorted({s for m in ms for s in m.energy_compare_by_zone_j})
+    return {
+        "energy_by_zone_j": _sum_zones([m.energy_by_zone_j for m in ms]),
+        "energy_known": all(m.energy_known for m in ms),
+        "energy_source": ms[0].energy_source,
+        "energy_updates": None if any(u is None for u in updates) else sum(u for u in updates if u is not None),
+        "energy_compare_j": _sum_zones([m.energy_compare_j for m in ms]),
+        "energy_compare_by_zone_j": {s: _sum_zones([m.energy_compare_by_zone_j.get(s, {}) for m in ms]) for s in sources},
+    }
 
 
 @runtime_checkable

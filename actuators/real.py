@@ -24,7 +24,10 @@ from actuators.linux.dvfs import DvfsBackend, choose_backend, parse_cpu_list
 from actuators.linux.hwio import HardwareIO, NicIoctl, Transaction, UnavailableNic, describe
 from actuators.linux.itr import NicItr, physical_interfaces
 from actuators.linux.originals import OriginalsStore, RestoreReport, default_state_dir, restore_originals
-from actuators.linux.rapl import EnergyMeter, discover_meter
+from actuators.linux.rapl import discover_meter
+from actuators.power.kinds import build_source
+from actuators.power.source import EnergyReading, EnergySource
+from actuators.power.window import CompareSources
 from actuators.sensors import LatencySource, QpsSource, ServerStats, WarningSource
 from core.errors import HostError, HostPartsError
 
@@ -41,7 +44,9 @@ class RealHost(Host, AtomicApply, Closable, HardwareClassified, Interruptible, W
     store: OriginalsStore
     itr: NicItr | None = None
     dvfs: DvfsBackend | None = None
-    energy: EnergyMeter | None = None
+    energy: EnergySource | None = None
+    compare: CompareSources = field(default_factory=CompareSources)  # energy sources shown beside, never tuned on
+    energy_optional: bool = False  # observe mode: an energy fault makes energy unknown instead of failing
     qps: QpsSource | None = None
     latency: LatencySource | None = None
     qps_sample_s: float = 1.0
@@ -130,23 +135,22 @@ class RealHost(Host, AtomicApply, Closable, HardwareClassified, Interruptible, W
         """Energy, latency and request counts over the same `seconds`-long window (blocks for it)."""
         if not seconds > 0:
             raise HostError(f"measure window {seconds!r} s: expected > 0")
-        # energy may be missing only when it was declared optional (observe mode): then it is unknown
         energy = self.energy if "energy" in self.absent else self._need("energy")
         qps, latency = self._need("qps"), self._need("latency")
         point = self.point()
         latency.begin()
         q0 = float(qps.total_requests())
-        if energy is not None:
-            energy.begin()
-        t0 = self.clock()
-        deadline = t0 + seconds
         try:
+            energy = self._energy_begin(energy)
+            t0 = self.clock()
+            deadline = t0 + seconds
             while (left := deadline - self.clock()) > 0:
-                if self._stop.wait(min(left, energy.poll_interval_s if energy is not None else 1.0)):
+                if self._stop.wait(min(left, self._poll_interval_s(energy))):
                     raise HostError("measurement interrupted")
-                if energy is not None:
-                    energy.poll()
-            reading = energy.end() if energy is not None else None
+                energy = self._energy_step(energy, lambda e: e.poll())
+                self.compare.poll()
+            reading = self._energy_end(energy)
+            compared = self.compare.end()
             q1 = float(qps.total_requests())
             t1 = self.clock()
         except BaseException:
@@ -176,7 +180,54 @@ class RealHost(Host, AtomicApply, Closable, HardwareClassified, Interruptible, W
             ci_known=bool(getattr(window, "ci_known", True)),
             latency_dist=getattr(window, "latency_dist", None),
             energy_known=reading is not None,
+            energy_source=energy.info.source if energy is not None else "",
+            energy_updates=reading.updates if reading is not None else None,
+            energy_compare_j={name: r.energy_j for name, r in compared.items()},
+            energy_compare_by_zone_j={name: dict(r.by_zone_j) for name, r in compared.items()},
         )
+
+    # -- energy sources: the main one's faults (unknown energy when optional), the compared ones -----------------
+    def _poll_interval_s(self, energy: EnergySource | None) -> float:
+        own = energy.poll_interval_s if energy is not None else 1.0
+        return min(own, self.compare.poll_interval_s) if self.compare.sources else own
+
+    def _energy_fault(self, exc: HostError) -> None:
+        """Optional energy (observe mode): a permanent fault drops the source (energy unknown from now on, said
+        in `absent`); a transient one leaves this window's energy unknown. Otherwise the caller's, as before."""
+        if not self.energy_optional:
+            raise exc
+        if exc.permanent:
+            self.absent["energy"] = f"{exc} (reported as unknown)"
+            self.energy = None
+            log.warning("energy source dropped, energy is unknown from now on: %s", exc)
+        else:
+            log.warning("energy unknown for this window: %s", exc)
+
+    def _energy_step(
+        self, energy: EnergySource | None, step: Callable[[EnergySource], object]
+    ) -> EnergySource | None:
+        """`step(energy)`; None from now on in this window when it fails and energy is optional."""
+        if energy is None:
+            return None
+        try:
+            step(energy)
+        except HostError as exc:
+            self._energy_fault(exc)
+            return None
+        return energy
+
+    def _energy_begin(self, energy: EnergySource | None) -> EnergySource | None:
+        self.compare.begin()
+        return self._energy_step(energy, lambda e: e.begin())
+
+    def _energy_end(self, energy: EnergySource | None) -> EnergyReading | None:
+        if energy is None:
+            return None
+        try:
+            return energy.end()
+        except HostError as exc:
+            self._energy_fault(exc)
+            return None
 
     def warnings_by_source(self) -> dict[str, list[str]]:
         """What limits this host's measurements, by source: "energy" -- parts that could not be built (e.g. no
@@ -188,8 +239,9 @@ class RealHost(Host, AtomicApply, Closable, HardwareClassified, Interruptible, W
                 latency = [str(w) for w in self.latency.warnings()]
             except Exception as exc:  # noqa: BLE001 - a warning source must not stop its reader
                 latency = [f"latency source warnings unavailable: {exc}"]
+        compared = [f"energy source {name} (compared): {why}" for name, why in self.compare.problems.items()]
         return {
-            "energy": [f"{part} unavailable: {why}" for part, why in self.absent.items()],
+            "energy": [f"{part} unavailable: {why}" for part, why in self.absent.items()] + compared,
             "latency": latency,
             "dvfs": [str(w) for w in self.warnings],
         }
@@ -265,8 +317,9 @@ def make_real_host(
     cores: str | list[int] | None = None,
     dry_run: bool = False,
     force: bool = False,
-    energy: str = "auto",
+    energy: str | dict[str, Any] = "auto",
     max_power_w: float | None = None,
+    energy_compare: list[dict[str, Any]] | None = None,
     qps: str | QpsSource | None = "memcached:127.0.0.1:11211",
     latency: dict[str, Any] | LatencySource | None = None,
     parts: tuple[str, ...] = ("itr", "dvfs", "energy", "qps", "latency"),
@@ -313,7 +366,14 @@ def make_real_host(
 
     build("itr", lambda: _make_itr(io, root, iface, force))
     build("dvfs", lambda: choose_backend(io, _cores(cores), backend))
-    build("energy", lambda: discover_meter(io, energy, max_power_w))
+    rapl = lambda prefer: discover_meter(io, prefer, max_power_w)
+    build("energy", lambda: build_source(energy, rapl))
+    host.energy_optional = "energy" in optional
+    if "energy" in parts and energy_compare:
+        try:
+            host.compare = CompareSources(_compare_sources(energy_compare, rapl))
+        except HostError as exc:
+            problems.append(str(exc))
     build("qps", lambda: _make_qps(qps))
     if problems:
         raise HostPartsError(problems + _restore_dead_run(io, store))
@@ -322,6 +382,13 @@ def make_real_host(
         # CPUs it runs on) are read from the live kernel's paths -- `root` only when it is them (`live_root`)
         _attach_latency(host, latency, qps, root if live_root else Path("/"))
     return host
+
+
+def _compare_sources(specs: Any, rapl: Callable[[str], EnergySource]) -> list[EnergySource]:
+    """`energy_compare`: a list of source tables, each built like `energy` (errors name `energy_compare[i]`)."""
+    if not isinstance(specs, list):
+        raise HostError("energy_compare: expected a list of tables [{kind = ...}, ...]", permanent=True)
+    return [build_source(spec, rapl, f"energy_compare[{i}]") for i, spec in enumerate(specs)]
 
 
 def _make_itr(io: HardwareIO, root: Path, iface: str | list[str] | None, force: bool) -> NicItr:

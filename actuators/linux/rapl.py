@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from actuators.energy import counter_delta, max_read_interval_s
 from actuators.linux.hwio import HardwareIO
+from actuators.power.source import EnergyReading, SourceInfo
 from core.errors import HostError
 
 POWERCAP = "sys/class/powercap"
@@ -29,6 +30,7 @@ MSR_PKG_POWER_INFO = 0x614
 AMD_RAPL_POWER_UNIT = 0xC0010299
 AMD_PKG_ENERGY_STATUS = 0xC001029B
 DEFAULT_MAX_POWER_W = 500.0
+RAPL_UPDATE_S = 0.001  # the counters tick about every millisecond (Intel SDM vol. 3B, 15.10.1)
 _ZONE = re.compile(r"^intel-rapl:(\d+)(?::(\d+))?$")
 
 
@@ -46,15 +48,6 @@ class EnergyCounter:
     @property
     def wrap_joules(self) -> float:
         return self.wrap * self.joules_per_unit
-
-
-@dataclass(frozen=True)
-class EnergyReading:
-    """Energy over one window: package total and per-zone joules (same-named subzones summed)."""
-
-    seconds: float
-    energy_j: float
-    by_zone_j: dict[str, float]
 
 
 def _read_int(io: HardwareIO, rel: str) -> int:
@@ -204,6 +197,13 @@ class EnergyMeter:
     @property
     def poll_interval_s(self) -> float:
         return min(1.0, self.safe_interval_s / 4.0)
+
+    @property
+    def info(self) -> SourceInfo:
+        """Source `rapl`: its zones in counter order, updated every ~1 ms, counting in `joules_per_unit` steps."""
+        zones = tuple(dict.fromkeys(c.zone for c in self.counters))
+        resolution = min(c.joules_per_unit for c in self.counters)
+        return SourceInfo("rapl", zones, RAPL_UPDATE_S, resolution, "J")
 
     def _read_all(self) -> list[int]:
         values = []

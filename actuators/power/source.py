@@ -45,3 +45,36 @@ class PowerReader(Protocol):
     def read(self) -> PowerSample: ...
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class EnergyReading:
+    """Energy over one window: the total the tuner uses and joules per zone (same-named zones summed).
+
+    `updates` is how many times the source's value changed during the window (None: it updates so often --
+    RAPL every ~1 ms -- that a window always sees enough of them)."""
+
+    seconds: float
+    energy_j: float
+    by_zone_j: dict[str, float]
+    updates: int | None = None
+
+
+@runtime_checkable
+class EnergySource(Protocol):
+    """Read like RAPL's `EnergyMeter`: `begin()`, `poll()` at least every `poll_interval_s`, `end()`.
+
+    `poll` raises `HostError` only when the window's energy is lost (`permanent=True` when retrying cannot
+    help); `end` returns the window's joules."""
+
+    @property
+    def info(self) -> SourceInfo: ...
+
+    @property
+    def poll_interval_s(self) -> float: ...
+
+    def begin(self) -> None: ...
+
+    def poll(self) -> None: ...
+
+    def end(self) -> EnergyReading: ...

@@ -102,6 +102,8 @@ class LoopContext:
         self.heartbeat = time.monotonic()
         #: Called after every knob write (the DVFS read-back warnings are then fresh).
         self.on_apply: list[Callable[[], None]] = []
+        #: Called after every measured window (an energy source dropped mid-run is said at once).
+        self.on_measure: list[Callable[[], None]] = []
 
     @property
     def live_host(self) -> Host:
@@ -215,6 +217,8 @@ class LoopContext:
         with self.lock:
             self.last_measurement = md
         self.metrics.observe(m)
+        for hook in self.on_measure:
+            hook()
         return m, now
 
     # ------------------------------------------------------------------ reload

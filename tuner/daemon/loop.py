@@ -80,6 +80,7 @@ class Daemon:
         self.ctx = LoopContext(config, metrics, host=host, mode=mode)
         self.warnings = HostWarnings(self.ctx)
         self.ctx.on_apply.append(self.warnings.refresh)
+        self.ctx.on_measure.append(self.warnings.refresh)
         self.observer = Observer(self.ctx)
         self.models = ModelTables(self.ctx)
         self.guardrail = Guardrail(self.ctx, self.observer, self.models)

@@ -16,6 +16,8 @@ LOOP_STATES = ("starting", "retuning", "holding", "observing", "degraded", "stop
 MODES = ("tune", "observe", "dry_run")
 #: Where a host warning comes from (label values of `tuner_host_warnings`).
 WARNING_SOURCES = ("latency", "energy", "dvfs", "startup", "fault")
+#: The `source` label of energy from a host that does not name its source (the simulator models RAPL counters).
+DEFAULT_SOURCE = "rapl"
 
 
 def _percentile_label(pct: float) -> str:
@@ -104,7 +106,19 @@ METRICS = (
         "Mean package power over the last window (absent when not measurable).",
     ),
     MetricSpec(
-        "energy", "counter", "tuner_energy_joules", "Energy measured by the tuner's windows, by RAPL zone.", ("zone",)
+        "energy",
+        "counter",
+        "tuner_energy_joules",
+        "Energy measured by the tuner's windows, by zone (package-0, dram, psys, platform) and source (rapl, ipmi, "
+        "...; sources compared beside the tuner's own are counted too: sum over one source).",
+        ("zone", "source"),
+    ),
+    MetricSpec(
+        "source_power",
+        "gauge",
+        "tuner_energy_source_watts",
+        "Mean power over the last window by energy source (the tuner's own and those compared beside it).",
+        ("source",),
     ),
     MetricSpec("trials", "counter", "tuner_trials", "Optimisation trials by outcome.", ("status",)),
     MetricSpec("retunes", "counter", "tuner_retunes", "Retunes started, by reason.", ("reason",)),
@@ -237,6 +251,7 @@ class DaemonMetrics:
     sla: Any
     power: Any
     energy: Any
+    source_power: Any
     trials: Any
     retunes: Any
     violations: Any
@@ -332,12 +347,24 @@ class DaemonMetrics:
             if pct in m.latency_us:
                 self.latency.labels(percentile=_percentile_label(pct)).set(m.latency_us[pct] * 1e-6)
         self.power.set(m.power_or_none)
+        self.observe_compared(m)
         if not m.energy_known:
             return  # energy unknown: the counter does not move (and is not invented)
         zones = m.energy_by_zone_j or {"package": m.energy_j}
+        self._count_energy(m.energy_source or DEFAULT_SOURCE, zones, m.energy_j, m.seconds)
+
+    def observe_compared(self, m: Measurement) -> None:
+        """The sources compared beside the tuner's own (counted even when the tuner's own energy is unknown)."""
+        for source, total in m.energy_compare_j.items():
+            self._count_energy(source, m.energy_compare_by_zone_j.get(source, {}), total, m.seconds)
+
+    def _count_energy(self, source: str, zones: dict[str, float], total_j: float, seconds: float) -> None:
+        """Each zone's joules into the counter; the source's total (RAPL: the packages) over the window as watts."""
         for zone, joules in zones.items():
             if joules > 0:
-                self.energy.labels(zone=zone).inc(joules)
+                self.energy.labels(zone=zone, source=source).inc(joules)
+        if seconds > 0:
+            self.source_power.labels(source=source).set(total_j / seconds)
 
 
 def start_metrics_server(metrics: DaemonMetrics, address: str) -> tuple[Any, int]:

@@ -29,8 +29,15 @@ def point_from(v: Any) -> OperatingPoint | None:
 
 
 def measurement_dict(m: Measurement, when: float) -> dict[str, Any]:
-    """`Measurement.to_dict` plus power and time, with the point as an `OperatingPoint` (None: the OS's)."""
-    return {**m.to_dict(), "power_w": m.power_or_none, "point": m.point, "time": when}
+    """`Measurement.to_dict` plus power and time, with the point as an `OperatingPoint` (None: the OS's); with
+    sources compared beside the tuner's own, `power_by_source_w` shows them side by side (None: unknown)."""
+    out = {**m.to_dict(), "power_w": m.power_or_none, "point": m.point, "time": when}
+    if m.energy_compare_j:
+        sources: dict[str, float | None] = {m.energy_source or "rapl": m.power_or_none}
+        for source, joules in m.energy_compare_j.items():
+            sources[source] = joules / m.seconds if m.seconds > 0 else None
+        out["power_by_source_w"] = sources
+    return out
 
 
 def latency_at(md: dict[str, Any], pct: float) -> float | None:

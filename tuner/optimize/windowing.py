@@ -38,6 +38,11 @@ latency source) or no CI (`ci_known` False) cannot be pooled: adaptive mode then
 window -- the first chunk is followed by one chunk of the rest of `max_s`, and the result's latency
 percentiles are those of the longer chunk (time, energy and requests cover both).
 
+A slowly updating energy source (a BMC, a PDU in Prometheus: every 1-5 s) reports `energy_updates`; the window
+then also waits (in chunks of `min_s / batches`, past `max_s` if need be, at most `ENERGY_WAIT_LIMIT` x `max_s`)
+until the source has updated `energy_updates_needed` times, so the energy is as precise as the latency CI. RAPL and
+the simulator report no count (they update every millisecond): their windows are unchanged.
+
 Honest limits: the stopping rule checks the CI width after every chunk (a sequential look); width,
 unlike location, barely depends on the estimate, so this costs little coverage, and the bench
 (`bench/windows.py`) measures how often the adaptive p99 lands within +-ci_pct of the simulator's
@@ -53,7 +58,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from actuators.host import Host, Measurement
+from actuators.host import Host, Measurement, merged_energy
 from actuators.latency.dist import SampleDist
 from core.errors import TunerError
 from core.stats import quantile_ci_achievable, relative_half_width
@@ -64,6 +69,8 @@ MODES = WINDOW_MODES  # `TunerSettings.window_mode` values, declared with the se
 GROWTH_MARGIN = 1.2
 #: A chunk adds at most this many times the time measured so far (1: the window at most doubles).
 MAX_GROWTH = 1.0
+#: Waiting for a slow energy source's updates ends at this many times `max_s` whatever it did (a bound, not a goal).
+ENERGY_WAIT_LIMIT = 10.0
 
 
 @dataclass(frozen=True)
@@ -254,12 +261,15 @@ def measure_window(host: Host, policy: WindowPolicy) -> Measurement:
             chunk = min_chunk
         else:
             h = window_half_width(total, chunks, policy)
-            if h <= target or _estimate_above(total, policy):
+            if _estimate_above(total, policy):
                 return _finish(total, chunks)
             remaining = policy.max_s - asked
-            if remaining <= 1e-9 * policy.max_s:
-                return _finish(total, chunks)
-            chunk = next_chunk_s(asked, h, target, remaining, min_chunk)
+            if h <= target or remaining <= 1e-9 * policy.max_s:
+                if energy_settled(total, policy) or asked >= ENERGY_WAIT_LIMIT * policy.max_s:
+                    return _finish(total, chunks)
+                chunk = min_chunk  # the latency is known well enough; the energy source has not updated enough
+            else:
+                chunk = next_chunk_s(asked, h, target, remaining, min_chunk)
         m = host.measure(chunk)
         asked += chunk
         if m.latency_dist is None or not m.ci_known:
@@ -269,6 +279,18 @@ def measure_window(host: Host, policy: WindowPolicy) -> Measurement:
             )
         total = Measurement.merge(total, m)
         chunks.append(m)
+
+
+def energy_updates_needed(policy: WindowPolicy) -> int:
+    """Source updates a window needs so its energy is as precise as the latency CI it reports: a sampled source
+    (a BMC, a PDU) misses at most about one update's energy at the window's edges, so k updates bound the
+    relative error by ~1/k -- k >= 100 / ci_pct (20 at the default 5 %)."""
+    return math.ceil(100.0 / policy.ci_pct)
+
+
+def energy_settled(total: Measurement, policy: WindowPolicy) -> bool:
+    """Whether the window's energy source updated often enough (always for RAPL and the simulator: None)."""
+    return total.energy_updates is None or total.energy_updates >= energy_updates_needed(policy)
 
 
 def _estimate_above(total: Measurement, policy: WindowPolicy) -> bool:
@@ -298,9 +320,6 @@ def _fallback(host: Host, first: Measurement, first_s: float, policy: WindowPoli
     rest = host.measure(rest_s)
     main = rest if rest.seconds >= first.seconds else first
     seconds = first.seconds + rest.seconds
-    zones = dict(first.energy_by_zone_j)
-    for z, j in rest.energy_by_zone_j.items():
-        zones[z] = zones.get(z, 0.0) + j
     return Measurement(
         seconds=seconds,
         offered_qps=(first.offered_qps * first.seconds + rest.offered_qps * rest.seconds) / seconds,
@@ -310,7 +329,7 @@ def _fallback(host: Host, first: Measurement, first_s: float, policy: WindowPoli
         latency_ci_us=dict(main.latency_ci_us),
         energy_j=first.energy_j + rest.energy_j,
         point=main.point,
-        energy_by_zone_j=zones,
         ci_known=main.ci_known,
         latency_dist=None,
+        **merged_energy([first, rest]),
     )

@@ -52,7 +52,8 @@ def test_values_follow_the_loop(scraped):
     assert s[("tuner_retunes_total", (("reason", "startup"),))] == 1
     assert s[("tuner_sla_seconds", ())] == pytest.approx(900e-6)
     assert 0 < s[("tuner_latency_seconds", (("percentile", "99"),))] < 1
-    assert s[("tuner_energy_joules_total", (("zone", "package"),))] > 0
+    assert s[("tuner_energy_joules_total", (("source", "rapl"), ("zone", "package")))] > 0
+    assert s[("tuner_energy_source_watts", (("source", "rapl"),))] > 0
     assert s[("tuner_power_watts", ())] > 0
     assert s[("tuner_optimizer_seconds_count", ())] >= 9  # 4 suggest + 4 complete + best (+ to_json)
     assert s[("tuner_trial_seconds_count", ())] == 4
@@ -79,3 +80,34 @@ def test_metrics_listen_defaults_to_loopback():
     from tuner.config import Config
 
     assert Config().metrics_listen.startswith("127.0.0.1:")
+
+
+def test_energy_is_counted_by_zone_and_source_with_compared_sources_beside():
+    """The tuner's own source and a compared one (a BMC) each get their zones' joules and a watts gauge; a window
+    whose own energy is unknown still counts the compared source."""
+    from actuators.host import Measurement
+    from tuner.daemon.metrics import DaemonMetrics
+
+    metrics = DaemonMetrics.create("0", "real")
+    m = Measurement(
+        seconds=2.0,
+        offered_qps=1.0,
+        achieved_qps=1.0,
+        requests=1,
+        latency_us={99.0: 10.0},
+        latency_ci_us={99.0: (9.0, 11.0)},
+        energy_j=100.0,
+        point=None,
+        energy_by_zone_j={"package-0": 100.0, "dram": 20.0, "psys": 180.0},
+        energy_source="rapl",
+        energy_compare_j={"ipmi": 400.0},
+        energy_compare_by_zone_j={"ipmi": {"platform": 400.0}},
+    )
+    metrics.observe(m)
+    metrics.observe(__import__("dataclasses").replace(m, energy_known=False))
+    s = _samples(__import__("prometheus_client").generate_latest(metrics.registry).decode())
+    assert s[("tuner_energy_joules_total", (("source", "rapl"), ("zone", "package-0")))] == 100.0
+    assert s[("tuner_energy_joules_total", (("source", "rapl"), ("zone", "psys")))] == 180.0
+    assert s[("tuner_energy_joules_total", (("source", "ipmi"), ("zone", "platform")))] == 800.0
+    assert s[("tuner_energy_source_watts", (("source", "ipmi"),))] == 200.0
+    assert s[("tuner_energy_source_watts", (("source", "rapl"),))] == 50.0  # the packages, not psys again
