@@ -6,6 +6,7 @@ readings set by the test, with basic and session authentication.
     reader = make_reader(base_url=bmc.url, username=bmc.username, password_file=bmc.password_file(tmp_path))
     bmc.expire_sessions()      # every token now gets 401: the client must log in again
     bmc.stop_answering()       # accept connections and never answer (a hung BMC); bmc.answer() undoes it
+    bmc.fail_with = (503, b"busy")   # every authorised GET answers this instead, until set to None
     bmc.close()
 
 The tree (`/redfish/v1`, `Chassis` with a backplane without power data first, then `Chassis/1` with the
@@ -42,6 +43,8 @@ class RedfishMockup:
         self.username, self.password = username, password
         self.watts, self.joules = 300.0, 0.0
         self.sensing_interval: str | None = "PT1S"
+        self.fail_with: tuple[int, bytes] | None = None  # (status, body) every authorised GET answers instead
+        self.password_change_required = False  # a login succeeds but demands a new password first
         self.tokens: dict[str, str] = {}  # token -> session path
         self.logins = self.logouts = 0
         self.requests: list[tuple[str, str]] = []  # (method, path)
@@ -168,11 +171,12 @@ class RedfishMockup:
         n = next(self._ids)
         token, path = f"token-{n}", f"{ROOT}/SessionService/Sessions/{n}"
         self.tokens[token] = path
-        return (
-            201,
-            {"X-Auth-Token": token, "Location": path},
-            {"@odata.id": path, "Id": str(n), "UserName": self.username},
-        )
+        doc: dict[str, Any] = {"@odata.id": path, "Id": str(n), "UserName": self.username}
+        if self.password_change_required:
+            doc["@Message.ExtendedInfo"] = [
+                {"MessageId": "Base.1.8.PasswordChangeRequired", "MessageArgs": [f"{ROOT}/AccountService/Accounts/1"]}
+            ]
+        return 201, {"X-Auth-Token": token, "Location": path}, doc
 
 
 def _error(message_id: str) -> dict[str, Any]:
@@ -190,7 +194,9 @@ def _handler(bmc: RedfishMockup) -> type[BaseHTTPRequestHandler]:
             return not bmc._closed
 
         def _send(self, status: int, body: dict[str, Any] | None = None, headers: dict[str, str] | None = None) -> None:
-            data = json.dumps(body).encode() if body is not None else b""
+            self._send_raw(status, json.dumps(body).encode() if body is not None else b"", headers)
+
+        def _send_raw(self, status: int, data: bytes, headers: dict[str, str] | None = None) -> None:
             self.send_response(status)
             for key, value in (headers or {}).items():
                 self.send_header(key, value)
@@ -207,6 +213,8 @@ def _handler(bmc: RedfishMockup) -> type[BaseHTTPRequestHandler]:
             tree = bmc.resources()
             if path != ROOT and not bmc.authorised(self.headers):
                 self._send(401, _error("Base.1.0.NoValidSession"))
+            elif path != ROOT and bmc.fail_with is not None:
+                self._send_raw(*bmc.fail_with)
             elif path in tree:
                 self._send(200, tree[path]())
             else:

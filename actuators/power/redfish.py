@@ -22,6 +22,7 @@ start-up only, a chassis that is missing or has no power data.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import time
@@ -33,6 +34,7 @@ from typing import Any
 import certifi
 import redfish  # type: ignore[import-untyped]  # DMTF's library ships no type information
 import requests
+from redfish.messages import RedfishPasswordChangeRequiredError  # type: ignore[import-untyped]  # the same library
 from redfish.rest.v1 import (  # type: ignore[import-untyped]  # the same library
     BadRequestError,
     InvalidCredentialsError,
@@ -159,7 +161,13 @@ class RedfishReader:
                 f"password_file {opts.password_file!r}",
                 permanent=True,
             ) from None
-        except SessionCreationError as exc:
+        except RedfishPasswordChangeRequiredError:
+            raise HostError(
+                f"Redfish {self.base_url}: the BMC requires a new password for {opts.username!r} before any other "
+                "request: change it on the BMC, then in password_file",
+                permanent=True,
+            ) from None
+        except (SessionCreationError, JsonDecodingError) as exc:
             raise HostError(f"Redfish {self.base_url}: login: {_first_line(exc)}") from None
         except RetriesExhaustedError as exc:
             raise HostError(f"Redfish {self.base_url}: cannot reach: {_cause(exc, opts.timeout_s)}") from None
@@ -177,8 +185,8 @@ class RedfishReader:
         if response.status != 200:
             raise HostError(f"Redfish {self.base_url}: GET {path}: HTTP {response.status}")
         try:
-            body = response.dict
-        except JsonDecodingError:
+            body = json.loads(response.text)  # not the library's `.dict`, which logs the whole body on an error
+        except ValueError:
             raise HostError(f"Redfish {self.base_url}: GET {path}: response is not JSON") from None
         if not isinstance(body, Mapping):
             raise HostError(f"Redfish {self.base_url}: GET {path}: expected a JSON object")
@@ -189,6 +197,8 @@ class RedfishReader:
             return self._client.get(path)
         except RetriesExhaustedError as exc:
             raise HostError(f"Redfish {self.base_url}: GET {path}: {_cause(exc, self._options.timeout_s)}") from None
+        except JsonDecodingError:
+            raise HostError(f"Redfish {self.base_url}: GET {path}: response is not JSON") from None
 
 
 # -- finding where the power is --------------------------------------------------------------------------------

@@ -143,6 +143,34 @@ def test_a_bmc_that_stops_answering_is_a_transient_one_line_error(bmc_factory, t
     assert not is_permanent(e.value)
 
 
+@pytest.mark.parametrize(
+    "status,body,match",
+    [
+        (503, b'{"error": {"code": "Base.1.0.ServiceTemporarilyUnavailable"}}', "HTTP 503"),
+        (200, b"<html>", "response is not JSON"),
+    ],
+)
+def test_a_busy_or_garbled_bmc_is_transient(bmc_factory, tmp_path, status, body, match):
+    bmc = bmc_factory("environment")
+    reader = _reader(bmc, tmp_path)
+    bmc.fail_with = (status, body)
+    with pytest.raises(
+        HostError, match=rf"Redfish {bmc.url}: GET /redfish/v1/Chassis/1/EnvironmentMetrics: {match}"
+    ) as e:
+        reader.read()
+    assert not is_permanent(e.value) and "\n" not in str(e.value)
+    bmc.fail_with = None
+    assert reader.read().watts == 300.0
+
+
+def test_a_bmc_demanding_a_new_password_is_permanent(bmc_factory, tmp_path):
+    bmc = bmc_factory("environment")
+    bmc.password_change_required = True
+    with pytest.raises(HostError, match="requires a new password for 'admin'") as e:
+        _reader(bmc, tmp_path)
+    assert is_permanent(e.value) and "\n" not in str(e.value)
+
+
 def test_chassis_selection_errors_are_permanent(bmc_factory, tmp_path):
     bmc = bmc_factory("environment")
     with pytest.raises(HostError, match=r"chassis 'Blade7': no such chassis \(there are: Backplane, 1\)") as e:
