@@ -141,8 +141,8 @@ class RealHost(Host, AtomicApply, Closable, HardwareClassified, Interruptible, W
         latency.begin()
         q0 = float(qps.total_requests())
         try:
+            t0 = self.clock()  # before the sources' first read: a BMC's read takes ~0.1 s, inside the window
             energy = self._energy_begin(energy)
-            t0 = self.clock()
             deadline = t0 + seconds
             while (left := deadline - self.clock()) > 0:
                 if self._stop.wait(min(left, self._poll_interval_s(energy))):

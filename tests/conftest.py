@@ -1,4 +1,5 @@
-"""Fixtures shared by test modules in every directory: throwaway memcached, PostgreSQL and Prometheus servers.
+"""Fixtures shared by test modules in every directory: throwaway memcached, PostgreSQL and Prometheus servers,
+and a fake BMC (ipmi_sim).
 
 The servers themselves are started by the helper modules (`tests.memcached_server`, `tests.pg_server`,
 `tests.prometheus_server`), which bench/ scripts use too; a test asks for a server by naming the fixture as an
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from actuators.fakehw.bmc import FakeBmc, ipmi_sim_binary, start_bmc
 from tests.memcached_server import MemcachedServer, memcached_binary, start_memcached
 from tests.pg_server import PgServer, start_pg
 from tests.prometheus_server import PrometheusServer, prometheus_binary, start_prometheus
@@ -81,3 +83,18 @@ def prometheus() -> Iterator[Callable[..., PrometheusServer]]:
     finally:
         for server in servers:
             server.stop()
+
+
+@pytest.fixture
+def fake_bmc(tmp_path: Path) -> Iterator[FakeBmc]:
+    """A fresh `ipmi_sim` BMC on 127.0.0.1 and a free UDP port (its power sensor at 150 W, polled every 0.2 s),
+    killed at teardown; skips without openipmi's ipmi_sim or ipmitool."""
+    if ipmi_sim_binary() is None:
+        pytest.skip("ipmi_sim not installed (Debian package `openipmi`)")
+    if shutil.which("ipmitool") is None:
+        pytest.skip("ipmitool not installed (Debian package `ipmitool`)")
+    bmc = start_bmc(tmp_path / "bmc", watts=150, poll_ms=200)
+    try:
+        yield bmc
+    finally:
+        bmc.stop()

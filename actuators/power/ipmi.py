@@ -60,11 +60,13 @@ class IpmiReader:
         """The BMC's power now (DCMI, else the SDR sensor)."""
         if self._mode is None:
             self._mode = self._discover()
+        t0 = time.monotonic()
         if self._mode == DCMI:
-            return PowerSample(time.monotonic(), watts=self._dcmi_watts(self._run("dcmi", "power", "reading")))
-        assert self.sensor is not None
-        out = self._run("-c", "sensor", "reading", self.sensor)
-        return PowerSample(time.monotonic(), watts=_csv_value(out, self.sensor))
+            watts = self._dcmi_watts(self._run("dcmi", "power", "reading"))
+        else:
+            assert self.sensor is not None
+            watts = _csv_value(self._run("-c", "sensor", "reading", self.sensor), self.sensor)
+        return PowerSample((t0 + time.monotonic()) / 2.0, watts=watts)  # stamped mid-way through the session
 
     def close(self) -> None:
         """Nothing held between reads (each read is one ipmitool session)."""
@@ -168,7 +170,7 @@ def make_reader(**options: Any) -> IpmiReader:
             raise HostError(f"energy.{key}: unknown ipmi option (expected {', '.join(_OPTIONS)})", permanent=True)
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             if not (kind is float and isinstance(value, int) and not isinstance(value, bool)):
-                raise HostError(f"energy.{key}: {value!r} is not a {kind.__name__}", permanent=True)
+                raise HostError(f"energy.{key}: {value!r}: expected {kind.__name__}", permanent=True)
     for key in ("host", "user"):
         if not options.get(key):
             raise HostError(f"energy.{key}: required for kind ipmi", permanent=True)

@@ -1,11 +1,12 @@
 """`SampledEnergyMeter`: a slowly updating `PowerReader` (BMC, PDU in Prometheus) read as an `EnergySource`.
 
 Watts (a gauge): the window's energy is the trapezoid integral of the readings over time, from the reading taken
-at `begin` to the one taken at `end`. Readings in a run of equal values integrate exactly as if only the first and
+at `begin` to the one taken at `end`, plus the window's edges outside them (the time a read takes) at the nearest
+reading's power. Readings in a run of equal values integrate exactly as if only the first and
 the last of the run were kept, so between two different readings the power is taken to move linearly from the last
 time the old value was seen to the first time the new one was; `method="hold"` keeps each reading until the next
 instead (a step, for sources that report a fresh average at each update). Joules (a counter): the difference of
-the first and last readings (a counter that goes backwards is a fault). Either way the window's edges cost at most
+the first and last readings (a counter that goes backwards was reset: the window counts from the reset on). Either way the window's edges cost at most
 about one update period's energy, hence the windows' minimum number of source updates (`updates`).
 
 `updates` counts the source's updates seen in the window: readings that differ from the previous one, and a
@@ -18,6 +19,7 @@ has failed for `give_up_s` in a row -- or raises a permanent `HostError` -- rais
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +28,7 @@ from actuators.power.source import EnergyReading, PowerReader, PowerSample, Sour
 from core.errors import HostError
 
 METHODS = ("trapezoid", "hold")
+log = logging.getLogger(__name__)
 
 
 def integrate_watts(samples: list[tuple[float, float]], method: str = "trapezoid") -> float:
@@ -102,13 +105,21 @@ class SampledEnergyMeter:
         if len(self._samples) < 2:
             why = f" (last error: {self._last_error})" if self._last_error else ""
             raise HostError(f"energy source {self.info.source}: no reading to integrate over {seconds:.1f} s{why}")
-        if self._counter:
-            joules = self._samples[-1][1] - self._samples[0][1]
-        else:
-            joules = integrate_watts(self._samples, self.method)
+        joules = self._window_joules(self._t0 + seconds)
         updates = count_updates(self._samples, self.info.update_period_s)
         zones = {zone: joules for zone in self.info.zones[:1]}
         return EnergyReading(seconds, joules, zones, updates)
+
+    def _window_joules(self, t_end: float) -> float:
+        """Joules from `_t0` to `t_end`: the readings' integral (or counter difference), and the edges before the
+        first reading and after the last one at the nearest reading's power (counters: at the window's mean)."""
+        (t_first, v_first), (t_last, v_last) = self._samples[0], self._samples[-1]
+        edges = max(t_first - self._t0, 0.0), max(t_end - t_last, 0.0)
+        if self._counter:
+            inside = v_last - v_first
+            rate = inside / (t_last - t_first) if t_last > t_first else 0.0
+            return inside + rate * (edges[0] + edges[1])
+        return integrate_watts(self._samples, self.method) + v_first * edges[0] + v_last * edges[1]
 
     def _read(self) -> None:
         now = self.clock()
@@ -122,14 +133,13 @@ class SampledEnergyMeter:
         self._samples.append((sample.t, value))
 
     def _value(self, sample: PowerSample) -> float:
-        """The sample's watts or joules; a counter that goes backwards is a (transient) fault."""
+        """The sample's watts or joules (a reading with neither is a transient fault)."""
         if sample.joules is not None:
             if self._samples and not self._counter:
                 raise HostError(f"energy source {self.info.source}: switched from watts to joules mid-window")
             self._counter = True
             if self._samples and sample.joules < self._samples[-1][1]:
-                self._samples = []
-                raise HostError(f"energy source {self.info.source}: its joules counter went backwards (reset)")
+                self._samples = []  # reset (a BMC reboot, an exporter restart): the window counts from here
             return float(sample.joules)
         if sample.watts is None:
             raise HostError(f"energy source {self.info.source}: a reading with neither watts nor joules")
@@ -151,3 +161,11 @@ class SampledEnergyMeter:
             )
         backoff = min(self.reader.info.update_period_s * 2.0 ** (self._failures - 1), self.max_backoff_s)
         self._next_read = now + backoff
+        if self._failures == 1:  # once per run of failures: the back-off is said, not each retry
+            log.warning(
+                "energy source %s: %s; backing off (retries up to every %.0f s, gives up after %.0f s)",
+                self.info.source,
+                exc,
+                self.max_backoff_s,
+                self.give_up_s,
+            )

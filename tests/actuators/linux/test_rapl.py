@@ -146,3 +146,20 @@ def test_garbled_energy_range_is_one_line_host_error(tmp_path):
     fakefs.write(tmp_path / "sys/class/powercap/intel-rapl:0/max_energy_range_uj", "")
     with pytest.raises(HostError, match="max_energy_range_uj reads ''"):
         rapl.discover_meter(HardwareIO(tmp_path))
+
+
+def test_every_zone_is_labelled_and_the_source_states_its_update_and_resolution(tmp_path):
+    """package-N, dram (subzones named by their `name` file), core and psys all get a zone label; psys (the whole
+    platform, a top-level zone) is reported but never added into the package total."""
+    from actuators.power.source import EnergySource
+
+    two_packages(tmp_path)
+    meter = rapl.discover_meter(HardwareIO(tmp_path))
+    assert isinstance(meter, EnergySource)
+    info = meter.info
+    assert info.source == "rapl" and info.zones == ("package-0", "dram", "core", "package-1", "psys")
+    assert info.update_period_s == pytest.approx(0.001)
+    assert info.resolution == pytest.approx(1e-6) and info.resolution_unit == "J"
+    assert [c.zone for c in meter.counters if c.package] == ["package-0", "package-1"]
+    meter.begin()
+    assert meter.end().updates is None  # RAPL updates every ms: a window never waits for it
