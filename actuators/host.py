@@ -300,7 +300,9 @@ def merged_energy(ms: Sequence[Measurement]) -> dict[str, Any]:
         "energy_source": ms[0].energy_source,
         "energy_updates": None if any(u is None for u in updates) else sum(u for u in updates if u is not None),
         "energy_compare_j": _sum_zones([m.energy_compare_j for m in ms]),
-        "energy_compare_by_zone_j": {s: _sum_zones([m.energy_compare_by_zone_j.get(s, {}) for m in ms]) for s in sources},
+        "energy_compare_by_zone_j": {
+            s: _sum_zones([m.energy_compare_by_zone_j.get(s, {}) for m in ms]) for s in sources
+        },
     }
 
 

@@ -203,9 +203,7 @@ class RealHost(Host, AtomicApply, Closable, HardwareClassified, Interruptible, W
         else:
             log.warning("energy unknown for this window: %s", exc)
 
-    def _energy_step(
-        self, energy: EnergySource | None, step: Callable[[EnergySource], object]
-    ) -> EnergySource | None:
+    def _energy_step(self, energy: EnergySource | None, step: Callable[[EnergySource], object]) -> EnergySource | None:
         """`step(energy)`; None from now on in this window when it fails and energy is optional."""
         if energy is None:
             return None
