@@ -117,8 +117,10 @@ class RedfishReader:
         t = self._clock()
         docs = [self._get(path) for path in self.plan.paths]
         watts, joules = read_plan(self.plan, docs)
-        if watts is None and joules is None:
-            raise HostError(f"Redfish {self.base_url}: {self.plan.paths[0]} has no reading at the moment")
+        missing = joules is None if self.plan.counter else watts is None  # never a counter's window fed watts
+        if missing:
+            what = self.plan.counter or "power"
+            raise HostError(f"Redfish {self.base_url}: {self.plan.paths[0]} has no {what} reading at the moment")
         return PowerSample(t=t, watts=watts, joules=joules)
 
     def close(self) -> None:

@@ -88,6 +88,21 @@ def test_an_energy_counter_is_read_as_joules(bmc_factory, tmp_path, counter, res
     assert gauge_only.info.resolution_unit == "W" and gauge_only.read().joules is None
 
 
+def test_a_missing_reading_is_transient_and_a_counter_is_never_replaced_by_watts(bmc_factory, tmp_path):
+    bmc = bmc_factory("environment", counter="EnergyJoules")
+    bmc.joules = 5000.0
+    counter, gauge = _reader(bmc, tmp_path), _reader(bmc, tmp_path, energy_counter=False)
+    bmc.joules = None  # the BMC answers "Reading": null for a moment; its watts are still there
+    with pytest.raises(HostError, match="EnvironmentMetrics has no EnergyJoules reading at the moment") as e:
+        counter.read()
+    assert not is_permanent(e.value)
+    assert gauge.read().watts == 300.0
+    bmc.watts = None
+    with pytest.raises(HostError, match="has no power reading at the moment") as e:
+        gauge.read()
+    assert not is_permanent(e.value)
+
+
 def test_an_expired_session_logs_in_again_and_basic_auth_works(bmc_factory, tmp_path):
     bmc = bmc_factory("power")
     reader = _reader(bmc, tmp_path)
