@@ -7,7 +7,7 @@ as Prometheus's `rate()` reads it: restarted from 0, so the joules handed on nev
 
 How often a new value appears is the scrape interval of the series' `job` (from the configuration Prometheus
 serves at `/api/v1/status/config`), else the global one; `update_period_s` overrides it, and where the server
-has no such endpoint (a Thanos or Mimir query front end) the reader assumes 60 s, Prometheus's own default.
+serves no such endpoint (some query front ends) the reader assumes 60 s, Prometheus's own default.
 
 Faults are `HostError`s, all transient (Prometheus down or slow, the series gone or stale may come back) except
 bad options and a query that can never give one number (`several series`, a string or matrix), which are
