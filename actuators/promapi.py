@@ -31,6 +31,11 @@ class PromSample:
     warnings: tuple[str, ...]
 
 
+class QueryShapeError(HostError):
+    """The query gives several series, or not an instant vector or scalar: retrying the same query cannot give
+    one number (its users decide whether that is permanent for them)."""
+
+
 def check_url(url: str) -> str:
     """`url` without a trailing '/', or a `HostError` when it is not http(s)://host[:port][/path]."""
     parsed = urllib.parse.urlsplit(url)
@@ -106,12 +111,12 @@ def instant_query(
         if not res:
             raise HostError(f"{where}: no series ({no_series_hint})")
         if len(res) > 1:
-            raise HostError(f"{where}: {len(res)} series; {several_hint}")
+            raise QueryShapeError(f"{where}: {len(res)} series; {several_hint}")
         sample = res[0].get("value") if isinstance(res[0], Mapping) else None
         metric = res[0].get("metric") if isinstance(res[0], Mapping) else None
         labels = {str(k): str(v) for k, v in metric.items()} if isinstance(metric, Mapping) else {}
     else:
-        raise HostError(f"{where}: resultType {kind!r}; expected an instant vector or scalar")
+        raise QueryShapeError(f"{where}: resultType {kind!r}; expected an instant vector or scalar")
     try:
         timestamp, value = float(sample[0]), float(sample[1])  # type: ignore[index]  # checked by the except
     except (TypeError, ValueError, IndexError, KeyError):

@@ -58,7 +58,8 @@ class PromQueryReader:
         if not isinstance(zone, str) or not zone:
             raise _bad("zone", f"{zone!r}: expected a non-empty label value")
         for name, value in (("timeout_s", timeout_s), ("update_period_s", update_period_s), ("resolution", resolution)):
-            if value is not None and not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            if value is not None and not (number and math.isfinite(value) and value > 0):
                 raise _bad(name, f"{value!r}: expected a number > 0")
         self.query = query
         self.kind = metric_type
@@ -112,9 +113,8 @@ class PromQueryReader:
                 no_series_hint="not scraped (yet), or the selector matches nothing",
                 several_hint="narrow the selector or aggregate to one, e.g. sum(...)",
             )
-        except HostError as exc:
-            permanent = " series; " in str(exc) or "resultType" in str(exc)  # the query itself cannot give one
-            raise HostError(str(exc), permanent=permanent) from None
+        except promapi.QueryShapeError as exc:
+            raise HostError(str(exc), permanent=True) from None  # the query itself can never give one number
 
     def _check_fresh(self, evaluated_at: float) -> None:
         """`timestamp(query)` is the sample's scrape time for a plain selector (for an expression, the evaluation

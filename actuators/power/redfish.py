@@ -399,6 +399,8 @@ def parse_options(options: Mapping[str, object]) -> RedfishOptions:
     zone = options.get("zone", "platform")
     if not isinstance(zone, str) or not zone:
         raise _bad("zone", f"{zone!r}: expected a non-empty label value")
+    if text["ca_file"] is not None and not flags["verify_tls"]:
+        raise _bad("ca_file", "given with verify_tls = false: verify against it, or drop it")
     cafile = (text["ca_file"] or certifi.where()) if flags["verify_tls"] else None
     return RedfishOptions(
         base_url=url.rstrip("/"),

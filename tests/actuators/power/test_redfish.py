@@ -206,6 +206,7 @@ def test_chassis_selection_errors_are_permanent(bmc_factory, tmp_path):
         ({"base_url": "https://bmc", "auth": "digest"}, "energy.auth: 'digest': expected session or basic"),
         ({"base_url": "https://bmc", "timeout_s": -1}, "energy.timeout_s: -1: expected a number > 0"),
         ({"base_url": "https://bmc", "verify_tls": "no"}, "energy.verify_tls: 'no': expected true or false"),
+        ({"base_url": "https://bmc", "verify_tls": False, "ca_file": "/ca.pem"}, "energy.ca_file: given with verify"),
         (
             {"base_url": "https://bmc", "username": "r", "password_file": "/nonexistent"},
             "energy.password_file: '/nonexistent'",
