@@ -74,8 +74,10 @@ def _windows(daemon) -> int:
 
 
 def _power_is(daemon, watts: float) -> bool:
+    """The last window's power within 1 % of the source's (the host's window also spans its QPS read after the
+    energy source's last reading: ~0.2 % of a 0.3 s window on this VM)."""
     m = daemon.status().last_measurement or {}
-    return m.get("power_w") is not None and abs(m["power_w"] - watts) < 0.5
+    return m.get("power_w") is not None and abs(m["power_w"] - watts) < 0.01 * watts
 
 
 def test_observe_reports_the_power_of_a_redfish_bmc_and_survives_it_going_away(tmp_path, memcached_port, bmc, caplog):
@@ -89,7 +91,7 @@ def test_observe_reports_the_power_of_a_redfish_bmc_and_survives_it_going_away(t
         assert r.host.energy.info.source == "redfish"
         wait_for(lambda: _power_is(r.daemon, 412.0), timeout=20)
         metrics = registry_samples(r.daemon.metrics.registry)
-        assert metrics[("tuner_power_watts", ())] == pytest.approx(412.0, abs=0.5)
+        assert metrics[("tuner_power_watts", ())] == pytest.approx(412.0, rel=0.01)
         assert metrics[("tuner_energy_joules_total", (("source", "redfish"), ("zone", "platform")))] > 0
         proc.kill()  # the BMC stops answering: windows go on, their power unknown, then the source is dropped
         proc.wait(timeout=5)
@@ -119,6 +121,6 @@ def test_observe_reports_the_power_of_a_prometheus_query(tmp_path, memcached_por
             wait_for(lambda: _power_is(r.daemon, 180.0), timeout=20)
             metrics = registry_samples(r.daemon.metrics.registry)
         assert metrics[("tuner_energy_joules_total", (("source", "prometheus"), ("zone", "pdu")))] > 0
-        assert metrics[("tuner_energy_source_watts", (("source", "prometheus"),))] == pytest.approx(180.0, abs=0.5)
+        assert metrics[("tuner_energy_source_watts", (("source", "prometheus"),))] == pytest.approx(180.0, rel=0.01)
     finally:
         exporter.stop()
