@@ -1,12 +1,14 @@
-"""Fixtures shared by test modules in every directory: throwaway memcached, Redis and PostgreSQL servers.
+"""Fixtures shared by test modules in every directory: throwaway memcached, Redis, PostgreSQL and Prometheus
+servers, and a fake BMC (ipmi_sim).
 
 The servers themselves are started by the helper modules (`tests.memcached_server`, `tests.redis_server`,
-`tests.pg_server`), which bench/ scripts use too; a test asks for a server by naming the fixture as an argument."""
+`tests.pg_server`, `tests.prometheus_server`), which bench/ scripts use too; a test asks for a server by naming the
+fixture as an argument."""
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ import pytest
 from actuators.fakehw.bmc import FakeBmc, ipmi_sim_binary, start_bmc
 from tests.memcached_server import MemcachedServer, memcached_binary, start_memcached
 from tests.pg_server import PgServer, start_pg
+from tests.prometheus_server import PrometheusServer, prometheus_binary, start_prometheus
 from tests.redis_server import RedisServer, redis_binary, start_redis
 
 
@@ -89,6 +92,25 @@ def pg_server() -> Iterator[PgServer]:
 def pg_url(pg_server: PgServer) -> str:
     """A fresh database on the session's server."""
     return pg_server.create_db()
+
+
+@pytest.fixture
+def prometheus() -> Iterator[Callable[..., PrometheusServer]]:
+    """A factory: `prometheus(["127.0.0.1:PORT"], scrape_interval="200ms")` starts a throwaway Prometheus
+    scraping those targets (killed at teardown); skips when the `prometheus` binary is not installed."""
+    if prometheus_binary() is None:
+        pytest.skip("prometheus binary not installed (Debian package `prometheus`)")
+    servers: list[PrometheusServer] = []
+
+    def start(targets: Sequence[str], scrape_interval: str = "200ms", job: str = "exporter") -> PrometheusServer:
+        servers.append(start_prometheus(targets, scrape_interval=scrape_interval, job=job))
+        return servers[-1]
+
+    try:
+        yield start
+    finally:
+        for server in servers:
+            server.stop()
 
 
 @pytest.fixture

@@ -15,13 +15,11 @@ import math
 import os
 import subprocess
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from actuators import promapi
 from actuators.latency.dist import PERCENTILES
 from actuators.latency.hook import HOOK_KEYS, ExternalWindow, hook_json, parse_hook_json
 from core.errors import HostError
@@ -219,9 +217,7 @@ class PrometheusLatency:
         headers: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        parsed = urllib.parse.urlsplit(url)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise HostError(f"Prometheus URL {url!r}: expected http(s)://host:port")
+        base_url = promapi.check_url(url)
         if "{q}" not in quantile_query:
             raise HostError(
                 "Prometheus quantile_query must contain {q}, e.g. "
@@ -229,7 +225,7 @@ class PrometheusLatency:
             )
         if not timeout_s > 0 or not scale_to_us > 0:
             raise HostError("Prometheus timeout_s and scale_to_us must be positive")
-        self.url = url.rstrip("/")
+        self.url = base_url
         self.quantile_query = quantile_query
         self.count_query = count_query
         self.scale_to_us = scale_to_us
@@ -277,70 +273,21 @@ class PrometheusLatency:
 
     def query(self, promql: str, at_unix: float | None = None) -> tuple[float, list[str]]:
         """One instant query that must return exactly one finite sample; (value, warnings)."""
-        params = {"query": promql}
-        if at_unix is not None:
-            params["time"] = f"{at_unix:.3f}"
-        address = f"{self.url}/api/v1/query?{urllib.parse.urlencode(params)}"
+        sample = promapi.instant_query(
+            self.url,
+            promql,
+            timeout_s=self.timeout_s,
+            at_unix=at_unix,
+            headers=self._headers,
+            no_series_hint="metric not scraped, or the window is shorter than two scrape intervals",
+            several_hint="aggregate to one, e.g. sum(...) by (le)",
+        )
         where = f"Prometheus {self.url}: query {promql!r}"
-        try:
-            request = urllib.request.Request(address, headers=self._headers)
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as resp:
-                body = resp.read()
-        except urllib.error.HTTPError as exc:
-            detail = _prom_error(exc.read()) or exc.reason
-            raise HostError(f"{where}: HTTP {exc.code}: {detail}") from None
-        except urllib.error.URLError as exc:
-            reason = exc.reason
-            text = "timed out" if isinstance(reason, TimeoutError) else getattr(reason, "strerror", None) or str(reason)
-            raise HostError(f"Prometheus {self.url}: cannot connect: {text}") from None
-        except TimeoutError:
-            raise HostError(f"Prometheus {self.url}: timed out after {self.timeout_s:g} s") from None
-        except OSError as exc:
-            raise HostError(f"Prometheus {self.url}: {exc.strerror or exc}") from None
-        return _prom_value(body, where)
-
-
-def _prom_error(body: bytes) -> str | None:
-    try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    if isinstance(data, Mapping) and data.get("status") == "error":
-        return f"{data.get('errorType', 'error')}: {data.get('error', '?')}"
-    return None
-
-
-def _prom_value(body: bytes, where: str) -> tuple[float, list[str]]:
-    try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        raise HostError(f"{where}: response is not JSON: {body[:60]!r}") from None
-    if not isinstance(data, Mapping) or data.get("status") != "success":
-        detail = _prom_error(body) or f"status {data.get('status') if isinstance(data, Mapping) else '?'}"
-        raise HostError(f"{where}: {detail}")
-    result = data.get("data", {})
-    kind, res = result.get("resultType"), result.get("result")
-    if kind == "scalar":
-        sample = res
-    elif kind == "vector":
-        if not res:
-            raise HostError(
-                f"{where}: no series (metric not scraped, or the window is shorter than two scrape intervals)"
-            )
-        if len(res) > 1:
-            raise HostError(f"{where}: {len(res)} series; aggregate to one, e.g. sum(...) by (le)")
-        sample = res[0].get("value")
-    else:
-        raise HostError(f"{where}: resultType {kind!r}; expected an instant vector or scalar")
-    try:
-        value = float(sample[1])
-    except (TypeError, ValueError, IndexError):
-        raise HostError(f"{where}: malformed sample {sample!r}") from None
-    if math.isnan(value):
-        raise HostError(f"{where}: NaN (no observations in the window)")
-    if not math.isfinite(value) or value < 0:
-        raise HostError(f"{where}: value {value!r} is not a finite latency")
-    return value, [str(w) for w in data.get("warnings", [])]
+        if math.isnan(sample.value):
+            raise HostError(f"{where}: NaN (no observations in the window)")
+        if not math.isfinite(sample.value) or sample.value < 0:
+            raise HostError(f"{where}: value {sample.value!r} is not a finite latency")
+        return sample.value, list(sample.warnings)
 
 
 # -- configuration ---------------------------------------------------------------------------------

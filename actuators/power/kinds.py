@@ -25,8 +25,8 @@ RAPL_PREFER = ("auto", "powercap", "msr")
 #: kind -> module whose `make_reader(**options)` returns a `PowerReader`.
 READERS: dict[str, str] = {
     "ipmi": "actuators.power.ipmi",
-    # "redfish": "actuators.power.redfish",
-    # "prometheus": "actuators.power.promquery",
+    "redfish": "actuators.power.redfish",
+    "prometheus": "actuators.power.promquery",
 }
 
 #: Keys of a reader's table the meter takes (the rest go to `make_reader`).
