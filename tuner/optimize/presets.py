@@ -41,11 +41,17 @@ WARM_ABLATIONS: dict[str, dict[str, Any]] = {
     "warm-headroom": {"latency_metric": "headroom"},
     "warm-grid": {"acquisition": "grid", "refit_every": 5},
 }
+#: Variants that ADD a feature to warm (not defaults: measured in docs/optimizer-safety.md, "The monotone structure").
+WARM_ADDITIONS: dict[str, dict[str, Any]] = {
+    "warm-monotone": {"monotone_safe": True, "break_step": True},
+    "warm-monotone-safe": {"monotone_safe": True},
+    "warm-break-step": {"break_step": True},
+}
 #: `tuner replay --preset NAME` / bench variants: the `TunerSettings` fields each preset sets.
 TUNER_PRESETS: dict[str, dict[str, Any]] = {
     "cold": cold_values(),
     "warm": warm_values(),
-    **{name: {**warm_values(), **over} for name, over in WARM_ABLATIONS.items()},
+    **{name: {**warm_values(), **over} for name, over in {**WARM_ABLATIONS, **WARM_ADDITIONS}.items()},
 }
 #: The preset `tuner replay` runs unless told: the defaults.
 DEFAULT_PRESET = "warm"

@@ -86,6 +86,12 @@ class SafeExploration:
         Without a proposal (`acquisition="grid"`: Ax was not asked) that cell is the choice (ties: the one
         nearest the safe corner)."""
         evidence = self.evidence()
+        step = self.break_step(evidence) if self.settings.break_step else None
+        if step is not None:
+            if pend is not None:
+                with no_warnings():
+                    self.model.client.mark_trial_abandoned(trial_index=pend.ax_index)
+            return step
         if pend is None:
             return self._substitute(None, None, "grid acquisition over the points safe exploration allows", evidence)
         verdict = self._vet(pend, evidence)
@@ -129,7 +135,7 @@ class SafeExploration:
 
         cells = self.near_cells(evidence)
         grid = self.model.grid_model(self.book.load, refit=False, cells=cells) if cells else None
-        ok = ~grid["unsafe"] if grid is not None else np.zeros(0, dtype=bool)
+        ok = self.passes(grid, evidence) if grid is not None else np.zeros(0, dtype=bool)
         if not ok.any() and self.settings.peak_step:  # a load above any measured within the limit
             step = self.peak_step(why)
             if step is not None:
@@ -247,7 +253,60 @@ class SafeExploration:
         )
         return Pending(model.grid_point(cell), 0.0, model.attach(cell, load), load, pv, note)
 
+    def break_step(self, evidence: Evidence) -> Pending | None:
+        """`break_step`: while no trial of this retune is within the limit and its latest read over the SLA, the
+        next trial is one frequency step up at that trial's ITR (`monotone.step_path`: up past the cells measured
+        in this retune or condemned by the orderings, `monotone.known_unsafe`, or next to a trial over the SLA,
+        `acquisition.vetoed`), the first whose P(SLA broken) as the gate computes it is at most PEAK_MAX_P. A
+        first trial over the SLA at a new peak thus moves the search one step, where the safety filter's
+        substitute (the gate refuses what the doubled SD leaves uncertain next to it) went several steps up and
+        the stopping rule held it (docs/optimizer-final-choice.md). None when the rule does not apply."""
+        from tuner.optimize import acquisition, monotone
+
+        model, load = self.model, self.book.load
+        done = [r for r in self.book.completed_this_retune() if r.measurement is not None]
+        pct, limit = model.objective.percentile, model.met_limit_us()
+        if not done or any(r.measurement.percentile(pct) <= limit for r in done):  # type: ignore[union-attr]
+            return None
+        last = max(done, key=lambda r: r.index)
+        if last.measurement.percentile(pct) <= model.objective.sla_us:  # type: ignore[union-attr]
+            return None
+        path = monotone.step_path(model.cell_of(last.point), len(model.space.dvfs_ghz), self.seen_cells())
+        if not path:
+            return None
+        ev, ev_load, _, ev_broke = evidence
+        coords = model.coords(path)
+        bad = monotone.known_unsafe(coords, ev, ev_load, ev_broke, load, SAFE_LOAD_TOL)
+        bad |= acquisition.vetoed(coords, ev, ev_load, ev_broke, load, SAFE_VETO_RADIUS, SAFE_LOAD_TOL)
+        path = [c for c, b in zip(path, bad) if not b]
+        grid = model.grid_model(load, refit=False, cells=path) if path else None
+        if grid is None:
+            return None
+        likely = [k for k, p in enumerate(grid["p_violation"]) if float(p) <= PEAK_MAX_P]
+        if not likely:
+            return None
+        k = likely[0]
+        pv = float(grid["p_violation"][k])
+        note = (
+            f"one step up from {last.point}, read over the SLA with no trial of this retune within the limit: "
+            f"{model.grid_point(path[k])}, P({pct_text(pct)} > {model.objective.sla_us:g} µs) {pv:.3f}"
+        )
+        return Pending(model.grid_point(path[k]), 0.0, model.attach(path[k], load), load, pv, note)
+
     # -- the evidence rules
+    def passes(self, grid: GridPrediction, evidence: Evidence) -> Any:
+        """Mask over `grid`'s cells the gate passes: the model's verdict, and with `monotone_safe` also every cell
+        the orderings prove within the limit at this load (`monotone.known_safe`: a point measured within it at
+        this load or above, at the same ITR and the same or a lower frequency) -- measured fact over a GP whose
+        doubled SD still doubts it."""
+        ok = ~grid["unsafe"]
+        if not self.settings.monotone_safe:
+            return ok
+        from tuner.optimize import monotone
+
+        ev, ev_load, ev_met, _ = evidence
+        return ok | monotone.known_safe(self.model.coords(grid["cells"]), ev, ev_load, ev_met, self.book.load, 0.0)
+
     def near_cells(self, evidence: Evidence) -> list[Cell]:
         """The grid cells `supported` at this load: the only ones the safety filter may choose, so the only
         ones the model is asked about (and the stopping rule's EI ranges over)."""
@@ -350,7 +409,7 @@ class SafeExploration:
 
         ei = acquisition.constrained_ei(grid["power"], grid["power_sd"], best_w, grid["p_unmet"])
         if self.settings.safe_delta > 0:
-            ei = ei * ~grid["unsafe"]
+            ei = ei * self.passes(grid, self.evidence())
         return ei
 
     def incumbent_w(self, grid: GridPrediction, allowed: Any) -> float | None:

@@ -408,4 +408,20 @@ TUNER_TABLE: tuple[Setting, ...] = (
         daemon=False,
         replay=False,
     ),
+    Setting(
+        "monotone_safe",
+        bool,
+        False,
+        "a point measured within the limit vouches for its ITR at higher frequencies and loads up to its own",
+        daemon=False,
+        replay=False,
+    ),
+    Setting(
+        "break_step",
+        bool,
+        False,
+        "after a retune's first trials read over the SLA (none within the limit), one frequency step up at that ITR",
+        daemon=False,
+        replay=False,
+    ),
 )
