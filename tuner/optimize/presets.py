@@ -43,9 +43,9 @@ WARM_ABLATIONS: dict[str, dict[str, Any]] = {
 }
 #: Variants that ADD a feature to warm (not defaults: measured in docs/optimizer-safety.md, "The monotone structure").
 WARM_ADDITIONS: dict[str, dict[str, Any]] = {
-    "warm-monotone": {"monotone_safe": True, "break_step": True},
-    "warm-monotone-safe": {"monotone_safe": True},
     "warm-break-step": {"break_step": True},
+    "warm-peak-first": {"peak_first": True},
+    "warm-monotone": {"peak_first": True, "break_step": True},
 }
 #: `tuner replay --preset NAME` / bench variants: the `TunerSettings` fields each preset sets.
 TUNER_PRESETS: dict[str, dict[str, Any]] = {

@@ -87,6 +87,9 @@ class SafeExploration:
         nearest the safe corner)."""
         evidence = self.evidence()
         step = self.break_step(evidence) if self.settings.break_step else None
+        if step is None and self.settings.peak_first and self.settings.peak_step and not self.seen_cells():
+            # nothing measured at a lower load proves a point at a higher one (`monotone`): the step, not the EI
+            step = self.peak_step("the retune's first trial at a load above every one measured within the limit")
         if step is not None:
             if pend is not None:
                 with no_warnings():
@@ -135,7 +138,7 @@ class SafeExploration:
 
         cells = self.near_cells(evidence)
         grid = self.model.grid_model(self.book.load, refit=False, cells=cells) if cells else None
-        ok = self.passes(grid, evidence) if grid is not None else np.zeros(0, dtype=bool)
+        ok = ~grid["unsafe"] if grid is not None else np.zeros(0, dtype=bool)
         if not ok.any() and self.settings.peak_step:  # a load above any measured within the limit
             step = self.peak_step(why)
             if step is not None:
@@ -257,7 +260,8 @@ class SafeExploration:
         """`break_step`: while no trial of this retune is within the limit and its latest read over the SLA, the
         next trial is one frequency step up at that trial's ITR (`monotone.step_path`: up past the cells measured
         in this retune or condemned by the orderings, `monotone.known_unsafe`, or next to a trial over the SLA,
-        `acquisition.vetoed`), the first whose P(SLA broken) as the gate computes it is at most PEAK_MAX_P. A
+        `acquisition.vetoed`; and not past a cell the orderings prove within the limit, `monotone.known_safe`,
+        which only costs more power), the first whose P(SLA broken) as the gate computes it is at most PEAK_MAX_P. A
         first trial over the SLA at a new peak thus moves the search one step, where the safety filter's
         substitute (the gate refuses what the doubled SD leaves uncertain next to it) went several steps up and
         the stopping rule held it (docs/optimizer-final-choice.md). None when the rule does not apply."""
@@ -274,8 +278,11 @@ class SafeExploration:
         path = monotone.step_path(model.cell_of(last.point), len(model.space.dvfs_ghz), self.seen_cells())
         if not path:
             return None
-        ev, ev_load, _, ev_broke = evidence
+        ev, ev_load, ev_met, ev_broke = evidence
         coords = model.coords(path)
+        proven = monotone.known_safe(coords, ev, ev_load, ev_met, load)
+        if proven.any():  # beyond a cell proven within the limit at this load every step costs power for nothing
+            path, coords = path[: int(proven.argmax()) + 1], coords[: int(proven.argmax()) + 1]
         bad = monotone.known_unsafe(coords, ev, ev_load, ev_broke, load, SAFE_LOAD_TOL)
         bad |= acquisition.vetoed(coords, ev, ev_load, ev_broke, load, SAFE_VETO_RADIUS, SAFE_LOAD_TOL)
         path = [c for c, b in zip(path, bad) if not b]
@@ -294,19 +301,6 @@ class SafeExploration:
         return Pending(model.grid_point(path[k]), 0.0, model.attach(path[k], load), load, pv, note)
 
     # -- the evidence rules
-    def passes(self, grid: GridPrediction, evidence: Evidence) -> Any:
-        """Mask over `grid`'s cells the gate passes: the model's verdict, and with `monotone_safe` also every cell
-        the orderings prove within the limit at this load (`monotone.known_safe`: a point measured within it at
-        this load or above, at the same ITR and the same or a lower frequency) -- measured fact over a GP whose
-        doubled SD still doubts it."""
-        ok = ~grid["unsafe"]
-        if not self.settings.monotone_safe:
-            return ok
-        from tuner.optimize import monotone
-
-        ev, ev_load, ev_met, _ = evidence
-        return ok | monotone.known_safe(self.model.coords(grid["cells"]), ev, ev_load, ev_met, self.book.load, 0.0)
-
     def near_cells(self, evidence: Evidence) -> list[Cell]:
         """The grid cells `supported` at this load: the only ones the safety filter may choose, so the only
         ones the model is asked about (and the stopping rule's EI ranges over)."""
@@ -409,7 +403,7 @@ class SafeExploration:
 
         ei = acquisition.constrained_ei(grid["power"], grid["power_sd"], best_w, grid["p_unmet"])
         if self.settings.safe_delta > 0:
-            ei = ei * self.passes(grid, self.evidence())
+            ei = ei * ~grid["unsafe"]
         return ei
 
     def incumbent_w(self, grid: GridPrediction, allowed: Any) -> float | None:

@@ -97,7 +97,7 @@ class StoppingRule:
         s = self.settings
         ei = self.safety.ei(grid, best_w)
         if s.safe_delta > 0:
-            ei = ei * self.safety.untried(grid["cells"], self.safety.passes(grid, self.safety.evidence()))
+            ei = ei * self.safety.untried(grid["cells"], ~grid["unsafe"])
         k = int(ei.argmax())
         limit = s.stop_ei_pct / 100.0 * best_w
         where = self.model.grid_point(grid["cells"][k])

@@ -409,10 +409,10 @@ TUNER_TABLE: tuple[Setting, ...] = (
         replay=False,
     ),
     Setting(
-        "monotone_safe",
+        "peak_first",
         bool,
         False,
-        "a point measured within the limit vouches for its ITR at higher frequencies and loads up to its own",
+        "with peak_step: a retune's first trial at a load above every one measured within the limit is the step",
         daemon=False,
         replay=False,
     ),

@@ -1,9 +1,6 @@
-"""`break_step` and `monotone_safe`: a first trial over the SLA at a new peak moves the search one frequency step
-up at its ITR; a point measured within the limit passes the gate at its ITR at higher frequencies."""
+"""`break_step`: a first trial over the SLA at a new peak moves the search one frequency step up at its ITR."""
 
 from __future__ import annotations
-
-import numpy as np
 
 from actuators.host import OperatingPoint
 from tests.optimize_fakes import OBJ, SMALL, ctx, meas
@@ -71,17 +68,17 @@ def test_the_step_does_not_apply_once_a_trial_of_the_retune_met_the_limit() -> N
     assert opt.safety.break_step(opt.safety.evidence()) is None
 
 
-def test_a_point_measured_within_the_limit_passes_the_gate_at_higher_frequencies_with_monotone_safe() -> None:
-    opt = _measured(monotone_safe=True)
-    opt.begin_retune(LOW_Q)
-    cells = [opt.model.cell_of(OperatingPoint(306, f)) for f in SMALL.dvfs_ghz]
-    grid = opt.model.grid_model(opt.book.load, refit=True, cells=cells)
-    assert grid is not None
-    grid["unsafe"] = np.ones(len(cells), dtype=bool)  # a model that doubts every cell
-    ok = opt.safety.passes(grid, opt.safety.evidence()).tolist()
-    assert ok == [False, True, True, True, True]  # 1.6 GHz was measured within the limit: it and above pass
-    opt.begin_retune(1.2 * LOW_Q)  # a higher load than the measurement: nothing is proven
-    assert not opt.safety.passes(grid, opt.safety.evidence()).any()
-    off = _measured()
-    off.begin_retune(LOW_Q)
-    assert not off.safety.passes(grid, off.safety.evidence()).any()  # off by default: the model's verdict alone
+def test_peak_first_takes_the_new_peak_step_even_where_lower_loads_vouch_for_points() -> None:
+    q = 1.05 * LOW_Q  # within SAFE_LOAD_TOL of the measured load: the evidence rule vouches, the orderings do not
+    opt = _measured(peak_first=True)
+    opt.begin_retune(q)
+    i, p = opt.suggest()
+    assert "the retune's first trial at a load above every one measured" in opt.book.pending[i].note
+    assert "stepped from ITR 306 µs @ 1.6 GHz" in opt.book.pending[i].note
+    assert p.itr_us <= 306 and p.dvfs_ghz >= 2.0  # 1.6 GHz x 1.05 rounded up to the grid's next frequency
+    opt.complete(i, meas(400.0, 50.0, qps=q), q)
+    i, _ = opt.suggest()  # the retune's later trials choose as before
+    assert "the retune's first trial" not in opt.book.pending[i].note
+    opt.begin_retune(0.9 * LOW_Q)  # inside the measured loads: not a new peak
+    i, _ = opt.suggest()
+    assert "stepped from" not in opt.book.pending[i].note
