@@ -107,7 +107,7 @@ def _add_replay_arguments(p: argparse.ArgumentParser) -> None:
 def _add_tuner_arguments(p: argparse.ArgumentParser) -> set[str]:
     """The preset, the `[replay]` file, the trial files, and one flag per tuner setting (`add_setting_flags`);
     returns the dests of the settings' flags left out of `--help`."""
-    from tuner.optimize.presets import DEFAULT_PRESET, TUNER_PRESETS
+    from tuner.optimize.presets import DEFAULT_PRESET, WARM_ABLATIONS, WARM_ADDITIONS
 
     t = p.add_argument_group(
         "tuner (a preset first, then --config's [replay] table, then each flag overrides it; more flags: "
@@ -121,8 +121,9 @@ def _add_tuner_arguments(p: argparse.ArgumentParser) -> set[str]:
         metavar="NAME",
         help=f"{DEFAULT_PRESET} (default, chosen by the 3-day benchmark): context + stopping rule + safe "
         "exploration + adaptive windows; cold: the dissertation's tuner (fresh experiment per window, 30 trials); "
-        f"{', '.join(n for n in TUNER_PRESETS if n.startswith('warm-'))}: warm without one feature (the "
-        "benchmark's ablations; warm-grid: Ax's acquisition over the allowed points only)",
+        f"{', '.join(WARM_ABLATIONS)}: warm without one feature (the "
+        "benchmark's ablations; warm-grid: Ax's acquisition over the allowed points only); "
+        f"{', '.join(WARM_ADDITIONS)}: warm with one more (docs/optimizer-safety.md)",
     )
     t.add_argument(
         "--config",
