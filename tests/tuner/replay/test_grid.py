@@ -52,7 +52,7 @@ def test_mean_ci_is_students_t():
 
 def test_without_ray_auto_runs_serially_and_ray_is_refused(monkeypatch):
     monkeypatch.setattr(g, "ray_available", lambda: False)
-    monkeypatch.setattr(g, "oracle_memo", lambda trace, pct, sla: {"sla": sla})
+    monkeypatch.setattr(g, "oracle_memo", lambda trace, pct, sla, plant="bundled": {"sla": sla})
     seen = []
 
     def fake_run(spec, memo):
