@@ -89,7 +89,9 @@ class SafeExploration:
         step = self.break_step(evidence) if self.settings.break_step else None
         if step is None and self.settings.peak_first and self.settings.peak_step and not self.seen_cells():
             # nothing measured at a lower load proves a point at a higher one (`monotone`): the step, not the EI
-            step = self.peak_step("the retune's first trial at a load above every one measured within the limit")
+            step = self.peak_step(
+                "the retune's first trial at a load above every one measured within the limit", PEAK_LOAD_BAND
+            )
         if step is not None:
             if pend is not None:
                 with no_warnings():
@@ -199,14 +201,14 @@ class SafeExploration:
         cell = cells[j]
         return Pending(model.grid_point(cell), 0.0, model.attach(cell, load), load, float(pv[j]), note)
 
-    def peak_step(self, why: str) -> Pending | None:
+    def peak_step(self, why: str, band: float = 0.0) -> Pending | None:
         """At a load above every load measured within the limit: the best point measured at the highest such
         load, moved toward safety -- the frequency raised at least in proportion to the load (a core's service
         rate scales with its clock, so the utilisation stays where it was measured), then, past the highest
         frequency, the ITR shortened by what the frequency could not give -- and on along that path (frequency
         first, ITR second) to the first point the model deems within δ at this load (none: the first it expects
         to meet the SLA, P <= PEAK_MAX_P). None (the caller walks the safe line) if this load is not above every
-        measured one, or no point on the path passes either test."""
+        measured one by more than `band` (a share of it), or no point on the path passes either test."""
         import numpy as np
 
         model, load = self.model, self.book.load
@@ -224,7 +226,7 @@ class SafeExploration:
             return None
         top_q = max(r.qps for r in met)
         top_load = self.settings.load_of(top_q)
-        if load <= top_load or top_load <= 0:
+        if load <= top_load * (1 + band) or top_load <= 0:  # `band`: a load within it counts as measured
             return None
         at_top = [r for r in met if r.qps >= top_q * (1 - PEAK_LOAD_BAND)]
         base = min(at_top, key=lambda r: (r.measurement.power_w, r.index))  # type: ignore[union-attr]

@@ -79,6 +79,7 @@ def test_peak_first_takes_the_new_peak_step_even_where_lower_loads_vouch_for_poi
     opt.complete(i, meas(400.0, 50.0, qps=q), q)
     i, _ = opt.suggest()  # the retune's later trials choose as before
     assert "the retune's first trial" not in opt.book.pending[i].note
-    opt.begin_retune(0.9 * LOW_Q)  # inside the measured loads: not a new peak
+    opt.begin_retune(1.06 * LOW_Q)  # under 2 % above the highest load measured within the limit: counts as it
     i, _ = opt.suggest()
     assert "stepped from" not in opt.book.pending[i].note
+    assert opt.safety.peak_step("x", 0.02) is None and opt.safety.peak_step("x") is not None
