@@ -11,15 +11,15 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import TunerError
-from tuner.optimize.presets import WARM_ABLATIONS
+from tuner.optimize.presets import WARM_ABLATIONS, WARM_ADDITIONS
 from tuner.optimize.table import TUNER_TABLE, by_name
 
 #: Tuner variants: a preset of `tuner.optimize.presets.TUNER_PRESETS` plus TunerSettings overrides (warm, cold,
-#: and warm's ablations).
+#: warm's ablations, and the presets that add one feature to warm).
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "warm": ("warm", {}),
     "cold": ("cold", {}),
-    **{name: ("warm", dict(over)) for name, over in WARM_ABLATIONS.items()},
+    **{name: ("warm", dict(over)) for name, over in {**WARM_ABLATIONS, **WARM_ADDITIONS}.items()},
 }
 
 
