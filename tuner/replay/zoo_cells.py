@@ -120,7 +120,9 @@ def pooled(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "cells": len(rows),
         "runs": sum(len(c["seeds"]) for c in rows),
         "ratio_to_oracle": _stats(ratios),
-        "explore_above_sla_pct_worst": max((c["explore_above_sla_pct_of_time"]["worst"] or 0.0 for c in rows), default=None),
+        "explore_above_sla_pct_worst": max(
+            (c["explore_above_sla_pct_of_time"]["worst"] or 0.0 for c in rows), default=None
+        ),
         "sla_violating_windows_significant": sum(c["sla_violating_windows_significant"]["total"] for c in rows),
         "all_targets_met": all(v is not False for c in rows for v in c["met"].values()),
     }
