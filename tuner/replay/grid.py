@@ -251,12 +251,14 @@ def run_one(spec: RunSpec, memo: dict[tuple, Any] | None = None) -> dict[str, An
 
 def check(specs: Sequence[RunSpec]) -> None:
     """Refuse a bad grid here, in one line, before any run starts (not as a remote task's traceback)."""
+    from actuators.sim.plants import plant
     from tuner.optimize.optimizer import TunerSettings
     from tuner.replay.run import POLICIES, preset_settings
 
     for trace in {s.trace for s in specs}:
         _windows(trace)
     for s in specs:
+        plant(s.plant)
         preset_settings(s.preset, TunerSettings(seed=s.seed), trials=s.trials, **dict(s.overrides))
         unknown = [p for p in s.policies if p not in POLICIES]
         if unknown:
