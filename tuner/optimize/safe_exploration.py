@@ -84,7 +84,8 @@ class SafeExploration:
         """Keep Ax's proposal if the gate passes it (`ExperimentModel.unsafe`) and it is near evidence
         (`supported`), else substitute the allowed cell of largest constrained EI (or the closest allowed one).
         Without a proposal (`acquisition="grid"`: Ax was not asked) that cell is the choice (ties: the one
-        nearest the safe corner)."""
+        nearest the safe corner). Before either, when on: `break_step` after a retune's first trials over the
+        SLA, and (`peak_first`) the new-peak step as the first trial at a load above every one measured."""
         evidence = self.evidence()
         step = self.break_step(evidence) if self.settings.break_step else None
         if step is None and self.settings.peak_first and self.settings.peak_step and not self.seen_cells():
