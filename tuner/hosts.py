@@ -169,14 +169,16 @@ def make_sim(
     qps: float | None = None,
     cache: Any = None,
     load_schedule: Mapping[str, Any] | None = None,
+    plant: str = "bundled",
 ) -> Host:
     """The `sim` host (`actuators.sim.host.make_sim_host`), with a `load_schedule = {shape = "trace", ...}`
-    option's trace file read and binned here (`traces.schedule`): the simulator does not import `traces`."""
+    option's trace file read and binned here (`traces.schedule`): the simulator does not import `traces`.
+    `plant`: one of `actuators.sim.plants.PLANTS` (the zoo's plants; default the bundled simulator)."""
     from actuators.sim.host import make_sim_host
 
     if isinstance(load_schedule, Mapping) and load_schedule.get("shape") == "trace":
         load_schedule = trace_load(load_schedule)
-    return make_sim_host(seed=seed, cores=cores, qps=qps, cache=cache, load_schedule=load_schedule)
+    return make_sim_host(seed=seed, cores=cores, qps=qps, cache=cache, load_schedule=load_schedule, plant=plant)
 
 
 def trace_load(spec: Mapping[str, Any]) -> dict[str, Any]:

@@ -82,6 +82,7 @@ from actuators.sim.model import (
     simulate,
 )
 from actuators.sim.params import SimParams
+from actuators.sim.plants import BUNDLED, plant_host_kwargs
 from core.errors import TunerError
 from core.stats import quantile_with_ci
 
@@ -174,10 +175,13 @@ class SimHost(
         params: SimParams | None = None,
         cache: ExpectedCache | None = None,
         load_schedule: LoadSchedule | Mapping[str, Any] | None = None,
+        drift: Sequence[tuple[float, SimParams]] = (),
     ) -> None:
         if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
             raise TunerError(f"sim: cores {cores!r}: expected a positive integer")
-        self._p = params or SimParams()
+        self._p = self._p0 = params or SimParams()
+        # (simulated seconds from which, constants): a plant that drifts (`actuators.sim.plants`); draws nothing
+        self._drift = tuple(sorted(drift, key=lambda stage: stage[0]))
         self._cores = cores
         self._seed = int(seed)
         self._rng = np.random.default_rng(self._seed)
@@ -359,6 +363,7 @@ class SimHost(
         so computing one point or a whole grid gives the same numbers.  Values between anchors
         (`ITR_ANCHORS`) are interpolated linearly in ITR; cells are cached.
         """
+        self._follow_drift()
         qps = max(self._check_qps(qps), MIN_MODEL_QPS)
         pts = [self._knobs.check(pt) for pt in points]
         plan = [(_bracket(pt.itr_us), int(np.searchsorted(self._freqs, pt.dvfs_ghz - 1e-6))) for pt in pts]
@@ -397,6 +402,7 @@ class SimHost(
 
     def expected_default(self, qps: float) -> Expected:
         """Long-run values in Linux default mode (5.4 adaptive ITR + intel_pstate powersave) at `qps`."""
+        self._follow_drift()
         qps = max(self._check_qps(qps), MIN_MODEL_QPS)
         key = (self._p, self._cores, round(qps, 3))
         return self._cache.defaults.get(key, lambda: self._compute_default(qps))
@@ -431,8 +437,17 @@ class SimHost(
         return Expected(latency, float(np.dot(occ, power)))
 
     # --- internals ------------------------------------------------------------------------------------------
+    def _follow_drift(self) -> None:
+        """The constants of the drift stage the simulated clock is in (a window runs at those of its start)."""
+        if self._drift:
+            self._p = self._p0
+            for start_s, params in self._drift:
+                if self._clock_s >= start_s:
+                    self._p = params
+
     def _follow_load(self) -> None:
         """Move the nominal load to the schedule's value now (a window runs at the load of its start)."""
+        self._follow_drift()
         if self._load is not None:
             t = time.monotonic() - self._t0 if self._load.clock == "wall" else self._clock_s
             self._qps = self._load.qps_at(t)
@@ -502,17 +517,24 @@ def make_sim_host(
     qps: float | None = None,
     cache: ExpectedCache | None = None,
     load_schedule: LoadSchedule | Mapping[str, Any] | None = None,
+    plant: str = BUNDLED,
 ) -> SimHost:
     """Factory for `tuner.hosts.make_host("sim", ...)` (its signature is what `[host.options]` may hold).
 
     `cache`: an `ExpectedCache` to share with other hosts of the same process (a replay's policies).
-    `load_schedule`: a load schedule (`actuators.sim.load`) the offered load follows instead of `qps`."""
+    `load_schedule`: a load schedule (`actuators.sim.load`) the offered load follows instead of `qps`.
+    `plant`: a plant of `actuators.sim.plants.PLANTS` (its constants, drift and, unless `cores` differs from
+    16, its core count); the bundled one is the simulator as calibrated."""
     if load_schedule is not None and qps is not None:
         raise TunerError("sim: give qps (a fixed load) or load_schedule, not both")
+    kw = dict(plant_host_kwargs(plant)) if plant != BUNDLED else {}
+    if int(cores) != 16:
+        kw["cores"] = int(cores)
     return SimHost(
         seed=int(seed),
-        cores=int(cores),
+        cores=int(kw.pop("cores", cores)),
         qps=200_000.0 if qps is None else qps,
         cache=cache,
         load_schedule=load_schedule,
+        **kw,
     )

@@ -66,7 +66,19 @@ def _add_replay_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace", nargs="?", default=None, help="trace file (plain/.gz/.zst); default: the bundled sample")
     p.add_argument("--host", default="sim", help="'sim' (default), 'real' with --load-command, or 'module:factory'")
     add_load_arguments(p)
-    p.add_argument("--hours", type=str, default="24", help="hours of the trace to replay (default 24)")
+    p.add_argument(
+        "--plant",
+        default=None,
+        metavar="NAME",
+        help="with --host sim: a plant of the zoo (actuators.sim.plants: bundled, e5-2650, silo, ...; default bundled)",
+    )
+    p.add_argument(
+        "--day",
+        default=None,
+        metavar="NAME",
+        help="a day of the zoo instead of a trace file (sample, two-peaks, flat-high, spiky, noisy-3, no-return)",
+    )
+    p.add_argument("--hours", type=str, default=None, help="hours of the trace to replay (default 24, a day's all)")
     p.add_argument("--bin", type=str, default="3600", help="window length in seconds (default 3600)")
     p.add_argument(
         "--peak-qps",
@@ -108,7 +120,7 @@ def _add_replay_arguments(p: argparse.ArgumentParser) -> None:
 def _add_tuner_arguments(p: argparse.ArgumentParser) -> set[str]:
     """The preset, the `[replay]` file, the trial files, and one flag per tuner setting (`add_setting_flags`);
     returns the dests of the settings' flags left out of `--help`."""
-    from tuner.optimize.presets import DEFAULT_PRESET, TUNER_PRESETS
+    from tuner.optimize.presets import DEFAULT_PRESET, WARM_ABLATIONS, WARM_ADDITIONS
 
     t = p.add_argument_group(
         "tuner (a preset first, then --config's [replay] table, then each flag overrides it; more flags: "
@@ -122,8 +134,9 @@ def _add_tuner_arguments(p: argparse.ArgumentParser) -> set[str]:
         metavar="NAME",
         help=f"{DEFAULT_PRESET} (default, chosen by the 3-day benchmark): context + stopping rule + safe "
         "exploration + adaptive windows; cold: the dissertation's tuner (fresh experiment per window, 30 trials); "
-        f"{', '.join(n for n in TUNER_PRESETS if n.startswith('warm-'))}: warm without one feature (the "
-        "benchmark's ablations; warm-grid: Ax's acquisition over the allowed points only)",
+        f"{', '.join(WARM_ABLATIONS)}: warm without one feature (the "
+        "benchmark's ablations; warm-grid: Ax's acquisition over the allowed points only); "
+        f"{', '.join(WARM_ADDITIONS)}: warm with one more (docs/optimizer-safety.md)",
     )
     t.add_argument(
         "--config",
@@ -198,7 +211,7 @@ def _run(args: argparse.Namespace) -> int:
 
     objective = _objective(args)
     settings = tuner_settings(args)
-    hours = parse_number(args.hours, "--hours", minimum=0)
+    hours = None if args.hours is None else parse_number(args.hours, "--hours", minimum=0)
     bin_s = parse_number(args.bin, "--bin", minimum=0)
     policies = default_policies(bin_s) if args.policies == "auto" else parse_policies(args.policies)
     settings = fine_window_hold(settings, bin_s, explicit=args.hold_max_p is not None)
@@ -211,6 +224,7 @@ def _run(args: argparse.Namespace) -> int:
         raise TunerError(f"--history {args.history}: no such file")
     schedule, source, day_noise = _schedule(args, hours, bin_s, settings.seed)
     load = load_from_args(args)
+    plant = _plant_option(args)
     try:
         return execute(
             args.host,
@@ -226,7 +240,7 @@ def _run(args: argparse.Namespace) -> int:
             history_path=args.history,
             save_trials=args.save_trials,
             day_noise=day_noise,
-            host_options={**host_options_from_args(args), **({} if load is None else {"load": load})},
+            host_options={**host_options_from_args(args), **({} if load is None else {"load": load}), **plant},
             command=shlex.join(["tuner", *getattr(args, "_argv", ["replay"])]),
         )
     finally:
@@ -255,11 +269,34 @@ def _objective(args: argparse.Namespace) -> Objective:
         raise TunerError(f"{flag}: {text}") from None
 
 
-def _schedule(args: argparse.Namespace, hours: float, bin_s: float, seed: int) -> tuple[Schedule, str, float | None]:
-    """The binned trace (repeated over `--days` with seeded noise), its description, and the day noise used."""
+def _plant_option(args: argparse.Namespace) -> dict[str, str]:
+    """`--plant` as the sim host's `plant` option ({} when not given); refused for another host."""
+    if args.plant is None:
+        return {}
+    from actuators.sim.plants import plant
+
+    plant(args.plant)  # a one-line error naming the plants
+    if args.host != "sim":
+        raise TunerError(f"--plant {args.plant}: only with --host sim (a plant is a simulated host)")
+    return {"plant": args.plant}
+
+
+def _default_peak(args: argparse.Namespace) -> float:
+    """The plant's peak (`actuators.sim.plants.Plant.peak_qps`) with --plant, else `DEFAULT_PEAK_QPS`."""
+    if args.plant is None:
+        return DEFAULT_PEAK_QPS
+    from actuators.sim.plants import plant
+
+    return plant(args.plant).peak_qps
+
+
+def _schedule(
+    args: argparse.Namespace, hours: float | None, bin_s: float, seed: int
+) -> tuple[Schedule, str, float | None]:
+    """The binned trace or zoo day (repeated over `--days` with seeded noise), its description, the day noise."""
     from traces.schedule import DEFAULT_DAY_NOISE, load_schedule, repeat_days, sample_trace_path
 
-    peak = DEFAULT_PEAK_QPS if args.peak_qps is None else parse_number(args.peak_qps, "--peak-qps", minimum=0)
+    peak = _default_peak(args) if args.peak_qps is None else parse_number(args.peak_qps, "--peak-qps", minimum=0)
     n_days = int(parse_number(args.days, "--days", integer=True, minimum=1, strict=False))
     noise = (
         DEFAULT_DAY_NOISE
@@ -268,13 +305,25 @@ def _schedule(args: argparse.Namespace, hours: float, bin_s: float, seed: int) -
     )
     if noise > 1:
         raise TunerError(f"--day-noise {args.day_noise!r}: expected a fraction in [0, 1] (0.05 = 5 %)")
-    trace = Path(args.trace) if args.trace else sample_trace_path()
-    if not trace.exists():
-        raise TunerError(f"{trace}: no such trace file")
-    schedule = load_schedule(trace, bin_s=bin_s, hours=hours, peak_qps=peak)
+    if args.day is not None:
+        from tuner.replay.zoo import day_names, day_schedule
+
+        if args.trace:
+            raise TunerError(f"--day {args.day}: give a trace file or --day, not both")
+        if args.day not in day_names():
+            raise TunerError(f"--day {args.day!r}: expected one of {', '.join(day_names())}")
+        schedule = day_schedule(args.day, bin_s=bin_s, hours=hours if hours is not None else None, peak_qps=peak)
+        source = schedule.source
+    else:
+        trace = Path(args.trace) if args.trace else sample_trace_path()
+        if not trace.exists():
+            raise TunerError(f"{trace}: no such trace file")
+        schedule = load_schedule(trace, bin_s=bin_s, hours=24.0 if hours is None else hours, peak_qps=peak)
+        source = str(trace) if args.trace else f"{trace.name} (bundled sample)"
     if n_days > 1:
+        if schedule.days != 1:
+            raise TunerError(f"--days {n_days}: day {args.day} already spans {schedule.days} days")
         schedule = repeat_days(schedule, n_days, noise=noise, seed=seed)
-    source = str(trace) if args.trace else f"{trace.name} (bundled sample)"
     return schedule, source, noise if n_days > 1 else None
 
 

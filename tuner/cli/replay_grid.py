@@ -11,15 +11,15 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import TunerError
-from tuner.optimize.presets import WARM_ABLATIONS
+from tuner.optimize.presets import WARM_ABLATIONS, WARM_ADDITIONS
 from tuner.optimize.table import TUNER_TABLE, by_name
 
 #: Tuner variants: a preset of `tuner.optimize.presets.TUNER_PRESETS` plus TunerSettings overrides (warm, cold,
-#: and warm's ablations).
+#: warm's ablations, and the presets that add one feature to warm).
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "warm": ("warm", {}),
     "cold": ("cold", {}),
-    **{name: ("warm", dict(over)) for name, over in WARM_ABLATIONS.items()},
+    **{name: ("warm", dict(over)) for name, over in {**WARM_ABLATIONS, **WARM_ADDITIONS}.items()},
 }
 
 
@@ -42,8 +42,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--traces",
         default="noon:12:2,night:0:2",
-        help="NAME:START_HOUR:HOURS[:EVERY[:PATH]],... (default: two 2-hour windows of the bundled sample day)",
+        help="NAME:START_HOUR:HOURS[:EVERY[:PATH]],... (default: two 2-hour windows of the bundled sample day); "
+        "PATH day:NAME is a day of the zoo (tuner.replay.zoo, e.g. day:two-peaks)",
     )
+    p.add_argument("--plant", default="bundled", help="the simulated plant (actuators.sim.plants; default bundled)")
     p.add_argument("--slas", default="99:500,99:200", help="PERCENTILE:SLA_US,... (default %(default)s)")
     p.add_argument("--variants", default="warm,cold", help=f"comma list of {', '.join(VARIANTS)}")
     trials = by_name(TUNER_TABLE)["trials"]
@@ -69,7 +71,9 @@ def parse_traces(text: str, peak_qps: float) -> list[Any]:
             raise TunerError(f"--traces {item!r}: START_HOUR and EVERY are integers, HOURS a number") from None
         if start < 0 or not hours > 0 or every < 1:
             raise TunerError(f"--traces {item!r}: expected START_HOUR >= 0, HOURS > 0, EVERY >= 1")
-        out.append(TraceSpec(parts[0], parts[4] if len(parts) > 4 else "", start, hours, every, peak_qps))
+        path = parts[4] if len(parts) > 4 else ""
+        day = path.removeprefix("day:") if path.startswith("day:") else ""
+        out.append(TraceSpec(parts[0], "" if day else path, start, hours, every, peak_qps, day))
     return out
 
 
@@ -87,6 +91,9 @@ def specs_from(args: argparse.Namespace) -> list[Any]:
         raise TunerError(f"--slas {args.slas!r}: expected PERCENTILE:SLA_US,...") from None
     if args.seeds < 1:
         raise TunerError(f"--seeds {args.seeds}: expected at least 1")
+    from actuators.sim.plants import plant
+
+    plant(args.plant)  # one line naming the plants
     return grid(
         parse_traces(args.traces, args.peak_qps),
         range(args.seed0, args.seed0 + args.seeds),
@@ -94,6 +101,7 @@ def specs_from(args: argparse.Namespace) -> list[Any]:
         [(v, *VARIANTS[v]) for v in names],
         trials=args.trials,
         policies=[p.strip() for p in args.policies.split(",")],
+        plant=args.plant,
     )
 
 

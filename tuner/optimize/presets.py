@@ -29,7 +29,9 @@ def warm_values(table: tuple[Setting, ...] = TUNER_TABLE) -> dict[str, Any]:
 
 
 #: The benchmark's ablations, each warm without one feature (docs/benchmarks.md); `warm-grid` is not an ablation
-#: but the fast variant: Ax's acquisition over the allowed points only, hyperparameters every 5th trial.
+#: but the fast variant: Ax's acquisition over the allowed points only, hyperparameters every 5th trial. The zoo's
+#: ablation (bench/ablation.py) adds: the 8 µs ITR grid (not 16), no new-peak step, Ax's own acquisition (not the
+#: constrained EI), and each margin at 0.
 WARM_ABLATIONS: dict[str, dict[str, Any]] = {
     "warm-no-safety": {"safe_delta": 0.0},
     "warm-no-evidence": {"safe_radius": 0.0},
@@ -40,12 +42,23 @@ WARM_ABLATIONS: dict[str, dict[str, Any]] = {
     "warm-no-sd-scale": {"safe_sd_scale": 1.0},
     "warm-headroom": {"latency_metric": "headroom"},
     "warm-grid": {"acquisition": "grid", "refit_every": 5},
+    "warm-itr-8": {"itr_resolution_us": 8},
+    "warm-no-peak-step": {"peak_step": False},
+    "warm-ax": {"acquisition": "ax"},
+    "warm-no-sla-margin": {"sla_margin_pct": 0.0},
+    "warm-no-final-margin": {"final_margin_pct": 0.0},
+}
+#: Variants that ADD a feature to warm (not defaults: measured in docs/optimizer-safety.md, "The monotone structure").
+WARM_ADDITIONS: dict[str, dict[str, Any]] = {
+    "warm-break-step": {"break_step": True},
+    "warm-peak-first": {"peak_first": True},
+    "warm-monotone": {"peak_first": True, "break_step": True},
 }
 #: `tuner replay --preset NAME` / bench variants: the `TunerSettings` fields each preset sets.
 TUNER_PRESETS: dict[str, dict[str, Any]] = {
     "cold": cold_values(),
     "warm": warm_values(),
-    **{name: {**warm_values(), **over} for name, over in WARM_ABLATIONS.items()},
+    **{name: {**warm_values(), **over} for name, over in {**WARM_ABLATIONS, **WARM_ADDITIONS}.items()},
 }
 #: The preset `tuner replay` runs unless told: the defaults.
 DEFAULT_PRESET = "warm"

@@ -84,8 +84,20 @@ class SafeExploration:
         """Keep Ax's proposal if the gate passes it (`ExperimentModel.unsafe`) and it is near evidence
         (`supported`), else substitute the allowed cell of largest constrained EI (or the closest allowed one).
         Without a proposal (`acquisition="grid"`: Ax was not asked) that cell is the choice (ties: the one
-        nearest the safe corner)."""
+        nearest the safe corner). Before either, when on: `break_step` after a retune's first trials over the
+        SLA, and (`peak_first`) the new-peak step as the first trial at a load above every one measured."""
         evidence = self.evidence()
+        step = self.break_step(evidence) if self.settings.break_step else None
+        if step is None and self.settings.peak_first and self.settings.peak_step and not self.seen_cells():
+            # nothing measured at a lower load proves a point at a higher one (`monotone`): the step, not the EI
+            step = self.peak_step(
+                "the retune's first trial at a load above every one measured within the limit", PEAK_LOAD_BAND
+            )
+        if step is not None:
+            if pend is not None:
+                with no_warnings():
+                    self.model.client.mark_trial_abandoned(trial_index=pend.ax_index)
+            return step
         if pend is None:
             return self._substitute(None, None, "grid acquisition over the points safe exploration allows", evidence)
         verdict = self._vet(pend, evidence)
@@ -190,14 +202,14 @@ class SafeExploration:
         cell = cells[j]
         return Pending(model.grid_point(cell), 0.0, model.attach(cell, load), load, float(pv[j]), note)
 
-    def peak_step(self, why: str) -> Pending | None:
+    def peak_step(self, why: str, band: float = 0.0) -> Pending | None:
         """At a load above every load measured within the limit: the best point measured at the highest such
         load, moved toward safety -- the frequency raised at least in proportion to the load (a core's service
         rate scales with its clock, so the utilisation stays where it was measured), then, past the highest
         frequency, the ITR shortened by what the frequency could not give -- and on along that path (frequency
         first, ITR second) to the first point the model deems within δ at this load (none: the first it expects
         to meet the SLA, P <= PEAK_MAX_P). None (the caller walks the safe line) if this load is not above every
-        measured one, or no point on the path passes either test."""
+        measured one by more than `band` (a share of it), or no point on the path passes either test."""
         import numpy as np
 
         model, load = self.model, self.book.load
@@ -215,7 +227,7 @@ class SafeExploration:
             return None
         top_q = max(r.qps for r in met)
         top_load = self.settings.load_of(top_q)
-        if load <= top_load or top_load <= 0:
+        if load <= top_load * (1 + band) or top_load <= 0:  # `band`: a load within it counts as measured
             return None
         at_top = [r for r in met if r.qps >= top_q * (1 - PEAK_LOAD_BAND)]
         base = min(at_top, key=lambda r: (r.measurement.power_w, r.index))  # type: ignore[union-attr]
@@ -246,6 +258,50 @@ class SafeExploration:
             f"(best there) toward safety, frequency first, to the first point the model deems within δ"
         )
         return Pending(model.grid_point(cell), 0.0, model.attach(cell, load), load, pv, note)
+
+    def break_step(self, evidence: Evidence) -> Pending | None:
+        """`break_step`: while no trial of this retune is within the limit and its latest read over the SLA, the
+        next trial is one frequency step up at that trial's ITR (`monotone.step_path`: up past the cells measured
+        in this retune or condemned by the orderings, `monotone.known_unsafe`, or next to a trial over the SLA,
+        `acquisition.vetoed`; and not past a cell the orderings prove within the limit, `monotone.known_safe`,
+        which only costs more power), the first whose P(SLA broken) as the gate computes it is at most PEAK_MAX_P. A
+        first trial over the SLA at a new peak thus moves the search one step, where the safety filter's
+        substitute (the gate refuses what the doubled SD leaves uncertain next to it) went several steps up and
+        the stopping rule held it (docs/optimizer-final-choice.md). None when the rule does not apply."""
+        from tuner.optimize import acquisition, monotone
+
+        model, load = self.model, self.book.load
+        done = [r for r in self.book.completed_this_retune() if r.measurement is not None]
+        pct, limit = model.objective.percentile, model.met_limit_us()
+        if not done or any(r.measurement.percentile(pct) <= limit for r in done):  # type: ignore[union-attr]
+            return None
+        last = max(done, key=lambda r: r.index)
+        if last.measurement.percentile(pct) <= model.objective.sla_us:  # type: ignore[union-attr]
+            return None
+        path = monotone.step_path(model.cell_of(last.point), len(model.space.dvfs_ghz), self.seen_cells())
+        if not path:
+            return None
+        ev, ev_load, ev_met, ev_broke = evidence
+        coords = model.coords(path)
+        proven = monotone.known_safe(coords, ev, ev_load, ev_met, load)
+        if proven.any():  # beyond a cell proven within the limit at this load every step costs power for nothing
+            path, coords = path[: int(proven.argmax()) + 1], coords[: int(proven.argmax()) + 1]
+        bad = monotone.known_unsafe(coords, ev, ev_load, ev_broke, load, SAFE_LOAD_TOL)
+        bad |= acquisition.vetoed(coords, ev, ev_load, ev_broke, load, SAFE_VETO_RADIUS, SAFE_LOAD_TOL)
+        path = [c for c, b in zip(path, bad) if not b]
+        grid = model.grid_model(load, refit=False, cells=path) if path else None
+        if grid is None:
+            return None
+        likely = [k for k, p in enumerate(grid["p_violation"]) if float(p) <= PEAK_MAX_P]
+        if not likely:
+            return None
+        k = likely[0]
+        pv = float(grid["p_violation"][k])
+        note = (
+            f"one step up from {last.point}, read over the SLA with no trial of this retune within the limit: "
+            f"{model.grid_point(path[k])}, P({pct_text(pct)} > {model.objective.sla_us:g} µs) {pv:.3f}"
+        )
+        return Pending(model.grid_point(path[k]), 0.0, model.attach(path[k], load), load, pv, note)
 
     # -- the evidence rules
     def near_cells(self, evidence: Evidence) -> list[Cell]:

@@ -122,6 +122,8 @@ class TunerSettings:
     hold_max_p: float = _D["hold_max_p"]
     acquisition: str = _D["acquisition"]
     refine_step: bool = _D["refine_step"]
+    peak_first: bool = _D["peak_first"]
+    break_step: bool = _D["break_step"]
 
     def __post_init__(self) -> None:
         for row in TUNER_TABLE:

@@ -408,4 +408,20 @@ TUNER_TABLE: tuple[Setting, ...] = (
         daemon=False,
         replay=False,
     ),
+    Setting(
+        "peak_first",
+        bool,
+        False,
+        "with peak_step: a retune's first trial at a load above every one measured within the limit is the step",
+        daemon=False,
+        replay=False,
+    ),
+    Setting(
+        "break_step",
+        bool,
+        False,
+        "after a retune's first trials read over the SLA (none within the limit), one frequency step up at that ITR",
+        daemon=False,
+        replay=False,
+    ),
 )

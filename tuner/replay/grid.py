@@ -34,6 +34,7 @@ METRICS = (
     "saved_vs_linux_default_pct",
     "ratio_to_oracle",
     "sla_violating_windows",
+    "sla_violating_windows_significant",
     "explore_above_sla_pct_of_time",
     "trials_per_retune",
     "energy_j",
@@ -42,7 +43,8 @@ METRICS = (
 
 @dataclass(frozen=True)
 class TraceSpec:
-    """Which windows of which trace: `path` "" is the bundled sample day; hours from `start_hour`, every N-th."""
+    """Which windows of which trace: `path` "" is the bundled sample day; hours from `start_hour`, every N-th.
+    `day`: a day of the zoo (`tuner.replay.zoo.day_schedule`, e.g. "two-peaks") instead of a trace file."""
 
     name: str = "sample"
     path: str = ""
@@ -50,11 +52,13 @@ class TraceSpec:
     hours: float = 24.0
     every: int = 1
     peak_qps: float = 600_000.0
+    day: str = ""
 
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One replay: the simulated host of `seed` under the tuner variant, linux-default and the oracle."""
+    """One replay: the simulated host of `seed` (plant `plant`, `actuators.sim.plants`) under the tuner variant,
+    linux-default and the oracle."""
 
     trace: TraceSpec
     seed: int
@@ -66,10 +70,12 @@ class RunSpec:
     reward: str = "constrained"
     trials: int = 30
     policies: tuple[str, ...] = ("tuner", "linux-default", "oracle")
+    plant: str = "bundled"
 
     def key(self) -> dict[str, Any]:
         return {
             "trace": self.trace.name,
+            "plant": self.plant,
             "seed": self.seed,
             "percentile": self.percentile,
             "sla_us": self.sla_us,
@@ -100,10 +106,12 @@ def grid(
     reward: str = "constrained",
     trials: int = 30,
     policies: Sequence[str] = ("tuner", "linux-default", "oracle"),
+    plant: str = "bundled",
 ) -> list[RunSpec]:
     """The cross product; `variants` are (name, preset, TunerSettings overrides); `slas` (percentile, µs)."""
+    over_t = tuple(policies)
     return [
-        RunSpec(t, s, float(p), float(u), name, preset, tuple(sorted(over.items())), reward, trials, tuple(policies))
+        RunSpec(t, s, float(p), float(u), name, preset, tuple(sorted(over.items())), reward, trials, over_t, plant)
         for t in traces
         for p, u in slas
         for name, preset, over in variants
@@ -133,13 +141,17 @@ def _one_torch_thread() -> Iterator[None]:
 def _windows(trace: TraceSpec) -> list[Any]:
     from traces.schedule import load_schedule, sample_trace_path
     from tuner.replay.run import ReplayWindow
+    from tuner.replay.zoo import day_schedule
 
-    path = trace.path or sample_trace_path()
-    sched = load_schedule(path, peak_qps=trace.peak_qps, hours=trace.start_hour + trace.hours)
+    if trace.day:
+        sched = day_schedule(trace.day, peak_qps=trace.peak_qps, hours=trace.start_hour + trace.hours)
+    else:
+        path = trace.path or sample_trace_path()
+        sched = load_schedule(path, peak_qps=trace.peak_qps, hours=trace.start_hour + trace.hours)
     sel = sched.windows[trace.start_hour : trace.start_hour + math.ceil(trace.hours)][:: trace.every]
     if not sel:
         raise TunerError(f"trace {trace.name!r}: no window in hours {trace.start_hour}..+{trace.hours:g}")
-    return [ReplayWindow(w.index, w.start_s, w.seconds, w.qps) for w in sel]
+    return [ReplayWindow(w.index, w.start_s, w.seconds, w.qps, w.day) for w in sel]
 
 
 def oracle_key(qps: float, percentile: float, sla_us: float) -> tuple[float, float, float]:
@@ -158,7 +170,7 @@ class OracleCost:
 
 
 def oracle_memo_for(
-    loads: Sequence[float], percentile: float, sla_us: float, *, cold: bool = False
+    loads: Sequence[float], percentile: float, sla_us: float, *, cold: bool = False, plant: str = "bundled"
 ) -> tuple[dict[tuple, Any], list[OracleCost]]:
     """The oracle's point at each distinct load (seed-independent: the host's model) and what each cost.
 
@@ -169,12 +181,12 @@ def oracle_memo_for(
     from tuner.replay.oracle import oracle_answer
 
     obj = Objective("constrained", percentile, sla_us)
-    host = make_host("sim", seed=0)
+    host = make_host("sim", seed=0, plant=plant)
     memo: dict[tuple, Any] = {}
     costs: list[OracleCost] = []
     for q in dict.fromkeys(loads):
         if cold:
-            host = make_host("sim", seed=0)
+            host = make_host("sim", seed=0, plant=plant)
         t0, c0 = time.perf_counter(), time.process_time()
         answer = oracle_answer(host, obj, q)
         costs.append(OracleCost(q, time.perf_counter() - t0, time.process_time() - c0, answer.points))
@@ -182,9 +194,14 @@ def oracle_memo_for(
     return memo, costs
 
 
-def oracle_memo(trace: TraceSpec, percentile: float, sla_us: float) -> dict[tuple, Any]:
-    """The oracle's point for each window of `trace` at this SLA (seed-independent: the host's model)."""
-    return oracle_memo_for([w.qps for w in _windows(trace)], percentile, sla_us)[0]
+def oracle_memo(trace: TraceSpec, percentile: float, sla_us: float, plant: str = "bundled") -> dict[tuple, Any] | None:
+    """The oracle's point for each window of `trace` at this SLA on `plant` (seed-independent: the host's model);
+    None for a plant that drifts (its model depends on the hour: each replay's oracle asks at its windows)."""
+    from actuators.sim.plants import plant as plant_named
+
+    if plant_named(plant).drift:
+        return None
+    return oracle_memo_for([w.qps for w in _windows(trace)], percentile, sla_us, plant=plant)[0]
 
 
 def run_one(spec: RunSpec, memo: dict[tuple, Any] | None = None) -> dict[str, Any]:
@@ -201,7 +218,7 @@ def run_one(spec: RunSpec, memo: dict[tuple, Any] | None = None) -> dict[str, An
             spec.preset, TunerSettings(seed=spec.seed), trials=spec.trials, **dict(spec.overrides)
         )
         res = replay(
-            lambda: make_host("sim", seed=spec.seed),
+            lambda: make_host("sim", seed=spec.seed, plant=spec.plant),
             _windows(spec.trace),
             Objective(spec.reward, spec.percentile, spec.sla_us),
             settings,
@@ -220,6 +237,7 @@ def run_one(spec: RunSpec, memo: dict[tuple, Any] | None = None) -> dict[str, An
                     "point": [w.point.itr_us, w.point.dvfs_ghz] if w.point is not None else None,
                     "trials": w.trials,
                     "met_sla": w.met_sla,
+                    "day": w.day,
                 }
                 for w in pr.windows
             ]
@@ -233,16 +251,23 @@ def run_one(spec: RunSpec, memo: dict[tuple, Any] | None = None) -> dict[str, An
 
 def check(specs: Sequence[RunSpec]) -> None:
     """Refuse a bad grid here, in one line, before any run starts (not as a remote task's traceback)."""
+    from actuators.sim.plants import plant
     from tuner.optimize.optimizer import TunerSettings
     from tuner.replay.run import POLICIES, preset_settings
 
     for trace in {s.trace for s in specs}:
         _windows(trace)
     for s in specs:
+        plant(s.plant)
         preset_settings(s.preset, TunerSettings(seed=s.seed), trials=s.trials, **dict(s.overrides))
         unknown = [p for p in s.policies if p not in POLICIES]
         if unknown:
             raise TunerError(f"policies {', '.join(unknown)}: expected some of {', '.join(POLICIES)}")
+
+
+def _memo_key(s: RunSpec) -> tuple[TraceSpec, float, float, str]:
+    """The oracle memo a run shares: the same windows, SLA and plant."""
+    return (s.trace, s.percentile, s.sla_us, s.plant)
 
 
 def deterministic_part(run: dict[str, Any]) -> dict[str, Any]:
@@ -280,12 +305,12 @@ def run_grid(
         raise TunerError("nothing to replay: the grid is empty")
     t0 = time.perf_counter()
     check(specs)
-    sla_keys = sorted({(s.trace, s.percentile, s.sla_us) for s in specs if "oracle" in s.policies}, key=repr)
+    sla_keys = sorted({_memo_key(s) for s in specs if "oracle" in s.policies}, key=repr)
     if engine == "serial":
         t_or = time.perf_counter()
         memos = {k: oracle_memo(*k) for k in sla_keys}
         oracle_s = time.perf_counter() - t_or
-        runs = [run_one(s, memos.get((s.trace, s.percentile, s.sla_us))) for s in specs]
+        runs = [run_one(s, memos.get(_memo_key(s))) for s in specs]
     else:
         runs, oracle_s = _run_ray(specs, sla_keys, address, num_cpus)
     report = GridReport(engine, runs, aggregate(runs), time.perf_counter() - t0, oracle_s)
@@ -376,7 +401,7 @@ def _ray_tasks(specs: Sequence[RunSpec], sla_keys: list[tuple]) -> tuple[list[di
     if memo_refs:
         ray.wait(list(memo_refs.values()), num_returns=len(memo_refs))
     oracle_s = time.perf_counter() - t_or
-    refs = [run_task.remote(s, memo_refs.get((s.trace, s.percentile, s.sla_us))) for s in specs]
+    refs = [run_task.remote(s, memo_refs.get(_memo_key(s))) for s in specs]
     return list(ray.get(refs)), oracle_s
 
 
@@ -403,10 +428,13 @@ def aggregate(runs: Sequence[dict[str, Any]], confidence: float = 0.95) -> list[
     """Per (trace, SLA, variant), over seeds: each metric's mean with its `confidence` interval."""
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for r in runs:
-        groups.setdefault((r["trace"], r["percentile"], r["sla_us"], r["variant"]), []).append(r)
+        groups.setdefault(
+            (r["trace"], r.get("plant", "bundled"), r["percentile"], r["sla_us"], r["variant"]), []
+        ).append(r)
     return [
         {
             "trace": trace,
+            "plant": plant,
             "percentile": pct,
             "sla_us": sla,
             "variant": variant,
@@ -414,5 +442,5 @@ def aggregate(runs: Sequence[dict[str, Any]], confidence: float = 0.95) -> list[
             "confidence": confidence,
             **{k: mean_ci([r["summary"][k] for r in rows], confidence) for k in METRICS},
         }
-        for (trace, pct, sla, variant), rows in groups.items()
+        for (trace, plant, pct, sla, variant), rows in groups.items()
     ]

@@ -99,10 +99,24 @@ def _energy(result: ReplayResult, policy: str, day: int | None) -> float | None:
     return sum(w.energy_j for w in ws) if ws else None
 
 
+#: `oracle_comparison`'s side-by-side counts: (key prefix, policy).
+_SIDE_BY_SIDE = (("tuner", "tuner"), ("window_oracle", "oracle"), ("hourly_oracle", "oracle-hourly"))
+
+
+def _violating(result: ReplayResult, policy: str) -> int | None:
+    """Windows of `policy` whose steady state is over the SLA with confidence; None if it did not run."""
+    pr = result.policies.get(policy)
+    if pr is None or not pr.available:
+        return None
+    return sum(1 for w in pr.windows if w.steady is not None and result.objective.violated_confidently(w.steady))
+
+
 def oracle_comparison(result: ReplayResult) -> dict[str, Any] | None:
     """The tuner's energy against the oracles that ran: the per-window oracle (`oracle`) and the best static point of
     each hour held for its windows (`oracle-hourly`); None without the tuner. A ratio below 1 against the hourly
-    oracle is energy a tuner following the load within the hour saves over any static hourly point."""
+    oracle is energy a tuner following the load within the hour saves over any static hourly point. Side by side:
+    the per-window oracle's energy against the hourly one's, and the windows each of the three held significantly
+    over the SLA (None for an oracle that did not run), with the tuner's share of trial time above the SLA."""
     tuner = _energy(result, "tuner", None)
     if tuner is None:
         return None
@@ -113,7 +127,11 @@ def oracle_comparison(result: ReplayResult) -> dict[str, Any] | None:
         "ratio_to_hourly_oracle": tuner / hourly if hourly else None,
         "window_oracle_energy_j": window,
         "ratio_to_window_oracle": tuner / window if window else None,
+        "window_oracle_ratio_to_hourly": window / hourly if window and hourly else None,
         "window_s": result.windows[0].seconds if result.windows else None,
+        "windows": len(result.windows),
+        **{f"{name}_violating_windows_significant": _violating(result, p) for name, p in _SIDE_BY_SIDE},
+        "tuner_explore_above_sla_pct": policy_summary(result, "tuner")["explore_above_sla_pct"],
     }
     if hourly is None:
         out["note_hourly"] = "the hourly oracle did not run (add oracle-hourly to --policies)"

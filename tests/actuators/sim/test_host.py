@@ -23,7 +23,7 @@ def test_make_host_sim_builds_a_host_with_load_control():
 def test_unknown_factory_option_is_one_line_error():
     with pytest.raises(
         TunerError,
-        match=r"^--host 'sim': option turbo: not an option of host 'sim' \(accepted: seed, cores, qps, cache, load_schedule\)$",
+        match=r"^--host 'sim': option turbo: not an option of host 'sim' \(accepted: seed, cores, qps, cache, load_schedule, plant\)$",
     ):
         make_host("sim", turbo=True)
     with pytest.raises(TunerError, match="cores"):

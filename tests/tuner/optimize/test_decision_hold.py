@@ -166,6 +166,18 @@ def test_summary_compares_the_tuner_with_the_hourly_oracle_held_over_its_windows
     assert comp["ratio_to_window_oracle"] == pytest.approx(e["tuner"] / e["oracle"])
     assert e["oracle"] <= e["oracle-hourly"]  # following the load within the hour never costs more
     assert summary(res)["policies"]["tuner"]["ratio_to_hourly_oracle"] == pytest.approx(comp["ratio_to_hourly_oracle"])
+    # side by side: the per-window oracle against the hourly one, and each one's significantly violating windows
+    assert comp["window_oracle_ratio_to_hourly"] == pytest.approx(e["oracle"] / e["oracle-hourly"])
+    assert comp["windows"] == 6
+    for key, pol in (("tuner", "tuner"), ("window_oracle", "oracle"), ("hourly_oracle", "oracle-hourly")):
+        assert (
+            comp[f"{key}_violating_windows_significant"]
+            == summary(res)["policies"][pol]["sla_violating_windows_significant"]
+        )
+    assert comp["tuner_explore_above_sla_pct"] == summary(res)["policies"]["tuner"]["explore_above_sla_pct"]
+    partial = replay(lambda: make_model_host(0), windows[:2], obj, settings, policies=("tuner", "oracle-hourly"))
+    side = summary(partial)["oracle_comparison"]
+    assert side["window_oracle_violating_windows_significant"] is None and side["window_oracle_ratio_to_hourly"] is None
 
 
 def test_fine_windows_hold_by_default_and_hourly_windows_retune() -> None:

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from core.errors import TunerError
-from tuner.optimize.presets import TUNER_PRESETS, WARM_ABLATIONS, cold_settings, preset_settings
+from tuner.optimize.presets import TUNER_PRESETS, WARM_ABLATIONS, WARM_ADDITIONS, cold_settings, preset_settings
 from tuner.optimize.settings import TunerSettings
 from tuner.optimize.table import TUNER_TABLE, Setting, by_name
 
@@ -19,7 +19,7 @@ COLD = dict(
     context_max_qps=1e6, history_max_trials=100, min_trials=2, stop_ei_pct=0.0, safe_delta=0.0, safe_radius=0.2,
     safe_model_error=0.0, safe_sd_scale=1.0, latency_metric="log", window_mode="fixed", window_ci_pct=5.0,
     window_min_s=2.0, window_guard=True, refit_every=1, hyper_iters=0, peak_step=False, hold_max_p=0.0,
-    acquisition="ax", refine_step=False,
+    acquisition="ax", refine_step=False, peak_first=False, break_step=False,
 )  # fmt: skip
 #: The old `warm` preset's fields over the old defaults: what `tuner replay` and the daemon ran.
 WARM = {
@@ -46,6 +46,12 @@ def test_each_ablation_is_warm_less_its_own_fields(name: str) -> None:
     s = dataclasses.asdict(preset_settings(name))
     changed = {k for k in s if s[k] != WARM[k]}
     assert changed == set(WARM_ABLATIONS[name]) and TUNER_PRESETS[name].keys() >= TUNER_PRESETS["warm"].keys()
+
+
+@pytest.mark.parametrize("name", sorted(WARM_ADDITIONS))
+def test_each_addition_is_warm_plus_its_own_fields(name: str) -> None:
+    s = dataclasses.asdict(preset_settings(name))
+    assert {k: v for k, v in s.items() if v != WARM[k]} == WARM_ADDITIONS[name]
 
 
 def test_the_dataclass_is_the_table() -> None:

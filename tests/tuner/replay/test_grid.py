@@ -52,7 +52,7 @@ def test_mean_ci_is_students_t():
 
 def test_without_ray_auto_runs_serially_and_ray_is_refused(monkeypatch):
     monkeypatch.setattr(g, "ray_available", lambda: False)
-    monkeypatch.setattr(g, "oracle_memo", lambda trace, pct, sla: {"sla": sla})
+    monkeypatch.setattr(g, "oracle_memo", lambda trace, pct, sla, plant="bundled": {"sla": sla})
     seen = []
 
     def fake_run(spec, memo):
@@ -137,6 +137,8 @@ def test_cli_flags_build_the_grid_or_refuse_in_one_line(capsys):
         ("a", 12, 2.0, 1),
         ("b", 0, 4.0, 2),
     }
+    added = cli.specs_from(ap.parse_args(["--seeds", "1", "--slas", "99:500", "--variants", "warm-monotone"]))
+    assert {s.variant for s in added} == {"warm-monotone"}  # a preset that adds a feature is a variant too
     for bad, what in (
         (["--traces", "a:x:2"], "--traces"),
         (["--traces", "a:0:0"], "HOURS > 0"),
