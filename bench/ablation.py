@@ -72,9 +72,7 @@ def paired(runs: list[dict[str, Any]], variant: str) -> dict[str, Any]:
         "trials_per_retune_median": statistics.median(t)
         if (t := [r["summary"]["trials_per_retune"] for r in mine if r["summary"]["trials_per_retune"] is not None])
         else None,
-        "explore_above_sla_pct_worst": max(
-            (r["summary"]["explore_above_sla_pct_of_time"] or 0.0 for r in mine), default=None
-        ),
+        "explore_above_sla_pct_worst": max((r["summary"]["explore_above_sla_pct"] or 0.0 for r in mine), default=None),
         "sla_violating_windows_significant": sum(
             int(r["summary"]["sla_violating_windows_significant"] or 0) for r in mine
         ),

@@ -1,7 +1,7 @@
 """The default tuner on the zoo (`tuner.replay.zoo.ZOO`): every member of the test half (and, beside it, the tuning
 half) x seeds x SLAs through the replay grid -- as Ray tasks on the cluster at --address, serially otherwise --
 and per cell the median and worst ratio to the per-window oracle, trials per retune (after the first day where a
-day spans several), the highest share of a run's time in trials above the SLA, and the significantly
+day spans several), the highest share of a run's trial time above the SLA, and the significantly
 SLA-violating windows, each against its target (`tuner.replay.zoo_cells`). Prints one JSON document.
 
     .venv/bin/python bench/generalisation.py                                  # 10 seeds x both halves x 3 SLAs

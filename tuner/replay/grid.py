@@ -35,6 +35,7 @@ METRICS = (
     "ratio_to_oracle",
     "sla_violating_windows",
     "sla_violating_windows_significant",
+    "explore_above_sla_pct",
     "explore_above_sla_pct_of_time",
     "trials_per_retune",
     "energy_j",

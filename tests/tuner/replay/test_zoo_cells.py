@@ -36,7 +36,7 @@ def _run(seed: int, ratio: float, above: float = 0.0, violating: int = 0, later_
         "summary": {
             "ratio_to_oracle": ratio,
             "trials_per_retune": 3.0,
-            "explore_above_sla_pct_of_time": above,
+            "explore_above_sla_pct": above,
             "sla_violating_windows_significant": violating,
         },
     }
