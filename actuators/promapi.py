@@ -3,7 +3,8 @@ server's loaded configuration (its scrape intervals).
 
 Shared by the latency source (`actuators.latency.sources.PrometheusLatency`) and the power source
 (`actuators.power.promquery`). Every failure is a one-line `HostError` naming the server (and the query);
-none is permanent: a Prometheus that is down, slow or not yet scraping may answer at the next try.
+none is permanent: a Prometheus that is down, slow or not yet scraping may answer at the next try. A server that
+did not answer (refused, timed out, HTTP 5xx) is an `UnreachableError`, a `HostError` callers may tell apart.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from core.errors import HostError
+from core.errors import HostError, UnreachableError
 
 
 @dataclass(frozen=True)
@@ -62,15 +63,16 @@ def get_json(
             body = resp.read()
     except urllib.error.HTTPError as exc:
         detail = _prom_error(exc.read()) or exc.reason
-        raise HostError(f"{where}: HTTP {exc.code}: {detail}") from None
+        error = UnreachableError if exc.code >= 500 else HostError  # 5xx: up, but cannot serve now
+        raise error(f"{where}: HTTP {exc.code}: {detail}") from None
     except urllib.error.URLError as exc:
         reason = exc.reason
         text = "timed out" if isinstance(reason, TimeoutError) else getattr(reason, "strerror", None) or str(reason)
-        raise HostError(f"Prometheus {url}: cannot connect: {text}") from None
+        raise UnreachableError(f"Prometheus {url}: cannot connect: {text}") from None
     except TimeoutError:
-        raise HostError(f"Prometheus {url}: timed out after {timeout_s:g} s") from None
+        raise UnreachableError(f"Prometheus {url}: timed out after {timeout_s:g} s") from None
     except OSError as exc:
-        raise HostError(f"Prometheus {url}: {exc.strerror or exc}") from None
+        raise UnreachableError(f"Prometheus {url}: {exc.strerror or exc}") from None
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError):

@@ -58,6 +58,7 @@ class RealHost(Host, AtomicApply, Closable, HardwareClassified, Interruptible, W
     absent: dict[str, str] = field(default_factory=dict)  # optional parts that could not be built, and why
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _qps_last: tuple[float, float] | None = field(default=None, repr=False)
+    _energy_unknown: bool = field(default=False, repr=False)  # the last window's energy was lost (optional energy)
 
     # -- knobs ---------------------------------------------------------------------------------
     def _need(self, part: str) -> Any:
@@ -196,15 +197,19 @@ class RealHost(Host, AtomicApply, Closable, HardwareClassified, Interruptible, W
 
     def _energy_fault(self, exc: HostError) -> None:
         """Optional energy (observe mode): a permanent fault drops the source (energy unknown from now on, said
-        in `absent`); a transient one leaves this window's energy unknown. Otherwise the caller's, as before."""
+        in `absent`); a transient one leaves this window's energy unknown (a warning for the first window of a
+        run of them, not each). Otherwise the caller's, as before."""
         if not self.energy_optional:
             raise exc
         if exc.permanent:
             self.absent["energy"] = f"{exc} (reported as unknown)"
             self.energy = None
             log.warning("energy source dropped, energy is unknown from now on: %s", exc)
+        elif not self._energy_unknown:
+            log.warning("energy unknown for this window (and the next, until the source reads again): %s", exc)
         else:
-            log.warning("energy unknown for this window: %s", exc)
+            log.debug("energy unknown for this window: %s", exc)
+        self._energy_unknown = True
 
     def _energy_step(self, energy: EnergySource | None, step: Callable[[EnergySource], object]) -> EnergySource | None:
         """`step(energy)`; None from now on in this window when it fails and energy is optional."""
@@ -225,10 +230,14 @@ class RealHost(Host, AtomicApply, Closable, HardwareClassified, Interruptible, W
         if energy is None:
             return None
         try:
-            return energy.end()
+            reading = energy.end()
         except HostError as exc:
             self._energy_fault(exc)
             return None
+        if self._energy_unknown:
+            log.info("energy known again (source %s)", energy.info.source)
+            self._energy_unknown = False
+        return reading
 
     def warnings_by_source(self) -> dict[str, list[str]]:
         """What limits this host's measurements, by source: "energy" -- parts that could not be built (e.g. no

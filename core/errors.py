@@ -42,6 +42,12 @@ def is_permanent(exc: BaseException) -> bool:
     return isinstance(exc, HostError) and exc.permanent
 
 
+class UnreachableError(HostError):
+    """A remote source (a BMC, a Prometheus server) did not answer: connection refused, a timeout, or an HTTP 5xx
+    (it is up but cannot serve now). Transient, and -- unlike an answer saying the request is wrong (a refused
+    login, no such chassis or series) -- no reason to give up on the source when it happens at start-up."""
+
+
 class HostPartsError(HostError):
     """Several parts of a host cannot be built; `problems` lists each (`part: why`)."""
 

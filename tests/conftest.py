@@ -97,13 +97,16 @@ def pg_url(pg_server: PgServer) -> str:
 @pytest.fixture
 def prometheus() -> Iterator[Callable[..., PrometheusServer]]:
     """A factory: `prometheus(["127.0.0.1:PORT"], scrape_interval="200ms")` starts a throwaway Prometheus
-    scraping those targets (killed at teardown); skips when the `prometheus` binary is not installed."""
+    scraping those targets (killed at teardown; `port=` to listen on a given one); skips when the `prometheus`
+    binary is not installed."""
     if prometheus_binary() is None:
         pytest.skip("prometheus binary not installed (Debian package `prometheus`)")
     servers: list[PrometheusServer] = []
 
-    def start(targets: Sequence[str], scrape_interval: str = "200ms", job: str = "exporter") -> PrometheusServer:
-        servers.append(start_prometheus(targets, scrape_interval=scrape_interval, job=job))
+    def start(
+        targets: Sequence[str], scrape_interval: str = "200ms", job: str = "exporter", port: int | None = None
+    ) -> PrometheusServer:
+        servers.append(start_prometheus(targets, scrape_interval=scrape_interval, job=job, port=port))
         return servers[-1]
 
     try:

@@ -87,25 +87,28 @@ def _ready(url: str) -> bool:
         return False
 
 
-def start_prometheus(targets: Sequence[str], scrape_interval: str = "200ms", job: str = "exporter") -> PrometheusServer:
-    """Start prometheus scraping `targets` (host:port) every `scrape_interval` and wait until it is ready."""
+def start_prometheus(
+    targets: Sequence[str], scrape_interval: str = "200ms", job: str = "exporter", port: int | None = None
+) -> PrometheusServer:
+    """Start prometheus scraping `targets` (host:port) every `scrape_interval` and wait until it is ready; on
+    `port` when given (one attempt), else on a free one."""
     binary = prometheus_binary()
     if binary is None:
         raise FileNotFoundError("prometheus binary not found (apt-get install prometheus)")
     root = Path(tempfile.mkdtemp(prefix="tuner-prom-"))
     (root / "prometheus.yml").write_text(_config(targets, scrape_interval, job))
-    for _attempt in range(3):  # a free port can be taken between probe and bind: retry on another
-        port = free_port()
+    for _attempt in range(1 if port else 3):  # a free port can be taken between probe and bind: retry on another
+        listen = port or free_port()
         args = [
             binary,
             f"--config.file={root / 'prometheus.yml'}",
             f"--storage.tsdb.path={root / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
+            f"--web.listen-address=127.0.0.1:{listen}",
             "--log.level=warn",
         ]
         with open(root / "prometheus.log", "wb") as log:  # a file, not a pipe nobody reads
             proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log)
-        url = f"http://127.0.0.1:{port}"
+        url = f"http://127.0.0.1:{listen}"
         end = time.monotonic() + START_DEADLINE_S
         while time.monotonic() < end and proc.poll() is None:
             if _ready(url):

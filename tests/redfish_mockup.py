@@ -35,7 +35,12 @@ class RedfishMockup:
     """The service; `watts`, `joules` (a counter, when `counter` names one) and `sensing_interval` are live."""
 
     def __init__(
-        self, schema: str = "environment", counter: str | None = None, username: str = "admin", password: str = "s3cret"
+        self,
+        schema: str = "environment",
+        counter: str | None = None,
+        username: str = "admin",
+        password: str = "s3cret",
+        port: int = 0,
     ) -> None:
         if schema not in SCHEMAS:
             raise ValueError(f"schema {schema!r}: one of {SCHEMAS}")
@@ -52,7 +57,7 @@ class RedfishMockup:
         self._answering = threading.Event()
         self._answering.set()
         self._closed = False
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
@@ -248,9 +253,9 @@ def _handler(bmc: RedfishMockup) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def start_redfish(schema: str = "environment", counter: str | None = None) -> RedfishMockup:
-    """A mockup BMC serving on 127.0.0.1 and a free port (its `url`)."""
-    return RedfishMockup(schema=schema, counter=counter)
+def start_redfish(schema: str = "environment", counter: str | None = None, port: int = 0) -> RedfishMockup:
+    """A mockup BMC serving on 127.0.0.1 and `port` (0: a free one; its `url` says which)."""
+    return RedfishMockup(schema=schema, counter=counter, port=port)
 
 
 def main() -> None:
@@ -260,8 +265,9 @@ def main() -> None:
     parser.add_argument("--counter", choices=("EnergyJoules", "EnergykWh"), default=None)
     parser.add_argument("--watts", type=float, default=300.0)
     parser.add_argument("--password-file", required=True, help="written with the mockup's password")
+    parser.add_argument("--port", type=int, default=0, help="on 127.0.0.1 (default: a free one)")
     args = parser.parse_args()
-    bmc = RedfishMockup(schema=args.schema, counter=args.counter)
+    bmc = RedfishMockup(schema=args.schema, counter=args.counter, port=args.port)
     bmc.watts = args.watts
     Path(args.password_file).write_text(bmc.password + "\n")
     print(json.dumps({"url": bmc.url, "username": bmc.username}), flush=True)

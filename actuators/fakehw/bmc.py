@@ -144,16 +144,19 @@ def _answers(bmc: FakeBmc) -> bool:
         return False
 
 
-def start_bmc(workdir: str | Path, watts: float = 100.0, poll_ms: int = 1000, password: str = "fakebmc") -> FakeBmc:
-    """Start ipmi_sim in `workdir` on 127.0.0.1 and a free port, its sensor at `watts`; waits until it answers."""
+def start_bmc(
+    workdir: str | Path, watts: float = 100.0, poll_ms: int = 1000, password: str = "fakebmc", port: int | None = None
+) -> FakeBmc:
+    """Start ipmi_sim in `workdir` on 127.0.0.1 and `port` (one attempt) or a free port, its sensor at `watts`;
+    waits until it answers."""
     binary = ipmi_sim_binary()
     if binary is None:
         raise HostError("ipmi_sim not installed (Debian package openipmi): no fake BMC", permanent=True)
     root = Path(workdir)
     root.mkdir(parents=True, exist_ok=True)
-    for _attempt in range(3):  # a free port can be taken between probe and bind: retry on another
-        port = free_udp_port()
-        _write_config(root, port, password, poll_ms, watts)
+    for _attempt in range(1 if port else 3):  # a free port can be taken between probe and bind: retry on another
+        udp = port or free_udp_port()
+        _write_config(root, udp, password, poll_ms, watts)
         log = (root / "ipmi_sim.log").open("wb")
         proc = subprocess.Popen(
             [binary, "-c", str(root / "lan.conf"), "-f", str(root / "bmc.emu"), "-s", str(root / "state"), "-n"],
@@ -162,7 +165,7 @@ def start_bmc(workdir: str | Path, watts: float = 100.0, poll_ms: int = 1000, pa
             stderr=log,
         )
         log.close()
-        bmc = FakeBmc(root, proc, port, poll_ms)
+        bmc = FakeBmc(root, proc, udp, poll_ms)
         deadline = time.monotonic() + START_DEADLINE_S
         while proc.poll() is None and time.monotonic() < deadline:
             if _answers(bmc):

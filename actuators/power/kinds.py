@@ -7,7 +7,11 @@ takes `prefer` (auto | powercap | msr); every other kind is a `PowerReader` modu
 
 Adding a reader: one line in `READERS` (kind -> module path); the module defines `make_reader(**options) ->
 PowerReader`, raising a one-line `HostError` naming the bad key as `energy.KEY` (permanent=True: retrying cannot
-fix a configuration).
+fix a configuration), and an `UnreachableError` when its server does not answer (refused, timed out, HTTP 5xx).
+
+Faults at start-up: every error building a reader is permanent (one line naming the field; the daemon's start-up
+fails, or observe mode drops the source), except an `UnreachableError`: then the source is kept and its reader
+built when the server first answers (`actuators.power.deferred`), its windows' energy unknown until then.
 """
 
 from __future__ import annotations
@@ -16,9 +20,10 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
+from actuators.power.deferred import DeferredReader, provisional_info
 from actuators.power.sampled import METHODS, SampledEnergyMeter
 from actuators.power.source import EnergySource, PowerReader
-from core.errors import HostError
+from core.errors import HostError, UnreachableError
 
 RAPL_PREFER = ("auto", "powercap", "msr")
 
@@ -75,7 +80,23 @@ def build_source(spec: Any, rapl: Callable[[str], EnergySource], field: str = "e
     if isinstance(give_up, bool) or not isinstance(give_up, int | float) or not give_up > 0:
         raise HostError(f"{field}.give_up_s: {give_up!r}: expected seconds > 0", permanent=True)
     try:
-        reader = make_power_reader(str(kind), opts)
+        reader: PowerReader = make_power_reader(str(kind), opts)
+    except UnreachableError:  # the server did not answer: built when it does (actuators.power.deferred)
+        reader = DeferredReader(lambda: _named(field, make_power_reader, str(kind), opts), provisional_info(kind, opts))
     except HostError as exc:
-        raise HostError(str(exc).replace("energy.", f"{field}.", 1), permanent=True) from None
+        raise HostError(_rename(str(exc), field), permanent=True) from None
     return SampledEnergyMeter(reader, **meter)
+
+
+def _rename(message: str, field: str) -> str:
+    return message.replace("energy.", f"{field}.", 1)
+
+
+def _named(
+    field: str, make: Callable[[str, dict[str, Any]], PowerReader], kind: str, opts: dict[str, Any]
+) -> PowerReader:
+    """`make(kind, opts)`, its error naming `field` (a fault's class and permanence kept)."""
+    try:
+        return make(kind, opts)
+    except HostError as exc:
+        raise type(exc)(_rename(str(exc), field), permanent=exc.permanent) from None

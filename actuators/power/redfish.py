@@ -14,10 +14,11 @@ It logs in once (a Redfish session: `X-Auth-Token`, or HTTP basic auth with `aut
 when the BMC answers 401 (its session expired or it rebooted), and logs out at `close()`. The password is read
 from `password_file`, never from the configuration.
 
-Faults are one-line `HostError`s. Transient (retried with back-off): the BMC does not answer or times out,
-answers 5xx or something that is not JSON, or has no reading at the moment. Permanent (the daemon degrades):
-bad options, an unreadable password file, a login refused (401) at start or after a re-login, and, at
-start-up only, a chassis that is missing or has no power data.
+Faults are one-line `HostError`s. Transient (retried with back-off): the BMC does not answer, times out or
+answers 5xx (these three an `UnreachableError`: a BMC unreachable at start-up does not drop the source, see
+`actuators.power.deferred`), answers something that is not JSON, or has no reading at the moment. Permanent (the
+daemon degrades): bad options, an unreadable password file, a login refused (401) at start or after a re-login,
+and, at start-up only, a chassis that is missing or has no power data.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from redfish.rest.v1 import (  # type: ignore[import-untyped]  # the same librar
 )
 
 from actuators.power.source import PowerSample, SourceInfo
-from core.errors import HostError
+from core.errors import HostError, UnreachableError
 
 #: the update period assumed when the power sensor does not state its `SensingInterval`: BMCs refresh their
 #: power reading every 1-10 s, most every few seconds; longer is safe (trial windows grow), shorter is not
@@ -145,9 +146,9 @@ class RedfishReader:
                 max_retry=0,  # one attempt per request: the daemon's back-off retries, not a 1 s sleep loop here
             )
         except RetriesExhaustedError as exc:
-            raise HostError(f"Redfish {self.base_url}: cannot reach: {_cause(exc, opts.timeout_s)}") from None
+            raise UnreachableError(f"Redfish {self.base_url}: cannot reach: {_cause(exc, opts.timeout_s)}") from None
         except (ServerDownOrUnreachableError, JsonDecodingError) as exc:
-            raise HostError(f"Redfish {self.base_url}: service root: {_first_line(exc)}") from None
+            raise _http_error(exc)(f"Redfish {self.base_url}: service root: {_first_line(exc)}") from None
 
     def _login(self) -> None:
         opts = self._options
@@ -170,9 +171,9 @@ class RedfishReader:
                 permanent=True,
             ) from None
         except (SessionCreationError, JsonDecodingError) as exc:
-            raise HostError(f"Redfish {self.base_url}: login: {_first_line(exc)}") from None
+            raise _http_error(exc)(f"Redfish {self.base_url}: login: {_first_line(exc)}") from None
         except RetriesExhaustedError as exc:
-            raise HostError(f"Redfish {self.base_url}: cannot reach: {_cause(exc, opts.timeout_s)}") from None
+            raise UnreachableError(f"Redfish {self.base_url}: cannot reach: {_cause(exc, opts.timeout_s)}") from None
 
     def _get(self, path: str) -> Mapping[str, Any]:
         """GET `path` as a JSON object, logging in again once on a 401."""
@@ -185,7 +186,8 @@ class RedfishReader:
             if response.status == 401:
                 raise HostError(f"Redfish {self.base_url}: GET {path}: HTTP 401 after a fresh login", permanent=True)
         if response.status != 200:
-            raise HostError(f"Redfish {self.base_url}: GET {path}: HTTP {response.status}")
+            error = UnreachableError if response.status >= 500 else HostError  # 5xx: up, but cannot serve now
+            raise error(f"Redfish {self.base_url}: GET {path}: HTTP {response.status}")
         try:
             body = json.loads(response.text)  # not the library's `.dict`, which logs the whole body on an error
         except ValueError:
@@ -198,7 +200,8 @@ class RedfishReader:
         try:
             return self._client.get(path)
         except RetriesExhaustedError as exc:
-            raise HostError(f"Redfish {self.base_url}: GET {path}: {_cause(exc, self._options.timeout_s)}") from None
+            cause = _cause(exc, self._options.timeout_s)
+            raise UnreachableError(f"Redfish {self.base_url}: GET {path}: {cause}") from None
         except JsonDecodingError:
             raise HostError(f"Redfish {self.base_url}: GET {path}: response is not JSON") from None
 
@@ -213,7 +216,7 @@ def find_plan(get: Getter, chassis: str | None, energy_counter: bool, base_url: 
     try:
         members = [_link(m) for m in get("/redfish/v1/Chassis").get("Members", [])]
     except HostError as exc:
-        raise HostError(f"{exc} (listing the chassis)", permanent=exc.permanent) from None
+        raise type(exc)(f"{exc} (listing the chassis)", permanent=exc.permanent) from None
     paths = [m for m in members if m]
     if chassis is not None:
         paths = [
@@ -345,6 +348,13 @@ def _cause(exc: BaseException, timeout_s: float) -> str:
     if "refused" in text.lower():
         return "connection refused"
     return f"no answer ({text[:120]})"
+
+
+def _http_error(exc: BaseException) -> type[HostError]:
+    """`UnreachableError` when the library's error says HTTP 5xx (`return code: 503`, `HTTP 500: ...`), else
+    `HostError` (the BMC answered, and not with a fault of its own)."""
+    match = re.search(r"(?:return code:|HTTP) (\d{3})", str(exc))
+    return UnreachableError if match and int(match.group(1)) >= 500 else HostError
 
 
 def _first_line(exc: BaseException) -> str:
