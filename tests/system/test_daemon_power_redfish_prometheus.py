@@ -1,10 +1,12 @@
 """The daemon in observe mode on a real host (fake sysfs tree, real memcached) whose energy source is a BMC over
 Redfish (the mockup BMC in its own process) or a Prometheus query (a real Prometheus scraping an exporter the
-test sets): it reports that power, as `tuner_power_watts` and `tuner_energy_joules_total{zone,source}`, and a
-BMC that stops answering costs the power, never the daemon (no traceback)."""
+test sets): it reports that power, as `tuner_power_watts` and `tuner_energy_joules_total{zone,source}`, a BMC
+that stops answering costs the power, never the daemon (no traceback), and a BMC that starts after the daemon is
+read once it answers."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -17,7 +19,7 @@ import pytest
 
 from tests import fakefs
 from tests.daemon_fakes import Running, registry_samples, wait_for, write_config
-from tests.memcached_server import memcached_binary, start_memcached
+from tests.memcached_server import free_port, memcached_binary, start_memcached
 from tests.prometheus_server import start_exporter
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,12 +42,13 @@ def memcached_port():
     server.stop()
 
 
-@pytest.fixture
-def bmc(tmp_path):
-    """The mockup BMC in its own process (`python -m tests.redfish_mockup`): (url, username, password file)."""
-    password_file = tmp_path / "bmc-password"
+@contextlib.contextmanager
+def _mockup_bmc(password_file: Path, port: int = 0):
+    """The mockup BMC in its own process (`python -m tests.redfish_mockup`) on `port` (0: a free one): (process,
+    url, username); it writes its password to `password_file`."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.redfish_mockup", "--watts", "412", "--password-file", str(password_file)],
+        [sys.executable, "-m", "tests.redfish_mockup", "--watts", "412", "--password-file", str(password_file)]
+        + ["--port", str(port)],
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
         stdout=subprocess.PIPE,
@@ -53,10 +56,18 @@ def bmc(tmp_path):
     )
     try:
         started = json.loads(proc.stdout.readline())
-        yield proc, started["url"], started["username"], str(password_file)
+        yield proc, started["url"], started["username"]
     finally:
         proc.kill()
         proc.wait(timeout=5)
+
+
+@pytest.fixture
+def bmc(tmp_path):
+    """The mockup BMC, started before the daemon: (process, url, username, password file)."""
+    password_file = tmp_path / "bmc-password"
+    with _mockup_bmc(password_file) as (proc, url, username):
+        yield proc, url, username, str(password_file)
 
 
 def _observe(tmp_path, port, energy_toml: str) -> Path:
@@ -101,6 +112,31 @@ def test_observe_reports_the_power_of_a_redfish_bmc_and_survives_it_going_away(t
         assert r.daemon.status().mode == "observe" and r.thread.is_alive()
     assert "connection refused" in r.host.absent["energy"]
     assert not [rec for rec in caplog.records if rec.exc_info], "a traceback was logged"
+
+
+def test_observe_reads_a_redfish_bmc_that_starts_after_the_daemon(tmp_path, memcached_port, caplog):
+    port = free_port()
+    password_file = tmp_path / "bmc-password"
+    password_file.write_text("s3cret\n")  # the mockup's password, there before the daemon reads it
+    energy = (
+        f'[host.options.energy]\nkind = "redfish"\nbase_url = "http://127.0.0.1:{port}"\nusername = "admin"\n'
+        f'password_file = "{password_file}"\ntimeout_s = 0.5\ngive_up_s = 60.0\n'
+    )
+    cfg = _observe(tmp_path, memcached_port, energy)
+    with caplog.at_level(logging.WARNING), Running(cfg, serve=False) as r:
+        assert r.host.energy.info.source == "redfish" and "energy" not in r.host.absent
+        wait_for(lambda: _windows(r.daemon) >= 3, timeout=20)  # windows go on while the BMC is down
+        assert r.daemon.status().last_measurement["power_w"] is None  # unknown, never 0
+        with _mockup_bmc(password_file, port):  # the BMC comes up
+            wait_for(lambda: _power_is(r.daemon, 412.0), timeout=20)
+            metrics = registry_samples(r.daemon.metrics.registry)
+        assert r.daemon.status().mode == "observe" and r.thread.is_alive()
+    assert "energy" not in r.host.absent
+    assert metrics[("tuner_energy_joules_total", (("source", "redfish"), ("zone", "platform")))] > 0
+    assert not [rec for rec in caplog.records if rec.exc_info], "a traceback was logged"
+    said = [rec.getMessage() for rec in caplog.records]
+    assert len([m for m in said if "backing off" in m]) == 1, said  # the source's one warning of the outage
+    assert len([m for m in said if "energy unknown for this window" in m]) == 1, said  # and the windows' one
 
 
 def test_observe_reports_the_power_of_a_prometheus_query(tmp_path, memcached_port, prometheus):
