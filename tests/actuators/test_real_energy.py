@@ -3,6 +3,7 @@ it, and a source's faults -- propagated when energy is required, energy unknown 
 
 from __future__ import annotations
 
+import logging
 import time
 
 import pytest
@@ -66,6 +67,25 @@ def test_optional_energy_transient_fault_leaves_the_window_unknown(tmp_path):
     assert not m.energy_known and m.power_or_none is None and host.energy is source  # kept: retried next window
     source.fail = None
     assert host.measure(0.05).energy_known
+
+
+def test_optional_energy_warns_once_per_run_of_unknown_windows(tmp_path, caplog):
+    source = Source(fail=HostError("no answer"))
+    host = _host(tmp_path, source, optional=True)
+
+    def warned() -> int:
+        return len([r for r in caplog.records if r.levelno == logging.WARNING and "energy unknown" in r.getMessage()])
+
+    with caplog.at_level(logging.INFO, logger="actuators.real"):
+        for _ in range(3):
+            assert not host.measure(0.05).energy_known
+        assert warned() == 1
+        source.fail = None
+        assert host.measure(0.05).energy_known
+        assert any("energy known again (source ipmi)" in r.getMessage() for r in caplog.records)
+        source.fail = HostError("no answer")
+        assert not host.measure(0.05).energy_known
+        assert warned() == 2  # a new outage, a new warning
 
 
 def test_optional_energy_permanent_fault_drops_the_source_and_says_why(tmp_path):
