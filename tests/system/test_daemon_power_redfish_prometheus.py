@@ -128,7 +128,7 @@ def test_observe_reads_a_redfish_bmc_that_starts_after_the_daemon(tmp_path, memc
         assert r.host.energy.info.source == "redfish" and "energy" not in r.host.absent
         wait_for(lambda: _windows(r.daemon) >= 3, timeout=20)  # windows go on while the BMC is down
         assert r.daemon.status().last_measurement["power_w"] is None  # unknown, never 0
-        bmc.enter_context(_mockup_bmc(password_file, port))  # the BMC comes up
+        bmc.enter_context(_mockup_bmc(tmp_path / "bmc-own-password", port))  # the BMC comes up (same password)
         wait_for(lambda: _power_is(r.daemon, 412.0), timeout=20)
         metrics = registry_samples(r.daemon.metrics.registry)
         assert r.daemon.status().mode == "observe" and r.thread.is_alive()
