@@ -44,7 +44,14 @@ def kinds() -> tuple[str, ...]:
 
 def make_power_reader(kind: str, options: dict[str, Any]) -> PowerReader:
     """The `PowerReader` of `kind` (a key of `READERS`) built from `options`."""
-    module = importlib.import_module(READERS[kind])
+    try:
+        module = importlib.import_module(READERS[kind])
+    except ImportError as exc:  # a reader's client library comes with an extra (redfish: `tuner[redfish]`)
+        raise HostError(
+            f"energy: kind {kind} needs the Python package {exc.name!r}, which is not installed "
+            f"(pip install {exc.name}; for redfish the extra 'tuner[redfish]')",
+            permanent=True,
+        ) from None
     factory: Callable[..., PowerReader] = module.make_reader
     try:
         return factory(**options)

@@ -50,3 +50,12 @@ def test_bad_specs_are_one_line_naming_the_field(spec, field, message):
     with pytest.raises(HostError) as exc:
         kinds.build_source(spec, _rapl, field)
     assert str(exc.value).startswith(message) and "\n" not in str(exc.value) and exc.value.permanent
+
+
+def test_a_reader_whose_client_library_is_missing_is_one_line_naming_the_package(monkeypatch):
+    monkeypatch.setitem(kinds.READERS, "redfish", "no_such_client_library_for_tests")
+    with pytest.raises(HostError) as err:
+        kinds.build_source({"kind": "redfish", "base_url": "https://127.0.0.1:1"}, _rapl)
+    assert err.value.permanent
+    assert str(err.value).startswith("energy: kind redfish needs the Python package 'no_such_client_library_for_tests'")
+    assert "\n" not in str(err.value)
