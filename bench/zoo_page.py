@@ -178,7 +178,17 @@ def ratio_figure(runs: list[dict[str, Any]], x_of: Callable[[dict[str, Any]], st
             "title": {"text": f"{x_title} -- p{sla_text(*key).replace(':', ' < ')} µs"},
         }
         layout["shapes"] += _target_shapes(axis, key)
+    layout["yaxis"]["range"] = _y_range(runs, keys)
     return {"data": data, "layout": layout}
+
+
+def _y_range(runs: list[dict[str, Any]], keys: list[tuple[float, float]]) -> list[float]:
+    """The ratios and the targets in view (plotly's autorange leaves a lone box's point or a line out)."""
+    ys = [float(v) for r in runs if (v := r["summary"].get("ratio_to_oracle")) is not None]
+    ys += [t for k in keys for t in zc.RATIO_TARGETS.get(k, ())]
+    lo, hi = (min(ys), max(ys)) if ys else (1.0, 1.1)
+    pad = max(0.05 * (hi - lo), 0.005)
+    return [lo - pad, hi + pad]
 
 
 def _common(page: Report, doc: dict[str, Any]) -> None:
