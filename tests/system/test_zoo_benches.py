@@ -74,8 +74,11 @@ def _cell_rows_match(page: Page, doc: dict) -> None:
         above = c["explore_above_sla_pct_of_trial_time"]["worst"]
         assert float(got["worst trial time > SLA (%)"].value or "nan") == above
         assert int(got["sig. violating windows"].value or "-1") == c["sla_violating_windows_significant"]["total"]
-        assert got["median met"].text == ("met" if c["met"]["ratio_median"] else "not met")
-        assert got["trial time met"].text == ("met" if c["met"]["above_sla_every_run"] else "not met")
+        marks = {True: "met", False: "not met", None: "-"}
+        assert got["median met"].text == marks[c["met"]["ratio_median"]]
+        assert got["worst met"].text == marks[c["met"]["ratio_worst"]]
+        assert got["trial time met"].text == marks[c["met"]["above_sla_every_run"]]
+        assert got["violating met"].text == marks[c["met"]["no_violating_windows"]]
 
 
 def test_generalisation_page_holds_the_cells_and_a_multi_day_member_measures_trials_after_day_one(capsys, tmp_path):
