@@ -9,7 +9,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.html_pages import Page, external_refs
+import pytest
+
+from tests.html_pages import DrawnPlots, Page, chromium, dump_dom, external_refs
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = ["--members", "ebbrt-sample", "--seeds", "1", "--slas", "99:500", "--hours", "1", "--trials", "2"]
@@ -132,3 +134,14 @@ def test_ablation_page_holds_each_preset_and_the_cells(capsys, tmp_path):
     assert cells.column("after day 1 met")[0].text == "-"
     (fig,) = page.figures.values()
     assert [t["x"] for t in fig["data"]] == [["warm", "warm-no-peak-step"]]
+    _drawn(html, page, tmp_path, points=len(doc["runs"]))
+
+
+def _drawn(html: Path, page: Page, tmp_path: Path, points: int) -> None:
+    """Headless Chromium draws the figure: plotly's svg, a box and a point per run."""
+    binary = chromium()
+    if binary is None:
+        pytest.skip("chromium not installed (Debian package `chromium`)")
+    dom = dump_dom(binary, html, tmp_path / "profile")
+    assert set(DrawnPlots(dom).svgs) == set(page.plot_divs) and all(DrawnPlots(dom).svgs.values())
+    assert dom.count('class="box"') >= 1 and dom.count('class="point"') == points
