@@ -6,6 +6,7 @@ feature that helps only the bundled plant shows up as an ablation that is no wor
 
     .venv/bin/python bench/ablation.py                                   # 3 seeds, 99:500, every ablation
     .venv/bin/python bench/ablation.py --seeds 1 --every 3 --members bundled,e5-2650-two-peaks
+    .venv/bin/python bench/ablation.py --seeds 1 --every 3 --html out/ablation.html  # and a page
 
 The features and their presets: the 16 µs ITR grid (warm-itr-8), the new-peak step (warm-no-peak-step), the
 constrained-EI acquisition (warm-ax), the stopping rule (warm-no-stop), the margins (warm-no-sla-margin,
@@ -98,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         "slas": args.slas,
         "hours": args.hours,
         "every": args.every,
+        "days": args.days,
         "engine": report.engine,
         "replays": len(report.runs),
         "wall_s": time.perf_counter() - t0,
@@ -105,6 +107,10 @@ def main(argv: list[str] | None = None) -> int:
         "cells": zc.cells(report.runs),
         "runs": [compact(r) for r in report.runs],
     }
+    if args.html:
+        from bench.zoo_page import ablation_page
+
+        ablation_page(out, args).write(args.html)
     print(json.dumps(out, indent=2))
     return 0
 

@@ -7,9 +7,12 @@ SLA-violating windows, each against its target (`tuner.replay.zoo_cells`). Print
     .venv/bin/python bench/generalisation.py                                  # 10 seeds x both halves x 3 SLAs
     .venv/bin/python bench/generalisation.py --half test --seeds 3 --hours 12 # reduced
     .venv/bin/python bench/generalisation.py --address ray://head:10001       # on a Ray cluster
+    .venv/bin/python bench/generalisation.py --half test --seeds 3 --html out/generalisation.html  # and a page
 
 Reduce with --seeds, --members (comma list of member names), --slas, --hours/--start-hour/--every (a part of
-each member's day; a multi-day member keeps its later days only when --hours reaches them).
+each member's day; a multi-day member keeps its later days only when --hours reaches them, or with --days N: the
+same hours of each of its first N days). --html PATH also writes a self-contained page of the cells and runs
+(`bench.zoo_page`); the JSON on stdout is the same.
 """
 
 from __future__ import annotations
@@ -43,10 +46,17 @@ def add_arguments(ap: argparse.ArgumentParser, *, half: str = "both", seeds: int
     ap.add_argument("--hours", type=float, default=None, help="hours of each member's day (default all)")
     ap.add_argument("--start-hour", type=int, default=0)
     ap.add_argument("--every", type=int, default=1, help="every N-th window of the day (default 1)")
+    ap.add_argument(
+        "--days",
+        type=int,
+        default=None,
+        help="the hours of each of a member's first N days (default: --hours from the start of its first day)",
+    )
     ap.add_argument("--trials", type=int, default=30)
     ap.add_argument("--engine", default="", choices=("", *g.ENGINES), help="default: ray with --address, else serial")
     ap.add_argument("--address", default=None, help="Ray cluster address")
     ap.add_argument("--num-cpus", type=int, default=2, help="CPUs of a local Ray (--engine ray without --address)")
+    ap.add_argument("--html", default=None, metavar="PATH", help="also write a self-contained page there")
 
 
 def chosen_members(args: argparse.Namespace) -> list[zoo.Member]:
@@ -79,6 +89,7 @@ def run_zoo(args: argparse.Namespace, variants: list[str]) -> tuple[list[zoo.Mem
         start_hour=args.start_hour,
         every=args.every,
         trials=args.trials,
+        days=args.days,
     )
     engine = args.engine or ("ray" if args.address else "serial")
     return members, g.run_grid(specs, engine=engine, address=args.address, num_cpus=args.num_cpus)
@@ -122,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         "hours": args.hours,
         "start_hour": args.start_hour,
         "every": args.every,
+        "days": args.days,
         "variant": args.variant,
         "engine": report.engine,
         "replays": len(report.runs),
@@ -131,6 +143,10 @@ def main(argv: list[str] | None = None) -> int:
         "cells": cells,
         "runs": [compact(r) for r in report.runs],
     }
+    if args.html:
+        from bench.zoo_page import generalisation_page
+
+        generalisation_page(out, args).write(args.html)
     print(json.dumps(out, indent=2))
     return 0
 

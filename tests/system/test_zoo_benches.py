@@ -1,5 +1,6 @@
 """bench/generalisation.py and bench/ablation.py end to end on a tiny configuration (one member, one hour, one
-seed, two trials per retune), in this process: they run and print the JSON document their pages read."""
+seed, two trials per retune), in this process: they run, print the JSON document, and with --html write a
+self-contained page holding the same numbers."""
 
 from __future__ import annotations
 
@@ -7,6 +8,10 @@ import importlib.util
 import json
 from pathlib import Path
 from typing import Any
+
+import pytest
+
+from tests.html_pages import DrawnPlots, Page, chromium, dump_dom, external_refs
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = ["--members", "ebbrt-sample", "--seeds", "1", "--slas", "99:500", "--hours", "1", "--trials", "2"]
@@ -49,3 +54,94 @@ def test_ablation_pairs_each_ablation_with_the_default_and_generalisation_report
 def test_a_bad_member_is_one_line(capsys):
     assert _bench("generalisation").main(["--members", "nope"]) == 2
     assert "zoo member 'nope'" in capsys.readouterr().err
+
+
+def _page(path: Path) -> Page:
+    page = Page(path.read_text(encoding="utf-8"))
+    assert external_refs(page) == []
+    assert len(page.figures) == 1 and len(page.plot_divs) == 1
+    return page
+
+
+def _cell_rows_match(page: Page, doc: dict) -> None:
+    """The page's per-cell table holds the JSON's cells, number for number (full values in data-value)."""
+    table = page.table("Per cell")
+    assert len(table.rows) == len(doc["cells"])
+    for c in doc["cells"]:
+        (row,) = [r for r in table.rows if r[0].text == c["member"] and r[3].text == c["variant"]]
+        got = dict(zip(table.header, row))
+        assert float(got["median x oracle"].value or "nan") == c["ratio_to_oracle"]["median"]
+        assert float(got["worst x oracle"].value or "nan") == c["ratio_to_oracle"]["worst"]
+        assert float(got["trials / retune"].value or "nan") == c["trials_per_retune"]["median"]
+        above = c["explore_above_sla_pct_of_trial_time"]["worst"]
+        assert float(got["worst trial time > SLA (%)"].value or "nan") == above
+        assert int(got["sig. violating windows"].value or "-1") == c["sla_violating_windows_significant"]["total"]
+        marks = {True: "met", False: "not met", None: "-"}
+        assert got["median met"].text == marks[c["met"]["ratio_median"]]
+        assert got["worst met"].text == marks[c["met"]["ratio_worst"]]
+        assert got["trial time met"].text == marks[c["met"]["above_sla_every_run"]]
+        assert got["violating met"].text == marks[c["met"]["no_violating_windows"]]
+
+
+def test_generalisation_page_holds_the_cells_and_a_multi_day_member_measures_trials_after_day_one(capsys, tmp_path):
+    html = tmp_path / "gen" / "report.html"
+    argv = ["--members", "cliff-noisy-3", "--seeds", "1", "--slas", "99:500", "--hours", "1"]
+    doc = _run("generalisation", capsys, *argv, "--days", "2", "--trials", "2", "--html", str(html))
+    (cell,) = doc["cells"]
+    after = cell["trials_per_retune_after_day1"]
+    assert after["worst"] is not None and after["worst"] > 0 and after["reason"] is None
+    assert cell["met"]["trials_after_day1"] == (after["worst"] <= 3)
+
+    page = _page(html)
+    assert page.command == doc["command"] and "--html" in page.command
+    assert page.settings()["options.days"] == "2"
+    _cell_rows_match(page, doc)
+    got = dict(zip(page.table("Per cell").header, page.table("Per cell").row("cliff-noisy-3")))
+    assert float(got["trials / retune after day 1 (worst)"].value or "nan") == after["worst"]
+    runs = page.table("Per run")
+    assert sorted(float(c.value or "nan") for c in runs.column("x oracle")) == sorted(
+        r["summary"]["ratio_to_oracle"] for r in doc["runs"]
+    )
+    (fig,) = page.figures.values()
+    assert sorted(y for t in fig["data"] for y in t["y"]) == sorted(
+        r["summary"]["ratio_to_oracle"] for r in doc["runs"]
+    )
+    assert {s["y0"] for s in fig["layout"]["shapes"]} == {1.02, 1.04}  # the 99:500 targets
+
+
+def test_the_first_day_only_says_why_there_is_no_figure_after_day_one(capsys):
+    doc = _run("generalisation", capsys, *TINY[2:], "--members", "cliff-noisy-3")
+    (c,) = doc["cells"]
+    assert c["trials_per_retune_after_day1"]["worst"] is None and c["met"]["trials_after_day1"] is None
+    assert "--days" in c["trials_per_retune_after_day1"]["reason"]
+
+
+def test_ablation_page_holds_each_preset_and_the_cells(capsys, tmp_path):
+    html = tmp_path / "ablation.html"
+    doc = _run("ablation", capsys, *TINY, "--ablations", "warm-no-peak-step", "--html", str(html))
+    page = _page(html)
+    assert page.command == doc["command"]
+    table = page.table("Per ablation")
+    for a in doc["ablations"]:
+        got = dict(zip(table.header, table.row(a["variant"])))
+        assert float(got["median x oracle"].value or "nan") == a["ratio_median"]
+        assert int(got["runs"].value or "-1") == a["runs"]
+    _cell_rows_match(page, doc)
+    cells = page.table("Per cell")
+    one_day = doc["cells"][0]["trials_per_retune_after_day1"]  # ebbrt-sample: the bundled day, one day
+    assert one_day["worst"] is None and "one day" in one_day["reason"]
+    assert cells.column("trials / retune after day 1 (worst)")[0].text == one_day["reason"]
+    assert cells.column("after day 1 met")[0].text == "-"
+    (fig,) = page.figures.values()
+    assert [t["x"] for t in fig["data"]] == [["warm", "warm-no-peak-step"]]
+    _drawn(html, page, tmp_path, points=len(doc["runs"]))
+
+
+def _drawn(html: Path, page: Page, tmp_path: Path, points: int) -> None:
+    """Headless Chromium draws the figure: plotly's svg, a box and a point per run."""
+    binary = chromium()
+    if binary is None:
+        pytest.skip("chromium not installed (Debian package `chromium`)")
+    dom = dump_dom(binary, html, tmp_path / "profile")
+    assert set(DrawnPlots(dom).svgs) == set(page.plot_divs) and all(DrawnPlots(dom).svgs.values())
+    assert dom.count('class="box"') >= 1 and dom.count('class="point"') == points

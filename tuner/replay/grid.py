@@ -45,7 +45,9 @@ METRICS = (
 @dataclass(frozen=True)
 class TraceSpec:
     """Which windows of which trace: `path` "" is the bundled sample day; hours from `start_hour`, every N-th.
-    `day`: a day of the zoo (`tuner.replay.zoo.day_schedule`, e.g. "two-peaks") instead of a trace file."""
+    `day`: a day of the zoo (`tuner.replay.zoo.day_schedule`, e.g. "two-peaks") instead of a trace file.
+    `days`: 0 takes the hours from the schedule's start; N > 0 takes them within each of its first N days (a
+    multi-day schedule's later days with the same hours of the day)."""
 
     name: str = "sample"
     path: str = ""
@@ -54,6 +56,7 @@ class TraceSpec:
     every: int = 1
     peak_qps: float = 600_000.0
     day: str = ""
+    days: int = 0
 
 
 @dataclass(frozen=True)
@@ -144,12 +147,19 @@ def _windows(trace: TraceSpec) -> list[Any]:
     from tuner.replay.run import ReplayWindow
     from tuner.replay.zoo import day_schedule
 
+    hours = None if trace.days else trace.start_hour + trace.hours
     if trace.day:
-        sched = day_schedule(trace.day, peak_qps=trace.peak_qps, hours=trace.start_hour + trace.hours)
+        sched = day_schedule(trace.day, peak_qps=trace.peak_qps, hours=hours)
     else:
-        path = trace.path or sample_trace_path()
-        sched = load_schedule(path, peak_qps=trace.peak_qps, hours=trace.start_hour + trace.hours)
-    sel = sched.windows[trace.start_hour : trace.start_hour + math.ceil(trace.hours)][:: trace.every]
+        sched = load_schedule(trace.path or sample_trace_path(), peak_qps=trace.peak_qps, hours=hours)
+    part = slice(trace.start_hour, trace.start_hour + math.ceil(trace.hours))
+    if trace.days:
+        by_day: dict[int, list[Any]] = {}
+        for w in sched.windows:
+            by_day.setdefault(w.day, []).append(w)
+        sel = [w for d in sorted(by_day)[: trace.days] for w in by_day[d][part][:: trace.every]]
+    else:
+        sel = list(sched.windows[part][:: trace.every])
     if not sel:
         raise TunerError(f"trace {trace.name!r}: no window in hours {trace.start_hour}..+{trace.hours:g}")
     return [ReplayWindow(w.index, w.start_s, w.seconds, w.qps, w.day) for w in sel]

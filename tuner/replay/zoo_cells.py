@@ -12,6 +12,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from core.errors import TunerError
 from tuner.replay.grid import RunSpec, TraceSpec, grid
 from tuner.replay.zoo import Member
 
@@ -26,15 +27,31 @@ MAX_TRIALS_AFTER_DAY1 = 3.0  # trials per retune after the first day
 DEFAULT_SLAS: tuple[tuple[float, float], ...] = tuple(RATIO_TARGETS)
 
 
-def member_trace(m: Member, *, hours: float | None = None, start_hour: int = 0, every: int = 1) -> TraceSpec:
-    """The grid's `TraceSpec` of member `m`: its day (the bundled sample is the trace file), scaled to its plant's
-    peak; `hours` from `start_hour` (default: all of the day's days), every `every`-th window."""
-    from actuators.sim.plants import plant
+def member_days(m: Member) -> int:
+    """How many days member `m`'s day spans (the bundled sample: one)."""
     from traces.days import DAYS, SAMPLE
 
-    span = 24.0 * (DAYS[m.day].days if m.day != SAMPLE else 1)
-    h = span - start_hour if hours is None else min(float(hours), span - start_hour)
+    return DAYS[m.day].days if m.day != SAMPLE else 1
+
+
+def member_trace(
+    m: Member, *, hours: float | None = None, start_hour: int = 0, every: int = 1, days: int | None = None
+) -> TraceSpec:
+    """The grid's `TraceSpec` of member `m`: its day (the bundled sample is the trace file), scaled to its plant's
+    peak; `hours` from `start_hour` (default: all of the day's days), every `every`-th window. `days` N: the
+    same hours of each of its first N days instead (a multi-day member's later days kept at any `hours`)."""
+    from actuators.sim.plants import plant
+    from traces.days import SAMPLE
+
     day = "" if m.day == SAMPLE else m.day
+    if days is not None:
+        if days < 1:
+            raise TunerError(f"--days {days}: expected at least 1")
+        h = 24.0 - start_hour if hours is None else min(float(hours), 24.0 - start_hour)
+        n = min(days, member_days(m))
+        return TraceSpec(m.name, "", start_hour, h, every, plant(m.plant).peak_qps, day, n)
+    span = 24.0 * member_days(m)
+    h = span - start_hour if hours is None else min(float(hours), span - start_hour)
     return TraceSpec(m.name, "", start_hour, h, every, plant(m.plant).peak_qps, day)
 
 
@@ -48,11 +65,12 @@ def member_specs(
     start_hour: int = 0,
     every: int = 1,
     trials: int = 30,
+    days: int | None = None,
 ) -> list[RunSpec]:
     """Every member's runs: its plant and day x `seeds` x `slas` x `variants` (name, preset, overrides)."""
     out: list[RunSpec] = []
     for m in members:
-        trace = member_trace(m, hours=hours, start_hour=start_hour, every=every)
+        trace = member_trace(m, hours=hours, start_hour=start_hour, every=every, days=days)
         out += grid([trace], seeds, slas, variants, trials=trials, plant=m.plant)
     return out
 
@@ -61,6 +79,18 @@ def _after_day1(run: dict[str, Any]) -> float | None:
     """Trials per retune over the tuner's windows after the first day (None: the run has one day)."""
     ws = [w for w in run["windows"].get("tuner", []) if w.get("day", 0) >= 1]
     return sum(w["trials"] for w in ws) / len(ws) if ws else None
+
+
+def _after_day1_reason(runs: Sequence[dict[str, Any]]) -> str | None:
+    """Why a cell has no trials-per-retune-after-day-1 figure (None: it has one)."""
+    from tuner.replay.zoo import ZOO
+
+    if any(_after_day1(r) is not None for r in runs):
+        return None
+    m = next((m for m in ZOO if m.name == runs[0]["trace"]), None)
+    if m is not None and member_days(m) == 1:
+        return f"not measurable: day {m.day!r} is one day"
+    return "not measured: the runs replayed the first day only (--days N replays each of a multi-day member's days)"
 
 
 def _stats(values: Sequence[float | None]) -> dict[str, float | None]:
@@ -75,7 +105,7 @@ def cell(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     first = runs[0]
     ratio = _stats([r["summary"]["ratio_to_oracle"] for r in runs])
     trials = _stats([r["summary"]["trials_per_retune"] for r in runs])
-    after = _stats([_after_day1(r) for r in runs])
+    after: dict[str, Any] = {**_stats([_after_day1(r) for r in runs]), "reason": _after_day1_reason(runs)}
     above = _stats([r["summary"].get("explore_above_sla_pct") or 0.0 for r in runs])
     violating = [int(r["summary"]["sla_violating_windows_significant"] or 0) for r in runs]
     key = (float(first["percentile"]), float(first["sla_us"]))

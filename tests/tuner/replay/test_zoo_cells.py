@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from core.errors import TunerError
 from tuner.replay import zoo
 from tuner.replay.zoo_cells import cell, cells, member_specs, member_trace, pooled
 
@@ -64,3 +65,20 @@ def test_cells_group_by_member_and_sla_and_pool_over_members():
     p = pooled(got)
     assert p["ratio_to_oracle"]["median"] == pytest.approx(1.02) and p["ratio_to_oracle"]["worst"] == 1.05
     assert p["all_targets_met"] is False
+
+
+def test_days_takes_the_same_hours_of_each_of_a_members_days():
+    from tuner.replay.grid import _windows
+
+    trace = member_trace(zoo.member("cliff-noisy-3"), hours=2, start_hour=5, days=3)
+    assert [(w.day, w.index) for w in _windows(trace)] == [(0, 5), (0, 6), (1, 29), (1, 30), (2, 53), (2, 54)]
+    assert member_trace(zoo.member("bundled"), hours=1, days=3).days == 1  # a one-day member: its one day
+    with pytest.raises(TunerError, match="--days 0"):
+        member_trace(zoo.member("bundled"), days=0)
+
+
+def test_a_cell_without_a_later_day_says_why_and_never_counts_it_as_zero():
+    only_first = cell([_run(0, 1.01)])["trials_per_retune_after_day1"]
+    assert only_first["worst"] is None and "--days" in only_first["reason"]
+    measured = cell([_run(0, 1.01, later_trials=0)])["trials_per_retune_after_day1"]
+    assert measured == {"median": 0.0, "worst": 0.0, "reason": None}
