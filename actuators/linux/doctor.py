@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from actuators.latency.memcached import MemcachedAddress
+from actuators.linux.doctor_nic import check_nics
 from actuators.linux.dvfs import (
     BACKENDS,
     CPU_DIR,
@@ -24,14 +25,12 @@ from actuators.linux.dvfs import (
     require_online,
 )
 from actuators.linux.dvfs_active import active_driver
-from actuators.linux.hwio import HardwareIO, NicPrivFlags, nic_driver
-from actuators.linux.itr import physical_interfaces
+from actuators.linux.findings import FAIL, INFO, OK, WARN, Finding, Report
+from actuators.linux.hwio import HardwareIO
 from actuators.linux.msr import msr_path
-from actuators.linux.nic_profiles import ADAPTIVE_RX, PROFILES, RX_FRAMES, RX_USECS, profile_for
 from actuators.linux.rapl import cpu_vendor, discover_meter
 from core.errors import HostError
 
-OK, WARN, FAIL, INFO = "ok", "warn", "fail", "info"
 CAP_NET_ADMIN, CAP_SYS_RAWIO = 12, 17
 AMD_VENDORS = ("AuthenticAMD", "HygonGenuine")
 VM_ADVICE = "no RAPL/MSR/cpufreq in most VMs: run on bare metal"
@@ -59,30 +58,6 @@ def read_platform(io: HardwareIO) -> Platform:
         return Platform()
     flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
     return Platform(cpu_vendor(io), "hypervisor" in flags)
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One check: `status` ok | warn | fail | info, what was seen, and how to fix it."""
-
-    check: str
-    status: str
-    detail: str
-    fix: str = ""
-
-
-@dataclass(frozen=True)
-class Report:
-    findings: tuple[Finding, ...]
-    can_tune: bool
-    missing: tuple[str, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "can_tune": self.can_tune,
-            "missing": list(self.missing),
-            "findings": [asdict(f) for f in self.findings],
-        }
 
 
 def _status_of(findings: Iterable[Finding], check: str) -> str | None:
@@ -346,72 +321,6 @@ def check_rapl(io: HardwareIO, platform: Platform = Platform()) -> Finding:
         f"{zones} readable (max power {meter.max_power_w:g} W, read at least every "
         f"{meter.safe_interval_s:.0f} s to never miss a wrap)",
     )
-
-
-def _nic_seen(io: HardwareIO, ifname: str, values: dict[str, int]) -> str:
-    """What the interface has now: rx-usecs, adaptive, rx-frames, LRO and any CQE/EQE timer-mode private flag."""
-    seen = f"rx-usecs {values.get(RX_USECS)}, adaptive-rx {'on' if values.get(ADAPTIVE_RX) else 'off'}"
-    if values.get(RX_FRAMES):
-        seen += f", rx-frames {values[RX_FRAMES]}"
-    try:
-        seen += f", LRO {'on' if io.require_nic().lro_enabled(ifname) else 'off'}"
-    except (HostError, OSError):
-        pass
-    nic = io.nic
-    if isinstance(nic, NicPrivFlags):
-        try:
-            flags = nic.priv_flags(ifname)
-        except (HostError, OSError):
-            flags = {}
-        for name in sorted(f for f in flags if f.startswith("rx_cqe_moder")):
-            seen += (
-                f", timer mode {'CQE' if flags[name] else 'EQE'} (priv-flag {name} {'on' if flags[name] else 'off'})"
-            )
-    return seen
-
-
-def check_nics(io: HardwareIO, ifaces: tuple[str, ...]) -> list[Finding]:
-    """Per interface: the driver, its coalescing now, and what the tuner will do with it (the profile: range,
-    step, how adaptive goes off, the fields it sets and those it leaves)."""
-    ifaces = ifaces or physical_interfaces(io.root)
-    if not ifaces:
-        return [
-            Finding("nic", FAIL, f"no interface bound to a driver under {io.path('sys/class/net')}", "pass --iface")
-        ]
-    out = []
-    for ifname in ifaces:
-        driver = nic_driver(io.root, ifname)
-        prof = profile_for(driver)
-        try:
-            values = io.get_coalesce(ifname)
-        except HostError as exc:
-            out.append(
-                Finding(
-                    f"nic:{ifname}",
-                    FAIL,
-                    str(exc),
-                    f"use a NIC whose driver implements ethtool coalescing ({', '.join(sorted(PROFILES))})",
-                )
-            )
-            continue
-        seen = _nic_seen(io, ifname, values)
-        if prof.verified:
-            out.append(
-                Finding(f"nic:{ifname}", OK, f"driver {driver}: coalescing readable ({seen}); {prof.describe()}")
-            )
-        else:
-            out.append(
-                Finding(
-                    f"nic:{ifname}",
-                    WARN,
-                    f"driver {driver}: coalescing readable ({seen}) but no verified profile (known: "
-                    f"{', '.join(sorted(PROFILES))}): unverified; whether it accepts static rx-usecs shows only on "
-                    f"the first set (doctor never writes)",
-                    "`tuner set --itr N --force --dry-run`, then a real set with --force (host option force = true), "
-                    "to try",
-                )
-            )
-    return out
 
 
 def check_memcached(address: str, timeout_s: float = 1.0) -> Finding:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from actuators.linux.doctor import FAIL, INFO, OK, WARN, Finding
+from actuators.linux.findings import FAIL, INFO, OK, WARN, Finding
 from actuators.linux.hwio import HardwareIO
 from actuators.linux.rapl import discover_meter
 from actuators.power.kinds import build_source

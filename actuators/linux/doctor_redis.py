@@ -5,7 +5,7 @@ connection, nothing stored."""
 from __future__ import annotations
 
 from actuators.latency.resp import RespClient, redis_address
-from actuators.linux.doctor import FAIL, OK, Finding
+from actuators.linux.findings import FAIL, OK, Finding
 from actuators.qps import server_version
 from core.errors import HostError
 

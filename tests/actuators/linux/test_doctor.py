@@ -10,6 +10,7 @@ import pytest
 
 from actuators.linux import doctor
 from actuators.linux.dvfs import IA32_PERF_CTL, IA32_PM_ENABLE, MSR_PLATFORM_INFO
+from actuators.linux.findings import Finding
 from actuators.linux.hwio import HardwareIO
 from tests import fakefs
 from tuner.cli import app as cli
@@ -128,7 +129,7 @@ def test_unsupported_nic_and_no_msr_module(tmp_path):
 
 
 def test_summarize_rules():
-    F = doctor.Finding
+    F = Finding
     base = [
         F("dvfs-msr", "ok", ""),
         F("cap-sys-rawio", "fail", ""),

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from actuators.linux.doctor import OK, summarize
+from actuators.linux.doctor import summarize
 from actuators.linux.doctor_energy import check_energy_sources
+from actuators.linux.findings import OK
 from actuators.linux.hwio import HardwareIO
 from tests import fakefs
 

@@ -8,6 +8,7 @@ import pytest
 
 from actuators.linux import doctor
 from actuators.linux.doctor_redis import check_redis
+from actuators.linux.findings import Finding
 from tuner import cli
 
 
@@ -29,7 +30,7 @@ def test_unreachable_or_malformed_is_a_failing_finding_never_an_exception(addres
 
 
 def test_summarize_needs_every_server_checked():
-    F = doctor.Finding
+    F = Finding
     tunable = [F("dvfs-cpufreq", "ok", ""), F("nic:eth1", "ok", ""), F("cap-net-admin", "ok", ""), F("rapl", "ok", "")]
     assert doctor.summarize([*tunable, F("redis", "ok", "")]).can_tune  # redis instead of memcached
     assert doctor.summarize([*tunable, F("redis", "fail", "")]).missing == ("redis",)
