@@ -60,7 +60,10 @@ def test_sim_host_with_ax_decides_and_guardrail_reverts_within_one_window_on_loa
     with Running(cfg, optimizers=ProcessOptimizers()) as r:
         wait_for(lambda: r.daemon.status().state == "holding", timeout=120)
         st = read_state(tmp_path)
-        assert len(st["trials"]) == 3 and st["held"]["reason"] == "startup"
+        # the start-up retune ran its 3 trials; a load retune may already have followed it (the simulated offered
+        # load is noisy) before this read, so count the first retune's trials, not all of them
+        first = [t for t in st["trials"] if t["retune_id"] == st["trials"][0]["retune_id"]]
+        assert len(first) == 3 and any(d["reason"] == "startup" for d in r.daemon.state.decisions)
         assert (tmp_path / "state" / "experiments" / f"{st['held']['retune_id']}.table.json").is_file()
         held = r.host.point()
         corner = OperatingPoint(r.daemon.space.itr_us[0], r.daemon.space.dvfs_ghz[-1])
