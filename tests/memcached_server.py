@@ -16,7 +16,10 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
+from typing import IO
 
 START_DEADLINE_S = 10.0
 
@@ -50,15 +53,33 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _answers(family: int, addr: object) -> bool:
+def answers(family: int, addr: object, request: bytes = b"version\r\n", reply: bytes = b"VERSION") -> bool:
+    """True when a server at `addr` answers `request` with a line starting `reply` (memcached's `version`)."""
     try:
         with socket.socket(family, socket.SOCK_STREAM) as s:
             s.settimeout(0.5)
             s.connect(addr)
-            s.sendall(b"version\r\n")
-            return s.recv(64).startswith(b"VERSION")
+            s.sendall(request)
+            return s.recv(64).startswith(reply)
     except OSError:
         return False
+
+
+def await_answer(proc: subprocess.Popen, answered: Callable[[], bool], output: IO[bytes] | None) -> bytes | None:
+    """Wait up to `START_DEADLINE_S` for `answered()`: None once it is true, else what the process wrote to
+    `output` (the process killed if still running, and reaped)."""
+    deadline = time.monotonic() + START_DEADLINE_S
+    while time.monotonic() < deadline and proc.poll() is None:
+        if answered():
+            return None
+        time.sleep(0.01)  # poll interval, not synchronisation: the loop waits for an answer
+    out = b""
+    if proc.poll() is None:
+        proc.kill()
+    else:
+        out = output.read() if output else b""
+    proc.wait(timeout=5)
+    return out
 
 
 def start_memcached(socket_path: str | None = None, extra_args: tuple[str, ...] = ()) -> MemcachedServer:
@@ -78,17 +99,9 @@ def start_memcached(socket_path: str | None = None, extra_args: tuple[str, ...] 
         if os.geteuid() == 0:
             args += ["-u", "nobody"] if not socket_path else ["-u", "root"]
         proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + START_DEADLINE_S
-        while time.monotonic() < deadline and proc.poll() is None:
-            if _answers(family, addr):
-                return MemcachedServer(proc, address, "127.0.0.1" if port else None, port, socket_path)
-            time.sleep(0.01)  # poll interval, not synchronisation: the loop waits for an answer
-        err = b""
-        if proc.poll() is None:
-            proc.kill()
-        else:
-            err = proc.stderr.read() if proc.stderr else b""
-        proc.wait(timeout=5)
+        err = await_answer(proc, partial(answers, family, addr), proc.stderr)
+        if err is None:
+            return MemcachedServer(proc, address, "127.0.0.1" if port else None, port, socket_path)
         if socket_path or b"bind" not in err.lower():
             raise RuntimeError(
                 f"memcached did not answer within {START_DEADLINE_S} s: {err.decode(errors='replace').strip()}"

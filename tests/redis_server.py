@@ -12,9 +12,9 @@ import os
 import shutil
 import socket
 import subprocess
-import time
+from functools import partial
 
-from tests.memcached_server import START_DEADLINE_S, MemcachedServer, free_port
+from tests.memcached_server import START_DEADLINE_S, MemcachedServer, answers, await_answer, free_port
 
 #: A running redis-server: the memcached fixture's record (process, `address` as `host:port` or `unix:/path`).
 RedisServer = MemcachedServer
@@ -25,17 +25,6 @@ def redis_binary() -> str | None:
     return shutil.which("redis-server") or (
         "/usr/bin/redis-server" if os.access("/usr/bin/redis-server", os.X_OK) else None
     )
-
-
-def _answers(family: int, addr: object) -> bool:
-    try:
-        with socket.socket(family, socket.SOCK_STREAM) as s:
-            s.settimeout(0.5)
-            s.connect(addr)
-            s.sendall(b"*1\r\n$4\r\nPING\r\n")
-            return s.recv(64).startswith(b"+PONG")
-    except OSError:
-        return False
 
 
 def start_redis(
@@ -56,17 +45,9 @@ def start_redis(
             args += ["--port", str(port)]
             family, addr, address = socket.AF_INET, ("127.0.0.1", port), f"127.0.0.1:{port}"
         proc = subprocess.Popen([*args, *extra_args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + START_DEADLINE_S
-        while time.monotonic() < deadline and proc.poll() is None:
-            if _answers(family, addr):
-                return RedisServer(proc, address, "127.0.0.1" if port else None, port, socket_path)
-            time.sleep(0.01)  # poll interval, not synchronisation: the loop waits for an answer
-        out = b""
-        if proc.poll() is None:
-            proc.kill()
-        else:
-            out = proc.stdout.read() if proc.stdout else b""
-        proc.wait(timeout=5)
+        out = await_answer(proc, partial(answers, family, addr, b"*1\r\n$4\r\nPING\r\n", b"+PONG"), proc.stdout)
+        if out is None:
+            return RedisServer(proc, address, "127.0.0.1" if port else None, port, socket_path)
         if socket_path or b"address already in use" not in out.lower():
             raise RuntimeError(
                 f"redis-server did not answer within {START_DEADLINE_S} s: {out.decode(errors='replace')[-300:]}"
