@@ -376,7 +376,7 @@ def write_config(
     are the warm preset), so tests of the daemon's mechanics count trials and windows exactly; `tuning` lines
     (`key = value`) override it key by key -- tests of the learning features (context, stopping rule, safety, adaptive windows) turn them on that way.
     """
-    tuning = merge_tuning(COLD_TUNING, tuning)
+    tuning = merge_tuning(COLD_TUNING + "\nsettle_s = 0", tuning)  # no settle unless a test asks for one
     opts = {"knob_file": str(tmp / "knobs.json")} if options is None else options
     opt_lines = "\n".join(f"{k} = {json.dumps(v)}" for k, v in opts.items())
     text = f"""
@@ -391,7 +391,6 @@ percentile = 99
 trials = {trials}
 sobol_trials = {sobol}
 window_s = {window_s}
-settle_s = 0
 retune_period_s = {period_s}
 load_change_pct = 20
 guardrail_margin_pct = 10

@@ -72,6 +72,7 @@ class TuningConfig:
     window_ci_pct: float = _T["window_ci_pct"].daemon_value
     window_min_s: float = _T["window_min_s"].daemon_value
     window_guard: bool = _T["window_guard"].daemon_value
+    settle_guard: bool = _T["settle_guard"].daemon_value
     refit_every: int = _T["refit_every"].daemon_value
     hyper_iters: int = _T["hyper_iters"].daemon_value
     peak_step: bool = _T["peak_step"].daemon_value

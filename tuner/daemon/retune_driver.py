@@ -289,6 +289,15 @@ class RetuneDriver:
             abort_above_us=pol.sla_us if self.ctx.config.tuning.window_guard else None,
         )
 
+    def _settle(self) -> tuple[Measurement | None, Measurement | None]:
+        """The settle after a knob change, (settle, window): `tuner.optimize.windowing.guarded_settle` with the
+        adaptive trial window's guard when `tuning.settle_guard` is on (as `tuner replay` does)."""
+        from tuner.optimize.windowing import guarded_settle, settle_guard_policy
+
+        t = self.ctx.config.tuning
+        guard = settle_guard_policy(t, self.trial_window_policy()) if t.window_mode == "adaptive" else None
+        return guarded_settle(lambda s: self.ctx.measure(s)[0], t.settle_s, guard)
+
     def _measure_trial(self) -> tuple[Measurement, float]:
         """A trial's window: `window_s` long, or with `tuning.window_mode = "adaptive"` the window of
         `trial_window_policy` (`tuner.optimize.windowing.measure_window`)."""
@@ -309,12 +318,12 @@ class RetuneDriver:
         settle = None
         try:
             point = self.ctx.apply(point)
-            if self.ctx.config.tuning.settle_s > 0:  # measured: its energy counts against the exploration
-                settle, _ = self.ctx.measure(self.ctx.config.tuning.settle_s)
+            # measured: its energy counts against the exploration; its second half may end the trial (the guard)
+            settle, early = self._settle()
             if self.ctx.stop.is_set():
                 self.ctx.metrics.trials.labels(status="abandoned").inc()
                 return False
-            m, when = self._measure_trial()
+            m, when = (early, time.time()) if early is not None else self._measure_trial()
         except Exception as exc:
             if self.ctx.stop.is_set() or is_permanent(exc):  # a stop, or a host that cannot do it: abandoned
                 self.ctx.metrics.trials.labels(status="abandoned").inc()

@@ -26,10 +26,11 @@ def run_trial(host: Host, optimizer: Optimizer, settings: TunerSettings) -> Tria
     never be chosen (its CI's upper end would have to be within the limit), and measuring it longer only
     keeps users over or near the SLA -- or, the guard, after any chunk whose pooled CI is wholly above the SLA.
     """
-    measure: Callable[[], Measurement] = lambda: host.measure(settings.window_s)
-    if settings.window_mode == "adaptive":
-        from tuner.optimize.windowing import WindowPolicy, measure_window
+    from tuner.optimize.windowing import WindowPolicy, guarded_settle, measure_window, settle_guard_policy
 
+    measure: Callable[[], Measurement] = lambda: host.measure(settings.window_s)
+    guard = None
+    if settings.window_mode == "adaptive":
         policy = WindowPolicy.from_settings(
             settings,
             optimizer.objective.percentile,
@@ -37,15 +38,15 @@ def run_trial(host: Host, optimizer: Optimizer, settings: TunerSettings) -> Tria
             abort_above_us=optimizer.objective.sla_us if settings.window_guard else None,
         )
         measure = lambda: measure_window(host, policy)
+        guard = settle_guard_policy(settings, policy)
     index, point = optimizer.suggest()
     settle: Measurement | None = None
     qps = math.nan
     try:
         qps = float(host.offered_qps())
         apply_point(host, point)
-        if settings.settle_s > 0:
-            settle = host.measure(settings.settle_s)
-        m = measure()
+        settle, early = guarded_settle(host.measure, settings.settle_s, guard)
+        m = early if early is not None else measure()
     except Exception as exc:  # noqa: BLE001 - any host failure fails this trial, not the run
         return optimizer.fail(index, f"{type(exc).__name__}: {exc}", settle=settle, qps=qps)
     return optimizer.complete(index, m, qps, settle=settle)
@@ -68,8 +69,8 @@ def run_retune(
     returned (`Decision.held`, no trial, no measurement); otherwise the trials run and the decision's reason
     starts with why the model could not hold.
 
-    Each trial: apply point -> settle for `settle_s` (measured, so its energy is counted) -> measure
-    `window_s` -> report. A host exception marks that trial failed in Ax and the retune goes on. The decision
+    Each trial: apply point -> settle for `settle_s` (measured, so its energy is counted; with `settle_guard` its
+    second half ends the trial if clearly over the SLA, `windowing.guarded_settle`) -> measure `window_s` -> report. A host exception marks that trial failed in Ax and the retune goes on. The decision
     is applied at the end; if applying it fails, `HostError` is raised.
     """
     try:

@@ -354,6 +354,13 @@ TUNER_TABLE: tuple[Setting, ...] = (
         "adaptive windows: end a trial after any chunk whose percentile's CI is wholly above the SLA",
     ),
     Setting(
+        "settle_guard",
+        bool,
+        True,
+        "adaptive windows: measure the settle in two halves and end the trial after the second if its "
+        "percentile's CI is wholly above the SLA",
+    ),
+    Setting(
         "refit_every",
         int,
         1,

@@ -30,8 +30,10 @@ Two early ends for a point that is over the line (the tuner sets both): `stop_ab
 choice applies) ends the window at `min_s` once the estimate is above it -- such a point can never be
 chosen; `abort_above_us` (the SLA) is a guard that ends it after any chunk, the first included, once the
 pooled CI lies wholly above the SLA -- users are not kept over the SLA for min_s to learn what one chunk
-showed. The settle period before the window is not guarded: right after a change it can hold the backlog
-a previous point left, and a guard there would condemn a good point for its predecessor's queue.
+showed. The settle period before the window is guarded in its second half only (`guarded_settle`, the tuner's
+`settle_guard`): right after a change it can hold the backlog a previous point left, and a guard there would
+condemn a good point for its predecessor's queue; after half the settle a point whose percentile's CI lies wholly
+above the SLA is clearly breaking it, and the trial ends there with that half as its window.
 
 Hosts whose measurements carry no latency distribution (`latency_dist` None, e.g. a Prometheus or hook
 latency source) or no CI (`ci_known` False) cannot be pooled: adaptive mode then falls back to one fixed
@@ -54,7 +56,7 @@ No sleeps and no wall clock here: all time is the host's own `measure`.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -281,6 +283,37 @@ def measure_window(host: Host, policy: WindowPolicy) -> Measurement:
         chunks.append(m)
 
 
+def settle_guard_policy(settings: Any, window: WindowPolicy) -> WindowPolicy | None:
+    """The guard `guarded_settle` applies: the adaptive trial window's own (its SLA limit) when the settings'
+    `settle_guard` is on and the window is guarded; None otherwise."""
+    if window.mode != "adaptive" or window.abort_above_us is None or not getattr(settings, "settle_guard", False):
+        return None
+    return window
+
+
+def guarded_settle(
+    measure: Callable[[float], Measurement], settle_s: float, guard: WindowPolicy | None
+) -> tuple[Measurement | None, Measurement | None]:
+    """A trial's settle after a knob change: (settle, window). Without `guard` (or its `abort_above_us`) one
+    `measure(settle_s)` and no window (the caller measures it). With it, two halves: the first may hold the
+    backlog of the point before and is never judged; if the second's percentile CI lies wholly above the guard's
+    limit (the SLA) it is returned as the trial's window -- the point is clearly over the SLA, and measuring it for
+    a window too would keep users there for nothing -- and the first half is the settle; otherwise the settle is
+    both halves pooled and the window is None. No settle (`settle_s` 0): (None, None)."""
+    if settle_s <= 0:
+        return None, None
+    if guard is None or guard.abort_above_us is None:
+        return measure(settle_s), None
+    first = measure(settle_s / 2)
+    second = measure(settle_s / 2)
+    pooled = all(m.latency_dist is not None and m.ci_known for m in (first, second))
+    if not pooled:  # a latency source without a distribution: no CI to judge by, nothing to pool
+        return _joined(first, second), None
+    if _confidently_above(second, guard):
+        return first, _finish(second, [second])
+    return Measurement.merge(first, second), None
+
+
 def energy_updates_needed(policy: WindowPolicy) -> int:
     """Source updates a window needs so its energy is as precise as the latency CI it reports: a sampled source
     (a BMC, a PDU) misses at most about one update's energy at the window's edges, so k updates bound the
@@ -317,7 +350,12 @@ def _fallback(host: Host, first: Measurement, first_s: float, policy: WindowPoli
     rest_s = policy.max_s - first_s
     if rest_s <= 1e-9 * policy.max_s:
         return first
-    rest = host.measure(rest_s)
+    return _joined(first, host.measure(rest_s))
+
+
+def _joined(first: Measurement, rest: Measurement) -> Measurement:
+    """Two consecutive windows that cannot be pooled as one: time, energy and requests of both, the latency
+    percentiles of the longer (the later on a tie)."""
     main = rest if rest.seconds >= first.seconds else first
     seconds = first.seconds + rest.seconds
     return Measurement(

@@ -211,6 +211,28 @@ def test_adaptive_windows_size_each_trial_between_min_and_max(tmp_path):
         assert [t["measurement"]["seconds"] for t in read_state(fixed)["trials"]] == [0.4] * 4
 
 
+def test_a_trial_clearly_over_the_sla_ends_in_the_second_half_of_its_settle(tmp_path):
+    import pytest
+
+    pytest.importorskip("actuators.sim.host")
+    sim = {"seed": 1, "cores": 4, "qps": 100000}
+    adaptive = 'window_mode = "adaptive"\nwindow_min_s = 0.06\nsettle_s = 0.1'
+    # an SLA of 1 µs that every point breaks: each trial is measured for the settle's second half (0.05 s) only
+    cfg = write_config(tmp_path, host="sim", options=sim, window_s=0.4, sla_us=1.0, tuning=adaptive)
+    with Running(cfg, serve=False) as r:
+        wait_for(lambda: r.daemon.status().state == "holding", timeout=30)
+        secs = [t["measurement"]["seconds"] for t in read_state(tmp_path)["trials"]]
+    assert len(secs) == 4 and all(abs(s - 0.05) < 1e-6 for s in secs), secs
+    # the settle guard off: the window guard still ends each trial, after its first chunk (0.02 s) of the window
+    off = tmp_path / "off"
+    off.mkdir()
+    cfg = write_config(off, host="sim", options=sim, window_s=0.4, sla_us=1.0, tuning=adaptive + "\nsettle_guard = false")
+    with Running(cfg, serve=False) as r:
+        wait_for(lambda: r.daemon.status().state == "holding", timeout=30)
+        secs = [t["measurement"]["seconds"] for t in read_state(off)["trials"]]
+    assert len(secs) == 4 and all(abs(s - 0.02) < 1e-6 for s in secs), secs
+
+
 def test_reload_turns_warm_start_on_for_the_next_retune(tmp_path):
     cfg = _config(tmp_path)
     opts = FakeOptimizers()
