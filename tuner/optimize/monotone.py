@@ -85,3 +85,23 @@ def step_path(broke: tuple[int, int], n_freq: int, skip: Collection[tuple[int, i
     The first is the cheapest point the orderings do not condemn in the direction they make safer."""
     i, j = broke
     return [(i, k) for k in range(j + 1, n_freq) if (i, k) not in skip]
+
+
+def step_down(
+    met: Sequence[tuple[tuple[int, int], float, float]],
+    tried: Collection[tuple[int, int]],
+    freqs: Sequence[float],
+    headroom: float,
+) -> tuple[int, int] | None:
+    """The next cell of a walk down in frequency (the safe start's, once its line has nothing new to try): from the
+    cells measured within the limit, given as (cell, power, latency / limit), cheapest first, one frequency step
+    below the first whose lower neighbour is untried and whose latency, scaled by the square of the frequency ratio
+    (a core's service time by the clock, its queue by the utilisation again), stays within `headroom` of the limit.
+    A lower neighbour measured within the limit is itself a base, so the walk goes on from it; one measured over
+    the limit ends the walk at that ITR. None when no base qualifies. `freqs` ascend with the dvfs index."""
+    for (i, j), _, ratio in sorted(met, key=lambda e: (e[1], e[0])):
+        if j <= 0 or (i, j - 1) in tried:
+            continue
+        if ratio * (freqs[j] / freqs[j - 1]) ** 2 <= headroom:
+            return (i, j - 1)
+    return None

@@ -35,6 +35,11 @@ PEAK_LOAD_BAND = 0.02
 PEAK_MAX_P = 0.5
 
 
+#: `monotone.step_down` (the safe start's walk down in frequency once its line repeats a cell): a step is taken
+#: only while the base's latency, scaled by the square of the frequency ratio, stays within this share of the limit.
+STEP_DOWN_HEADROOM = 1.0
+
+
 #: Measured evidence (`SafeExploration.evidence`): normalised knob coordinates (n x 2), normalised loads, within
 #: the limit `best` applies, over the SLA.
 Evidence = tuple[Any, Any, Any, Any]
@@ -72,12 +77,49 @@ class SafeExploration:
         n = model.init_budget()
         t = acquisition.next_line_t(tried, 1.0 / max(n - 1, 1))
         cell = model.cell_at(acquisition.line_point(t))
+        down = self._step_down(start, limit) if cell in self._cells_since(start) else None
+        if down is not None:  # the line has nothing new here: walk down in frequency from its cheapest point
+            base, cell = down
+            note = (
+                f"safe start (no model yet): the line's next step, t={t:.3f}, was measured already; one frequency "
+                f"step down from {model.grid_point(base)}, measured within the limit"
+            )
+            return Pending(model.grid_point(cell), 0.0, model.attach(cell, book.load), book.load, None, note)
         ax_index = model.attach(cell, book.load)
         note = (
             f"safe start (no model yet): step {len(tried) + 1} of {n} on the line from the safe corner "
             f"toward the centre, t={t:.3f}"
         )
         return Pending(model.grid_point(cell), 0.0, ax_index, book.load, None, note, t)
+
+    def _cells_since(self, start: int) -> set[Cell]:
+        """The cells of the completed trials numbered `start` or later."""
+        return {
+            self.model.cell_of(r.point)
+            for i, r in self.book.records.items()
+            if i >= start and r.status == STATUS_COMPLETED and r.measurement is not None
+        }
+
+    def _step_down(self, start: int, limit: float) -> tuple[Cell, Cell] | None:
+        """(base, cell) of `monotone.step_down` over the completed trials numbered `start` or later; None when no
+        base qualifies."""
+        from tuner.optimize import monotone
+
+        pct = self.model.objective.percentile
+        met, tried = [], set()
+        for i, r in self.book.records.items():
+            if i < start or r.status != STATUS_COMPLETED or r.measurement is None:
+                continue
+            cell = self.model.cell_of(r.point)
+            tried.add(cell)
+            ratio = r.measurement.percentile(pct) / limit
+            if ratio <= 1.0:
+                met.append((cell, float(r.measurement.power_w), ratio))
+        cell = monotone.step_down(met, tried, self.model.space.dvfs_ghz, STEP_DOWN_HEADROOM)
+        if cell is None:
+            return None
+        base = min((m for m in met if m[0] == (cell[0], cell[1] + 1)), key=lambda m: m[1])[0]
+        return base, cell
 
     # -- with the model: vet Ax's proposal, or choose
     def filter(self, pend: Pending | None) -> Pending:

@@ -226,7 +226,9 @@ def test_a_trial_clearly_over_the_sla_ends_in_the_second_half_of_its_settle(tmp_
     # the settle guard off: the window guard still ends each trial, after its first chunk (0.02 s) of the window
     off = tmp_path / "off"
     off.mkdir()
-    cfg = write_config(off, host="sim", options=sim, window_s=0.4, sla_us=1.0, tuning=adaptive + "\nsettle_guard = false")
+    cfg = write_config(
+        off, host="sim", options=sim, window_s=0.4, sla_us=1.0, tuning=adaptive + "\nsettle_guard = false"
+    )
     with Running(cfg, serve=False) as r:
         wait_for(lambda: r.daemon.status().state == "holding", timeout=30)
         secs = [t["measurement"]["seconds"] for t in read_state(off)["trials"]]

@@ -62,3 +62,28 @@ def test_safe_and_unsafe_never_overlap_for_consistent_evidence(i, f_met, f_cand,
     assert not (safe & unsafe).any()
     if f_cand >= f_met and load <= load_met:
         assert safe[0]
+
+
+FREQS = (1.2, 1.6, 2.0, 2.4, 2.9)
+
+
+def test_step_down_walks_from_the_cheapest_base_one_frequency_step_at_a_time() -> None:
+    from tuner.optimize.monotone import step_down
+
+    met = [((3, 4), 90.0, 0.5), ((5, 4), 80.0, 0.6)]  # (cell, power, latency / limit)
+    assert step_down(met, {(3, 4), (5, 4)}, FREQS, 1.0) == (5, 3)  # the cheaper base first
+    # its lower neighbour measured within the limit is a base itself: the walk goes on from there
+    met.append(((5, 3), 70.0, 0.6))
+    assert step_down(met, {(3, 4), (5, 4), (5, 3)}, FREQS, 1.0) == (5, 2)
+    # over the limit there: that ITR's walk ends, the next base's begins
+    assert step_down(met, {(3, 4), (5, 4), (5, 3), (5, 2)}, FREQS, 1.0) == (3, 3)
+
+
+def test_step_down_takes_no_step_the_frequency_ratio_says_would_cross_the_limit() -> None:
+    from tuner.optimize.monotone import step_down
+
+    # 0.8 x (2.9 / 2.4)^2 = 1.17 > 1: too close to the limit for a step; 0.6 x 1.46 = 0.88 is not
+    assert step_down([((3, 4), 90.0, 0.8)], {(3, 4)}, FREQS, 1.0) is None
+    assert step_down([((3, 4), 90.0, 0.8), ((7, 4), 95.0, 0.6)], {(3, 4), (7, 4)}, FREQS, 1.0) == (7, 3)
+    assert step_down([((3, 0), 50.0, 0.1)], {(3, 0)}, FREQS, 1.0) is None  # already at the lowest frequency
+    assert step_down([], set(), FREQS, 1.0) is None
