@@ -11,7 +11,8 @@ feature that helps only the bundled plant shows up as an ablation that is no wor
 The features and their presets: the 16 µs ITR grid (warm-itr-8), the new-peak step (warm-no-peak-step), the
 constrained-EI acquisition (warm-ax), the stopping rule (warm-no-stop), the margins (warm-no-sla-margin,
 warm-no-final-margin), safe exploration (warm-no-safety, warm-no-evidence, warm-no-sd-scale), adaptive windows
-and their guard (warm-no-adaptive, warm-no-guard), the load as context (warm-no-context). The hold rule
+and their guards (warm-no-adaptive, warm-no-guard, warm-no-settle-guard), the safe start's walk down in frequency
+(warm-no-step-down), the load as context (warm-no-context). The hold rule
 (`hold_max_p`) acts only in windows under an hour, which the zoo's hourly days do not have: not ablated here.
 """
 
@@ -44,6 +45,8 @@ ABLATIONS = (
     "warm-no-sd-scale",
     "warm-no-adaptive",
     "warm-no-guard",
+    "warm-no-settle-guard",
+    "warm-no-step-down",
     "warm-no-context",
 )
 

@@ -73,6 +73,7 @@ class TuningConfig:
     window_min_s: float = _T["window_min_s"].daemon_value
     window_guard: bool = _T["window_guard"].daemon_value
     settle_guard: bool = _T["settle_guard"].daemon_value
+    step_down: bool = _T["step_down"].daemon_value
     refit_every: int = _T["refit_every"].daemon_value
     hyper_iters: int = _T["hyper_iters"].daemon_value
     peak_step: bool = _T["peak_step"].daemon_value

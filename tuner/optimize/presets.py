@@ -40,6 +40,7 @@ WARM_ABLATIONS: dict[str, dict[str, Any]] = {
     "warm-no-context": {"context": False},
     "warm-no-guard": {"window_guard": False},
     "warm-no-settle-guard": {"settle_guard": False},
+    "warm-no-step-down": {"step_down": False},
     "warm-no-sd-scale": {"safe_sd_scale": 1.0},
     "warm-headroom": {"latency_metric": "headroom"},
     "warm-grid": {"acquisition": "grid", "refit_every": 5},

@@ -77,7 +77,8 @@ class SafeExploration:
         n = model.init_budget()
         t = acquisition.next_line_t(tried, 1.0 / max(n - 1, 1))
         cell = model.cell_at(acquisition.line_point(t))
-        down = self._step_down(start, limit) if cell in self._cells_since(start) else None
+        repeat = self.settings.step_down and cell in self._cells_since(start)
+        down = self._step_down(start, limit) if repeat else None
         if down is not None:  # the line has nothing new here: walk down in frequency from its cheapest point
             base, cell = down
             note = (

@@ -117,6 +117,7 @@ class TunerSettings:
     window_min_s: float = _D["window_min_s"]
     window_guard: bool = _D["window_guard"]
     settle_guard: bool = _D["settle_guard"]
+    step_down: bool = _D["step_down"]
     refit_every: int = _D["refit_every"]
     hyper_iters: int = _D["hyper_iters"]
     peak_step: bool = _D["peak_step"]

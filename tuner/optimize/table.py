@@ -354,6 +354,13 @@ TUNER_TABLE: tuple[Setting, ...] = (
         "adaptive windows: end a trial after any chunk whose percentile's CI is wholly above the SLA",
     ),
     Setting(
+        "step_down",
+        bool,
+        True,
+        "safe start: once the safe line's next step is a cell measured already, step the frequency down from the "
+        "cheapest point measured within the limit instead",
+    ),
+    Setting(
         "settle_guard",
         bool,
         True,

@@ -26,8 +26,9 @@ def _power(cell: tuple[int, int]) -> float:
     return 20.0 + 10.0 * j - 0.1 * i
 
 
-def _run_safe_start(trials: int) -> tuple[SafeExploration, list[tuple[tuple[int, int], str]]]:
-    safety = SafeExploration(ExperimentModel(SMALL, OBJ, TunerSettings(**{**BASE, "safe_delta": 0.05})), TrialBook())
+def _run_safe_start(trials: int, **kw: bool) -> tuple[SafeExploration, list[tuple[tuple[int, int], str]]]:
+    settings = TunerSettings(**{**BASE, "safe_delta": 0.05, **kw})
+    safety = SafeExploration(ExperimentModel(SMALL, OBJ, settings), TrialBook())
     book, out = safety.book, []
     for _ in range(trials):
         pend = safety.safe_start()
@@ -60,3 +61,10 @@ def test_a_line_with_nothing_new_to_try_walks_down_in_frequency_instead_of_repea
 def test_the_line_alone_while_it_has_new_cells() -> None:
     _, tried = _run_safe_start(3)
     assert all("on the line from the safe corner" in n for _, n in tried)
+
+
+def test_without_step_down_the_line_measures_its_last_cell_again() -> None:
+    _, tried = _run_safe_start(8, step_down=False)
+    cells = [c for c, _ in tried]
+    assert all("on the line from the safe corner" in n for _, n in tried)
+    assert len(set(cells)) < len(cells)  # the bisection inside one cell: the same cell measured again

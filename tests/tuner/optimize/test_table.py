@@ -18,8 +18,8 @@ COLD = dict(
     sla_check="ci", sla_margin_pct=5.0, final_margin_pct=5.0, final_margin_ci=0.0, context=False,
     context_max_qps=1e6, history_max_trials=100, min_trials=2, stop_ei_pct=0.0, safe_delta=0.0, safe_radius=0.2,
     safe_model_error=0.0, safe_sd_scale=1.0, latency_metric="log", window_mode="fixed", window_ci_pct=5.0,
-    window_min_s=2.0, window_guard=True, settle_guard=True, refit_every=1, hyper_iters=0, peak_step=False,
-    hold_max_p=0.0, acquisition="ax", refine_step=False, peak_first=False, break_step=False,
+    window_min_s=2.0, window_guard=True, settle_guard=True, step_down=True, refit_every=1, hyper_iters=0,
+    peak_step=False, hold_max_p=0.0, acquisition="ax", refine_step=False, peak_first=False, break_step=False,
 )  # fmt: skip
 #: The old `warm` preset's fields over the old defaults: what `tuner replay` and the daemon ran.
 WARM = {
