@@ -77,18 +77,13 @@ class SafeExploration:
         n = model.init_budget()
         t = acquisition.next_line_t(tried, 1.0 / max(n - 1, 1))
         cell = model.cell_at(acquisition.line_point(t))
-        # the line has found its end once it turns back (to the midpoint of its two farthest points) or has
-        # nothing new to measure: from there walk down in frequency from its cheapest point within the limit
-        farthest = max((e[0] for e in tried if e[1]), default=0.0)
-        repeat = cell in self._cells_since(start)
-        ended = repeat or t < farthest
-        down = self._step_down(start, limit) if self.settings.step_down and ended else None
-        if down is not None:
+        repeat = self.settings.step_down and cell in self._cells_since(start)
+        down = self._step_down(start, limit) if repeat else None
+        if down is not None:  # the line has nothing new here: walk down in frequency from its cheapest point
             base, cell = down
-            why = "was measured already" if repeat else "turns back from its farthest point"
             note = (
-                f"safe start (no model yet): the line's next step, t={t:.3f}, {why}; one frequency step down "
-                f"from {model.grid_point(base)}, measured within the limit"
+                f"safe start (no model yet): the line's next step, t={t:.3f}, was measured already; one frequency "
+                f"step down from {model.grid_point(base)}, measured within the limit"
             )
             return Pending(model.grid_point(cell), 0.0, model.attach(cell, book.load), book.load, None, note)
         ax_index = model.attach(cell, book.load)

@@ -357,8 +357,8 @@ TUNER_TABLE: tuple[Setting, ...] = (
         "step_down",
         bool,
         True,
-        "safe start: once the safe line has found its end (its next step turns back or was measured already), step "
-        "the frequency down from the cheapest point measured within the limit",
+        "safe start: once the safe line's next step is a cell measured already, step the frequency down from the "
+        "cheapest point measured within the limit instead",
     ),
     Setting(
         "settle_guard",
