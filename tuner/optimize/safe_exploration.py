@@ -116,11 +116,11 @@ class SafeExploration:
             ratio = r.measurement.percentile(pct) / limit
             if ratio <= 1.0:
                 met.append((cell, float(r.measurement.power_w), ratio))
-        cell = monotone.step_down(met, tried, self.model.space.dvfs_ghz, STEP_DOWN_HEADROOM)
-        if cell is None:
+        down = monotone.step_down(met, tried, self.model.space.dvfs_ghz, STEP_DOWN_HEADROOM)
+        if down is None:
             return None
-        base = min((m for m in met if m[0] == (cell[0], cell[1] + 1)), key=lambda m: m[1])[0]
-        return base, cell
+        base = min((m for m in met if m[0] == (down[0], down[1] + 1)), key=lambda m: m[1])[0]
+        return base, down
 
     # -- with the model: vet Ax's proposal, or choose
     def filter(self, pend: Pending | None) -> Pending:
