@@ -218,14 +218,19 @@ def settings_of(args: Any, doc: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _page(doc: dict[str, Any], args: Any, title: str, figure: str, by: str, axis: str, note: str) -> Report:
+    """A zoo page of `doc` (titled `title`) headed by its ratio figure (`figure`, `note`): one point per run on the
+    x axis `axis`, the run's field `by`."""
+    page = Report(title, command=doc["command"], settings=settings_of(args, doc))
+    page.figure(figure, ratio_figure(doc["runs"], lambda r: r[by], axis), note=note)
+    return page
+
+
 def generalisation_page(doc: dict[str, Any], args: Any) -> Report:
     """The page of bench/generalisation.py's JSON `doc`."""
-    page = Report("Generalisation on the zoo", command=doc["command"], settings=settings_of(args, doc))
-    page.figure(
-        "Ratio to the per-window oracle per member and SLA",
-        ratio_figure(doc["runs"], lambda r: r["trace"], "member"),
-        note="One point per run (seed); dashed lines: the median and worst targets of the SLA.",
-    )
+    note = "One point per run (seed); dashed lines: the median and worst targets of the SLA."
+    figure = "Ratio to the per-window oracle per member and SLA"
+    page = _page(doc, args, "Generalisation on the zoo", figure, "trace", "member", note)
     _common(page, doc)
     rows: list[list[Cell]] = []
     for half, groups in doc["halves"].items():
@@ -243,12 +248,9 @@ def generalisation_page(doc: dict[str, Any], args: Any) -> Report:
 
 def ablation_page(doc: dict[str, Any], args: Any) -> Report:
     """The page of bench/ablation.py's JSON `doc`."""
-    page = Report("Ablation on the zoo", command=doc["command"], settings=settings_of(args, doc))
-    page.figure(
-        "Ratio to the per-window oracle per preset and SLA",
-        ratio_figure(doc["runs"], lambda r: r["variant"], "preset (feature off)"),
-        note="One point per run (member, seed); warm is the default; dashed lines: the SLA's targets.",
-    )
+    note = "One point per run (member, seed); warm is the default; dashed lines: the SLA's targets."
+    figure = "Ratio to the per-window oracle per preset and SLA"
+    page = _page(doc, args, "Ablation on the zoo", figure, "variant", "preset (feature off)", note)
     cols = ["preset", "runs", "median x oracle", "worst x oracle", "change vs warm (median)"]
     cols += ["change vs warm (worst)", "runs worse than warm", "trials / retune", "worst above SLA (%)"]
     cols += ["sig. violating windows"]

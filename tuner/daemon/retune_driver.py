@@ -295,7 +295,7 @@ class RetuneDriver:
         from tuner.optimize.windowing import guarded_settle, settle_guard_policy
 
         t = self.ctx.config.tuning
-        guard = settle_guard_policy(t, self.trial_window_policy()) if t.window_mode == "adaptive" else None
+        guard = settle_guard_policy(t, self.trial_window_policy())  # None unless the window is adaptive and guarded
         return guarded_settle(lambda s: self.ctx.measure(s)[0], t.settle_s, guard)
 
     def _measure_trial(self) -> tuple[Measurement, float]:

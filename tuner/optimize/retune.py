@@ -70,8 +70,9 @@ def run_retune(
     starts with why the model could not hold.
 
     Each trial: apply point -> settle for `settle_s` (measured, so its energy is counted; with `settle_guard` its
-    second half ends the trial if clearly over the SLA, `windowing.guarded_settle`) -> measure `window_s` -> report. A host exception marks that trial failed in Ax and the retune goes on. The decision
-    is applied at the end; if applying it fails, `HostError` is raised.
+    second half ends the trial if clearly over the SLA, `windowing.guarded_settle`) -> measure `window_s` ->
+    report. A host exception marks that trial failed in Ax and the retune goes on. The decision is applied at the
+    end; if applying it fails, `HostError` is raised.
     """
     try:
         qps = float(host.offered_qps())

@@ -77,8 +77,8 @@ class SafeExploration:
         n = model.init_budget()
         t = acquisition.next_line_t(tried, 1.0 / max(n - 1, 1))
         cell = model.cell_at(acquisition.line_point(t))
-        repeat = self.settings.step_down and cell in self._cells_since(start)
-        down = self._step_down(start, limit) if repeat else None
+        seen = self._cells_since(start) if self.settings.step_down else set()
+        down = self._step_down(start, limit, seen) if cell in seen else None
         if down is not None:  # the line has nothing new here: walk down in frequency from its cheapest point
             base, cell = down
             note = (
@@ -101,21 +101,19 @@ class SafeExploration:
             if i >= start and r.status == STATUS_COMPLETED and r.measurement is not None
         }
 
-    def _step_down(self, start: int, limit: float) -> tuple[Cell, Cell] | None:
-        """(base, cell) of `monotone.step_down` over the completed trials numbered `start` or later; None when no
-        base qualifies."""
+    def _step_down(self, start: int, limit: float, tried: set[Cell]) -> tuple[Cell, Cell] | None:
+        """(base, cell) of `monotone.step_down` over the completed trials numbered `start` or later (`tried`: their
+        cells, `_cells_since`); None when no base qualifies."""
         from tuner.optimize import monotone
 
         pct = self.model.objective.percentile
-        met, tried = [], set()
+        met = []
         for i, r in self.book.records.items():
             if i < start or r.status != STATUS_COMPLETED or r.measurement is None:
                 continue
-            cell = self.model.cell_of(r.point)
-            tried.add(cell)
             ratio = r.measurement.percentile(pct) / limit
             if ratio <= 1.0:
-                met.append((cell, float(r.measurement.power_w), ratio))
+                met.append((self.model.cell_of(r.point), float(r.measurement.power_w), ratio))
         down = monotone.step_down(met, tried, self.model.space.dvfs_ghz, STEP_DOWN_HEADROOM)
         if down is None:
             return None
