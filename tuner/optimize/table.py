@@ -255,7 +255,7 @@ TUNER_TABLE: tuple[Setting, ...] = (
     Setting("min_trials", int, 2, "trials per retune before the stopping rule may end it", low=1, high=1000),
     _p(
         "stop_ei_pct",
-        1.0,
+        0.5,
         "end a retune when one more trial's expected improvement < this % of the best power",
         "a percentage in [0, 100) (0 = off)",
         100,

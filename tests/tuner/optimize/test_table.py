@@ -25,7 +25,7 @@ COLD = dict(
 WARM = {
     **COLD,
     **dict(
-        context=True, stop_ei_pct=1.0, safe_delta=0.05, window_mode="adaptive", itr_resolution_us=16,
+        context=True, stop_ei_pct=0.5, safe_delta=0.05, window_mode="adaptive", itr_resolution_us=16,
         safe_sd_scale=2.0, peak_step=True, acquisition="cei",
     ),
 }  # fmt: skip

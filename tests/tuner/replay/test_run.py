@@ -123,7 +123,7 @@ def test_cli_short_replay_writes_report(tmp_path: Path, capsys: pytest.CaptureFi
     # windows, holding from the model -- so at most the 3 trials per window, at least min_trials (2) in a window that
     # retunes (the first does: nothing is measured yet), none in one it holds
     assert s["settings"]["context"] is True and s["settings"]["window_mode"] == "adaptive"
-    assert s["settings"]["safe_delta"] == 0.05 and s["settings"]["stop_ei_pct"] == 1.0
+    assert s["settings"]["safe_delta"] == 0.05 and s["settings"]["stop_ei_pct"] == 0.5
     tuner = s["policies"]["tuner"]
     assert 2 * (3 - tuner["held_windows"]) <= tuner["trials"] <= 3 * (3 - tuner["held_windows"])
     rows = list(csv.DictReader((out / "windows.csv").open()))
