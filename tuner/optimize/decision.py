@@ -38,8 +38,9 @@ def best_decision(
 
     A trial whose settle read over the SLA (`settle_within`) never counts as meeting it. With `sla_check="ci"`
     (default) a trial meets the SLA when the upper end of its percentile's 95 % CI does; if no trial does but some
-    have their point estimate within the SLA, the best of those is taken (and the reason says so). "Safest" = lowest measured percentile (ties: lower power). With no completed
-    trial at all, the host's safe corner (lowest ITR, highest frequency) is returned, `measurement=None`.
+    have their point estimate within the SLA, the best of those is taken (and the reason says so). "Safest" =
+    lowest measured percentile (ties: lower power). With no completed trial at all, the host's safe corner (lowest
+    ITR, highest frequency) is returned, `measurement=None`.
     """
     done = [r for r in retune_trials if r.status == STATUS_COMPLETED and r.measurement is not None]
     obj = objective
@@ -93,8 +94,7 @@ def settle_within(r: TrialRecord, objective: Objective) -> bool:
     m = r.settle
     if m is None or objective.percentile not in m.latency_us:
         return True
-    v = m.percentile(objective.percentile)
-    return not math.isfinite(v) or v <= objective.sla_us
+    return not math.isfinite(m.percentile(objective.percentile)) or objective.met(m)
 
 
 def exploration_settings(settings: TunerSettings) -> TunerSettings:

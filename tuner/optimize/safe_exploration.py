@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from actuators.host import Measurement
 from tuner.optimize.axsetup import no_warnings
 from tuner.optimize.decision import best_decision, exploration_settings
 from tuner.optimize.experiment import ExperimentModel, GridPrediction
@@ -93,13 +94,17 @@ class SafeExploration:
         )
         return Pending(model.grid_point(cell), 0.0, ax_index, book.load, None, note, t)
 
-    def _cells_since(self, start: int) -> set[Cell]:
-        """The cells of the completed trials numbered `start` or later."""
-        return {
-            self.model.cell_of(r.point)
+    def _measured_since(self, start: int) -> list[tuple[Cell, Measurement]]:
+        """(cell, measurement) of each completed trial numbered `start` or later."""
+        return [
+            (self.model.cell_of(r.point), r.measurement)
             for i, r in self.book.records.items()
             if i >= start and r.status == STATUS_COMPLETED and r.measurement is not None
-        }
+        ]
+
+    def _cells_since(self, start: int) -> set[Cell]:
+        """The cells of the completed trials numbered `start` or later."""
+        return {cell for cell, _ in self._measured_since(start)}
 
     def _step_down(self, start: int, limit: float, tried: set[Cell]) -> tuple[Cell, Cell] | None:
         """(base, cell) of `monotone.step_down` over the completed trials numbered `start` or later (`tried`: their
@@ -108,12 +113,10 @@ class SafeExploration:
 
         pct = self.model.objective.percentile
         met = []
-        for i, r in self.book.records.items():
-            if i < start or r.status != STATUS_COMPLETED or r.measurement is None:
-                continue
-            ratio = r.measurement.percentile(pct) / limit
+        for cell, m in self._measured_since(start):
+            ratio = m.percentile(pct) / limit
             if ratio <= 1.0:
-                met.append((self.model.cell_of(r.point), float(r.measurement.power_w), ratio))
+                met.append((cell, float(m.power_w), ratio))
         down = monotone.step_down(met, tried, self.model.space.dvfs_ghz, STEP_DOWN_HEADROOM)
         if down is None:
             return None
