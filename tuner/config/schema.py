@@ -62,6 +62,7 @@ class TuningConfig:
     min_trials: int = _T["min_trials"].daemon_value
     stop_ei_pct: float = _T["stop_ei_pct"].daemon_value
     safe_delta: float = _T["safe_delta"].daemon_value
+    safe_limit_delta: float = _T["safe_limit_delta"].daemon_value
     safe_radius: float = _T["safe_radius"].daemon_value
     safe_model_error: float = _T["safe_model_error"].daemon_value
     safe_sd_scale: float = _T["safe_sd_scale"].daemon_value

@@ -326,15 +326,15 @@ class ExperimentModel:
         return met_limit_us(self.objective.sla_us, self.settings)
 
     def unsafe(self, pv: Any, p_unmet: Any) -> Any:
-        """The safety gate's verdict per cell: P(SLA broken) > δ or P(over the limit `best` applies) > δ (trying a
-        point `best` could never take only costs), as `grid_model` computes them (`safe_sd_scale`,
-        `safe_model_error`); all False with `safe_delta` 0."""
+        """The safety gate's verdict per cell: P(SLA broken) > δ (`safe_delta`) or P(over the limit `best` applies)
+        > `safe_limit_delta` (trying a point `best` could never take only costs), as `grid_model` computes them
+        (`safe_sd_scale`, `safe_model_error`); all False with `safe_delta` 0."""
         import numpy as np
 
         delta = self.settings.safe_delta
         if delta <= 0:
             return np.zeros(np.shape(pv), dtype=bool)
-        return (pv > delta) | (p_unmet > delta)
+        return (pv > delta) | (p_unmet > self.settings.safe_limit_delta)
 
     def acquire(self, cells: Sequence[Cell], allowed: Any, load: float | None) -> int | None:
         """Index (into `cells`) of the allowed cell where Ax's own acquisition function is largest at `load`

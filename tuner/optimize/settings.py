@@ -108,6 +108,7 @@ class TunerSettings:
     min_trials: int = _D["min_trials"]
     stop_ei_pct: float = _D["stop_ei_pct"]
     safe_delta: float = _D["safe_delta"]
+    safe_limit_delta: float = _D["safe_limit_delta"]
     safe_radius: float = _D["safe_radius"]
     safe_model_error: float = _D["safe_model_error"]
     safe_sd_scale: float = _D["safe_sd_scale"]

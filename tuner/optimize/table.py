@@ -265,11 +265,18 @@ TUNER_TABLE: tuple[Setting, ...] = (
     _p(
         "safe_delta",
         0.05,
-        "safe exploration: skip points whose modelled P(percentile > the limit) exceeds this",
+        "safe exploration: skip points whose modelled P(percentile > SLA) exceeds this",
         "a probability in [0, 1) (0 = off)",
         1,
         high_open=True,
         cold=0.0,
+    ),
+    _p(
+        "safe_limit_delta",
+        0.05,
+        "with safe_delta: also skip points whose modelled P(percentile > the final choice's limit) exceeds this",
+        "a probability in [0, 1] (1 = P(SLA broken) alone gates)",
+        1,
     ),
     _p(
         "safe_radius",

@@ -84,7 +84,7 @@ def test_no_prediction_in_the_sobol_phase_then_one_per_cell_with_the_gate_verdic
     assert grid["cells"] == model.grid() and all(np.shape(grid[k]) == (n,) for k in ("mu", "power", "unsafe"))
     pv, p_unmet = grid["p_violation"], grid["p_unmet"]
     assert ((pv >= 0) & (pv <= 1)).all() and ((p_unmet >= 0) & (p_unmet <= 1)).all()
-    np.testing.assert_array_equal(grid["unsafe"], (pv > 0.1) | (p_unmet > 0.1))
+    np.testing.assert_array_equal(grid["unsafe"], (pv > 0.1) | (p_unmet > model.settings.safe_limit_delta))
     # a cell asked alone gets the same answer as in the whole grid
     k = model.grid().index(SPREAD[0])
     one = model.grid_model(None, refit=False, cells=[SPREAD[0]])
@@ -96,6 +96,16 @@ def test_the_gate_passes_everything_without_safe_exploration() -> None:
     assert not model.unsafe(np.array([0.0, 0.9]), np.array([1.0, 1.0])).any()
     gated = ExperimentModel(SPACE, OBJ, _settings(safe_delta=0.1))
     assert gated.unsafe(np.array([0.05, 0.2, 0.05]), np.array([0.05, 0.05, 0.2])).tolist() == [False, True, True]
+
+
+def test_the_limit_test_of_the_gate_has_its_own_threshold() -> None:
+    pv, p_unmet = np.array([0.01, 0.01, 0.2, 0.01]), np.array([0.04, 0.3, 0.01, 0.6])
+    same = ExperimentModel(SPACE, OBJ, _settings(safe_delta=0.05))
+    assert same.unsafe(pv, p_unmet).tolist() == [False, True, True, True]
+    loose = ExperimentModel(SPACE, OBJ, _settings(safe_delta=0.05, safe_limit_delta=0.5))
+    assert loose.unsafe(pv, p_unmet).tolist() == [False, False, True, True]
+    sla_only = ExperimentModel(SPACE, OBJ, _settings(safe_delta=0.05, safe_limit_delta=1.0))
+    assert sla_only.unsafe(pv, p_unmet).tolist() == [False, False, True, False]
 
 
 def test_prune_rebuilds_the_experiment_from_the_newest_trials_past_the_bound() -> None:
