@@ -1,8 +1,8 @@
-"""The optimiser's safety filter (`TunerSettings.safe_delta` > 0): it vets every point before it is tried. A
-safe start on a line from the safe corner while there is no model, then Ax's proposal only if the model's
-P(SLA broken) and P(over the limit `best` applies) are within δ (`ExperimentModel.grid_model`'s gate) and it is
-near evidence measured within the limit (`acquisition.supported`) and not next to a point measured over the SLA
-(`acquisition.vetoed`); otherwise the allowed grid point of largest constrained expected improvement. It reads
+"""The optimiser's safety filter (`TunerSettings.safe_delta` > 0): it vets every point before it is tried. A safe start
+on a line from the safe corner while there is no model, then Ax's proposal only if the model's P(SLA broken) is
+within δ and its P(over the limit `best` applies) within `safe_limit_delta` (`ExperimentModel.unsafe`, the gate) and
+it is near evidence measured within the limit (`acquisition.supported`) and not next to a point measured over the
+SLA (`acquisition.vetoed`); otherwise the allowed grid point of largest constrained expected improvement. It reads
 the model's predictions and the trial books; it decides, the facade (`optimizer.Optimizer`) books."""
 
 from __future__ import annotations
