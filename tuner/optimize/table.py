@@ -275,8 +275,9 @@ TUNER_TABLE: tuple[Setting, ...] = (
         "safe_limit_delta",
         0.05,
         "with safe_delta: also skip points whose modelled P(percentile > the final choice's limit) exceeds this",
-        "a probability in [0, 1] (1 = P(SLA broken) alone gates)",
+        "a probability in (0, 1] (1 = P(SLA broken) alone gates)",
         1,
+        low_open=True,
     ),
     _p(
         "safe_radius",

@@ -80,6 +80,9 @@ def test_texts_of_bounds_choices_and_flags() -> None:
     assert rows["context_max_qps"].expected == "a value > 0"
     assert rows["safe_delta"].problem(1.0) == "expected a probability in [0, 1) (0 = off)"
     assert rows["safe_delta"].problem(0) is None and rows["trials"].problem(True) == "expected an integer"
+    # 0 here would not turn the limit test off (1 does): it would refuse every point the model is not certain of
+    assert rows["safe_limit_delta"].problem(0) == "expected a probability in (0, 1] (1 = P(SLA broken) alone gates)"
+    assert rows["safe_limit_delta"].problem(1) is None
     assert rows["settle_s"].cli_flag == "--settle" and rows["itr_resolution_us"].cli_dest == "itr_resolution"
     assert rows["safe_delta"].from_flag("0.1", "--safe-delta") == 0.1
     with pytest.raises(TunerError, match=r"^--safe-delta '2': expected a probability in \[0, 1\)"):
