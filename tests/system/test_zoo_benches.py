@@ -145,3 +145,20 @@ def _drawn(html: Path, page: Page, tmp_path: Path, points: int) -> None:
     dom = dump_dom(binary, html, tmp_path / "profile")
     assert set(DrawnPlots(dom).svgs) == set(page.plot_divs) and all(DrawnPlots(dom).svgs.values())
     assert dom.count('class="box"') >= 1 and dom.count('class="point"') == points
+
+
+def test_margin_cost_pairs_the_oracle_at_the_limit_with_the_oracle_at_the_sla(capsys):
+    doc = _run("margin_cost", capsys, "--members", "ebbrt-sample", "--seeds", "1", "--slas", "99:500", "--hours", "1")
+    (r,) = doc["runs"]
+    assert (r["member"], r["sla"], r["limit_us"]) == ("ebbrt-sample", "99:500", 475.0)
+    # a limit 5 % tighter holds a point at least as fast, so at least as dear
+    assert r["limit_oracle_j"] > r["oracle_j"] > 0
+    assert r["ratio"] == r["limit_oracle_j"] / r["oracle_j"]
+    assert doc["summary"]["halves"]["tuning 99:500"]["median"] == r["ratio"]
+    assert doc["engine"] == "serial" and doc["margin_pct"] == 5.0
+
+
+def test_margin_cost_refuses_a_margin_outside_0_to_100_in_one_line(capsys):
+    assert _bench("margin_cost").main(["--members", "ebbrt-sample", "--margin-pct", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--margin-pct 0: expected a percentage in (0, 100)" in err

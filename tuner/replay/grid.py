@@ -217,7 +217,8 @@ def oracle_memo(trace: TraceSpec, percentile: float, sla_us: float, plant: str =
 
 def run_one(spec: RunSpec, memo: dict[tuple, Any] | None = None) -> dict[str, Any]:
     """Replay `spec`; a JSON-able record: the spec's key, every window's energy and point per policy, the
-    tuner's summary, and the wall time (the one field that differs between engines)."""
+    tuner's summary (each metric None when the spec's policies leave the tuner out), and the wall time (the one
+    field that differs between engines)."""
     from tuner.hosts import make_host
     from tuner.optimize.optimizer import Objective, TunerSettings
     from tuner.replay.run import preset_settings, replay
@@ -237,7 +238,8 @@ def run_one(spec: RunSpec, memo: dict[tuple, Any] | None = None) -> dict[str, An
             host_label="sim",
             oracle_memo=memo,
         )
-    summary = policy_summary(res, "tuner")
+    tuner = res.policies.get("tuner")
+    summary = policy_summary(res, "tuner") if tuner is not None else {}  # a grid of baselines only: no summary
     return {
         **spec.key(),
         "windows": {
@@ -254,7 +256,7 @@ def run_one(spec: RunSpec, memo: dict[tuple, Any] | None = None) -> dict[str, An
             ]
             for policy, pr in res.policies.items()
         },
-        "trial_points": [[t.point.itr_us, t.point.dvfs_ghz] for t in res.policies["tuner"].trials],
+        "trial_points": [[t.point.itr_us, t.point.dvfs_ghz] for t in tuner.trials] if tuner is not None else [],
         "summary": {k: summary.get(k) for k in METRICS},
         "wall_s": time.perf_counter() - t0,
     }

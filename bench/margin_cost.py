@@ -1,0 +1,140 @@
+"""What the tuner's own margin costs on the zoo: the per-window oracle at the limit the tuner holds to (the SLA less
+`sla_margin_pct`, 5 % by default) over the per-window oracle at the SLA, per member x seed x SLA, through the replay
+grid (Ray tasks on the cluster at --address, serially otherwise). Prints one JSON document.
+
+The ratio targets compare the tuner with the oracle at the SLA; a tuner that knew the plant exactly, explored for
+free and kept the margin would still sit at this ratio. Dividing a run's ratio by it (`tuner_over_limit_oracle`
+in docs/optimizer-final-choice.md) leaves what exploration, model error and the held points' CI cost.
+
+    .venv/bin/python bench/margin_cost.py --half tuning --seeds 4 --every 3 --hours 24 --engine ray
+    .venv/bin/python bench/margin_cost.py --half test --seeds 5 --every 3 --hours 24 --engine ray
+    .venv/bin/python bench/margin_cost.py --members bundled --seeds 1 --slas 99:200 --hours 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from core.errors import TunerError  # noqa: E402
+from tuner.replay import grid as g  # noqa: E402
+from tuner.replay import zoo  # noqa: E402
+from tuner.replay import zoo_cells as zc  # noqa: E402
+
+
+def specs(args: argparse.Namespace, members: list[zoo.Member]) -> list[g.RunSpec]:
+    """Two oracle-only runs per member x seed x SLA: at the SLA (variant "sla") and at the limit ("limit")."""
+    from bench.generalisation import parse_slas
+
+    if args.seeds < 1:
+        raise TunerError(f"--seeds {args.seeds}: expected at least 1")
+    if not 0 < args.margin_pct < 100:
+        raise TunerError(f"--margin-pct {args.margin_pct:g}: expected a percentage in (0, 100)")
+    out = []
+    for m in members:
+        trace = zc.member_trace(m, hours=args.hours, start_hour=args.start_hour, every=args.every)
+        for seed in range(args.seed0, args.seed0 + args.seeds):
+            for pct, sla in parse_slas(args.slas):
+                for variant, at in (("sla", sla), ("limit", sla * (1 - args.margin_pct / 100))):
+                    out.append(g.RunSpec(trace, seed, pct, at, variant=variant, policies=("oracle",), plant=m.plant))
+    return out
+
+
+def pairs(runs: list[dict[str, Any]], margin_pct: float) -> list[dict[str, Any]]:
+    """Per member x seed x SLA: both oracles' energy and the limit's over the SLA's."""
+    energy = {
+        (r["trace"], r["seed"], r["percentile"], r["sla_us"], r["variant"]): sum(
+            w["energy_j"] for w in r["windows"]["oracle"]
+        )
+        for r in runs
+    }
+    out = []
+    for (member, seed, pct, sla, variant), e_sla in sorted(energy.items()):
+        if variant != "sla":
+            continue
+        limit = sla * (1 - margin_pct / 100)
+        e_limit = energy[(member, seed, pct, limit, "limit")]
+        out.append(
+            {
+                "member": member,
+                "seed": seed,
+                "sla": f"{pct:g}:{sla:g}",
+                "limit_us": limit,
+                "oracle_j": e_sla,
+                "limit_oracle_j": e_limit,
+                "ratio": e_limit / e_sla,
+            }
+        )
+    return out
+
+
+def summary(rows: list[dict[str, Any]], half_of: dict[str, str]) -> dict[str, Any]:
+    """Median, min and max of the ratio per half and SLA, and per member and SLA."""
+    groups: dict[str, dict[str, list[float]]] = {"halves": {}, "members": {}}
+    for r in rows:
+        groups["halves"].setdefault(f"{half_of[r['member']]} {r['sla']}", []).append(r["ratio"])
+        groups["members"].setdefault(f"{r['member']} {r['sla']}", []).append(r["ratio"])
+    return {
+        kind: {
+            k: {"runs": len(v), "median": statistics.median(v), "min": min(v), "max": max(v)}
+            for k, v in sorted(by.items())
+        }
+        for kind, by in groups.items()
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bench.generalisation import HALVES, chosen_members
+    from tuner.optimize.settings import TunerSettings
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--half", default="both", choices=HALVES, help="which half of the zoo (default %(default)s)")
+    ap.add_argument("--members", default="", help="comma list of zoo members (default: the half's)")
+    ap.add_argument("--seeds", type=int, default=4, help="seeds per member (default %(default)s)")
+    ap.add_argument("--seed0", type=int, default=0)
+    ap.add_argument("--slas", default=",".join(f"{p:g}:{u:g}" for p, u in zc.DEFAULT_SLAS))
+    ap.add_argument(
+        "--margin-pct",
+        type=float,
+        default=TunerSettings().sla_margin_pct,
+        help="the tuner's margin, %% (default: the tuner's sla_margin_pct, %(default)s)",
+    )
+    ap.add_argument("--hours", type=float, default=None, help="hours of each member's day (default all)")
+    ap.add_argument("--start-hour", type=int, default=0)
+    ap.add_argument("--every", type=int, default=1, help="every N-th window of the day (default 1)")
+    ap.add_argument("--engine", default="", choices=("", *g.ENGINES), help="default: ray with --address, else serial")
+    ap.add_argument("--address", default=None, help="Ray cluster address")
+    ap.add_argument("--num-cpus", type=int, default=2, help="CPUs of a local Ray (--engine ray without --address)")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    try:
+        members = chosen_members(args)
+        engine = args.engine or ("ray" if args.address else "serial")
+        report = g.run_grid(specs(args, members), engine=engine, address=args.address, num_cpus=args.num_cpus)
+    except TunerError as exc:
+        print(f"bench/margin_cost.py: {exc}", file=sys.stderr)
+        return 2
+    rows = pairs(report.runs, args.margin_pct)
+    out = {
+        "command": " ".join(["bench/margin_cost.py", *(sys.argv[1:] if argv is None else argv)]),
+        "members": [{"name": m.name, "plant": m.plant, "day": m.day, "half": m.half} for m in members],
+        "margin_pct": args.margin_pct,
+        "engine": report.engine,
+        "wall_s": time.perf_counter() - t0,
+        "summary": summary(rows, {m.name: m.half for m in members}),
+        "runs": rows,
+    }
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
