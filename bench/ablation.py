@@ -29,7 +29,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.generalisation import add_arguments, compact, run_zoo  # noqa: E402
+from bench.generalisation import add_arguments, compact, run_zoo, seed_range  # noqa: E402
 from core.errors import TunerError  # noqa: E402
 from tuner.replay import zoo_cells as zc  # noqa: E402
 
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     out = {
         "command": " ".join(["bench/ablation.py", *(sys.argv[1:] if argv is None else argv)]),
         "members": [m.name for m in members],
-        "seeds": list(range(args.seed0, args.seed0 + args.seeds)),
+        "seeds": list(seed_range(args)),
         "slas": args.slas,
         "hours": args.hours,
         "every": args.every,

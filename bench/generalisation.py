@@ -36,8 +36,9 @@ from tuner.replay import zoo_cells as zc  # noqa: E402
 HALVES = ("test", "tuning", "both")
 
 
-def add_arguments(ap: argparse.ArgumentParser, *, half: str = "both", seeds: int = 10, slas: str = "") -> None:
-    """The zoo run's flags (the ablation benchmark takes the same)."""
+def add_zoo_arguments(ap: argparse.ArgumentParser, *, half: str = "both", seeds: int = 10, slas: str = "") -> None:
+    """Which runs of the zoo and where they run: members, seeds, SLAs, the part of each day, the engine (the zoo
+    benchmarks' common flags; `engine_of`, `seed_range`)."""
     ap.add_argument("--half", default=half, choices=HALVES, help="which half of the zoo (default %(default)s)")
     ap.add_argument("--members", default="", help="comma list of zoo members (default: the half's)")
     ap.add_argument("--seeds", type=int, default=seeds, help="seeds per cell (default %(default)s)")
@@ -46,6 +47,14 @@ def add_arguments(ap: argparse.ArgumentParser, *, half: str = "both", seeds: int
     ap.add_argument("--hours", type=float, default=None, help="hours of each member's day (default all)")
     ap.add_argument("--start-hour", type=int, default=0)
     ap.add_argument("--every", type=int, default=1, help="every N-th window of the day (default 1)")
+    ap.add_argument("--engine", default="", choices=("", *g.ENGINES), help="default: ray with --address, else serial")
+    ap.add_argument("--address", default=None, help="Ray cluster address")
+    ap.add_argument("--num-cpus", type=int, default=2, help="CPUs of a local Ray (--engine ray without --address)")
+
+
+def add_arguments(ap: argparse.ArgumentParser, *, half: str = "both", seeds: int = 10, slas: str = "") -> None:
+    """The zoo run's flags (the ablation benchmark takes the same)."""
+    add_zoo_arguments(ap, half=half, seeds=seeds, slas=slas)
     ap.add_argument(
         "--days",
         type=int,
@@ -53,10 +62,19 @@ def add_arguments(ap: argparse.ArgumentParser, *, half: str = "both", seeds: int
         help="the hours of each of a member's first N days (default: --hours from the start of its first day)",
     )
     ap.add_argument("--trials", type=int, default=30)
-    ap.add_argument("--engine", default="", choices=("", *g.ENGINES), help="default: ray with --address, else serial")
-    ap.add_argument("--address", default=None, help="Ray cluster address")
-    ap.add_argument("--num-cpus", type=int, default=2, help="CPUs of a local Ray (--engine ray without --address)")
     ap.add_argument("--html", default=None, metavar="PATH", help="also write a self-contained page there")
+
+
+def engine_of(args: argparse.Namespace) -> str:
+    """--engine, or by default Ray with --address and serial without."""
+    return str(args.engine or ("ray" if args.address else "serial"))
+
+
+def seed_range(args: argparse.Namespace) -> range:
+    """--seed0 .. --seed0 + --seeds - 1; TunerError when --seeds is below 1."""
+    if args.seeds < 1:
+        raise TunerError(f"--seeds {args.seeds}: expected at least 1")
+    return range(args.seed0, args.seed0 + args.seeds)
 
 
 def chosen_members(args: argparse.Namespace) -> list[zoo.Member]:
@@ -74,15 +92,14 @@ def parse_slas(text: str) -> list[tuple[float, float]]:
 
 def run_zoo(args: argparse.Namespace, variants: list[str]) -> tuple[list[zoo.Member], Any]:
     """The members' runs on the grid for `variants`; (members, `GridReport`)."""
-    if args.seeds < 1:
-        raise TunerError(f"--seeds {args.seeds}: expected at least 1")
+    seeds = seed_range(args)
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         raise TunerError(f"variants {', '.join(unknown)}: expected some of {', '.join(VARIANTS)}")
     members = chosen_members(args)
     specs = zc.member_specs(
         members,
-        range(args.seed0, args.seed0 + args.seeds),
+        seeds,
         parse_slas(args.slas),
         [(v, *VARIANTS[v]) for v in variants],
         hours=args.hours,
@@ -91,8 +108,7 @@ def run_zoo(args: argparse.Namespace, variants: list[str]) -> tuple[list[zoo.Mem
         trials=args.trials,
         days=args.days,
     )
-    engine = args.engine or ("ray" if args.address else "serial")
-    return members, g.run_grid(specs, engine=engine, address=args.address, num_cpus=args.num_cpus)
+    return members, g.run_grid(specs, engine=engine_of(args), address=args.address, num_cpus=args.num_cpus)
 
 
 def halves(members: list[zoo.Member], cells: list[dict[str, Any]]) -> dict[str, Any]:
@@ -128,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     out = {
         "command": " ".join(["bench/generalisation.py", *(sys.argv[1:] if argv is None else argv)]),
         "members": [{"name": m.name, "plant": m.plant, "day": m.day, "half": m.half} for m in members],
-        "seeds": list(range(args.seed0, args.seed0 + args.seeds)),
+        "seeds": list(seed_range(args)),
         "slas": args.slas,
         "hours": args.hours,
         "start_hour": args.start_hour,

@@ -3,8 +3,8 @@
 grid (Ray tasks on the cluster at --address, serially otherwise). Prints one JSON document.
 
 The ratio targets compare the tuner with the oracle at the SLA; a tuner that knew the plant exactly, explored for
-free and kept the margin would still sit at this ratio. Dividing a run's ratio by it (`tuner_over_limit_oracle`
-in docs/optimizer-final-choice.md) leaves what exploration, model error and the held points' CI cost.
+free and kept the margin would still sit at this ratio. Dividing a run's ratio by it leaves what exploration, model
+error and the held points' CI cost (docs/optimizer-final-choice.md, "What the 5 % margin costs").
 
     .venv/bin/python bench/margin_cost.py --half tuning --seeds 4 --every 3 --hours 24 --engine ray
     .venv/bin/python bench/margin_cost.py --half test --seeds 5 --every 3 --hours 24 --engine ray
@@ -30,20 +30,26 @@ from tuner.replay import zoo  # noqa: E402
 from tuner.replay import zoo_cells as zc  # noqa: E402
 
 
+def limit_us(sla_us: float, margin_pct: float) -> float:
+    """The limit the tuner holds to at `sla_us` with `sla_margin_pct` = `margin_pct` (`settings.met_limit_us`)."""
+    from tuner.optimize.settings import TunerSettings, met_limit_us
+
+    return met_limit_us(sla_us, TunerSettings(sla_margin_pct=margin_pct))
+
+
 def specs(args: argparse.Namespace, members: list[zoo.Member]) -> list[g.RunSpec]:
     """Two oracle-only runs per member x seed x SLA: at the SLA (variant "sla") and at the limit ("limit")."""
-    from bench.generalisation import parse_slas
+    from bench.generalisation import parse_slas, seed_range
 
-    if args.seeds < 1:
-        raise TunerError(f"--seeds {args.seeds}: expected at least 1")
+    seeds = seed_range(args)
     if not 0 < args.margin_pct < 100:
         raise TunerError(f"--margin-pct {args.margin_pct:g}: expected a percentage in (0, 100)")
     out = []
     for m in members:
         trace = zc.member_trace(m, hours=args.hours, start_hour=args.start_hour, every=args.every)
-        for seed in range(args.seed0, args.seed0 + args.seeds):
+        for seed in seeds:
             for pct, sla in parse_slas(args.slas):
-                for variant, at in (("sla", sla), ("limit", sla * (1 - args.margin_pct / 100))):
+                for variant, at in (("sla", sla), ("limit", limit_us(sla, args.margin_pct))):
                     out.append(g.RunSpec(trace, seed, pct, at, variant=variant, policies=("oracle",), plant=m.plant))
     return out
 
@@ -60,7 +66,7 @@ def pairs(runs: list[dict[str, Any]], margin_pct: float) -> list[dict[str, Any]]
     for (member, seed, pct, sla, variant), e_sla in sorted(energy.items()):
         if variant != "sla":
             continue
-        limit = sla * (1 - margin_pct / 100)
+        limit = limit_us(sla, margin_pct)
         e_limit = energy[(member, seed, pct, limit, "limit")]
         out.append(
             {
@@ -92,33 +98,22 @@ def summary(rows: list[dict[str, Any]], half_of: dict[str, str]) -> dict[str, An
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.generalisation import HALVES, chosen_members
+    from bench.generalisation import add_zoo_arguments, chosen_members, engine_of
     from tuner.optimize.settings import TunerSettings
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--half", default="both", choices=HALVES, help="which half of the zoo (default %(default)s)")
-    ap.add_argument("--members", default="", help="comma list of zoo members (default: the half's)")
-    ap.add_argument("--seeds", type=int, default=4, help="seeds per member (default %(default)s)")
-    ap.add_argument("--seed0", type=int, default=0)
-    ap.add_argument("--slas", default=",".join(f"{p:g}:{u:g}" for p, u in zc.DEFAULT_SLAS))
+    add_zoo_arguments(ap, seeds=4)
     ap.add_argument(
         "--margin-pct",
         type=float,
         default=TunerSettings().sla_margin_pct,
         help="the tuner's margin, %% (default: the tuner's sla_margin_pct, %(default)s)",
     )
-    ap.add_argument("--hours", type=float, default=None, help="hours of each member's day (default all)")
-    ap.add_argument("--start-hour", type=int, default=0)
-    ap.add_argument("--every", type=int, default=1, help="every N-th window of the day (default 1)")
-    ap.add_argument("--engine", default="", choices=("", *g.ENGINES), help="default: ray with --address, else serial")
-    ap.add_argument("--address", default=None, help="Ray cluster address")
-    ap.add_argument("--num-cpus", type=int, default=2, help="CPUs of a local Ray (--engine ray without --address)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     try:
         members = chosen_members(args)
-        engine = args.engine or ("ray" if args.address else "serial")
-        report = g.run_grid(specs(args, members), engine=engine, address=args.address, num_cpus=args.num_cpus)
+        report = g.run_grid(specs(args, members), engine=engine_of(args), address=args.address, num_cpus=args.num_cpus)
     except TunerError as exc:
         print(f"bench/margin_cost.py: {exc}", file=sys.stderr)
         return 2

@@ -151,7 +151,7 @@ def test_margin_cost_pairs_the_oracle_at_the_limit_with_the_oracle_at_the_sla(ca
     doc = _run("margin_cost", capsys, "--members", "ebbrt-sample", "--seeds", "1", "--slas", "99:500", "--hours", "1")
     (r,) = doc["runs"]
     assert (r["member"], r["sla"], r["limit_us"]) == ("ebbrt-sample", "99:500", 475.0)
-    # a limit 5 % tighter holds a point at least as fast, so at least as dear
+    # a limit 5 % tighter holds a point at least as fast, so at least as dear (at this hour: dearer)
     assert r["limit_oracle_j"] > r["oracle_j"] > 0
     assert r["ratio"] == r["limit_oracle_j"] / r["oracle_j"]
     assert doc["summary"]["halves"]["tuning 99:500"]["median"] == r["ratio"]

@@ -171,8 +171,7 @@ def test_oracle_memo_for_gives_the_oracles_points_and_what_each_cost() -> None:
 
 
 def test_a_run_without_the_tuner_records_its_policies_windows_and_no_tuner_summary():
-    (spec,) = g.grid([NOON], [0], [(99, 500)], [("warm", "warm", {})])
-    run = g.run_one(g.RunSpec(spec.trace, 0, 99.0, 500.0, policies=("oracle",)))
+    run = g.run_one(g.RunSpec(NOON, 0, 99.0, 500.0, policies=("oracle",)))
     assert set(run["windows"]) == {"oracle"} and run["windows"]["oracle"][0]["energy_j"] > 0
     assert run["trial_points"] == [] and run["summary"] == dict.fromkeys(g.METRICS)
     (agg,) = g.aggregate([run])
