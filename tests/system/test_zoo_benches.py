@@ -162,3 +162,32 @@ def test_margin_cost_refuses_a_margin_outside_0_to_100_in_one_line(capsys):
     assert _bench("margin_cost").main(["--members", "ebbrt-sample", "--margin-pct", "0"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--margin-pct 0: expected a percentage in (0, 100)" in err
+
+
+def test_grid_floor_prices_the_itr_grid_and_the_margin_against_the_whole_itr_list(capsys):
+    doc = _run(
+        "grid_floor",
+        capsys,
+        "--members",
+        "ebbrt-sample,drift-spiky",
+        "--slas",
+        "99:500",
+        "--hours",
+        "1",
+        "--resolutions",
+        "16,2",
+    )
+    assert doc["skipped_drifting"] == ["drift-spiky"] and doc["resolutions"] == [2, 16]
+    (c,) = doc["cells"]
+    assert (c["member"], c["sla"], c["limit_us"], c["windows_left_out"]) == ("ebbrt-sample", "99:500", 475.0, 0)
+    # the simulated host's ITR values are 2 µs apart: a 2 µs grid is the whole list, so only the margin is left
+    assert c["grid"]["2"] == 1.0 and c["floor"]["2"] == c["margin"] > 1.0
+    # a coarser grid and a tighter limit can only hold dearer points
+    assert c["grid"]["16"] >= 1.0 and c["floor"]["16"] >= max(c["floor"]["2"], c["grid"]["16"])
+    assert doc["summary"]["tuning 99:500"]["floor 16"]["median"] == c["floor"]["16"]
+
+
+def test_grid_floor_refuses_a_resolution_that_is_not_whole_microseconds_in_one_line(capsys):
+    assert _bench("grid_floor").main(["--members", "ebbrt-sample", "--resolutions", "8,x"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--resolutions '8,x': expected µs,... (whole numbers)" in err

@@ -142,7 +142,8 @@ def _one_torch_thread() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def _windows(trace: TraceSpec) -> list[Any]:
+def trace_windows(trace: TraceSpec) -> list[Any]:
+    """The replay windows `trace` selects (hours, every N-th, days), in order; a one-line error if none."""
     from traces.schedule import load_schedule, sample_trace_path
     from tuner.replay.run import ReplayWindow
     from tuner.replay.zoo import day_schedule
@@ -212,7 +213,7 @@ def oracle_memo(trace: TraceSpec, percentile: float, sla_us: float, plant: str =
 
     if plant_named(plant).drift:
         return None
-    return oracle_memo_for([w.qps for w in _windows(trace)], percentile, sla_us, plant=plant)[0]
+    return oracle_memo_for([w.qps for w in trace_windows(trace)], percentile, sla_us, plant=plant)[0]
 
 
 def run_one(spec: RunSpec, memo: dict[tuple, Any] | None = None) -> dict[str, Any]:
@@ -231,7 +232,7 @@ def run_one(spec: RunSpec, memo: dict[tuple, Any] | None = None) -> dict[str, An
         )
         res = replay(
             lambda: make_host("sim", seed=spec.seed, plant=spec.plant),
-            _windows(spec.trace),
+            trace_windows(spec.trace),
             Objective(spec.reward, spec.percentile, spec.sla_us),
             settings,
             policies=spec.policies,
@@ -269,7 +270,7 @@ def check(specs: Sequence[RunSpec]) -> None:
     from tuner.replay.run import POLICIES, preset_settings
 
     for trace in {s.trace for s in specs}:
-        _windows(trace)
+        trace_windows(trace)
     for s in specs:
         plant(s.plant)
         preset_settings(s.preset, TunerSettings(seed=s.seed), trials=s.trials, **dict(s.overrides))

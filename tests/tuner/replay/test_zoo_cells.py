@@ -68,10 +68,10 @@ def test_cells_group_by_member_and_sla_and_pool_over_members():
 
 
 def test_days_takes_the_same_hours_of_each_of_a_members_days():
-    from tuner.replay.grid import _windows
+    from tuner.replay.grid import trace_windows
 
     trace = member_trace(zoo.member("cliff-noisy-3"), hours=2, start_hour=5, days=3)
-    assert [(w.day, w.index) for w in _windows(trace)] == [(0, 5), (0, 6), (1, 29), (1, 30), (2, 53), (2, 54)]
+    assert [(w.day, w.index) for w in trace_windows(trace)] == [(0, 5), (0, 6), (1, 29), (1, 30), (2, 53), (2, 54)]
     assert member_trace(zoo.member("bundled"), hours=1, days=3).days == 1  # a one-day member: its one day
     with pytest.raises(TunerError, match="--days 0"):
         member_trace(zoo.member("bundled"), days=0)
