@@ -24,6 +24,7 @@ MEMBER_SETTINGS: dict[str, Any] = {
     "sobol_trials": 4,
     "seed": 3,
     "itr_resolution_us": 8,
+    "itr_resolution_sla_pct": 0.0,
     "context": False,
     "history_max_trials": 100,
     "stop_ei_pct": 0.0,

@@ -58,6 +58,7 @@ class TuningConfig:
     context: bool = _T["context"].daemon_value
     context_max_qps: float = _T["context_max_qps"].daemon_value
     itr_resolution_us: int = _T["itr_resolution_us"].daemon_value
+    itr_resolution_sla_pct: float = _T["itr_resolution_sla_pct"].daemon_value
     history_max_trials: int = _T["history_max_trials"].daemon_value
     min_trials: int = _T["min_trials"].daemon_value
     stop_ei_pct: float = _T["stop_ei_pct"].daemon_value

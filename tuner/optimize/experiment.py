@@ -19,7 +19,7 @@ from core.errors import TunerError
 from tuner.optimize.axsetup import no_warnings, quiet_ax, small_acqf_batches
 from tuner.optimize.latscale import LatencyScale
 from tuner.optimize.records import Cell, latency_sem, power_sem
-from tuner.optimize.settings import Objective, TunerSettings, itr_candidates, met_limit_us, pct_text
+from tuner.optimize.settings import Objective, TunerSettings, itr_candidates, itr_step_us, met_limit_us, pct_text
 from tuner.optimize.surrogate import GridPredictor, acquisition_values, botorch_adapter, refit
 
 #: A completed trial whose measured load differs from the load its suggestion was pinned at by more than this
@@ -62,7 +62,8 @@ class ExperimentModel:
         self.objective = objective
         self.settings = settings
         self.name = name
-        self.itr = itr_candidates(space.itr_us, settings.itr_resolution_us)
+        step = itr_step_us(settings.itr_resolution_us, settings.itr_resolution_sla_pct, objective.sla_us)
+        self.itr = itr_candidates(space.itr_us, step)
         self._grid_cache: tuple[Any, GridPrediction | None] | None = None  # (key, last full-grid prediction)
         self._hyper_fit: tuple[int, int] | None = None  # (client id, trials) at the last hyperparameter fit
         self._fitted_on: tuple[int, tuple[int, ...]] | None = None  # (client id, completed trials) of the last fit

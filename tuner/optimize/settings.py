@@ -25,6 +25,7 @@ __all__ = [
     "confident_high_us",
     "final_limit_us",
     "itr_candidates",
+    "itr_step_us",
     "met_limit_us",
     "pct_text",
 ]
@@ -97,6 +98,7 @@ class TunerSettings:
     window_s: float = _D["window_s"]
     seed: int = _D["seed"]
     itr_resolution_us: int = _D["itr_resolution_us"]
+    itr_resolution_sla_pct: float = _D["itr_resolution_sla_pct"]
     torch_threads: int = _D["torch_threads"]
     sla_check: str = _D["sla_check"]
     sla_margin_pct: float = _D["sla_margin_pct"]
@@ -165,6 +167,17 @@ def met_limit_us(sla_us: float, settings: TunerSettings) -> float:
     if settings.sla_check == "ci":
         return sla_us * (1 - settings.sla_margin_pct / 100.0)
     return sla_us
+
+
+def itr_step_us(resolution_us: int, sla_pct: float, sla_us: float) -> int:
+    """The ITR grid's step at SLA `sla_us`: `resolution_us`, halved (not below 2 µs) while it is over `sla_pct` % of
+    the SLA (0: `resolution_us` at every SLA). An interrupt waits up to one ITR, so one step moves the percentile by
+    up to about a step: 16 µs is 3.2 % of a 500 µs SLA but 8 % of a 200 µs one, where the cheap points sit at short
+    ITRs one 16 µs step apart in cost (docs/optimizer-final-choice.md, "The ITR grid's share")."""
+    step = resolution_us
+    while sla_pct > 0 and step > 2 and step > sla_us * sla_pct / 100.0:
+        step = max(2, step // 2)
+    return step
 
 
 def itr_candidates(itr_us: Sequence[int], resolution_us: int) -> tuple[int, ...]:

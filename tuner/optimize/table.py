@@ -216,6 +216,14 @@ TUNER_TABLE: tuple[Setting, ...] = (
         flag="itr_resolution",
         cold=8,
     ),
+    _p(
+        "itr_resolution_sla_pct",
+        4.0,
+        "the ITR grid's step is halved (down to 2 µs) while it is over this % of the SLA (16 µs at 500 µs, 8 at 200)",
+        "a percentage in [0, 100] (0 = itr_resolution_us at every SLA)",
+        100,
+        cold=0.0,
+    ),
     Setting("torch_threads", int, 1, "PyTorch threads of a model fit", low=1, daemon=False, replay=False),
     Setting(
         "sla_check",

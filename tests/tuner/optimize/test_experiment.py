@@ -65,6 +65,15 @@ def test_grid_cells_points_and_parameters_map_onto_each_other() -> None:
     assert model.cell_of(OperatingPoint(SPACE.itr_us[1] + 2, 2.0)) == (1, 2)  # off-grid ITR: the nearest
 
 
+def test_the_itr_grid_is_finer_at_a_tight_sla() -> None:
+    fine = KnobSpace(tuple(range(2, 403, 2)), (1.2, 2.9))  # a host with 2 µs ITR steps
+    assert len(ExperimentModel(fine, OBJ, _settings(itr_resolution_us=16, itr_resolution_sla_pct=4.0)).itr) == 26
+    tight = Objective("constrained", 99, 200)
+    model = ExperimentModel(fine, tight, _settings(itr_resolution_us=16, itr_resolution_sla_pct=4.0))
+    assert model.itr[:3] == (2, 10, 18) and len(model.itr) == 51  # 8 µs: 16 µs would be 8 % of 200 µs
+    assert len(ExperimentModel(fine, tight, _settings(itr_resolution_us=16, itr_resolution_sla_pct=0.0)).itr) == 26
+
+
 def test_metrics_refuse_a_window_ax_cannot_model() -> None:
     model = ExperimentModel(SPACE, OBJ, _settings())
     data = model.metrics(_window(200.0, 30.0))

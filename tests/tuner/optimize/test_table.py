@@ -14,7 +14,8 @@ from tuner.optimize.table import TUNER_TABLE, Setting, by_name
 
 #: `TunerSettings()` before the learning tuner became the default: the dissertation's tuner, field by field.
 COLD = dict(
-    trials=30, sobol_trials=8, settle_s=1.0, window_s=20.0, seed=0, itr_resolution_us=8, torch_threads=1,
+    trials=30, sobol_trials=8, settle_s=1.0, window_s=20.0, seed=0, itr_resolution_us=8, itr_resolution_sla_pct=0.0,
+    torch_threads=1,
     sla_check="ci", sla_margin_pct=5.0, final_margin_pct=5.0, final_margin_ci=0.0, context=False,
     context_max_qps=1e6, history_max_trials=100, min_trials=2, stop_ei_pct=0.0, safe_delta=0.0,
     safe_limit_delta=0.05, safe_radius=0.2, safe_model_error=0.0, safe_sd_scale=1.0, latency_metric="log",
@@ -27,7 +28,7 @@ WARM = {
     **COLD,
     **dict(
         context=True, stop_ei_pct=0.5, safe_delta=0.05, window_mode="adaptive", itr_resolution_us=16,
-        safe_sd_scale=2.0, peak_step=True, acquisition="cei",
+        itr_resolution_sla_pct=4.0, safe_sd_scale=2.0, peak_step=True, acquisition="cei",
     ),
 }  # fmt: skip
 
