@@ -8,7 +8,7 @@ Prints one JSON document.
 
 The ratio targets compare the tuner with the oracle at the SLA on the host's whole ITR list; a tuner that searched
 only its grid and held only points within its limit, exploring for free, would sit at this floor
-(docs/optimizer-final-choice.md, "What the 5 % margin costs").
+(docs/optimizer-final-choice.md, "The ITR grid's share, and a step that follows the SLA").
 
     .venv/bin/python bench/grid_floor.py --half tuning --every 3 --hours 24
     .venv/bin/python bench/grid_floor.py --half test --every 3 --hours 24
