@@ -36,17 +36,23 @@ from tuner.replay import zoo_cells as zc  # noqa: E402
 HALVES = ("test", "tuning", "both")
 
 
-def add_zoo_arguments(ap: argparse.ArgumentParser, *, half: str = "both", seeds: int = 10, slas: str = "") -> None:
-    """Which runs of the zoo and where they run: members, seeds, SLAs, the part of each day, the engine (the zoo
-    benchmarks' common flags; `engine_of`, `seed_range`)."""
+def add_zoo_windows(ap: argparse.ArgumentParser, *, half: str = "both", slas: str = "") -> None:
+    """Which members, SLAs and windows of each day (the zoo benchmarks' common flags; `chosen_members`,
+    `parse_slas`)."""
     ap.add_argument("--half", default=half, choices=HALVES, help="which half of the zoo (default %(default)s)")
     ap.add_argument("--members", default="", help="comma list of zoo members (default: the half's)")
-    ap.add_argument("--seeds", type=int, default=seeds, help="seeds per cell (default %(default)s)")
-    ap.add_argument("--seed0", type=int, default=0)
     ap.add_argument("--slas", default=slas or ",".join(f"{p:g}:{u:g}" for p, u in zc.DEFAULT_SLAS))
     ap.add_argument("--hours", type=float, default=None, help="hours of each member's day (default all)")
     ap.add_argument("--start-hour", type=int, default=0)
     ap.add_argument("--every", type=int, default=1, help="every N-th window of the day (default 1)")
+
+
+def add_zoo_arguments(ap: argparse.ArgumentParser, *, half: str = "both", seeds: int = 10, slas: str = "") -> None:
+    """Which runs of the zoo and where they run: `add_zoo_windows`, the seeds and the engine (the replaying zoo
+    benchmarks' common flags; `engine_of`, `seed_range`)."""
+    add_zoo_windows(ap, half=half, slas=slas)
+    ap.add_argument("--seeds", type=int, default=seeds, help="seeds per cell (default %(default)s)")
+    ap.add_argument("--seed0", type=int, default=0)
     ap.add_argument("--engine", default="", choices=("", *g.ENGINES), help="default: ray with --address, else serial")
     ap.add_argument("--address", default=None, help="Ray cluster address")
     ap.add_argument("--num-cpus", type=int, default=2, help="CPUs of a local Ray (--engine ray without --address)")

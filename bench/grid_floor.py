@@ -35,10 +35,10 @@ from tuner.replay import zoo  # noqa: E402
 from tuner.replay import zoo_cells as zc  # noqa: E402
 
 
-def cheapest_w(rows: Sequence[tuple[int, float, float, float]], itrs: set[int], limit_us: float) -> float | None:
-    """The lowest power (W) of `rows` (itr µs, GHz, percentile µs, W) whose ITR is in `itrs` and percentile within
-    `limit_us`; None when no such point exists."""
-    ok = [w for itr, _, lat, w in rows if itr in itrs and lat <= limit_us]
+def cheapest_w(rows: Sequence[tuple[int, float, float]], itrs: set[int], limit: float) -> float | None:
+    """The lowest power (W) of `rows` (itr µs, percentile µs, W) whose ITR is in `itrs` and percentile within
+    `limit` µs; None when no such point exists."""
+    ok = [w for itr, lat, w in rows if itr in itrs and lat <= limit]
     return min(ok) if ok else None
 
 
@@ -48,8 +48,9 @@ def member_floor(
     """One cell per SLA of member `m`: the summed powers of the four searches over its windows and their ratios."""
     from actuators.abilities import ExpectedModel
     from actuators.host import OperatingPoint
+    from bench.margin_cost import limit_us
     from tuner.hosts import make_host
-    from tuner.optimize.settings import TunerSettings, itr_candidates, met_limit_us
+    from tuner.optimize.settings import itr_candidates
 
     host = make_host("sim", seed=0, plant=m.plant)
     if not isinstance(host, ExpectedModel):
@@ -59,13 +60,13 @@ def member_floor(
     whole = set(knobs.itr_us)
     grids = {r: set(itr_candidates(knobs.itr_us, r)) for r in resolutions}
     trace = zc.member_trace(m, hours=args.hours, start_hour=args.start_hour, every=args.every)
-    limit = {sla: met_limit_us(sla, TunerSettings(sla_margin_pct=args.margin_pct)) for _, sla in slas}
+    limit = {sla: limit_us(sla, args.margin_pct) for _, sla in slas}
     sums: dict[tuple[float, float], dict[str, float]] = {s: {} for s in slas}
     infeasible: dict[tuple[float, float], int] = {s: 0 for s in slas}
     for w in g.trace_windows(trace):
         got = host.expected(points, w.qps)
         for pct, sla in slas:
-            rows = [(p.itr_us, p.dvfs_ghz, e.latency_us[pct], e.power_w) for p, e in zip(points, got)]
+            rows = [(p.itr_us, e.latency_us[pct], e.power_w) for p, e in zip(points, got)]
             found = {"oracle": cheapest_w(rows, whole, sla), "margin": cheapest_w(rows, whole, limit[sla])}
             for r, itrs in grids.items():
                 found[f"grid{r}"] = cheapest_w(rows, itrs, sla)
@@ -108,25 +109,19 @@ def summary(cells: list[dict[str, Any]], resolutions: list[int]) -> dict[str, An
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.generalisation import chosen_members, parse_slas
+    from bench.generalisation import add_zoo_windows, chosen_members, parse_slas
+    from bench.margin_cost import add_margin_argument, margin_pct
     from tuner.optimize.settings import TunerSettings
 
-    defaults = TunerSettings()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--half", default="both", choices=(*zoo.HALVES, "both"), help="which half (default %(default)s)")
-    ap.add_argument("--members", default="", help="comma list of zoo members (default: the half's)")
-    ap.add_argument("--slas", default=",".join(f"{p:g}:{u:g}" for p, u in zc.DEFAULT_SLAS))
-    ap.add_argument("--hours", type=float, default=None, help="hours of each member's day (default all)")
-    ap.add_argument("--start-hour", type=int, default=0)
-    ap.add_argument("--every", type=int, default=1, help="every N-th window of the day (default 1)")
+    add_zoo_windows(ap)
     ap.add_argument(
-        "--resolutions", default=str(defaults.itr_resolution_us), help="ITR grids, µs (default %(default)s)"
+        "--resolutions", default=str(TunerSettings().itr_resolution_us), help="ITR grids, µs (default %(default)s)"
     )
-    ap.add_argument("--margin-pct", type=float, default=defaults.sla_margin_pct, help="default %(default)s")
+    add_margin_argument(ap)
     args = ap.parse_args(argv)
     try:
-        if not 0 < args.margin_pct < 100:
-            raise TunerError(f"--margin-pct {args.margin_pct:g}: expected a percentage in (0, 100)")
+        margin_pct(args)
         try:
             resolutions = sorted({int(x) for x in args.resolutions.split(",") if x.strip()})
         except ValueError:

@@ -37,19 +37,37 @@ def limit_us(sla_us: float, margin_pct: float) -> float:
     return met_limit_us(sla_us, TunerSettings(sla_margin_pct=margin_pct))
 
 
+def add_margin_argument(ap: argparse.ArgumentParser) -> None:
+    """--margin-pct: the tuner's margin, by default its own `sla_margin_pct` (checked by `margin_pct`)."""
+    from tuner.optimize.settings import TunerSettings
+
+    ap.add_argument(
+        "--margin-pct",
+        type=float,
+        default=TunerSettings().sla_margin_pct,
+        help="the tuner's margin, %% (default: the tuner's sla_margin_pct, %(default)s)",
+    )
+
+
+def margin_pct(args: argparse.Namespace) -> float:
+    """--margin-pct; TunerError unless it is in (0, 100)."""
+    if not 0 < args.margin_pct < 100:
+        raise TunerError(f"--margin-pct {args.margin_pct:g}: expected a percentage in (0, 100)")
+    return float(args.margin_pct)
+
+
 def specs(args: argparse.Namespace, members: list[zoo.Member]) -> list[g.RunSpec]:
     """Two oracle-only runs per member x seed x SLA: at the SLA (variant "sla") and at the limit ("limit")."""
     from bench.generalisation import parse_slas, seed_range
 
     seeds = seed_range(args)
-    if not 0 < args.margin_pct < 100:
-        raise TunerError(f"--margin-pct {args.margin_pct:g}: expected a percentage in (0, 100)")
+    margin = margin_pct(args)
     out = []
     for m in members:
         trace = zc.member_trace(m, hours=args.hours, start_hour=args.start_hour, every=args.every)
         for seed in seeds:
             for pct, sla in parse_slas(args.slas):
-                for variant, at in (("sla", sla), ("limit", limit_us(sla, args.margin_pct))):
+                for variant, at in (("sla", sla), ("limit", limit_us(sla, margin))):
                     out.append(g.RunSpec(trace, seed, pct, at, variant=variant, policies=("oracle",), plant=m.plant))
     return out
 
@@ -99,16 +117,10 @@ def summary(rows: list[dict[str, Any]], half_of: dict[str, str]) -> dict[str, An
 
 def main(argv: list[str] | None = None) -> int:
     from bench.generalisation import add_zoo_arguments, chosen_members, engine_of
-    from tuner.optimize.settings import TunerSettings
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_zoo_arguments(ap, seeds=4)
-    ap.add_argument(
-        "--margin-pct",
-        type=float,
-        default=TunerSettings().sla_margin_pct,
-        help="the tuner's margin, %% (default: the tuner's sla_margin_pct, %(default)s)",
-    )
+    add_margin_argument(ap)
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     try:
