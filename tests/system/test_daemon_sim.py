@@ -65,34 +65,47 @@ def test_sim_host_with_ax_decides_and_guardrail_reverts_within_one_window_on_loa
         first = [t for t in st["trials"] if t["retune_id"] == st["trials"][0]["retune_id"]]
         assert len(first) == 3 and any(d["reason"] == "startup" for d in r.daemon.state.decisions)
         assert (tmp_path / "state" / "experiments" / f"{st['held']['retune_id']}.table.json").is_file()
-        held = r.host.point()
         corner = OperatingPoint(r.daemon.space.itr_us[0], r.daemon.space.dvfs_ghz[-1])
-        if held == corner:
-            pytest.skip("the decision is already the safe corner: nothing to revert to")
-        # a load at which the held point is far over the SLA (noise-free model of the simulator)
-        load = next(
-            (
-                SIM["qps"] * k
-                for k in (1.5, 2, 3, 4, 6, 8)
-                if r.host.expected([held], SIM["qps"] * k)[0].latency_us[99.0] > 1.5 * 500.0
-            ),
-            None,
-        )
-        assert load is not None
-        seen: list[float] = []
+        # the load jumps at the first window the loop measures while holding (a load retune started by the
+        # simulator's noisy 50 ms readings may still be running when the test reads "holding"; its trial windows
+        # are not the guardrail's to judge), to a load at which the held point is far over the SLA
+        jump: dict = {}
+        seen: list[str] = []
         measure = r.host.measure
 
-        def counting(seconds):
-            m = measure(seconds)
-            seen.append(m.offered_qps)
-            return m
+        def reverted(n: int) -> bool:
+            return any(d["reason"] == "guardrail" for d in r.daemon.state.decisions[n:])
 
-        r.host.measure = counting
-        n = len(r.daemon.state.decisions)
-        r.host.set_offered_qps(load)
-        wait_for(lambda: any(d["reason"] == "guardrail" for d in r.daemon.state.decisions[n:]), timeout=30)
-        windows_at_new_load = sum(1 for q in seen if abs(q - load) < 0.2 * load)
-        assert windows_at_new_load <= 2  # the first window at the new load triggered the revert
+        def jumping(seconds):
+            state = r.daemon.ctx.loop_state
+            if not jump and state == "holding":
+                held, load = r.host.point(), None
+                if held != corner:
+                    load = next(
+                        (
+                            SIM["qps"] * k
+                            for k in (1.5, 2, 3, 4, 6, 8)
+                            if r.host.expected([held], SIM["qps"] * k)[0].latency_us[99.0] > 1.5 * 500.0
+                        ),
+                        None,
+                    )
+                if load is not None:
+                    r.host.set_offered_qps(load)
+                jump.update(held=held, decisions=len(r.daemon.state.decisions), load=load)  # one update: read whole
+            if jump.get("load") is not None and not reverted(jump["decisions"]):
+                seen.append(state)  # a window at the new load before the revert
+            return measure(seconds)
+
+        r.host.measure = jumping
+        wait_for(lambda: bool(jump), timeout=60)
+        held, n, load = jump["held"], jump["decisions"], jump["load"]
+        if held == corner:
+            pytest.skip("the decision is already the safe corner: nothing to revert to")
+        assert load is not None
+        wait_for(lambda: reverted(n), timeout=30)
+        # the first window held at the new load triggered the revert (the window's offered-load reading is not
+        # compared with the load: a 50 ms window of the simulator reads it ~9 % off, one in ten ~15 % off)
+        assert seen.count("holding") == 1, seen
         revert = next(d for d in r.daemon.state.decisions[n:] if d["reason"] == "guardrail")
         assert revert["point"] != held
         assert r.daemon.status().guardrail_reverts_total >= 1
