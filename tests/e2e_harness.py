@@ -220,6 +220,9 @@ def run_e2e(tmp: Path, cfg: E2EConfig = E2EConfig()) -> dict[str, Any]:
             poller.stop()
         if daemon is not None and daemon.poll() is None:
             daemon.kill()
+        for p in procs:  # all told at once: each generator takes ~2 s to write its summary
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
         for p in procs:
             _stop(p)
         server.stop()

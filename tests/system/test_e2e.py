@@ -46,7 +46,7 @@ def test_tuning_loop_on_the_kernels_default_pstate_drivers(tmp_path, kit) -> Non
     """The daemon on the kit's Intel HWP box and amd-pstate box, as the kernel boots them (driver active, powersave,
     EPP): `auto` pins through scaling_min/max, every trial measured at the frequency it asked for (read back from
     the kit while measuring), a load step retuned, and every CPU's min, max, EPP and governor back after SIGTERM."""
-    r = run_e2e(tmp_path, E2EConfig(kit=kit, trials=2, hold_windows=1, timeout_s=90.0))
+    r = run_e2e(tmp_path, E2EConfig(kit=kit, trials=2, hold_windows=1, window_s=1.0, timeout_s=90.0))
     assert r["daemon_exit_status"] == 0
     assert sum(r["tracebacks"].values()) == 0, r["tracebacks"]
     assert r["knobs_restored"], r["knobs_after_sigterm"]
