@@ -162,14 +162,24 @@ def _generator(tmp: Path, name: str, address: str, qps: float, start_s: float, c
     )
 
 
-def _stop(proc: subprocess.Popen, timeout_s: float = 30.0) -> int:
+def _terminate(proc: subprocess.Popen) -> None:
+    """SIGTERM, once: a second one could land after `tuner load` restored the default handler and kill it while it
+    writes its summary."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
+
+
+def _reap(proc: subprocess.Popen, timeout_s: float = 30.0) -> int:
     try:
         return proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         proc.kill()
         return proc.wait(timeout=5)
+
+
+def _stop(proc: subprocess.Popen, timeout_s: float = 30.0) -> int:
+    _terminate(proc)
+    return _reap(proc, timeout_s)
 
 
 def run_e2e(tmp: Path, cfg: E2EConfig = E2EConfig()) -> dict[str, Any]:
@@ -221,10 +231,9 @@ def run_e2e(tmp: Path, cfg: E2EConfig = E2EConfig()) -> dict[str, Any]:
         if daemon is not None and daemon.poll() is None:
             daemon.kill()
         for p in procs:  # all told at once: each generator takes ~2 s to write its summary
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
+            _terminate(p)
         for p in procs:
-            _stop(p)
+            _reap(p)
         server.stop()
     observed = None
     if poller is not None:
