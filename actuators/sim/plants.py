@@ -103,6 +103,18 @@ PLANTS: dict[str, Plant] = {
             differs="busy power linear in f (no V^2 saving at low f): slowing the clock saves less",
         ),
         Plant(
+            "release",
+            _B,
+            drift=(
+                (8 * 3600.0, replace(_B, app_cyc=_B.app_cyc * 1.25, app_mem=_B.app_mem * 1.25)),
+                (16 * 3600.0, _B),
+            ),
+            source="the bundled plant with a software release at 08:00 that makes each request's app work 1.25x "
+            "and its rollback at 16:00 (a step, not a ramp); both stages' app work within table 6.1's Linux Z range",
+            differs="app work x1.25 from hour 8 to hour 16 (simulated clock), then as bundled: the optimum moves "
+            "up at once and back",
+        ),
+        Plant(
             "drift",
             _B,
             drift=_drift_stages(_B, 1.3, 6, DAY_S),

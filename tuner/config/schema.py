@@ -60,6 +60,7 @@ class TuningConfig:
     itr_resolution_us: int = _T["itr_resolution_us"].daemon_value
     itr_resolution_sla_pct: float = _T["itr_resolution_sla_pct"].daemon_value
     history_max_trials: int = _T["history_max_trials"].daemon_value
+    drift_h: float = _T["drift_h"].daemon_value
     min_trials: int = _T["min_trials"].daemon_value
     stop_ei_pct: float = _T["stop_ei_pct"].daemon_value
     safe_delta: float = _T["safe_delta"].daemon_value

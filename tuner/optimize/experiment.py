@@ -319,6 +319,27 @@ class ExperimentModel:
                     return True
         return False
 
+    def latency_z(self, params: dict[str, Any], data: dict[str, float | tuple[float, float]]) -> float | None:
+        """How many SDs the latency metric in `data` (a window about to be reported at `params`) lies from the
+        fitted model's prediction there, signed (positive: higher latency); None with no fitted model."""
+        adapter = botorch_adapter(self.client._generation_strategy)
+        metric = self.scale.metric
+        if adapter is None or self._fitted_on is None or metric not in data:
+            return None
+        try:
+            with no_warnings(self.settings.torch_threads):
+                preds = self._predictor.predict(adapter, [params])
+        except Exception:  # noqa: BLE001 - Ax's internals moved: no verdict
+            return None
+        if metric not in preds:
+            return None
+        value = data[metric]
+        mean, sem = value if isinstance(value, tuple) else (value, 0.0)
+        mu, sd = preds[metric]
+        scale = math.hypot(float(sd[0]), float(sem))
+        z = (float(mean) - float(mu[0])) / scale if scale > 0 else 0.0
+        return z if self.scale.kind == "log" else -z  # headroom = SLA / latency: higher latency, lower metric
+
     def met_limit_us(self) -> float:
         """`met_limit_us` of this objective and settings. Used by the expected improvement, the safety filter
         and the adaptive window: exploring a point likely over this limit can only cost (`best` would never
@@ -364,26 +385,31 @@ class ExperimentModel:
 
         return sorted(self.client._experiment.trial_indices_by_status[TrialStatus.COMPLETED])
 
-    def prune(self) -> None:
+    def prune(self) -> dict[int, int] | None:
         """Keep the model's data within `history_max_trials`: past the bound, rebuild the experiment from the
         newest 3/4 of the bound (oldest dropped first; the slack amortises the rebuild). Also rebuilt (same
         trials) when more than `ABANDONED_MAX` abandoned safety substitutions piled up: Ax keeps abandoned arms
         as pending points forever, and each one is a fantasy in every later acquisition. Call it only with no
-        trial pending (their Ax trials would be lost)."""
+        trial pending (their Ax trials would be lost). The rebuild's old -> new Ax index, None if none."""
         from ax.core.base_trial import TrialStatus
 
         bound = self.settings.history_max_trials
         done = self.observed()
         abandoned = len(self.client._experiment.trial_indices_by_status[TrialStatus.ABANDONED])
         if len(done) <= bound and abandoned <= ABANDONED_MAX:
-            return
-        keep = done[-max(1, (3 * bound) // 4) :] if len(done) > bound else done
+            return None
+        return self.rebuild(done[-max(1, (3 * bound) // 4) :] if len(done) > bound else done)
+
+    def rebuild(self, keep: Sequence[int]) -> dict[int, int]:
+        """Replace the experiment by a new one holding only the completed Ax trials `keep`, in their order and
+        with the data they were reported with; old -> new Ax index. Only with no trial pending."""
         exp = self.client._experiment
-        df = exp.lookup_data(trial_indices=keep).df
+        df = exp.lookup_data(trial_indices=list(keep)).df if keep else None
         client = self.new_client()
+        moved: dict[int, int] = {}
         with no_warnings():
             for ti in keep:
-                rows = df[df["trial_index"] == ti]
+                rows = df[df["trial_index"] == ti]  # type: ignore[index]
                 raw: dict[str, float | tuple[float, float]] = {}
                 for _, row in rows.iterrows():
                     sem = row["sem"]
@@ -394,7 +420,9 @@ class ExperimentModel:
                     )
                 ni = client.attach_trial(parameters=dict(exp.trials[ti].arm.parameters))
                 client.complete_trial(trial_index=ni, raw_data=raw)
+                moved[int(ti)] = int(ni)
         self.client = client
+        return moved
 
     def attach(self, cell: Cell, load: float | None) -> int:
         """Attach grid `cell` at normalised `load` to Ax as a trial of our own choosing; its Ax index."""

@@ -49,6 +49,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from actuators.host import KnobSpace, Measurement, OperatingPoint
@@ -64,6 +65,7 @@ from tuner.optimize.decision import (
     hold_or_retune,
     outside_measured,
 )
+from tuner.optimize.drift import Cusum, alarmed, cusum_step
 from tuner.optimize.experiment import LOAD_TOLERANCE, ExperimentModel
 from tuner.optimize.records import (
     STATUS_COMPLETED,
@@ -171,7 +173,7 @@ class Optimizer:
                 model.client.complete_trial(trial_index=ax_index, raw_data=data)
                 if borrowed:
                     self.book.borrowed.add(int(ax_index))
-        model.prune()
+        self._prune()
         return len(usable)
 
     # -- trials
@@ -191,7 +193,7 @@ class Optimizer:
             raise TunerError("context mode: call begin_retune(qps) before suggest()")
         t0 = time.perf_counter()
         if not self.book.pending:
-            self.model.prune()
+            self._prune()
         pend = self._propose()
         pend.compute_s = time.perf_counter() - t0 + self.stopping.take_compute_s()
         return self.book.hand_out(pend), pend.point
@@ -241,6 +243,7 @@ class Optimizer:
         except ValueError as exc:
             self.book.pending[index] = pend
             return self.fail(index, str(exc), settle=settle, measurement=measurement, qps=qps)
+        z = self._surprise(pend, qps, data)
         ax_index = pend.ax_index
         with no_warnings():
             if (
@@ -256,6 +259,7 @@ class Optimizer:
                 )
                 ax_index = moved
             model.complete_ax(ax_index, data)
+        self.book.ax_of[index] = int(ax_index)
         value = model.reward(
             measurement.power_w, measurement.percentile(self.objective.percentile), self.objective.sla_us
         )
@@ -273,6 +277,46 @@ class Optimizer:
             pend.note,
         )
         self.book.records[index] = rec
+        return self._follow_drift(rec, z)
+
+    def _prune(self) -> None:
+        """`ExperimentModel.prune`, the books following its rebuilt experiment."""
+        moved = self.model.prune()
+        if moved is not None:
+            self.book.remap_ax(moved)
+
+    def _surprise(self, pend: Pending, qps: float, data: dict[str, float | tuple[float, float]]) -> float | None:
+        """With `drift_h` in context mode: the SDs by which the window lies from the model's prediction at its
+        point and measured load, before it is reported (`ExperimentModel.latency_z`); None otherwise."""
+        s = self.settings
+        if not s.context or s.drift_h <= 0 or not math.isfinite(qps):
+            return None
+        return self.model.latency_z(self.model.to_params(pend.point, s.load_of(qps)), data)
+
+    def _follow_drift(self, rec: TrialRecord, z: float | None) -> TrialRecord:
+        """Step the faster-host CUSUM (`tuner.optimize.drift`) with `rec`'s z; when it passes `drift_h`, retire
+        the trials before the run began -- the model is rebuilt from the run's trials on, the held windows over
+        the SLA are forgotten -- and say so in `rec`'s note. `rec` as it is otherwise (or with trials pending)."""
+        book = self.book
+        if z is None or not math.isfinite(z):
+            return rec
+        book.drift = cusum_step(book.drift, rec.index, z)
+        start = book.drift.start
+        if not alarmed(book.drift, self.settings.drift_h) or book.pending or start is None:
+            return rec
+        book.drift = Cusum()
+        first = book.ax_of.get(start)
+        if first is None:
+            return rec
+        book.remap_ax(self.model.rebuild([t for t in self.model.observed() if t >= first]))
+        book.retired_through = start - 1
+        book.held_broke.clear()
+        rec = replace(
+            rec,
+            note=f"{rec.note}; the host runs faster than the model predicts since trial {start}: the trials "
+            f"before it retired",
+        )
+        book.records[rec.index] = rec
         return rec
 
     def fail(

@@ -9,6 +9,7 @@ from dataclasses import asdict
 from actuators.host import KnobSpace, OperatingPoint
 from core.errors import TunerError
 from tuner.optimize.axsetup import no_warnings, quiet_ax, small_acqf_batches
+from tuner.optimize.drift import Cusum
 from tuner.optimize.experiment import ExperimentModel
 from tuner.optimize.presets import cold_values
 from tuner.optimize.records import Pending, opt_float, record_from_dict, record_to_dict
@@ -46,6 +47,9 @@ def dump_state(model: ExperimentModel, book: TrialBook) -> str:
             "line_t": {str(i): t for i, t in book.line_t.items()},
             "borrowed": sorted(book.borrowed),
             "held_broke": [[i, j, q] for (i, j), q in book.held_broke],
+            "ax_of": {str(i): a for i, a in book.ax_of.items()},
+            "retired_through": book.retired_through,
+            "drift": [book.drift.total, book.drift.start],
             "ax": snapshot,
         }
     )
@@ -104,4 +108,13 @@ def _load_book(d: dict) -> TrialBook:
         next_index=int(d.get("next_index", max(used) + 1 if used else 0)),
         retune_start=None if retune.get("start") is None else int(retune["start"]),
         load=opt_float(retune.get("load")),
+        ax_of={int(i): int(a) for i, a in (d.get("ax_of") or {}).items()},
+        retired_through=int(d.get("retired_through", -1)),
+        drift=_cusum(d.get("drift")),
     )
+
+
+def _cusum(v: list | None) -> Cusum:
+    if not v:
+        return Cusum()
+    return Cusum(float(v[0]), None if v[1] is None else int(v[1]))

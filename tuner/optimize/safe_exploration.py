@@ -69,7 +69,7 @@ class SafeExploration:
         limit = model.met_limit_us()  # a step over it could never be chosen: it bounds the line like the SLA
         start = (book.retune_start or 0) if this_retune else -1
         for i, t in sorted(book.line_t.items()):
-            if i < start:
+            if i < start or i <= book.retired_through:
                 continue
             r = book.records.get(i)
             if r is not None and r.status == STATUS_COMPLETED and r.measurement is not None:
@@ -99,7 +99,9 @@ class SafeExploration:
         return [
             (self.model.cell_of(r.point), r.measurement)
             for i, r in self.book.records.items()
-            if i >= start and r.status == STATUS_COMPLETED and r.measurement is not None
+            if i >= max(start, self.book.retired_through + 1)
+            and r.status == STATUS_COMPLETED
+            and r.measurement is not None
         ]
 
     def _cells_since(self, start: int) -> set[Cell]:
@@ -261,7 +263,7 @@ class SafeExploration:
         pct = model.objective.percentile
         met = [
             r
-            for r in self.book.records.values()
+            for r in self.book.live()
             if r.status == STATUS_COMPLETED
             and r.measurement is not None
             and math.isfinite(r.qps)

@@ -260,6 +260,15 @@ TUNER_TABLE: tuple[Setting, ...] = (
         low=1,
         high=100_000,
     ),
+    _p(
+        "drift_h",
+        0.0,
+        "context: retire the trials before a run of trials faster than the model predicts once the run's CUSUM "
+        "of z scores (allowance 1 SD) passes this many SDs (the host sped up)",
+        "a CUSUM threshold in SDs, [0, 100] (0 = off)",
+        100,
+        cold=0.0,
+    ),
     Setting("min_trials", int, 2, "trials per retune before the stopping rule may end it", low=1, high=1000),
     _p(
         "stop_ei_pct",

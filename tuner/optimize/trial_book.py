@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from core.errors import TunerError
+from tuner.optimize.drift import Cusum
 from tuner.optimize.records import STATUS_COMPLETED, Cell, Pending, TrialRecord
 
 
@@ -28,14 +29,30 @@ class TrialBook:
     retune_start: int | None = None
     #: the current retune's load, normalised as the model's `load` (None outside context mode)
     load: float | None = None
+    #: own trial number -> its Ax trial (completed ones; `Optimizer.retire` finds the Ax trials to drop by it)
+    ax_of: dict[int, int] = field(default_factory=dict)
+    #: trials numbered up to this one are retired: the host changed since (`tuner.optimize.drift`); -1: none
+    retired_through: int = -1
+    #: the faster-host CUSUM over the trials since the last alarm (`tuner.optimize.drift`)
+    drift: Cusum = field(default_factory=Cusum)
+
+    def live(self) -> list[TrialRecord]:
+        """Every reported trial that is not retired, in index order."""
+        return [r for r in self.trials() if r.index > self.retired_through]
+
+    def remap_ax(self, moved: dict[int, int]) -> None:
+        """Follow a rebuilt experiment (`ExperimentModel.rebuild`: old Ax index -> new); trials it dropped
+        leave `ax_of` and `borrowed`."""
+        self.ax_of = {i: moved[a] for i, a in self.ax_of.items() if a in moved}
+        self.borrowed = {moved[a] for a in self.borrowed if a in moved}
 
     def trials(self) -> list[TrialRecord]:
         """Every reported trial, in index order."""
         return [self.records[i] for i in sorted(self.records)]
 
     def retune_trials(self) -> list[TrialRecord]:
-        """Trials reported since the last `begin_retune` (all of them if it was never called)."""
-        start = self.retune_start or 0
+        """Trials reported since the last `begin_retune` (all of them if it was never called), not retired."""
+        start = max(self.retune_start or 0, self.retired_through + 1)
         return [r for r in self.trials() if r.index >= start]
 
     def completed_this_retune(self) -> list[TrialRecord]:

@@ -101,3 +101,20 @@ def test_the_drifting_plant_changes_its_constants_with_the_simulated_clock():
     host.measure(20 * 3600.0)
     host.measure(1.0)
     assert host.params.app_cyc == pytest.approx(before.app_cyc * 1.30)
+
+
+def test_the_release_plant_steps_its_app_work_up_at_8h_and_back_at_16h():
+    host = make_sim_host(seed=0, qps=100_000.0, plant="release")
+    host.set_itr(300)
+    host.set_dvfs(1.3)
+    before = host.params
+    host.measure(8 * 3600.0 - 2)
+    host.measure(1.0)
+    assert host.params == before  # 07:59:59
+    host.measure(2.0)
+    host.measure(1.0)
+    assert host.params.app_cyc == pytest.approx(before.app_cyc * 1.25)
+    assert host.params.app_mem == pytest.approx(before.app_mem * 1.25)
+    host.measure(8 * 3600.0)
+    host.measure(1.0)
+    assert host.params == before

@@ -203,6 +203,13 @@ def test_history_bound_keeps_the_newest_trials() -> None:
     assert [r.index for r in opt.retune_trials()] == [0, 1, 2, 3, 4]
 
 
+def test_other_hosts_trials_stay_marked_across_the_history_bound() -> None:
+    opt = Optimizer(SMALL, OBJ, ctx(history_max_trials=8))
+    assert opt.add_history(history(4, seed=1)) == 4
+    assert opt.add_history(history(8, seed=2), borrowed=True) == 8  # 12 > 8: rebuilt from the newest 6
+    assert len(opt.model.observed()) == 6 and opt.book.borrowed == set(opt.model.observed())
+
+
 def test_json_round_trip_keeps_context_state() -> None:
     opt = Optimizer(SMALL, OBJ, ctx(safe_delta=0.05, stop_ei_pct=1.0))
     opt.begin_retune(100_000)

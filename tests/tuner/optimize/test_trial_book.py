@@ -41,3 +41,15 @@ def test_retune_trials_start_at_the_retune() -> None:
     book.retune_start = 2
     assert [r.index for r in book.retune_trials()] == [2, 3]
     assert [r.index for r in book.completed_this_retune()] == [2]
+
+
+def test_a_rebuilt_experiment_moves_the_ax_indices_and_drops_the_ones_it_left_out() -> None:
+    book = TrialBook(ax_of={0: 3, 1: 5, 2: 6}, borrowed={1, 2})
+    book.remap_ax({2: 0, 5: 1, 6: 2})
+    assert book.ax_of == {1: 1, 2: 2} and book.borrowed == {0}
+
+
+def test_live_trials_and_the_retune_leave_out_retired_ones() -> None:
+    book = TrialBook(records={k: _record(k) for k in range(5)}, retune_start=1, retired_through=2)
+    assert [r.index for r in book.live()] == [3, 4]
+    assert [r.index for r in book.retune_trials()] == [3, 4] and len(book.trials()) == 5
