@@ -80,3 +80,19 @@ def seeded(**kw) -> tuple[Optimizer, TunerSettings]:
     opt = Optimizer(SMALL, OBJ, s)
     assert opt.add_history(history(30, qps_range=(80_000, 160_000))) == 30
     return opt, s
+
+
+def retune_to_stop(opt: Optimizer, s: TunerSettings, qps: float) -> list[str]:
+    """Run one retune of `opt` at `qps` on a fake host (seed 1) until its stopping rule stops it; every reason it gave."""
+    from tuner.optimize.retune import run_trial
+
+    host = FakeHost(knobs=SMALL, seed=1)
+    host.set_offered_qps(qps)
+    opt.begin_retune(qps)
+    reasons = []
+    while True:
+        stop, why = opt.should_stop()
+        reasons.append(why)
+        if stop:
+            return reasons
+        run_trial(host, opt, s)

@@ -61,6 +61,7 @@ class TuningConfig:
     itr_resolution_sla_pct: float = _T["itr_resolution_sla_pct"].daemon_value
     history_max_trials: int = _T["history_max_trials"].daemon_value
     drift_h: float = _T["drift_h"].daemon_value
+    expand_ei_pct: float = _T["expand_ei_pct"].daemon_value
     min_trials: int = _T["min_trials"].daemon_value
     stop_ei_pct: float = _T["stop_ei_pct"].daemon_value
     safe_delta: float = _T["safe_delta"].daemon_value

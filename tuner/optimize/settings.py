@@ -108,6 +108,7 @@ class TunerSettings:
     context_max_qps: float = _D["context_max_qps"]
     history_max_trials: int = _D["history_max_trials"]
     drift_h: float = _D["drift_h"]
+    expand_ei_pct: float = _D["expand_ei_pct"]
     min_trials: int = _D["min_trials"]
     stop_ei_pct: float = _D["stop_ei_pct"]
     safe_delta: float = _D["safe_delta"]

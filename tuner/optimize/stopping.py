@@ -15,6 +15,9 @@ from tuner.optimize.safe_exploration import PEAK_MAX_P, SAFE_LOAD_TOL, SAFE_VETO
 from tuner.optimize.settings import TunerSettings, final_limit_us, pct_text
 from tuner.optimize.trial_book import TrialBook
 
+#: How an expanding trial's note begins (`StoppingRule._expand_cell`: at most one per retune).
+EXPAND_NOTE = "expanding step"
+
 
 class StoppingRule:
     """`should_stop` of one optimiser, over its model, safety filter and trial books (see the module docstring)."""
@@ -111,10 +114,14 @@ class StoppingRule:
                 self.refine = bisect
                 return False, f"{why}; one bisecting trial first: {bisect.note}"
             refine = self._refine_cell(held) if s.refine_step and s.safe_delta > 0 else None
-            if refine is None:
+            if refine is not None:
+                self.refine = refine
+                return False, f"{why}; one refining trial first: {refine.note}"
+            expand = self._expand_cell(best_w, held)
+            if expand is None:
                 return True, why
-            self.refine = refine
-            return False, f"{why}; one refining trial first: {refine.note}"
+            self.refine = expand
+            return False, f"{why}; one expanding trial first: {expand.note}"
         return False, f"expected improvement {ei[k]:.3g} W at {where} >= {limit:.3g} W"
 
     def _bisect_cell(self, held: Decision) -> Pending | None:
@@ -228,3 +235,48 @@ class StoppingRule:
             f"P({pct_text(self.model.objective.percentile)} > {self.model.objective.sla_us:g} µs) {pv:.3f} <= δ {s.safe_delta:g}"
         )
         return Pending(point, 0.0, -1, self.book.load, pv, note)
+
+    def _expand_cell(self, best_w: float, held: Decision) -> Pending | None:
+        """The expanding trial before a retune stops (`TunerSettings.expand_ei_pct`): where the model (not gated:
+        its constrained EI, the improvement times P(within the limit)) expects an improvement of at least that % of `best_w` at a cell the evidence does
+        not reach yet (`SafeExploration.supported`), the allowed cell untried in this retune nearest to it, if that
+        is nearer to it than the held point -- one step of SafeOpt's expansion toward what the stopping rule,
+        judging only the cells allowed now, cannot see. At most one per retune. None otherwise."""
+        import numpy as np
+
+        s = self.settings
+        if s.expand_ei_pct <= 0 or s.safe_delta <= 0 or s.safe_radius <= 0 or held.measurement is None:
+            return None
+        if any(r.note.startswith(EXPAND_NOTE) for r in self.book.retune_trials()):
+            return None
+        full = self.model.grid_model(self.book.load, refit=False)
+        if full is None:
+            return None
+        cells = full["cells"]
+        allowed = np.asarray(self.safety.supported(cells, self.safety.evidence()), dtype=bool)
+        from tuner.optimize import acquisition
+
+        # the model's own constrained EI, not gated: outside the evidence's reach the gate rules out every cell
+        ei = np.asarray(
+            acquisition.constrained_ei(full["power"], full["power_sd"], best_w, full["p_unmet"]), dtype=float
+        )
+        outside = ~allowed & (ei >= s.expand_ei_pct / 100.0 * best_w)
+        if not outside.any():
+            return None
+        t = int(np.argmax(np.where(outside, ei, -np.inf)))
+        seen = self.safety.seen_cells()
+        step = allowed & ~np.asarray(full["unsafe"], dtype=bool) & np.array([c not in seen for c in cells])
+        if not step.any():
+            return None
+        coords = np.asarray(self.model.coords(cells), dtype=float)
+        dist = np.hypot(*(coords - coords[t]).T)
+        k = int(np.argmin(np.where(step, dist, np.inf)))
+        from_held = float(np.hypot(*(np.asarray(self.model.coords([self.model.cell_of(held.point)]))[0] - coords[t])))
+        if not dist[k] < from_held:
+            return None
+        point, target = self.model.grid_point(cells[k]), self.model.grid_point(cells[t])
+        note = (
+            f"{EXPAND_NOTE}: {point}, the allowed point nearest {target}, where the model expects an improvement of "
+            f"{ei[t]:.3g} W >= {s.expand_ei_pct:g} % of the best {best_w:.1f} W but no measured point reaches yet"
+        )
+        return Pending(point, 0.0, -1, self.book.load, float(full["p_violation"][k]), note)

@@ -269,6 +269,15 @@ TUNER_TABLE: tuple[Setting, ...] = (
         100,
         cold=0.0,
     ),
+    _p(
+        "expand_ei_pct",
+        0.0,
+        "before a retune stops: one trial toward a point no measurement reaches yet where the model expects an "
+        "improvement of at least this % of the best power",
+        "a percentage in [0, 100] (0 = off)",
+        100,
+        cold=0.0,
+    ),
     Setting("min_trials", int, 2, "trials per retune before the stopping rule may end it", low=1, high=1000),
     _p(
         "stop_ei_pct",

@@ -5,9 +5,7 @@ improves on stays the one of the margin it aims within."""
 
 from __future__ import annotations
 
-from tests.fakes import FakeHost
-from tests.optimize_fakes import OBJ, SMALL, seeded
-from tuner.optimize.retune import run_trial
+from tests.optimize_fakes import OBJ, SMALL, retune_to_stop, seeded
 from tuner.optimize.settings import final_limit_us
 
 QPS = 120_000.0
@@ -15,16 +13,7 @@ QPS = 120_000.0
 
 def _retune(**kw):
     opt, s = seeded(stop_ei_pct=50.0, min_trials=1, trials=8, **kw)
-    host = FakeHost(knobs=SMALL, seed=1)
-    host.set_offered_qps(QPS)
-    opt.begin_retune(QPS)
-    reasons = []
-    while True:
-        stop, why = opt.should_stop()
-        reasons.append(why)
-        if stop:
-            return opt, s, reasons
-        run_trial(host, opt, s)
+    return opt, s, retune_to_stop(opt, s, QPS)
 
 
 def test_a_refining_trial_is_the_next_longer_itr_of_the_held_point_and_within_the_limits() -> None:
