@@ -1,8 +1,9 @@
 """The optimiser's stopping rule (`TunerSettings.stop_ei_pct` > 0): a retune ends once one more trial is not
 expected to improve on the best measured SLA-meeting power by that %, judged over the model's predictions at
 the points the safety filter allows -- but not while a bisecting trial is due between a trial over the SLA and a
-held point far above it in frequency, nor (`refine_step`) before one refining trial next to the held point; the
-rule leaves that trial in `StoppingRule.refine` for the next suggestion."""
+held point far above it in frequency, nor (`refine_step`) before one refining trial next to the held point, nor
+(`expand_ei_pct`) before one expanding trial toward a cell the evidence does not reach yet; the rule leaves that
+trial in `StoppingRule.refine` for the next suggestion."""
 
 from __future__ import annotations
 
