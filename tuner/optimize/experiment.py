@@ -51,6 +51,14 @@ class GridPrediction(TypedDict):
     unsafe: Any  # the safety gate's verdict (`ExperimentModel.unsafe`)
 
 
+def residual_z(value: float | tuple[float, float], mu: float, sd: float) -> float | None:
+    """SDs by which a reported metric (mean or (mean, SEM)) lies from a prediction N(`mu`, `sd`), both noises
+    combined; None when both are 0."""
+    mean, sem = value if isinstance(value, tuple) else (value, 0.0)
+    scale = math.hypot(sd, float(sem))
+    return (float(mean) - mu) / scale if scale > 0 else None
+
+
 class ExperimentModel:
     """The Ax experiment and the knob grid of one optimiser (see the module docstring)."""
 
@@ -312,10 +320,9 @@ class ExperimentModel:
             for metric, value in reported[t].items():
                 if metric not in preds:
                     continue
-                mean, sem = value if isinstance(value, tuple) else (value, 0.0)
                 mu, sd = preds[metric]
-                scale = math.hypot(float(sd[k]), float(sem))
-                if scale > 0 and abs(float(mean) - float(mu[k])) > SURPRISE_Z * scale:
+                z = residual_z(value, float(mu[k]), float(sd[k]))
+                if z is not None and abs(z) > SURPRISE_Z:
                     return True
         return False
 
@@ -333,11 +340,8 @@ class ExperimentModel:
             return None
         if metric not in preds:
             return None
-        value = data[metric]
-        mean, sem = value if isinstance(value, tuple) else (value, 0.0)
         mu, sd = preds[metric]
-        scale = math.hypot(float(sd[0]), float(sem))
-        z = (float(mean) - float(mu[0])) / scale if scale > 0 else 0.0
+        z = residual_z(data[metric], float(mu[0]), float(sd[0])) or 0.0
         return z if self.scale.kind == "log" else -z  # headroom = SLA / latency: higher latency, lower metric
 
     def met_limit_us(self) -> float:

@@ -98,10 +98,8 @@ class SafeExploration:
         """(cell, measurement) of each completed trial numbered `start` or later."""
         return [
             (self.model.cell_of(r.point), r.measurement)
-            for i, r in self.book.records.items()
-            if i >= max(start, self.book.retired_through + 1)
-            and r.status == STATUS_COMPLETED
-            and r.measurement is not None
+            for r in self.book.live()
+            if r.index >= start and r.status == STATUS_COMPLETED and r.measurement is not None
         ]
 
     def _cells_since(self, start: int) -> set[Cell]:

@@ -7,6 +7,7 @@ trial in `StoppingRule.refine` for the next suggestion."""
 
 from __future__ import annotations
 
+import math
 import time
 
 from tuner.optimize.decision import Decision, best_decision, exploration_settings
@@ -201,7 +202,6 @@ class StoppingRule:
         carry its bias into the step, and a step the model is unsure of is not taken (replay, 524 kQPS, seed 0:
         the model's mean step 471 -> 482 µs passed without the bound, and the trial read 510). None otherwise. Pure of
         Ax: the trial is attached when `suggest` hands it out."""
-        import math
         from statistics import NormalDist
 
         if held.measurement is None or not held.met_sla or held.by_estimate:
@@ -239,11 +239,14 @@ class StoppingRule:
 
     def _expand_cell(self, best_w: float, held: Decision) -> Pending | None:
         """The expanding trial before a retune stops (`TunerSettings.expand_ei_pct`): where the model (not gated:
-        its constrained EI, the improvement times P(within the limit)) expects an improvement of at least that % of `best_w` at a cell the evidence does
-        not reach yet (`SafeExploration.supported`), the allowed cell untried in this retune nearest to it, if that
-        is nearer to it than the held point -- one step of SafeOpt's expansion toward what the stopping rule,
-        judging only the cells allowed now, cannot see. At most one per retune. None otherwise."""
+        its constrained EI, the improvement times P(within the limit)) expects an improvement of at least that % of
+        `best_w` at a cell the evidence does not reach yet (`SafeExploration.supported`), the allowed cell untried in
+        this retune nearest to it, if that is nearer to it than the held point -- one step of SafeOpt's expansion
+        toward what the stopping rule, judging only the cells allowed now, cannot see. At most one per retune. None
+        otherwise."""
         import numpy as np
+
+        from tuner.optimize import acquisition
 
         s = self.settings
         if s.expand_ei_pct <= 0 or s.safe_delta <= 0 or s.safe_radius <= 0 or held.measurement is None:
@@ -255,8 +258,6 @@ class StoppingRule:
             return None
         cells = full["cells"]
         allowed = np.asarray(self.safety.supported(cells, self.safety.evidence()), dtype=bool)
-        from tuner.optimize import acquisition
-
         # the model's own constrained EI, not gated: outside the evidence's reach the gate rules out every cell
         ei = np.asarray(
             acquisition.constrained_ei(full["power"], full["power_sd"], best_w, full["p_unmet"]), dtype=float
@@ -272,7 +273,7 @@ class StoppingRule:
         coords = np.asarray(self.model.coords(cells), dtype=float)
         dist = np.hypot(*(coords - coords[t]).T)
         k = int(np.argmin(np.where(step, dist, np.inf)))
-        from_held = float(np.hypot(*(np.asarray(self.model.coords([self.model.cell_of(held.point)]))[0] - coords[t])))
+        from_held = math.dist(np.asarray(self.model.coords([self.model.cell_of(held.point)]))[0], coords[t])
         if not dist[k] < from_held:
             return None
         point, target = self.model.grid_point(cells[k]), self.model.grid_point(cells[t])
