@@ -1,5 +1,6 @@
-"""The final choice and the settle: a trial whose settle read over the SLA is never the point held, whatever its
-window read (near the cliff a point's seconds differ by more than their CIs say)."""
+"""The final choice and readings over the SLA: a trial whose settle read over the SLA is never the point held,
+whatever its window read (near the cliff a point's seconds differ by more than their CIs say), nor is a point
+another trial of the same retune read over the SLA at."""
 
 from __future__ import annotations
 
@@ -35,3 +36,16 @@ def test_with_every_settle_over_the_sla_the_safest_point_is_applied_not_called_m
     b = _trial(1, 290, 450.0, 55.0, settle_p99=650.0)
     d = best_decision([a, b], OBJ, TunerSettings(), SMALL)
     assert not d.met_sla and d.point == a.point  # the lowest window percentile, and not reported as meeting the SLA
+
+
+def test_a_point_another_trial_of_the_retune_read_over_the_sla_at_is_not_held() -> None:
+    under = _trial(0, 114, 490.0, 50.0, settle_p99=None)  # within the SLA by its estimate only
+    over = _trial(1, 114, 504.0, 50.5, settle_p99=None)  # the same point again, over the SLA
+    dear = _trial(2, 290, 480.0, 55.0, settle_p99=None)
+    d = best_decision([under, over, dear], OBJ, TunerSettings(), SMALL)
+    assert d.point == dear.point and d.met_sla and "(1 of 3 trials did)" in d.reason
+    # either reading alone decides as before: the cheap point held while nothing over the SLA was read there
+    assert best_decision([under, dear], OBJ, TunerSettings(), SMALL).point == under.point
+    # with only that point measured, nothing met the SLA: the safest reading is applied, not called met
+    alone = best_decision([under, over], OBJ, TunerSettings(), SMALL)
+    assert not alone.met_sla and alone.point == under.point

@@ -54,3 +54,21 @@ def test_a_load_inside_the_measured_range_is_not_a_new_peak() -> None:
     opt = _measured_at_low_load(peak_step=True)
     opt.begin_retune(0.9 * LOW_Q)
     assert opt.safety.peak_step("x") is None
+
+
+def test_the_step_goes_past_a_point_this_retune_read_over_the_limit() -> None:
+    opt = _measured_at_low_load(peak_step=True)
+    opt.begin_retune(1.3 * LOW_Q)
+    first = opt.safety.peak_step("x")
+    assert first is not None
+    again = opt.safety.peak_step("x")
+    assert again is not None and again.point == first.point  # nothing measured at this load yet: the same step
+    i = opt.book.next_index
+    opt.book.next_index += 1
+    opt.book.pending[i] = first
+    opt.complete(i, meas(490.0, 70.0, qps=1.3 * LOW_Q), 1.3 * LOW_Q)  # within the SLA, over the limit (475 µs)
+    after = opt.safety.peak_step("x")
+    assert after is not None
+    path = [opt.model.cell_of(p) for p in (first.point, after.point)]
+    # further along the path toward safety: a higher frequency at that ITR, or a shorter ITR at the highest one
+    assert path[1] != path[0] and (path[1][1] > path[0][1] or path[1][0] < path[0][0]), (first.point, after.point)

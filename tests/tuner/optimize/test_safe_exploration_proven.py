@@ -1,0 +1,38 @@
+"""With nothing the gate allows near evidence, the safety filter tries the cheapest point the orderings prove
+within the limit (its ITR measured within it at a lower frequency, at this load or above) before walking out from
+the safe corner."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.tuner.optimize.test_safe_exploration_peak_step import LOW_Q, _measured_at_low_load
+from tuner.optimize.safe_exploration import SafeExploration
+
+#: Measured within the limit at LOW_Q (`_measured_at_low_load`): ITR -> the lowest frequency it met the limit at.
+MET = {306: 1.6, 146: 2.4, 2: 2.9}
+
+
+def test_a_proven_point_is_its_itr_at_a_frequency_measured_within_the_limit_or_higher() -> None:
+    opt = _measured_at_low_load(peak_step=True)
+    opt.begin_retune(0.9 * LOW_Q)
+    opt.model.fit_model()  # as the filter's caller has done
+    step = opt.safety._proven("x", opt.safety.evidence())
+    assert step is not None and "orderings prove" in step.note
+    p = step.point
+    assert p.itr_us in MET and p.dvfs_ghz >= MET[p.itr_us] - 1e-9, p
+    # the cheapest of them by the model's power: the frequency its ITR was measured within the limit at
+    assert p.dvfs_ghz == MET[p.itr_us], p
+    # nothing vouches for a load above every one measured
+    opt.begin_retune(1.3 * LOW_Q)
+    assert opt.safety._proven("x", opt.safety.evidence()) is None
+
+
+def test_the_filter_tries_a_proven_point_before_the_safe_corner(monkeypatch: pytest.MonkeyPatch) -> None:
+    opt = _measured_at_low_load(peak_step=True)
+    opt.begin_retune(0.9 * LOW_Q)
+    monkeypatch.setattr(SafeExploration, "near_cells", lambda self, evidence: [])  # the gate allows nothing
+    i, p = opt.suggest()
+    note = opt.book.pending[i].note
+    assert "orderings prove" in note and "safe corner" not in note, note
+    assert p.itr_us in MET and p.dvfs_ghz >= MET[p.itr_us] - 1e-9
