@@ -197,19 +197,18 @@ class SafeExploration:
         return self._choose(pend, prop, why, grid, ok)
 
     def _proven(self, why: str, evidence: Evidence) -> Pending | None:
-        """The cheapest cell (by the model's power) the orderings prove within the limit at this load
-        (`monotone.known_safe`: a point measured within it at this load or above, HOLD_LOAD_TOL below counting as
-        this load, has its ITR and no higher a frequency), untried in this retune and not next to one measured over
-        the SLA; None if there is none. Tried before walking out from the safe corner: a model gone wrong at one
-        load refuses every cell near evidence, and the walk went up to the highest frequency (cliff plant, 99:500,
-        509 kQPS after 556 kQPS was measured: 15 trials along 2.9 GHz, the hour held at 1.32 x the oracle)."""
+        """The cheapest cell (model power) the orderings prove within the limit at this load (`monotone.known_safe`,
+        HOLD_LOAD_TOL), untried in this retune, not next to one measured over the SLA; else None. Before the walk
+        from the safe corner: a model gone wrong refuses every cell near evidence (cliff plant, 99:500, 509 kQPS
+        after 556 kQPS: the walk took 15 trials along 2.9 GHz and held the hour at 1.32 x the oracle)."""
         import numpy as np
 
         from tuner.optimize import acquisition, monotone
 
         model, load = self.model, self.book.load
         ev, ev_load, ev_met, ev_broke = evidence
-        cells = [c for c in model.grid() if c not in self.seen_cells()]
+        seen = self.seen_cells()
+        cells = [c for c in model.grid() if c not in seen]
         coords = np.asarray(model.coords(cells), dtype=float).reshape(-1, 2)
         keep = monotone.known_safe(coords, ev, ev_load, ev_met, load, HOLD_LOAD_TOL)
         keep &= ~acquisition.vetoed(coords, ev, ev_load, ev_broke, load, SAFE_VETO_RADIUS, SAFE_LOAD_TOL)
@@ -221,8 +220,8 @@ class SafeExploration:
         pv = float(grid["p_violation"][k])
         note = (
             f"{why}; no point is within δ and near a point measured safe at this load or above, so the cheapest "
-            f"point the orderings prove within the limit (its ITR measured within it at a lower frequency and this "
-            f"load or above), model P {pv:.3f}"
+            f"point the orderings prove within the limit (its ITR measured within it at this frequency or a lower one, "
+            f"at this load or above), model P {pv:.3f}"
         )
         return Pending(model.grid_point(cells[k]), 0.0, model.attach(cells[k], load), load, pv, note)
 
