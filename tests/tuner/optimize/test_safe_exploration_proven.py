@@ -1,6 +1,6 @@
 """With nothing the gate allows near evidence, the safety filter tries the cheapest point the orderings prove
-within the limit (its ITR measured within it at a lower frequency, at this load or above) before walking out from
-the safe corner."""
+within the limit (its ITR measured within it at this frequency or a lower one, at this load or above) before walking
+out from the safe corner."""
 
 from __future__ import annotations
 
