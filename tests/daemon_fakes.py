@@ -368,6 +368,7 @@ def write_config(
     metrics: str = "127.0.0.1:0",
     sla_us: float = 500.0,
     period_s: float = 3600.0,
+    load_change_pct: float = 20.0,
     tuning: str = "",
 ) -> Path:
     """A daemon config under `tmp` (state in tmp/state, socket in tmp/t.sock); returns its path.
@@ -392,7 +393,7 @@ trials = {trials}
 sobol_trials = {sobol}
 window_s = {window_s}
 retune_period_s = {period_s}
-load_change_pct = 20
+load_change_pct = {load_change_pct}
 guardrail_margin_pct = 10
 {tuning}
 [state]

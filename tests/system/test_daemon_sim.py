@@ -154,6 +154,7 @@ def test_sim_daemon_with_ax_warm_starts_a_contextual_retune_from_imported_trials
         sobol=2,
         window_s=0.05,
         sla_us=700.0,
+        load_change_pct=1000.0,  # one retune: the simulator's noisy 50 ms load readings must not start a second
         tuning="context = true\ncontext_max_qps = 1e6",
     )
     assert main(["trials", "import", str(src), "--config", str(cfg)]) == 0
