@@ -129,6 +129,7 @@ class TunerSettings:
     hold_max_p: float = _D["hold_max_p"]
     acquisition: str = _D["acquisition"]
     refine_step: bool = _D["refine_step"]
+    first_proven: bool = _D["first_proven"]
     peak_first: bool = _D["peak_first"]
     break_step: bool = _D["break_step"]
 

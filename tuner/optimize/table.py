@@ -457,6 +457,14 @@ TUNER_TABLE: tuple[Setting, ...] = (
         replay=False,
     ),
     Setting(
+        "first_proven",
+        bool,
+        True,
+        "with safe exploration: a retune's first trial is the cheapest point the orderings prove within the limit "
+        "at its load (its ITR measured within it at that frequency or a lower one, at that load or above), if any",
+        cold=False,
+    ),
+    Setting(
         "peak_first",
         bool,
         False,

@@ -1,11 +1,13 @@
-"""With nothing the gate allows near evidence, the safety filter tries the cheapest point the orderings prove
-within the limit (its ITR measured within it at this frequency or a lower one, at this load or above) before walking
-out from the safe corner."""
+"""The cheapest point the orderings prove within the limit (its ITR measured within it at this frequency or a lower
+one, at this load or above): a retune's first trial (`first_proven`), and, with nothing the gate allows near evidence,
+the safety filter's choice before walking out from the safe corner."""
 
 from __future__ import annotations
 
 import pytest
 
+from actuators.host import OperatingPoint
+from tests.optimize_fakes import meas
 from tests.tuner.optimize.test_safe_exploration_peak_step import LOW_Q, _measured_at_low_load
 from tuner.optimize.safe_exploration import SafeExploration
 
@@ -36,3 +38,22 @@ def test_the_filter_tries_a_proven_point_before_the_safe_corner(monkeypatch: pyt
     note = opt.book.pending[i].note
     assert "orderings prove" in note and "safe corner" not in note, note
     assert p.itr_us in MET and p.dvfs_ghz >= MET[p.itr_us] - 1e-9
+
+
+def test_a_retunes_first_trial_is_the_cheapest_proven_point_and_its_second_is_the_filters_choice() -> None:
+    opt = _measured_at_low_load(peak_step=True, first_proven=True)
+    opt.begin_retune(0.9 * LOW_Q)
+    i, p = opt.suggest()
+    note = opt.book.pending[i].note
+    assert note.startswith("the retune's first trial: the cheapest point the orderings prove"), note
+    assert p == OperatingPoint(306, 1.6)  # measured within the limit at a higher load, at the lowest power
+    opt.complete(i, meas(400.0, 38.0, qps=0.9 * LOW_Q), 0.9 * LOW_Q)
+    i, _ = opt.suggest()
+    assert "first trial" not in opt.book.pending[i].note
+
+
+def test_without_first_proven_the_first_trial_is_the_filters_choice() -> None:
+    opt = _measured_at_low_load(peak_step=True, first_proven=False)
+    opt.begin_retune(0.9 * LOW_Q)
+    i, _ = opt.suggest()
+    assert "first trial" not in opt.book.pending[i].note and "orderings prove" not in opt.book.pending[i].note
