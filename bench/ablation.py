@@ -8,12 +8,13 @@ feature that helps only the bundled plant shows up as an ablation that is no wor
     .venv/bin/python bench/ablation.py --seeds 1 --every 3 --members bundled,e5-2650-two-peaks
     .venv/bin/python bench/ablation.py --seeds 1 --every 3 --html out/ablation.html  # and a page
 
-The features and their presets: the 16 µs ITR grid (warm-itr-8), the new-peak step (warm-no-peak-step), a
-retune's first trial at a proven point (warm-no-first-proven), the constrained-EI acquisition (warm-ax), the stopping rule (warm-no-stop), the margins (warm-no-sla-margin,
-warm-no-final-margin), safe exploration (warm-no-safety, warm-no-evidence, warm-no-sd-scale), adaptive windows
-and their guards (warm-no-adaptive, warm-no-guard, warm-no-settle-guard), the safe start's walk down in frequency
-(warm-no-step-down), the load as context (warm-no-context). The hold rule
-(`hold_max_p`) acts only in windows under an hour, which the zoo's hourly days do not have: not ablated here.
+The features and their presets: the 16 µs ITR grid (warm-itr-8), the new-peak step (warm-no-peak-step), a retune's
+first trial at a proven point (warm-no-first-proven), the constrained-EI acquisition (warm-ax), the stopping rule
+(warm-no-stop), the margins (warm-no-sla-margin, warm-no-final-margin), safe exploration (warm-no-safety,
+warm-no-evidence, warm-no-sd-scale), adaptive windows and their guards (warm-no-adaptive, warm-no-guard,
+warm-no-settle-guard), the safe start's walk down in frequency (warm-no-step-down), the load as context
+(warm-no-context). The hold rule (`hold_max_p`) acts only in windows under an hour, which the zoo's hourly days do
+not have: not ablated here.
 """
 
 from __future__ import annotations
