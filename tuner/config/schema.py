@@ -62,6 +62,7 @@ class TuningConfig:
     history_max_trials: int = _T["history_max_trials"].daemon_value
     drift_h: float = _T["drift_h"].daemon_value
     expand_ei_pct: float = _T["expand_ei_pct"].daemon_value
+    descend_pct: float = _T["descend_pct"].daemon_value
     min_trials: int = _T["min_trials"].daemon_value
     stop_ei_pct: float = _T["stop_ei_pct"].daemon_value
     safe_delta: float = _T["safe_delta"].daemon_value

@@ -278,6 +278,15 @@ TUNER_TABLE: tuple[Setting, ...] = (
         100,
         cold=0.0,
     ),
+    _p(
+        "descend_pct",
+        10.0,
+        "before a retune stops: one trial halfway toward a cheaper point measured within the limit at a load up to "
+        "10 % below, when the held point's power is more than this % above the model's power there",
+        "a percentage in [0, 100] (0 = off)",
+        100,
+        cold=0.0,
+    ),
     Setting("min_trials", int, 2, "trials per retune before the stopping rule may end it", low=1, high=1000),
     _p(
         "stop_ei_pct",
