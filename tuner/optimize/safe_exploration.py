@@ -355,7 +355,7 @@ class SafeExploration:
         first trial over the SLA at a new peak thus moves the search one step, where the safety filter's
         substitute (the gate refuses what the doubled SD leaves uncertain next to it) went several steps up and
         the stopping rule held it (docs/optimizer-final-choice.md). None when the rule does not apply."""
-        from tuner.optimize import acquisition, monotone
+        from tuner.optimize import monotone
 
         model, load = self.model, self.book.load
         done = [r for r in self.book.completed_this_retune() if r.measurement is not None]
@@ -373,22 +373,36 @@ class SafeExploration:
         proven = monotone.known_safe(coords, ev, ev_load, ev_met, load)
         if proven.any():  # beyond a cell proven within the limit at this load every step costs power for nothing
             path, coords = path[: int(proven.argmax()) + 1], coords[: int(proven.argmax()) + 1]
-        bad = monotone.known_unsafe(coords, ev, ev_load, ev_broke, load, SAFE_LOAD_TOL)
-        bad |= acquisition.vetoed(coords, ev, ev_load, ev_broke, load, SAFE_VETO_RADIUS, SAFE_LOAD_TOL)
-        path = [c for c, b in zip(path, bad) if not b]
-        grid = model.grid_model(load, refit=False, cells=path) if path else None
+        found = self.first_likely(
+            path, evidence, monotone.known_unsafe(coords, ev, ev_load, ev_broke, load, SAFE_LOAD_TOL)
+        )
+        if found is None:
+            return None
+        cell, pv = found
+        note = (
+            f"one step up from {last.point}, read over the SLA with no trial of this retune within the limit: "
+            f"{model.grid_point(cell)}, P({pct_text(pct)} > {model.objective.sla_us:g} µs) {pv:.3f}"
+        )
+        return Pending(model.grid_point(cell), 0.0, model.attach(cell, load), load, pv, note)
+
+    def first_likely(self, path: list[Cell], evidence: Evidence, bad: Any = None) -> tuple[Cell, float] | None:
+        """The first cell of `path`, not in `bad` nor `acquisition.vetoed`, whose P(SLA broken) at this load (as the
+        gate computes it) is at most PEAK_MAX_P, with that P; else None (`break_step`, the descending trial)."""
+        from tuner.optimize import acquisition
+
+        if not path:
+            return None
+        ev, ev_load, _, ev_broke = evidence
+        load = self.book.load
+        skip = acquisition.vetoed(self.model.coords(path), ev, ev_load, ev_broke, load, SAFE_VETO_RADIUS, SAFE_LOAD_TOL)
+        if bad is not None:
+            skip = skip | bad
+        path = [c for c, b in zip(path, skip) if not b]
+        grid = self.model.grid_model(load, refit=False, cells=path) if path else None
         if grid is None:
             return None
         likely = [k for k, p in enumerate(grid["p_violation"]) if float(p) <= PEAK_MAX_P]
-        if not likely:
-            return None
-        k = likely[0]
-        pv = float(grid["p_violation"][k])
-        note = (
-            f"one step up from {last.point}, read over the SLA with no trial of this retune within the limit: "
-            f"{model.grid_point(path[k])}, P({pct_text(pct)} > {model.objective.sla_us:g} µs) {pv:.3f}"
-        )
-        return Pending(model.grid_point(path[k]), 0.0, model.attach(path[k], load), load, pv, note)
+        return (path[likely[0]], float(grid["p_violation"][likely[0]])) if likely else None
 
     # -- the evidence rules
     def near_cells(self, evidence: Evidence) -> list[Cell]:

@@ -211,12 +211,11 @@ class StoppingRule:
         trial halfway moves the evidence toward the cheap side; the next retune's trials start from it. Pure of Ax."""
         import numpy as np
 
-        from tuner.optimize import acquisition
-
         if held.measurement is None or not held.met_sla or held.by_estimate or self.book.load is None:
             return None
         load = self.book.load
-        ev, ev_load, ev_met, ev_broke = self.safety.evidence()
+        evidence = self.safety.evidence()
+        ev, ev_load, ev_met, _ = evidence
         seen = self.safety.seen_cells()
         hi, hj = self.model.cell_of(held.point)
         near = ev_met & (ev_load >= load * (1 - SAFE_LOAD_TOL))
@@ -231,25 +230,19 @@ class StoppingRule:
             return None
         ni, nj = cands[k]
         mid_i = (ni + hi + 1) // 2 if hi > ni else (ni + hi) // 2
-        for j in range((nj + hj + 1) // 2, hj):
-            cell = (mid_i, j)
-            at_cell = self.model.coords([cell])
-            veto = acquisition.vetoed(at_cell, ev, ev_load, ev_broke, load, SAFE_VETO_RADIUS, SAFE_LOAD_TOL)[0]
-            if cell in seen or veto:
-                continue
-            at = self.model.grid_model(load, refit=False, cells=[cell])
-            if at is None or not float(at["p_violation"][0]) <= PEAK_MAX_P:
-                continue
-            pv = float(at["p_violation"][0])
-            point, there = self.model.grid_point(cell), self.model.grid_point(cands[k])
-            note = (
-                f"descending step: {point}, halfway from {held.point} (held, {held.measurement.power_w:.1f} W) toward "
-                f"{there} (measured within the limit at a load at most {SAFE_LOAD_TOL:.0%} below, {power:.1f} W here "
-                f"by the model), P({pct_text(self.model.objective.percentile)} > {self.model.objective.sla_us:g} µs) "
-                f"{pv:.3f} <= {PEAK_MAX_P:g}"
-            )
-            return Pending(point, 0.0, -1, load, pv, note)
-        return None
+        path = [(mid_i, j) for j in range((nj + hj + 1) // 2, hj) if (mid_i, j) not in seen]
+        found = self.safety.first_likely(path, evidence)
+        if found is None:
+            return None
+        cell, pv = found
+        point, there = self.model.grid_point(cell), self.model.grid_point(cands[k])
+        note = (
+            f"descending step: {point}, halfway from {held.point} (held, {held.measurement.power_w:.1f} W) toward "
+            f"{there} (measured within the limit at a load at most {SAFE_LOAD_TOL:.0%} below, {power:.1f} W here "
+            f"by the model), P({pct_text(self.model.objective.percentile)} > {self.model.objective.sla_us:g} µs) "
+            f"{pv:.3f} <= {PEAK_MAX_P:g}"
+        )
+        return Pending(point, 0.0, -1, load, pv, note)
 
     def _refine_cell(self, held: Decision) -> Pending | None:
         """The refining trial before a retune stops (`TunerSettings.refine_step`): the next longer ITR of the grid
