@@ -24,7 +24,7 @@ from tuner.daemon.observer import Observer
 from tuner.daemon.plain import latency_at, measurement_dict, safe_corner
 from tuner.daemon.safer_points import at_least_as_safe, idle_point
 from tuner.optimize.decision import HoldCandidate, HoldVerdict, held_over
-from tuner.optimize.safe_exploration import SAFE_LOAD_TOL
+from tuner.optimize.safe_evidence import SAFE_LOAD_TOL
 
 log = logging.getLogger("tuner.daemon.loop")  # one logger for the whole control loop (operators filter on it)
 

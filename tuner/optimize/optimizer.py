@@ -77,7 +77,8 @@ from tuner.optimize.records import (
     lean,
     power_sem,
 )
-from tuner.optimize.safe_exploration import SAFE_LOAD_TOL, SafeExploration
+from tuner.optimize.safe_evidence import SAFE_LOAD_TOL
+from tuner.optimize.safe_exploration import SafeExploration
 from tuner.optimize.settings import Objective, TunerSettings
 from tuner.optimize.stopping import StoppingRule
 from tuner.optimize.trial_book import TrialBook
@@ -404,9 +405,9 @@ class Optimizer:
         s = self.settings
         if not s.context or s.hold_max_p <= 0 or self.book.load is None:
             return hold_or_retune(qps, (), (), max_p=0.0)
-        evidence = self.safety.evidence()
+        evidence = self.safety.rules.evidence()
         coords, ev_load, ev_met, _ = evidence
-        own = [ti not in self.book.borrowed for ti in self.safety.evidence_trials()]
+        own = [ti not in self.book.borrowed for ti in self.safety.rules.evidence_trials()]
         measured = [
             (float(x) * s.context_max_qps, self.model.grid_point(self.model.cell_at(tuple(u))))
             for u, x, ok, mine in zip(coords, ev_load, ev_met, own, strict=True)
@@ -420,7 +421,7 @@ class Optimizer:
         broke = [(self.model.grid_point(c), q * s.context_max_qps) for c, q in self.book.held_broke]
         cells = [c for c in cells if not held_over(self.model.grid_point(c), qps, broke, SAFE_LOAD_TOL)]
         if cells and s.safe_delta > 0 and s.safe_radius > 0:
-            cells = [c for c, ok in zip(cells, self.safety.supported(cells, evidence)) if ok]
+            cells = [c for c, ok in zip(cells, self.safety.rules.supported(cells, evidence)) if ok]
         grid = self.model.grid_model(self.book.load, refit=True, cells=cells) if cells else None
         candidates: list[HoldCandidate] = []
         if grid is not None:

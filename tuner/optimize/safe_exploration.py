@@ -8,7 +8,6 @@ the model's predictions and the trial books; it decides, the facade (`optimizer.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any
 
 from actuators.host import Measurement
@@ -16,19 +15,10 @@ from tuner.optimize.axsetup import no_warnings
 from tuner.optimize.decision import HOLD_LOAD_TOL, best_decision, exploration_settings
 from tuner.optimize.experiment import ExperimentModel, GridPrediction
 from tuner.optimize.records import STATUS_COMPLETED, Cell, Pending
+from tuner.optimize.safe_evidence import SAFE_LOAD_TOL, SAFE_VETO_RADIUS, Evidence, EvidenceRules
 from tuner.optimize.settings import TunerSettings, pct_text
 from tuner.optimize.trial_book import TrialBook
 
-#: `acquisition.supported`: moving to a LOWER ITR than the measured point counts this many times its distance.
-#: At a fixed frequency a lower ITR means more interrupts and more CPU per request, so latency climbs into
-#: saturation steeply that way, while a higher ITR only adds a bounded batching delay (dissertation ch. 5).
-SAFE_ITR_DOWN_WEIGHT = 3.0
-#: `acquisition.vetoed`: a point measured over the SLA rules out the points within this normalised ITR distance
-#: (0.06 of the range: ~60 µs on ixgbe) at its frequency or below, at its load or above.
-SAFE_VETO_RADIUS = 0.06
-#: Safe exploration's evidence rule (`TunerSettings.safe_radius`): a point measured within the limit at load L'
-#: vouches for its neighbourhood at loads up to L' / (1 - SAFE_LOAD_TOL), ~11 % above (day-to-day noise).
-SAFE_LOAD_TOL = 0.10
 #: `TunerSettings.peak_step`: trials within this share below the highest load measured within the limit count as
 #: measured at it (the best of them is the new peak's starting point).
 PEAK_LOAD_BAND = 0.02
@@ -41,18 +31,13 @@ PEAK_MAX_P = 0.5
 STEP_DOWN_HEADROOM = 1.0
 
 
-#: Measured evidence (`SafeExploration.evidence`): normalised knob coordinates (n x 2), normalised loads, within
-#: the limit `best` applies, over the SLA.
-Evidence = tuple[Any, Any, Any, Any]
-
-
 class SafeExploration:
     """The safety filter of one optimiser, over its model and its trial books (see the module docstring)."""
 
     def __init__(self, model: ExperimentModel, book: TrialBook) -> None:
         self.model = model
         self.book = book
-        self._evidence_cache: tuple[Any, Evidence, tuple[int, ...]] | None = None
+        self.rules = EvidenceRules(model, book)
 
     @property
     def settings(self) -> TunerSettings:
@@ -126,12 +111,12 @@ class SafeExploration:
     # -- with the model: vet Ax's proposal, or choose
     def filter(self, pend: Pending | None) -> Pending:
         """Keep Ax's proposal if the gate passes it (`ExperimentModel.unsafe`) and it is near evidence
-        (`supported`), else substitute the allowed cell of largest constrained EI (or the closest allowed one).
+        (`EvidenceRules.supported`), else substitute the allowed cell of largest constrained EI (or the closest allowed one).
         Without a proposal (`acquisition="grid"`: Ax was not asked) that cell is the choice (ties: the one
         nearest the safe corner). Before either, when on: `break_step` after a retune's first trials over the
         SLA, (`peak_first`) the new-peak step as the first trial at a load above every one measured, and
         (`first_proven`) the cheapest point the orderings prove within the limit as a retune's first trial."""
-        evidence = self.evidence()
+        evidence = self.rules.evidence()
         step = self.break_step(evidence) if self.settings.break_step else None
         if step is None and self.settings.peak_first and self.settings.peak_step and not self.seen_cells():
             # nothing measured at a lower load proves a point at a higher one (`monotone`): the step, not the EI
@@ -160,7 +145,7 @@ class SafeExploration:
         # Ax just fitted the model on all data to propose; ask it about the proposal first (cheap), and about
         # the cells near evidence (the whole grid, 128 x 18 cells, costs ~0.5 s) only if the proposal fails
         one = model.grid_model(self.book.load, refit=False, cells=[prop])
-        near = bool(self.supported([prop], evidence)[0])
+        near = bool(self.rules.supported([prop], evidence)[0])
         if one is not None and not one["unsafe"][0] and near:
             pend.p_violation = float(one["p_violation"][0])
             return pend
@@ -187,7 +172,7 @@ class SafeExploration:
         within the limit (`_proven`), or out from the safe corner."""
         import numpy as np
 
-        cells = self.near_cells(evidence)
+        cells = self.rules.near_cells(evidence)
         grid = self.model.grid_model(self.book.load, refit=False, cells=cells) if cells else None
         ok = ~grid["unsafe"] if grid is not None else np.zeros(0, dtype=bool)
         if not ok.any() and self.settings.peak_step:  # a load above any measured within the limit
@@ -403,85 +388,6 @@ class SafeExploration:
             return None
         likely = [k for k, p in enumerate(grid["p_violation"]) if float(p) <= PEAK_MAX_P]
         return (path[likely[0]], float(grid["p_violation"][likely[0]])) if likely else None
-
-    # -- the evidence rules
-    def near_cells(self, evidence: Evidence) -> list[Cell]:
-        """The grid cells `supported` at this load: the only ones the safety filter may choose, so the only
-        ones the model is asked about (and the stopping rule's EI ranges over)."""
-        cells = self.model.grid()
-        mask = self.supported(cells, evidence)
-        return [c for c, m in zip(cells, mask) if m]
-
-    def evidence(self) -> Evidence:
-        """Every completed trial in the model: normalised knob coordinates (n x 2), load (normalised; 0 without
-        context), whether its percentile was within the limit `best` applies (`met_limit_us`) and whether it
-        was over the SLA; then each held window that was over the SLA (`TrialBook.held_broke`: never within the
-        limit, always over)."""
-        import numpy as np
-        from ax.core.base_trial import TrialStatus
-
-        model = self.model
-        exp = model.client._experiment
-        done = sorted(exp.trial_indices_by_status[TrialStatus.COMPLETED])
-        key = (id(model.client), tuple(done), len(self.book.held_broke))
-        if self._evidence_cache is not None and self._evidence_cache[0] == key:
-            return self._evidence_cache[1]
-        lat: dict[int, float] = {}
-        if done:
-            df = exp.lookup_data(trial_indices=done).df
-            scale = model.scale
-            rows = df[df["metric_name"] == scale.metric]
-            lat = {int(t): scale.to_us(float(v)) for t, v in zip(rows["trial_index"], rows["mean"])}
-        cells, loads, met, broke, used = [], [], [], [], []
-        limit = model.met_limit_us()
-        sla = model.objective.sla_us
-        for ti in done:
-            if ti not in lat:
-                continue
-            used.append(ti)
-            params = exp.trials[ti].arm.parameters
-            cells.append(model.cell_of(model.to_point(params)))
-            loads.append(float(params.get("load", 0.0)))
-            met.append(lat[ti] <= limit)
-            broke.append(lat[ti] > sla)
-        for k, (cell, load) in enumerate(self.book.held_broke):
-            used.append(-1 - k)  # not an Ax trial: a held window (never borrowed, never within the limit)
-            cells.append(cell)
-            loads.append(load)
-            met.append(False)
-            broke.append(True)
-        out = (
-            model.coords(cells),
-            np.array(loads, dtype=float),
-            np.array(met, dtype=bool),
-            np.array(broke, dtype=bool),
-        )
-        self._evidence_cache = (key, out, tuple(used))
-        return out
-
-    def evidence_trials(self) -> tuple[int, ...]:
-        """The Ax trial index of each row of `evidence()`, in its order (held windows: negative)."""
-        self.evidence()
-        assert self._evidence_cache is not None
-        return self._evidence_cache[2]
-
-    def supported(self, cells: Sequence[Cell], evidence: Evidence) -> Any:
-        """Grid `cells` the evidence allows at this retune's load: `acquisition.supported` (near a point measured
-        within the limit) and not `acquisition.vetoed` (next to one measured over the SLA); all True when
-        `safe_radius` or `safe_delta` is 0."""
-        import numpy as np
-
-        from tuner.optimize import acquisition
-
-        s, load = self.settings, self.book.load
-        if s.safe_radius <= 0 or s.safe_delta <= 0:
-            return np.ones(len(cells), dtype=bool)
-        ev, ev_load, ev_met, ev_broke = evidence
-        coords = self.model.coords(cells)
-        near = acquisition.supported(
-            coords, ev, ev_load, ev_met, load, s.safe_radius, SAFE_LOAD_TOL, SAFE_ITR_DOWN_WEIGHT
-        )
-        return near & ~acquisition.vetoed(coords, ev, ev_load, ev_broke, load, SAFE_VETO_RADIUS, SAFE_LOAD_TOL)
 
     # -- what is worth trying
     def seen_cells(self) -> set[Cell]:

@@ -15,7 +15,8 @@ import time
 from tuner.optimize.decision import Decision, best_decision, exploration_settings
 from tuner.optimize.experiment import ExperimentModel, GridPrediction
 from tuner.optimize.records import STATUS_COMPLETED, Pending
-from tuner.optimize.safe_exploration import PEAK_MAX_P, SAFE_LOAD_TOL, SAFE_VETO_RADIUS, SafeExploration
+from tuner.optimize.safe_evidence import SAFE_LOAD_TOL, SAFE_VETO_RADIUS
+from tuner.optimize.safe_exploration import PEAK_MAX_P, SafeExploration
 from tuner.optimize.settings import TunerSettings, final_limit_us, pct_text
 from tuner.optimize.trial_book import TrialBook
 
@@ -86,7 +87,11 @@ class StoppingRule:
         if held.by_estimate and s.refine_step:
             return False, "no trial of this retune met the SLA with its CI and margin yet (only by its estimate)"
         best_w = d.measurement.power_w
-        cells = self.safety.near_cells(self.safety.evidence()) if s.safe_delta > 0 and s.safe_radius > 0 else None
+        cells = (
+            self.safety.rules.near_cells(self.safety.rules.evidence())
+            if s.safe_delta > 0 and s.safe_radius > 0
+            else None
+        )
         if cells is not None and not cells:
             return False, "no point near one measured within the limit at this load or above yet"
         grid = self.model.grid_model(self.book.load, refit=True, cells=cells)
@@ -169,7 +174,7 @@ class StoppingRule:
         itrs = [hi] + [i for i, j in bad if j == top]
         lo_i, hi_i = min(itrs), max(itrs)
         seen = {self.model.cell_of(r.point) for r in done}
-        ev, ev_load, _, ev_broke = self.safety.evidence()
+        ev, ev_load, _, ev_broke = self.safety.rules.evidence()
         cols = {j for _, j in seen}
         for j in range((top + hj + 1) // 2, hj):
             cells = [] if j in cols else [(i, j) for i in range(lo_i, hi_i + 1)]
@@ -214,7 +219,7 @@ class StoppingRule:
         if held.measurement is None or not held.met_sla or held.by_estimate or self.book.load is None:
             return None
         load = self.book.load
-        evidence = self.safety.evidence()
+        evidence = self.safety.rules.evidence()
         ev, ev_load, ev_met, _ = evidence
         seen = self.safety.seen_cells()
         hi, hj = self.model.cell_of(held.point)
@@ -266,7 +271,7 @@ class StoppingRule:
             return None
         cell = (i + 1, j)
         seen = {self.model.cell_of(r.point) for r in self.book.retune_trials() if r.status == STATUS_COMPLETED}
-        if cell in seen or not bool(self.safety.supported([cell], self.safety.evidence())[0]):
+        if cell in seen or not bool(self.safety.rules.supported([cell], self.safety.rules.evidence())[0]):
             return None
         grid = self.model.grid_model(self.book.load, refit=False, cells=[(i, j), cell])
         if grid is None:
@@ -295,7 +300,7 @@ class StoppingRule:
     def _expand_cell(self, best_w: float, held: Decision) -> Pending | None:
         """The expanding trial before a retune stops (`TunerSettings.expand_ei_pct`): where the model (not gated:
         its constrained EI, the improvement times P(within the limit)) expects an improvement of at least that % of
-        `best_w` at a cell the evidence does not reach yet (`SafeExploration.supported`), the allowed cell untried in
+        `best_w` at a cell the evidence does not reach yet (`EvidenceRules.supported`), the allowed cell untried in
         this retune nearest to it, if that is nearer to it than the held point -- one step of SafeOpt's expansion
         toward what the stopping rule, judging only the cells allowed now, cannot see. At most one per retune. None
         otherwise."""
@@ -312,7 +317,7 @@ class StoppingRule:
         if full is None:
             return None
         cells = full["cells"]
-        allowed = np.asarray(self.safety.supported(cells, self.safety.evidence()), dtype=bool)
+        allowed = np.asarray(self.safety.rules.supported(cells, self.safety.rules.evidence()), dtype=bool)
         # the model's own constrained EI, not gated: outside the evidence's reach the gate rules out every cell
         ei = np.asarray(
             acquisition.constrained_ei(full["power"], full["power_sd"], best_w, full["p_unmet"]), dtype=float

@@ -62,10 +62,10 @@ def test_the_step_does_not_apply_once_a_trial_of_the_retune_met_the_limit() -> N
     opt.begin_retune(q)
     _complete(opt, OperatingPoint(146, 2.4), 300.0, 62.0, q)  # within the limit
     _complete(opt, OperatingPoint(306, 1.6), 700.0, 45.0, q)  # then over the SLA
-    assert opt.safety.break_step(opt.safety.evidence()) is None
+    assert opt.safety.break_step(opt.safety.rules.evidence()) is None
     opt.begin_retune(q)  # a new retune; its only trial was within the SLA
     _complete(opt, OperatingPoint(306, 2.0), 450.0, 48.0, q)
-    assert opt.safety.break_step(opt.safety.evidence()) is None
+    assert opt.safety.break_step(opt.safety.rules.evidence()) is None
 
 
 def test_peak_first_takes_the_new_peak_step_even_where_lower_loads_vouch_for_points() -> None:

@@ -9,7 +9,7 @@ import pytest
 from actuators.host import OperatingPoint
 from tests.optimize_fakes import meas
 from tests.tuner.optimize.test_safe_exploration_peak_step import LOW_Q, _measured_at_low_load
-from tuner.optimize.safe_exploration import SafeExploration
+from tuner.optimize.safe_evidence import EvidenceRules
 
 #: Measured within the limit at LOW_Q (`_measured_at_low_load`): ITR -> the lowest frequency it met the limit at.
 MET = {306: 1.6, 146: 2.4, 2: 2.9}
@@ -19,7 +19,7 @@ def test_a_proven_point_is_its_itr_at_a_frequency_measured_within_the_limit_or_h
     opt = _measured_at_low_load(peak_step=True)
     opt.begin_retune(0.9 * LOW_Q)
     opt.model.fit_model()  # as the filter's caller has done
-    step = opt.safety._proven("x", opt.safety.evidence())
+    step = opt.safety._proven("x", opt.safety.rules.evidence())
     assert step is not None and "orderings prove" in step.note
     p = step.point
     assert p.itr_us in MET and p.dvfs_ghz >= MET[p.itr_us] - 1e-9, p
@@ -27,13 +27,13 @@ def test_a_proven_point_is_its_itr_at_a_frequency_measured_within_the_limit_or_h
     assert p.dvfs_ghz == MET[p.itr_us], p
     # nothing vouches for a load above every one measured
     opt.begin_retune(1.3 * LOW_Q)
-    assert opt.safety._proven("x", opt.safety.evidence()) is None
+    assert opt.safety._proven("x", opt.safety.rules.evidence()) is None
 
 
 def test_the_filter_tries_a_proven_point_before_the_safe_corner(monkeypatch: pytest.MonkeyPatch) -> None:
     opt = _measured_at_low_load(peak_step=True)
     opt.begin_retune(0.9 * LOW_Q)
-    monkeypatch.setattr(SafeExploration, "near_cells", lambda self, evidence: [])  # the gate allows nothing
+    monkeypatch.setattr(EvidenceRules, "near_cells", lambda self, evidence: [])  # the gate allows nothing
     i, p = opt.suggest()
     note = opt.book.pending[i].note
     assert "orderings prove" in note and "safe corner" not in note, note

@@ -34,7 +34,7 @@ def test_one_expanding_trial_steps_toward_what_the_evidence_does_not_reach() -> 
     assert step == r.point and target != step
     assert r.point not in [x.point for x in recs if x.index < r.index]  # untried in this retune
     cell = opt.model.cell_of(r.point)
-    assert bool(opt.safety.supported([cell], opt.safety.evidence())[0])  # a point the filter allows
+    assert bool(opt.safety.rules.supported([cell], opt.safety.rules.evidence())[0])  # a point the filter allows
     # nearer the target than the point the retune held when it asked for the step
     held = best_decision([x for x in recs if x.index < r.index], opt.objective, opt.settings, SMALL).point
     u = opt.model.coords([opt.model.cell_of(p) for p in (step, target, held)])

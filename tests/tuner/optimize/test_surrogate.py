@@ -113,7 +113,7 @@ def test_grid_acquisition_tries_only_points_the_filter_allows() -> None:
         pend = opt.book.pending[i]
         assert pend.p_violation is not None and pend.p_violation <= s.safe_delta
         assert "Ax proposed" not in pend.note  # Ax's own generation was not asked
-        cells = opt.safety.near_cells(opt.safety.evidence())
+        cells = opt.safety.rules.near_cells(opt.safety.rules.evidence())
         assert opt.model.cell_of(p) in cells
         apply_point(host, p)
         opt.complete(i, host.measure(s.window_s), QPS)
@@ -137,7 +137,7 @@ def test_cei_acquisition_tries_the_allowed_point_of_largest_constrained_ei_witho
     for _ in range(s.trials):
         with no_warnings(1):
             opt.model.fit_model()
-        cells = opt.safety.near_cells(opt.safety.evidence())
+        cells = opt.safety.rules.near_cells(opt.safety.rules.evidence())
         grid = opt.model.grid_model(opt.book.load, refit=False, cells=cells)
         assert grid is not None
         allowed = ~grid["unsafe"]

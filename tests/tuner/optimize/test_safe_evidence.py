@@ -15,7 +15,7 @@ from tuner.optimize import acquisition
 from tuner.optimize.acquisition import LINE_AIM
 from tuner.optimize.optimizer import Optimizer
 from tuner.optimize.presets import cold_settings
-from tuner.optimize.safe_exploration import SAFE_ITR_DOWN_WEIGHT, SAFE_LOAD_TOL
+from tuner.optimize.safe_evidence import SAFE_ITR_DOWN_WEIGHT, SAFE_LOAD_TOL
 
 CORNER = OperatingPoint(SMALL.itr_us[0], SMALL.dvfs_ghz[-1])
 
@@ -152,7 +152,7 @@ def test_within_the_load_tolerance_history_vouches_and_the_corner_is_not_forced(
     # with the evidence rule off the model alone decides, even at the far load
     off, _ = seeded(safe_radius=0.0)
     off.begin_retune(400_000)
-    assert off.safety.supported(off.model.grid(), off.safety.evidence()).all()
+    assert off.safety.rules.supported(off.model.grid(), off.safety.rules.evidence()).all()
 
 
 def test_safe_model_error_widens_the_gate_and_is_validated() -> None:
