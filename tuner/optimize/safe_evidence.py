@@ -116,4 +116,13 @@ class EvidenceRules:
         near = acquisition.supported(
             coords, ev, ev_load, ev_met, load, s.safe_radius, SAFE_LOAD_TOL, SAFE_ITR_DOWN_WEIGHT
         )
-        return near & ~acquisition.vetoed(coords, ev, ev_load, ev_broke, load, SAFE_VETO_RADIUS, SAFE_LOAD_TOL)
+        return near & ~self.vetoed(cells, evidence)
+
+    def vetoed(self, cells: Sequence[Cell], evidence: Evidence) -> Any:
+        """Mask over `cells`: next to a point the evidence measured over the SLA at this retune's load or below
+        (`acquisition.vetoed`, SAFE_VETO_RADIUS) -- ruled out whether or not the evidence rule is on."""
+        from tuner.optimize import acquisition
+
+        ev, ev_load, _, ev_broke = evidence
+        coords = self.model.coords(cells)
+        return acquisition.vetoed(coords, ev, ev_load, ev_broke, self.book.load, SAFE_VETO_RADIUS, SAFE_LOAD_TOL)

@@ -15,7 +15,7 @@ from tuner.optimize.axsetup import no_warnings
 from tuner.optimize.decision import HOLD_LOAD_TOL, best_decision, exploration_settings
 from tuner.optimize.experiment import ExperimentModel, GridPrediction
 from tuner.optimize.records import STATUS_COMPLETED, Cell, Pending
-from tuner.optimize.safe_evidence import SAFE_LOAD_TOL, SAFE_VETO_RADIUS, Evidence, EvidenceRules
+from tuner.optimize.safe_evidence import SAFE_LOAD_TOL, Evidence, EvidenceRules
 from tuner.optimize.settings import TunerSettings, pct_text
 from tuner.optimize.trial_book import TrialBook
 
@@ -111,8 +111,8 @@ class SafeExploration:
     # -- with the model: vet Ax's proposal, or choose
     def filter(self, pend: Pending | None) -> Pending:
         """Keep Ax's proposal if the gate passes it (`ExperimentModel.unsafe`) and it is near evidence
-        (`EvidenceRules.supported`), else substitute the allowed cell of largest constrained EI (or the closest allowed one).
-        Without a proposal (`acquisition="grid"`: Ax was not asked) that cell is the choice (ties: the one
+        (`EvidenceRules.supported`), else substitute the allowed cell of largest constrained EI (or the closest
+        allowed one). Without a proposal (`acquisition="grid"`: Ax was not asked) that cell is the choice (ties: the one
         nearest the safe corner). Before either, when on: `break_step` after a retune's first trials over the
         SLA, (`peak_first`) the new-peak step as the first trial at a load above every one measured, and
         (`first_proven`) the cheapest point the orderings prove within the limit as a retune's first trial."""
@@ -193,15 +193,15 @@ class SafeExploration:
         near evidence: cliff plant, 99:500, 509 kQPS, 15 trials along 2.9 GHz, the hour at 1.32 x the oracle)."""
         import numpy as np
 
-        from tuner.optimize import acquisition, monotone
+        from tuner.optimize import monotone
 
         model, load = self.model, self.book.load
-        ev, ev_load, ev_met, ev_broke = evidence
+        ev, ev_load, ev_met, _ = evidence
         seen = self.seen_cells()
         cells = [c for c in model.grid() if c not in seen]
         coords = np.asarray(model.coords(cells), dtype=float).reshape(-1, 2)
         keep = monotone.known_safe(coords, ev, ev_load, ev_met, load, HOLD_LOAD_TOL)
-        keep &= ~acquisition.vetoed(coords, ev, ev_load, ev_broke, load, SAFE_VETO_RADIUS, SAFE_LOAD_TOL)
+        keep &= ~self.rules.vetoed(cells, evidence)
         cells = [c for c, k in zip(cells, keep) if k]
         grid = model.grid_model(load, refit=False, cells=cells) if cells else None
         if grid is None:
@@ -371,19 +371,15 @@ class SafeExploration:
         return Pending(model.grid_point(cell), 0.0, model.attach(cell, load), load, pv, note)
 
     def first_likely(self, path: list[Cell], evidence: Evidence, bad: Any = None) -> tuple[Cell, float] | None:
-        """The first cell of `path`, not in `bad` nor `acquisition.vetoed`, whose P(SLA broken) at this load (as the
+        """The first cell of `path`, not in `bad` nor `EvidenceRules.vetoed`, whose P(SLA broken) at this load (as the
         gate computes it) is at most PEAK_MAX_P, with that P; else None (`break_step`, the descending trial)."""
-        from tuner.optimize import acquisition
-
         if not path:
             return None
-        ev, ev_load, _, ev_broke = evidence
-        load = self.book.load
-        skip = acquisition.vetoed(self.model.coords(path), ev, ev_load, ev_broke, load, SAFE_VETO_RADIUS, SAFE_LOAD_TOL)
+        skip = self.rules.vetoed(path, evidence)
         if bad is not None:
             skip = skip | bad
         path = [c for c, b in zip(path, skip) if not b]
-        grid = self.model.grid_model(load, refit=False, cells=path) if path else None
+        grid = self.model.grid_model(self.book.load, refit=False, cells=path) if path else None
         if grid is None:
             return None
         likely = [k for k, p in enumerate(grid["p_violation"]) if float(p) <= PEAK_MAX_P]

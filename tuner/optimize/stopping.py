@@ -15,7 +15,7 @@ import time
 from tuner.optimize.decision import Decision, best_decision, exploration_settings
 from tuner.optimize.experiment import ExperimentModel, GridPrediction
 from tuner.optimize.records import STATUS_COMPLETED, Pending
-from tuner.optimize.safe_evidence import SAFE_LOAD_TOL, SAFE_VETO_RADIUS
+from tuner.optimize.safe_evidence import SAFE_LOAD_TOL
 from tuner.optimize.safe_exploration import PEAK_MAX_P, SafeExploration
 from tuner.optimize.settings import TunerSettings, final_limit_us, pct_text
 from tuner.optimize.trial_book import TrialBook
@@ -145,7 +145,7 @@ class StoppingRule:
         between them (rounded toward the held point; the next one up if that has a trial of this retune or no
         candidate), at the ITR halfway between the held point's and those of the trials over the limit there
         (rounded toward the held point's), if that point is not next to one measured over the SLA
-        (`acquisition.vetoed`) and its P(SLA broken), as the gate computes it, is at most PEAK_MAX_P. Nearness to
+        (`EvidenceRules.vetoed`) and its P(SLA broken), as the gate computes it, is at most PEAK_MAX_P. Nearness to
         evidence is waived: the point lies between one that met the limit and one over it. None otherwise.
 
         Why: a first trial over the SLA at a new peak load vetoes its neighbours, the safety filter's substitute
@@ -155,8 +155,6 @@ class StoppingRule:
         model's largest expected improvement sat at the longest ITR of the range (seed 5: read 495 µs) or, with
         no range, past anything measured (610 µs @ 1.8 GHz read 829 µs). One trial per frequency keeps the
         bisection within the steps between. Pure of Ax: the trial is attached when `suggest` hands it out."""
-        from tuner.optimize import acquisition
-
         if held.measurement is None or not held.met_sla or held.by_estimate:
             return None
         pct, sla = self.model.objective.percentile, self.model.objective.sla_us
@@ -174,14 +172,12 @@ class StoppingRule:
         itrs = [hi] + [i for i, j in bad if j == top]
         lo_i, hi_i = min(itrs), max(itrs)
         seen = {self.model.cell_of(r.point) for r in done}
-        ev, ev_load, _, ev_broke = self.safety.rules.evidence()
+        evidence = self.safety.rules.evidence()
         cols = {j for _, j in seen}
         for j in range((top + hj + 1) // 2, hj):
             cells = [] if j in cols else [(i, j) for i in range(lo_i, hi_i + 1)]
             if cells:
-                veto = acquisition.vetoed(
-                    self.model.coords(cells), ev, ev_load, ev_broke, self.book.load, SAFE_VETO_RADIUS, SAFE_LOAD_TOL
-                )
+                veto = self.safety.rules.vetoed(cells, evidence)
                 cells = [c for c, v in zip(cells, veto) if not v]
             grid = self.model.grid_model(self.book.load, refit=False, cells=cells) if cells else None
             if grid is None:

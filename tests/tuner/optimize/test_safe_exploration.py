@@ -104,12 +104,8 @@ def test_evidence_allows_points_near_a_trial_within_the_limit_but_not_next_to_a_
     apply_point(host, model.grid_point(corner))
     model.complete_ax(model.attach(corner, None), model.metrics(host.measure(5.0)))  # ~110 µs: within the limit
     cells = [corner, (2, 4), (3, 4), (25, 0)]
-    assert safety.rules.supported(cells, safety.rules.evidence()).tolist() == [True, True, True, False]
+    rules = safety.rules
+    assert rules.supported(cells, rules.evidence()).tolist() == [True, True, True, False]
     safety.book.held_broke.append(((3, 4), 0.0))  # a held window over the SLA there vetoes its ITR neighbours
-    assert safety.rules.supported(cells, safety.rules.evidence()).tolist() == [
-        True,
-        False,
-        False,
-        False,
-    ]  # corner: 3 steps off
-    assert safety.rules.evidence_trials()[-1] < 0  # the held window: no Ax trial
+    assert rules.supported(cells, rules.evidence()).tolist() == [True, False, False, False]  # corner: 3 steps off
+    assert rules.evidence_trials()[-1] < 0  # the held window: no Ax trial
