@@ -282,8 +282,9 @@ TUNER_TABLE: tuple[Setting, ...] = (
         "descend_pct",
         10.0,
         "before a retune stops: one trial halfway toward a cheaper point measured within the limit at a load up to "
-        "10 % below, when the held point's power is more than this % above the model's power there",
-        "a percentage in [0, 100] (0 = off)",
+        "10 % below, when the held point's power is more than this % above the model's power there or its frequency "
+        "0.4 GHz or more above",
+        "a percentage in [0, 100] (0 = off: neither)",
         100,
         cold=0.0,
     ),

@@ -2,12 +2,16 @@
 that % above the model's power, at this load, of a point measured within the limit at a load up to 10 % below and
 more than one frequency step lower, the stopping rule asks for the cell halfway between them instead of ending the
 retune -- the failure it prevents is a retune at a load a few % above the last that the safety gate keeps at a high
-frequency, held there for hours."""
+frequency, held there for hours. A held point DESCEND_FAR_GHZ or more above the cheaper point in frequency is
+descended from whatever the power ratio."""
 
 from __future__ import annotations
 
+import pytest
+
 from actuators.host import OperatingPoint
 from tests.optimize_fakes import meas, seeded
+from tuner.optimize import stopping
 from tuner.optimize.records import Pending
 
 #: The seeded history reaches 160 kQPS; the retunes here run above it, so only their own trials are near.
@@ -58,5 +62,20 @@ def test_no_descending_step_from_a_load_more_than_ten_percent_below_or_when_swit
 
 def test_no_descending_step_within_one_frequency_step_of_the_cheaper_point() -> None:
     opt = _held_high_after(185_000.0, held=OperatingPoint(66, 2.4))  # 2.0 GHz is one step below
+    stop, why = opt.should_stop()
+    assert stop and "descending" not in why, why
+
+
+def test_a_held_point_far_above_in_frequency_is_descended_from_whatever_the_power_ratio() -> None:
+    opt = _held_high_after(185_000.0, descend_pct=90.0)  # 41.8 W is under 1.9 x the model's power at 98 µs @ 2.0 GHz
+    stop, why = opt.should_stop()
+    assert not stop and "descending step" in why, why  # 2.9 GHz is 0.9 GHz above 2.0 GHz
+
+
+def test_no_descending_step_by_frequency_alone_when_the_gap_is_under_the_threshold(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(stopping, "DESCEND_FAR_GHZ", 1.0)  # 0.9 GHz apart: not far, and the power ratio is under 90 %
+    opt = _held_high_after(185_000.0, descend_pct=90.0)
     stop, why = opt.should_stop()
     assert stop and "descending" not in why, why
