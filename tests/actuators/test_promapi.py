@@ -1,6 +1,6 @@
 """The Prometheus HTTP API helpers shared by the latency and power sources: durations and scrape intervals.
 
-The instant query itself is tested through its users (tests/actuators/latency/test_prober.py's Prometheus
+The instant query itself is tested through its users (tests/actuators/latency/test_sources.py's Prometheus
 tests, tests/actuators/power/test_promquery.py against a real Prometheus)."""
 
 from __future__ import annotations
