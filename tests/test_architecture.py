@@ -1,5 +1,5 @@
 """The code's shape holds: import-linter's contracts, ruff (lint and format) and mypy as configured in
-pyproject.toml, and no module that names an issue number."""
+pyproject.toml, no module that names an issue number, and no function or module over its length."""
 
 from __future__ import annotations
 
@@ -138,4 +138,19 @@ def test_no_function_is_over_80_lines():
                 lines = (node.end_lineno or node.lineno) - start + 1
                 if lines > MAX_FUNCTION_LINES:
                     long.append(f"{name}:{node.lineno}: {node.name} ({lines} lines)")
+    assert not long, long
+
+
+#: Longest a module may be, in lines: "no module over ~500 lines", the tilde's 10 % and no more.
+MAX_MODULE_LINES = 550
+
+
+def test_no_module_is_over_550_lines():
+    """One module, one job: the product, the benches and the tests (generated code aside). A module that grows
+    past this is two jobs; split it by concern (the tests by the product module they test)."""
+    long = []
+    for name in _python_files():
+        lines = len((REPO / name).read_text().splitlines())
+        if lines > MAX_MODULE_LINES:
+            long.append(f"{name}: {lines} lines")
     assert not long, long
