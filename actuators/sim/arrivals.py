@@ -132,7 +132,7 @@ def draw_arrivals(
         n, u = ev, u_ev
     nf = n.ravel()
     r = int(nf.sum())
-    x = rng.gamma(p.app_shape, 1.0 / p.app_shape, size=r)
+    x = p.app_work(rng, r)
     coin = rng.random(r)
     lock_e = rng.exponential(size=r)
     # the measured requests only (each chain's periods from w0 on, one contiguous range of requests per chain):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,6 +56,7 @@ class SimParams:
     idle_cyc: float = 18.7  # OS bookkeeping to enter/leave idle after a batch (nohz tick, governor, NAPI re-arm)
     menu_history: int = 4
     app_shape: float = 1.57  # gamma shape of per-request app work (CV = 1/sqrt(shape))
+    app_dist: str = "gamma"  # its family: "gamma", or "lognormal" with the same mean 1 and CV
     net_us: float = (
         2.1  # constant path outside the server (fitted: the measured 43-59 µs p99 at fast settings leaves little)
     )
@@ -97,6 +99,15 @@ class SimParams:
     def work_us(self, f: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(H, s_stack, mean s_app) in µs at frequencies `f`."""
         return (self.irq_cyc / f + self.irq_mem, self.stack_cyc / f + self.stack_mem, self.app_cyc / f + self.app_mem)
+
+    def app_work(self, rng: np.random.Generator, size: int) -> np.ndarray:
+        """`size` draws of per-request app work in units of its mean (mean 1, CV 1/sqrt(`app_shape`))."""
+        if self.app_dist == "gamma":
+            return rng.gamma(self.app_shape, 1.0 / self.app_shape, size=size)
+        if self.app_dist == "lognormal":
+            sigma = math.sqrt(math.log1p(1.0 / self.app_shape))
+            return rng.lognormal(-sigma * sigma / 2.0, sigma, size=size)
+        raise ValueError(f"app_dist {self.app_dist!r}: expected gamma or lognormal")
 
     def idle_w(self, cores: int) -> float:
         """Package power with no load: all cores in the deepest state, no uncore activity."""

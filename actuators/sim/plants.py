@@ -45,6 +45,16 @@ def _drift_stages(base: SimParams, growth: float, stages: int, span_s: float) ->
     return tuple(out)
 
 
+def _steal_stages(
+    base: SimParams, shares: tuple[float, ...], hours: tuple[float, ...]
+) -> tuple[tuple[float, SimParams], ...]:
+    """From each of `hours` on, a co-tenant takes `shares` of every core's cycles: each cycle count / (1 - share)."""
+    cyc = ("irq_cyc", "stack_cyc", "app_cyc", "poll_cyc", "idle_cyc", "lock_cyc")
+    return tuple(
+        (h * 3600.0, replace(base, **{c: getattr(base, c) / (1.0 - s) for c in cyc})) for s, h in zip(shares, hours)
+    )
+
+
 _B = SimParams()
 
 PLANTS: dict[str, Plant] = {
@@ -113,6 +123,23 @@ PLANTS: dict[str, Plant] = {
             "and its rollback at 16:00 (a step, not a ramp); both stages' app work within table 6.1's Linux Z range",
             differs="app work x1.25 from hour 8 to hour 16 (simulated clock), then as bundled: the optimum moves "
             "up at once and back",
+        ),
+        Plant(
+            "lognormal",
+            replace(_B, app_shape=1.0, app_dist="lognormal"),
+            source="the bundled plant with a lognormal service time (CV 1.0, sigma 0.83): another tail family than "
+            "tail-heavy's gamma, lighter at p99 (4.9x the mean work vs 6.0x) and as heavy at p99.9 (9.3x vs 9.6x)",
+            differs="app work lognormal with CV 1.0 (same mean work; the bundled gamma's CV is 0.80): a tail "
+            "that grows faster from p99 to p99.9",
+        ),
+        Plant(
+            "steal",
+            _B,
+            drift=_steal_stages(_B, (0.05, 0.10, 0.15), (6.0, 12.0, 18.0)),
+            source="the bundled plant sharing its cores with a co-tenant that takes 5, 10, then 15 % of every core's "
+            "cycles from 06:00, 12:00 and 18:00 (CPU steal on a shared host; the tenant's own power not counted)",
+            differs="every cycle count (interrupt, stack, app, poll, idle entry, lock) x1/(1 - share) in three steps "
+            "up that never come back: the host slows as a whole, not only its app work",
         ),
         Plant(
             "drift",

@@ -35,6 +35,8 @@ ZOO: tuple[Member, ...] = (
     Member("ebbrt-sample", "ebbrt", "sample", TUNING),
     Member("cliff-noisy-3", "cliff-x1.5", "noisy-3", TUNING),
     Member("release-two-peaks", "release", "two-peaks", TUNING),
+    Member("lognormal-noisy-3", "lognormal", "noisy-3", TUNING),
+    Member("steal-sample", "steal", "sample", TUNING),
     Member("silo-flat-high", "silo", "flat-high", TEST),
     Member("cores-32-spiky", "cores-32", "spiky", TEST),
     Member("tail-heavy-no-return", "tail-heavy", "no-return", TEST),

@@ -3,6 +3,7 @@ states (`actuators.sim.plants.PLANTS`); the bundled plant is the simulator uncha
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from actuators.host import OperatingPoint
@@ -118,3 +119,43 @@ def test_the_release_plant_steps_its_app_work_up_at_8h_and_back_at_16h():
     host.measure(8 * 3600.0)
     host.measure(1.0)
     assert host.params == before
+
+
+def test_lognormal_app_work_keeps_the_mean_and_cv_and_a_heavier_far_tail_than_the_gamma():
+    rng = np.random.default_rng(0)
+    logn = SimParams(app_shape=1.0, app_dist="lognormal").app_work(rng, 400_000)
+    gam = SimParams(app_shape=1.0).app_work(np.random.default_rng(0), 400_000)
+    assert logn.mean() == pytest.approx(1.0, rel=0.01)
+    assert logn.std() == pytest.approx(1.0, rel=0.05)  # CV 1/sqrt(shape)
+    q_l, q_g = np.quantile(logn, [0.99, 0.999]), np.quantile(gam, [0.99, 0.999])
+    assert q_l[1] / q_l[0] > 1.2 * q_g[1] / q_g[0]  # p99.9 / p99 at the same CV: 1.9 vs 1.5
+
+
+def test_an_unknown_app_work_family_is_refused():
+    with pytest.raises(ValueError, match="app_dist 'pareto': expected gamma or lognormal"):
+        SimParams(app_dist="pareto").app_work(np.random.default_rng(0), 3)
+
+
+def test_the_lognormal_plant_has_a_higher_tail_than_the_bundled_and_the_same_mean_work():
+    b, n = PLANTS[BUNDLED].params, PLANTS["lognormal"].params
+    assert (n.app_dist, n.app_cyc, n.app_mem) == ("lognormal", b.app_cyc, b.app_mem)
+    at = OperatingPoint(100, 1.5)
+    lat = [make_sim_host(plant=x).expected([at], 200_000.0)[0].latency_us for x in (BUNDLED, "lognormal")]
+    assert lat[1][99.0] > lat[0][99.0] * 1.02
+    assert lat[1][99.9] > lat[0][99.9] * 1.05
+
+
+def test_the_steal_plant_slows_every_cycle_count_in_three_steps_that_stay():
+    host = make_sim_host(seed=0, qps=100_000.0, plant="steal")
+    host.set_itr(300)
+    host.set_dvfs(1.3)
+    before = host.params
+    host.measure(6 * 3600.0 - 2)
+    host.measure(1.0)
+    assert host.params == before  # 05:59:59
+    for until_s, share in ((6 * 3600.0 + 1, 0.05), (12 * 3600.0 + 1, 0.10), (24 * 3600.0, 0.15)):
+        host.measure(until_s - host.clock_s())
+        host.measure(1.0)
+        for name in ("irq_cyc", "stack_cyc", "app_cyc", "poll_cyc", "idle_cyc", "lock_cyc"):
+            assert getattr(host.params, name) == pytest.approx(getattr(before, name) / (1 - share)), name
+        assert (host.params.app_mem, host.params.irq_mem) == (before.app_mem, before.irq_mem)
