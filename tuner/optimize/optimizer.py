@@ -78,7 +78,7 @@ from tuner.optimize.records import (
     power_sem,
 )
 from tuner.optimize.safe_evidence import SAFE_LOAD_TOL
-from tuner.optimize.safe_exploration import SafeExploration
+from tuner.optimize.safe_exploration import PROOF_FAILED, SafeExploration
 from tuner.optimize.settings import Objective, TunerSettings
 from tuner.optimize.stopping import StoppingRule
 from tuner.optimize.trial_book import TrialBook
@@ -275,7 +275,7 @@ class Optimizer:
             lean(settle),
             pend.compute_s,
             pend.p_violation,
-            pend.note,
+            pend.note + ("; " + PROOF_FAILED if self.safety.proof_failed(index, pend, measurement) else ""),
         )
         self.book.records[index] = rec
         return self._follow_drift(rec, z)

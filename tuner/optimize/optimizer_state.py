@@ -39,6 +39,7 @@ def dump_state(model: ExperimentModel, book: TrialBook) -> str:
                     "p_violation": p.p_violation,
                     "note": p.note,
                     "line_t": p.line_t,
+                    "proven": p.proven,
                 }
                 for i, p in book.pending.items()
             },
@@ -49,6 +50,7 @@ def dump_state(model: ExperimentModel, book: TrialBook) -> str:
             "held_broke": [[i, j, q] for (i, j), q in book.held_broke],
             "ax_of": {str(i): a for i, a in book.ax_of.items()},
             "retired_through": book.retired_through,
+            "proof_from": book.proof_from,
             "drift": [book.drift.total, book.drift.start],
             "ax": snapshot,
         }
@@ -94,6 +96,7 @@ def _load_book(d: dict) -> TrialBook:
             opt_float(p.get("p_violation")),
             str(p.get("note") or ""),
             opt_float(p.get("line_t")),
+            bool(p.get("proven", False)),
         )
         for i, p in d.get("pending", {}).items()
     }
@@ -110,6 +113,7 @@ def _load_book(d: dict) -> TrialBook:
         load=opt_float(retune.get("load")),
         ax_of={int(i): int(a) for i, a in (d.get("ax_of") or {}).items()},
         retired_through=int(d.get("retired_through", -1)),
+        proof_from=int(d.get("proof_from", 0)),
         drift=_cusum(d.get("drift")),
     )
 

@@ -70,6 +70,8 @@ class Pending:
     p_violation: float | None = None
     note: str = ""
     line_t: float | None = None
+    #: chosen as a point the orderings prove within the limit (`SafeExploration._proven`)
+    proven: bool = False
 
 
 def lean(m: Measurement | None) -> Measurement | None:

@@ -100,6 +100,14 @@ class EvidenceRules:
         assert self._evidence_cache is not None
         return self._evidence_cache[2]
 
+    def reported_since(self, first: int) -> Any:
+        """Mask over `evidence()`'s rows: trials numbered `first` or later (held windows and other hosts' trials,
+        which have no number of this optimiser, count as such)."""
+        import numpy as np
+
+        own = {a: i for i, a in self.book.ax_of.items()}
+        return np.array([own.get(ti, first) >= first for ti in self.evidence_trials()], dtype=bool)
+
     def supported(self, cells: Sequence[Cell], evidence: Evidence) -> Any:
         """Grid `cells` the evidence allows at this retune's load: `acquisition.supported` (near a point measured
         within the limit) and not `acquisition.vetoed` (next to one measured over the SLA); all True when

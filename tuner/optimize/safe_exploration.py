@@ -24,6 +24,8 @@ from tuner.optimize.trial_book import TrialBook
 PEAK_LOAD_BAND = 0.02
 #: ... and when the model passes no point of the step's path within δ, the first it gives at most this P(SLA broken).
 PEAK_MAX_P = 0.5
+#: A proven point's trial note when it read over the SLA (`SafeExploration.proof_failed`).
+PROOF_FAILED = "a proven point read over the SLA: the readings before it prove no point from now on"
 
 
 #: `monotone.step_down` (the safe start's walk down in frequency once its line repeats a cell): a step is taken
@@ -197,6 +199,8 @@ class SafeExploration:
 
         model, load = self.model, self.book.load
         ev, ev_load, ev_met, _ = evidence
+        if self.book.proof_from > 0:
+            ev_met = ev_met & self.rules.reported_since(self.book.proof_from)
         seen = self.seen_cells()
         cells = [c for c in model.grid() if c not in seen]
         coords = np.asarray(model.coords(cells), dtype=float).reshape(-1, 2)
@@ -212,7 +216,20 @@ class SafeExploration:
             f"{why}: the cheapest point the orderings prove within the limit (its ITR measured within it at this "
             f"frequency or a lower one, at this load or above), model P {pv:.3f}"
         )
-        return Pending(model.grid_point(cells[k]), 0.0, model.attach(cells[k], load), load, pv, note)
+        return Pending(model.grid_point(cells[k]), 0.0, model.attach(cells[k], load), load, pv, note, proven=True)
+
+    def proof_failed(self, index: int, pend: Pending, m: Measurement) -> bool:
+        """`proof_reset`: whether trial `index`, a point the orderings proved (`_proven`), read over the SLA; if so,
+        the readings before it prove no point from now on (`TrialBook.proof_from`). A proof the host broke (it
+        slowed since the readings: a release, a co-tenant) would otherwise send every later first trial to another
+        stale proof; the readings stay in the model and as evidence near which to explore."""
+        if not (self.settings.proof_reset and pend.proven):
+            return False
+        objective = self.model.objective
+        if not m.percentile(objective.percentile) > objective.sla_us:
+            return False
+        self.book.proof_from = index
+        return True
 
     def _step_out(self, why: str) -> Pending:
         """This retune's next safe-line point, with the model's P(SLA broken) there and `why` in its note."""

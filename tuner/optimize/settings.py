@@ -130,6 +130,7 @@ class TunerSettings:
     acquisition: str = _D["acquisition"]
     refine_step: bool = _D["refine_step"]
     first_proven: bool = _D["first_proven"]
+    proof_reset: bool = _D["proof_reset"]
     descend_pct: float = _D["descend_pct"]
     peak_first: bool = _D["peak_first"]
     break_step: bool = _D["break_step"]

@@ -475,6 +475,14 @@ TUNER_TABLE: tuple[Setting, ...] = (
         cold=False,
     ),
     Setting(
+        "proof_reset",
+        bool,
+        True,
+        "with safe exploration: once a point the orderings proved reads over the SLA, the readings before it prove "
+        "no point from now on (the host slowed since them); they stay in the model",
+        cold=False,
+    ),
+    Setting(
         "peak_first",
         bool,
         False,

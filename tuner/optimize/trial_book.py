@@ -35,6 +35,8 @@ class TrialBook:
     retired_through: int = -1
     #: the faster-host CUSUM over the trials since the last alarm (`tuner.optimize.drift`)
     drift: Cusum = field(default_factory=Cusum)
+    #: readings of trials numbered before this one prove no point (`SafeExploration.proof_failed`); 0: all do
+    proof_from: int = 0
 
     def live(self) -> list[TrialRecord]:
         """Every reported trial that is not retired, in index order."""
