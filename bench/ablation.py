@@ -9,7 +9,8 @@ feature that helps only the bundled plant shows up as an ablation that is no wor
     .venv/bin/python bench/ablation.py --seeds 1 --every 3 --html out/ablation.html  # and a page
 
 The features and their presets: the 16 µs ITR grid (warm-itr-8), the new-peak step (warm-no-peak-step), a retune's
-first trial at a proven point (warm-no-first-proven), the constrained-EI acquisition (warm-ax), the stopping rule
+first trial at a proven point (warm-no-first-proven) and the end of a broken proof's readings (warm-no-proof-reset),
+the constrained-EI acquisition (warm-ax), the stopping rule
 (warm-no-stop) and its descending trial (warm-no-descend), the margins (warm-no-sla-margin, warm-no-final-margin), safe exploration (warm-no-safety,
 warm-no-evidence, warm-no-sd-scale), adaptive windows and their guards (warm-no-adaptive, warm-no-guard,
 warm-no-settle-guard), the safe start's walk down in frequency (warm-no-step-down), the load as context
@@ -38,6 +39,7 @@ ABLATIONS = (
     "warm-itr-8",
     "warm-no-peak-step",
     "warm-no-first-proven",
+    "warm-no-proof-reset",
     "warm-no-descend",
     "warm-ax",
     "warm-no-stop",
