@@ -90,35 +90,36 @@ def test_flat_voltage_saves_less_at_low_frequency_and_matches_at_the_top():
     assert float(v.busy_power_w(2.9)) == pytest.approx(float(b.busy_power_w(2.9)), rel=0.06)
 
 
-def test_the_drifting_plant_changes_its_constants_with_the_simulated_clock():
-    host = make_sim_host(seed=0, qps=100_000.0, plant="drift")
+def _drifting_host(name: str) -> SimHost:
+    host = make_sim_host(seed=0, qps=100_000.0, plant=name)
     host.set_itr(300)
     host.set_dvfs(1.3)
+    return host
+
+
+def _params_at(host: SimHost, clock_s: float) -> SimParams:
+    """The host's constants in a 1 s window measured once its simulated clock has reached `clock_s`."""
+    host.measure(clock_s - host.clock_s())
+    host.measure(1.0)
+    return host.params
+
+
+def test_the_drifting_plant_changes_its_constants_with_the_simulated_clock():
+    host = _drifting_host("drift")
     before = host.params
     assert before == SimParams()
-    host.measure(4 * 3600.0 + 1)
-    host.measure(1.0)
-    assert host.params.app_cyc == pytest.approx(before.app_cyc * 1.06)
-    host.measure(20 * 3600.0)
-    host.measure(1.0)
-    assert host.params.app_cyc == pytest.approx(before.app_cyc * 1.30)
+    assert _params_at(host, 4 * 3600.0 + 1).app_cyc == pytest.approx(before.app_cyc * 1.06)
+    assert _params_at(host, 24 * 3600.0 + 2).app_cyc == pytest.approx(before.app_cyc * 1.30)
 
 
 def test_the_release_plant_steps_its_app_work_up_at_8h_and_back_at_16h():
-    host = make_sim_host(seed=0, qps=100_000.0, plant="release")
-    host.set_itr(300)
-    host.set_dvfs(1.3)
+    host = _drifting_host("release")
     before = host.params
-    host.measure(8 * 3600.0 - 2)
-    host.measure(1.0)
-    assert host.params == before  # 07:59:59
-    host.measure(2.0)
-    host.measure(1.0)
-    assert host.params.app_cyc == pytest.approx(before.app_cyc * 1.25)
-    assert host.params.app_mem == pytest.approx(before.app_mem * 1.25)
-    host.measure(8 * 3600.0)
-    host.measure(1.0)
-    assert host.params == before
+    assert _params_at(host, 8 * 3600.0 - 2) == before  # 07:59:59
+    during = _params_at(host, 8 * 3600.0 + 1)
+    assert during.app_cyc == pytest.approx(before.app_cyc * 1.25)
+    assert during.app_mem == pytest.approx(before.app_mem * 1.25)
+    assert _params_at(host, 16 * 3600.0 + 2) == before
 
 
 def test_lognormal_app_work_keeps_the_mean_and_cv_and_a_heavier_far_tail_than_the_gamma():
@@ -146,16 +147,11 @@ def test_the_lognormal_plant_has_a_higher_tail_than_the_bundled_and_the_same_mea
 
 
 def test_the_steal_plant_slows_every_cycle_count_in_three_steps_that_stay():
-    host = make_sim_host(seed=0, qps=100_000.0, plant="steal")
-    host.set_itr(300)
-    host.set_dvfs(1.3)
+    host = _drifting_host("steal")
     before = host.params
-    host.measure(6 * 3600.0 - 2)
-    host.measure(1.0)
-    assert host.params == before  # 05:59:59
+    assert _params_at(host, 6 * 3600.0 - 2) == before  # 05:59:59
     for until_s, share in ((6 * 3600.0 + 1, 0.05), (12 * 3600.0 + 1, 0.10), (24 * 3600.0, 0.15)):
-        host.measure(until_s - host.clock_s())
-        host.measure(1.0)
+        now = _params_at(host, until_s)
         for name in ("irq_cyc", "stack_cyc", "app_cyc", "poll_cyc", "idle_cyc", "lock_cyc"):
-            assert getattr(host.params, name) == pytest.approx(getattr(before, name) / (1 - share)), name
-        assert (host.params.app_mem, host.params.irq_mem) == (before.app_mem, before.irq_mem)
+            assert getattr(now, name) == pytest.approx(getattr(before, name) / (1 - share)), name
+        assert (now.app_mem, now.irq_mem) == (before.app_mem, before.irq_mem)
