@@ -264,6 +264,7 @@ class Optimizer:
         value = model.reward(
             measurement.power_w, measurement.percentile(self.objective.percentile), self.objective.sla_us
         )
+        broke = self.safety.proof_failed(index, pend, measurement)  # marks the book when a proof broke
         rec = TrialRecord(
             index,
             pend.point,
@@ -275,7 +276,7 @@ class Optimizer:
             lean(settle),
             pend.compute_s,
             pend.p_violation,
-            pend.note + ("; " + PROOF_FAILED if self.safety.proof_failed(index, pend, measurement) else ""),
+            pend.note + ("; " + PROOF_FAILED if broke else ""),
         )
         self.book.records[index] = rec
         return self._follow_drift(rec, z)
