@@ -54,13 +54,14 @@ WARM_ABLATIONS: dict[str, dict[str, Any]] = {
     "warm-no-descend": {"descend_pct": 0.0},
 }
 #: Variants that ADD a feature to warm (not defaults: measured in docs/optimizer-safety.md, "The monotone structure",
-#: and for `warm-drift` and `warm-expand` in docs/benchmarks.md).
+#: and for `warm-drift`, `warm-expand` and `warm-refine` in docs/benchmarks.md).
 WARM_ADDITIONS: dict[str, dict[str, Any]] = {
     "warm-break-step": {"break_step": True},
     "warm-peak-first": {"peak_first": True},
     "warm-monotone": {"peak_first": True, "break_step": True},
     "warm-drift": {"drift_h": 8.0},
     "warm-expand": {"expand_ei_pct": 1.0},
+    "warm-refine": {"refine_step": True},
 }
 #: `tuner replay --preset NAME` / bench variants: the `TunerSettings` fields each preset sets.
 TUNER_PRESETS: dict[str, dict[str, Any]] = {
