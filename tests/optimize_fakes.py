@@ -37,6 +37,7 @@ MEMBER_SETTINGS: dict[str, Any] = {
     "peak_step": False,
     "acquisition": "ax",
     "refine_step": False,
+    "estimate_guard": False,
 }
 
 

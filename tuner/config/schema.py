@@ -84,6 +84,7 @@ class TuningConfig:
     peak_step: bool = _T["peak_step"].daemon_value
     first_proven: bool = _T["first_proven"].daemon_value
     proof_reset: bool = _T["proof_reset"].daemon_value
+    estimate_guard: bool = _T["estimate_guard"].daemon_value
     acquisition: str = _T["acquisition"].daemon_value
     hold_max_p: float = _T["hold_max_p"].daemon_value
     idle_qps: float = _T["idle_qps"].daemon_value

@@ -51,6 +51,7 @@ WARM_ABLATIONS: dict[str, dict[str, Any]] = {
     "warm-no-final-margin": {"final_margin_pct": 0.0},
     "warm-no-first-proven": {"first_proven": False},
     "warm-no-proof-reset": {"proof_reset": False},
+    "warm-no-estimate-guard": {"estimate_guard": False},
     "warm-no-descend": {"descend_pct": 0.0},
 }
 #: Variants that ADD a feature to warm (not defaults: measured in docs/optimizer-safety.md, "The monotone structure",

@@ -131,6 +131,7 @@ class TunerSettings:
     refine_step: bool = _D["refine_step"]
     first_proven: bool = _D["first_proven"]
     proof_reset: bool = _D["proof_reset"]
+    estimate_guard: bool = _D["estimate_guard"]
     descend_pct: float = _D["descend_pct"]
     peak_first: bool = _D["peak_first"]
     break_step: bool = _D["break_step"]

@@ -3,7 +3,8 @@ expected to improve on the best measured SLA-meeting power by that %, judged ove
 the points the safety filter allows -- but not while a bisecting trial is due between a trial over the SLA and a
 held point far above it in frequency, nor (`descend_pct`) while the held point costs that % more than a point
 measured within the limit at a load just below and far lower in frequency (one descending trial halfway toward it),
-nor (`refine_step`) before one refining trial next to the held point, nor (`expand_ei_pct`) before one expanding
+nor (`estimate_guard`) while the point it would hold met the SLA by its estimate only, nor (`refine_step`) before
+one refining trial next to the held point, nor (`expand_ei_pct`) before one expanding
 trial toward a cell the evidence does not reach yet; the rule leaves that trial in `StoppingRule.refine` for the
 next suggestion."""
 
@@ -89,7 +90,7 @@ class StoppingRule:
         if not d.met_sla or d.measurement is None:
             return False, "no trial of this retune met the SLA yet"
         held = best_decision(self.book.retune_trials(), self.model.objective, s, self.model.space)  # what `best` holds
-        if held.by_estimate and s.refine_step:
+        if held.by_estimate and (s.estimate_guard or s.refine_step):
             return False, "no trial of this retune met the SLA with its CI and margin yet (only by its estimate)"
         best_w = d.measurement.power_w
         cells = (

@@ -483,6 +483,14 @@ TUNER_TABLE: tuple[Setting, ...] = (
         cold=False,
     ),
     Setting(
+        "estimate_guard",
+        bool,
+        True,
+        "with the stopping rule: a retune does not stop while the point it would hold met the SLA by its estimate "
+        "only (no trial met it with its CI within the SLA less the margin)",
+        cold=False,
+    ),
+    Setting(
         "peak_first",
         bool,
         False,

@@ -68,10 +68,10 @@ def test_exploration_keeps_its_own_incumbent_when_the_final_choice_is_looser() -
     assert exploration_settings(s).final_margin_pct == s.sla_margin_pct == 5.0
 
 
-def test_a_point_met_by_its_estimate_only_is_not_where_a_refining_retune_stops() -> None:
-    """With `refine_step` a retune whose held point met the SLA by its estimate only (no trial passed the CI rule)
-    goes on; the same trials without it stop as before (a replay held such a point at 496 µs and measured 502 µs
-    over the hour)."""
+def test_a_point_met_by_its_estimate_only_is_not_where_a_guarded_or_refining_retune_stops() -> None:
+    """With `estimate_guard` (the default) or `refine_step` a retune whose held point met the SLA by its estimate
+    only (no trial passed the CI rule) goes on; the same trials with neither stop as before (a replay held such a
+    point at 496 µs and measured 502 µs over the hour)."""
     from tests.optimize_fakes import meas
 
     def after(**kw):
@@ -83,7 +83,17 @@ def test_a_point_met_by_its_estimate_only_is_not_where_a_refining_retune_stops()
         assert d.met_sla and d.by_estimate
         return opt.should_stop()
 
-    stop, why = after(refine_step=True)
-    assert not stop and "only by its estimate" in why
+    for flag in ("estimate_guard", "refine_step"):
+        stop, why = after(**{flag: True})
+        assert not stop and "only by its estimate" in why, flag
     stop, why = after()
     assert "only by its estimate" not in why
+
+
+def test_the_guard_is_on_by_default_and_off_in_the_dissertations_tuner() -> None:
+    from tuner.optimize.presets import preset_settings
+    from tuner.optimize.settings import TunerSettings
+
+    assert TunerSettings().estimate_guard
+    assert not preset_settings("cold").estimate_guard
+    assert not preset_settings("warm-no-estimate-guard").estimate_guard
