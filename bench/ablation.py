@@ -11,8 +11,7 @@ feature that helps only the bundled plant shows up as an ablation that is no wor
 The features and their presets: the 16 µs ITR grid (warm-itr-8), the new-peak step (warm-no-peak-step), a retune's
 first trial at a proven point (warm-no-first-proven) and the end of a broken proof's readings (warm-no-proof-reset),
 the constrained-EI acquisition (warm-ax), the stopping rule
-(warm-no-stop), its descending trial (warm-no-descend) and its guard on a point held by its estimate only
-(warm-no-estimate-guard), the margins (warm-no-sla-margin, warm-no-final-margin), safe exploration (warm-no-safety,
+(warm-no-stop) and its descending trial (warm-no-descend), the margins (warm-no-sla-margin, warm-no-final-margin), safe exploration (warm-no-safety,
 warm-no-evidence, warm-no-sd-scale), adaptive windows and their guards (warm-no-adaptive, warm-no-guard,
 warm-no-settle-guard), the safe start's walk down in frequency (warm-no-step-down), the load as context
 (warm-no-context). The hold rule (`hold_max_p`) acts only in windows under an hour, which the zoo's hourly days do
@@ -42,7 +41,6 @@ ABLATIONS = (
     "warm-no-first-proven",
     "warm-no-proof-reset",
     "warm-no-descend",
-    "warm-no-estimate-guard",
     "warm-ax",
     "warm-no-stop",
     "warm-no-sla-margin",

@@ -51,11 +51,10 @@ WARM_ABLATIONS: dict[str, dict[str, Any]] = {
     "warm-no-final-margin": {"final_margin_pct": 0.0},
     "warm-no-first-proven": {"first_proven": False},
     "warm-no-proof-reset": {"proof_reset": False},
-    "warm-no-estimate-guard": {"estimate_guard": False},
     "warm-no-descend": {"descend_pct": 0.0},
 }
 #: Variants that ADD a feature to warm (not defaults: measured in docs/optimizer-safety.md, "The monotone structure",
-#: and for `warm-drift`, `warm-expand` and `warm-refine` in docs/benchmarks.md).
+#: and for `warm-drift`, `warm-expand`, `warm-refine` and `warm-estimate-guard` in docs/benchmarks.md).
 WARM_ADDITIONS: dict[str, dict[str, Any]] = {
     "warm-break-step": {"break_step": True},
     "warm-peak-first": {"peak_first": True},
@@ -63,6 +62,7 @@ WARM_ADDITIONS: dict[str, dict[str, Any]] = {
     "warm-drift": {"drift_h": 8.0},
     "warm-expand": {"expand_ei_pct": 1.0},
     "warm-refine": {"refine_step": True},
+    "warm-estimate-guard": {"estimate_guard": True},
 }
 #: `tuner replay --preset NAME` / bench variants: the `TunerSettings` fields each preset sets.
 TUNER_PRESETS: dict[str, dict[str, Any]] = {

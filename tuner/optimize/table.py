@@ -485,10 +485,9 @@ TUNER_TABLE: tuple[Setting, ...] = (
     Setting(
         "estimate_guard",
         bool,
-        True,
+        False,
         "with the stopping rule: a retune does not stop while the point it would hold met the SLA by its estimate "
         "only (no trial met it with its CI within the SLA less the margin)",
-        cold=False,
     ),
     Setting(
         "peak_first",

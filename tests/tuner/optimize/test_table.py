@@ -31,7 +31,7 @@ WARM = {
     **dict(
         context=True, stop_ei_pct=0.5, safe_delta=0.05, window_mode="adaptive", itr_resolution_us=16,
         itr_resolution_sla_pct=4.0, safe_sd_scale=2.0, peak_step=True, acquisition="cei", first_proven=True,
-        proof_reset=True, estimate_guard=True, descend_pct=10.0,
+        proof_reset=True, descend_pct=10.0,
     ),
 }  # fmt: skip
 
