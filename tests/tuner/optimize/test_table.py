@@ -22,8 +22,7 @@ COLD = dict(
     window_mode="fixed", window_ci_pct=5.0,
     window_min_s=2.0, window_guard=True, settle_guard=True, step_down=True, refit_every=1, hyper_iters=0,
     peak_step=False, hold_max_p=0.0, acquisition="ax", refine_step=False, first_proven=False, proof_reset=False,
-    estimate_guard=False,
-    peak_first=False, break_step=False,
+    estimate_guard=False, peak_first=False, break_step=False,
 )  # fmt: skip
 #: The old `warm` preset's fields over the old defaults: what `tuner replay` and the daemon ran.
 WARM = {
